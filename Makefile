@@ -1,0 +1,36 @@
+# anvil: the two commands are `make run` (train the embedded default) and `make test` (the whole suite).
+# Both install missing system packages first (scripts/deps.sh) and build in Release.
+#   make run ARGS="--steps 200"     pass flags to `anvil train`
+#   make CUDA=OFF                   build without the CUDA backend (default AUTO: when nvcc is found)
+#   make bench                      CPU training throughput against PyTorch
+
+BUILD ?= build
+CUDA ?= AUTO
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$(CUDA) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	  || { cat $(BUILD).configure.log; exit 1; }
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/anvil train $(ARGS)
+
+# Tests share the cores: one at a time, each with the whole machine (OpenMP threads spin-wait, so running
+# two multi-threaded tests at once on a small machine costs far more than it saves).
+test: build
+	cd $(BUILD) && ctest --output-on-failure
+
+bench: build
+	/usr/bin/python3 bench/cpu_train_bench.py --anvil $(BUILD)/anvil --json $(BUILD)/cpu_train_bench.json
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log

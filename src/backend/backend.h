@@ -1,0 +1,133 @@
+// The backend seam: every op the GPT-2 model needs, forward and backward, behind one interface.
+//
+// The CPU backend (src/backend/cpu) is the specification: plain loops plus BLAS, f32 only. The CUDA
+// backend (src/backend/cuda) implements the same contract with its own kernels and libraries and is
+// tested against the CPU one. Model and trainer code talk only to this interface.
+//
+// Conventions shared by all ops:
+//  - N = B*T rows; C channels; V vocabulary; NH heads, HS = C/NH head size.
+//  - Forward ops overwrite their outputs.
+//  - Backward ops ACCUMULATE (+=) into parameter gradients. Activation gradients are overwritten, except
+//    layernorm_bwd's din, which is accumulated because it is the residual stream's gradient.
+//  - Statistics (layernorm mean/rstd, per-row losses, the grad-norm scalar) are f32 whatever the
+//    activation dtype.
+//  - Tensors live on the backend's device; upload/download move bytes to and from host memory.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+
+namespace anvil {
+
+// How a weight matrix is stored. HF GPT-2's Conv1D keeps linear weights as (in, out); the tied
+// embedding used as the classifier is (V, C), i.e. (out, in).
+enum class WLayout : uint8_t { InOut, OutIn };
+
+struct AttnDims {
+    int B = 0, T = 0, NH = 0, HS = 0;
+};
+
+// One parameter tensor's slot for the optimizer. `master` is empty when params are f32 themselves.
+struct ParamSlot {
+    Tensor param, grad, m, v, master;
+    float weight_decay = 0.0f;
+};
+
+struct AdamWArgs {
+    float lr = 0.0f;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    int step = 1;                // 1-based, for bias correction
+    float max_grad_norm = 0.0f;  // clip to this global norm; 0 = off
+    float grad_scale = 1.0f;     // multiplies every gradient before use (1/loss_scale for fp16)
+};
+
+class Backend {
+  public:
+    virtual ~Backend() = default;
+    virtual Device device() const = 0;
+    virtual std::string describe() const = 0;  // one line: device, libraries, threads
+
+    // ---- memory ---------------------------------------------------------------------------------
+    virtual Buffer alloc(size_t bytes) = 0;  // zero-filled
+    virtual void zero(Tensor t) = 0;
+    virtual void upload(Tensor dst, const void* host) = 0;  // dst.nbytes() bytes from host
+    virtual void download(void* host, Tensor src) = 0;      // src.nbytes() bytes to host
+    virtual void convert(Tensor dst, Tensor src) = 0;       // same numel, any float dtypes
+    virtual void synchronize() = 0;
+
+    // ---- ops ------------------------------------------------------------------------------------
+    // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C)
+    virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+    // dwte += scatter(dout by tokens); dwpe += sum over B of dout. Deterministic.
+    virtual void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+    // out (N,C) = (in - mean) * rstd * w + b; mean, rstd (N) f32; eps 1e-5
+    virtual void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) = 0;
+    // din += ..., dw += ..., db += ...
+    virtual void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                               Tensor mean, Tensor rstd) = 0;
+
+    // out (N,OC) = in (N,C) @ W + bias, W (C,OC) for InOut or (OC,C) for OutIn; bias may be empty.
+    // If pre_gelu is given, pre_gelu = in @ W + bias and out = gelu(pre_gelu) (fused epilogue).
+    virtual void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                            Tensor pre_gelu) = 0;
+    // din (N,C) = dout @ W^T (overwritten; skipped when empty); if in_pre_gelu is given the input was
+    // gelu(in_pre_gelu) and din is taken through the GELU: din = (dout @ W^T) * gelu'(in_pre_gelu).
+    // dw += in^T @ dout (in its layout); dbias += column sums of dout (skipped when empty).
+    virtual void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                            WLayout layout, Tensor in_pre_gelu) = 0;
+
+    // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    virtual void gelu_fwd(Tensor out, Tensor in) = 0;
+    virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;  // din = dout * gelu'(in); may alias
+
+    // Causal self-attention. qkv (B,T,3C) packs q, k, v, each (B,T,NH,HS). out (B,T,C).
+    // `saved` keeps what the backward needs (its size is backend-defined, see attention_saved_elems).
+    virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
+    virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
+    virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) = 0;
+    // dqkv (B,T,3C) overwritten.
+    virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+                               int NH) = 0;
+    // Incremental attention for generation (one sequence). qkv (Tq,3C) holds the new positions
+    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT,C), then each new query attends
+    // causally over positions 0..its own. out (Tq,C).
+    virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
+
+    // out = a + b, elementwise
+    virtual void residual_fwd(Tensor out, Tensor a, Tensor b) = 0;
+
+    // Fused softmax + cross-entropy over logits (N,V) against targets (N) i32 (-1 = ignored row).
+    // losses (N) f32 gets -log p[target] (0 for ignored rows). If dloss != 0, logits is overwritten with
+    // the gradient dloss * (softmax - onehot) (zero rows for ignored targets); the probabilities are
+    // never stored. Only the first `vocab_real` columns are real tokens; padded columns get
+    // probability 0 and gradient 0.
+    virtual void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) = 0;
+
+    // out (1) f32 = sum of squares of every element of every tensor in `grads`.
+    virtual void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) = 0;
+    // AdamW on every slot, PyTorch's formulation (decoupled decay: p -= lr*wd*p before the Adam step).
+    // Gradients are scaled by args.grad_scale and, if max_grad_norm > 0 and the norm (sqrt of
+    // norm_sq[0]) exceeds it, by max_grad_norm / (norm + 1e-6). If norm_sq is not finite the update
+    // is skipped entirely (nothing is written).
+    virtual void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) = 0;
+};
+
+struct BackendOptions {
+    Device device = Device::CPU;
+    int threads = 0;    // CPU threads (0 = all cores / OMP_NUM_THREADS)
+    int device_id = 0;  // CUDA device ordinal
+};
+
+// Creates the backend for `opts.device`; throws a clear error if it is not built in or not usable.
+std::unique_ptr<Backend> make_backend(const BackendOptions& opts);
+// True when the binary was built with the CUDA backend.
+bool cuda_built();
+// True when a CUDA device is visible and usable (false when not built).
+bool cuda_available();
+
+}  // namespace anvil

@@ -1,0 +1,137 @@
+// Causal self-attention on the CPU. Each (batch, head) pair is one task; inside it the two products run as
+// single-threaded BLAS calls (OpenBLAS's OpenMP build does not nest) and the softmax is a plain loop.
+// The forward keeps the softmax matrix att (B,NH,T,T) for the backward, as llm.c's CPU trainer does.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vec_math.h"
+
+namespace anvil::cpu {
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    const int HS = C / NH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    const int ld = 3 * C;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float* q = qkv + size_t(b) * T * ld + h * HS;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* a = att + (size_t(b) * NH + h) * T * T;
+            // a (T,T) = scale * q @ k^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld, 0.0f, a, T);
+            for (int t = 0; t < T; t++) {
+                float* row = a + size_t(t) * T;
+                float mx = row[0];
+                for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int j = 0; j <= t; j++) {
+                    row[j] = vexp(row[j] - mx);
+                    sum += row[j];
+                }
+                const float inv = 1.0f / sum;
+#pragma omp simd
+                for (int j = 0; j <= t; j++) row[j] *= inv;
+                for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+            }
+            // out (T,HS) = a @ v
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v, ld, 0.0f,
+                        out + size_t(b) * T * C + h * HS, C);
+        }
+    }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                        int B, int T, int C, int NH) {
+    const int HS = C / NH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    const int ld = 3 * C;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* ds = scratch + size_t(omp_get_thread_num()) * T * T;  // (T,T)
+            const float* q = qkv + size_t(b) * T * ld + h * HS;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            const float* a = att + (size_t(b) * NH + h) * T * T;
+            const float* dO = dout + size_t(b) * T * C + h * HS;
+            float* dq = dqkv + size_t(b) * T * ld + h * HS;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            // dv (T,HS) = a^T @ dO
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dO, C, 0.0f, dv, ld);
+            // da (T,T) = dO @ v^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld, 0.0f, ds, T);
+            // softmax backward: ds = a * (da - rowsum(a * da))
+            for (int t = 0; t < T; t++) {
+                const float* ar = a + size_t(t) * T;
+                float* dr = ds + size_t(t) * T;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int j = 0; j <= t; j++) dot += ar[j] * dr[j];
+#pragma omp simd
+                for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
+                for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+            }
+            // dq = scale * ds @ k ; dk = scale * ds^T @ q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, ld, 0.0f, dq,
+                        ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, ld, 0.0f, dk, ld);
+        }
+    }
+}
+
+void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int C,
+                      int NH) {
+    const int HS = C / NH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    for (int i = 0; i < Tq; i++) {
+        const float* row = qkv + size_t(i) * 3 * C;
+        for (int c = 0; c < C; c++) {
+            kcache[size_t(pos0 + i) * C + c] = row[C + c];
+            vcache[size_t(pos0 + i) * C + c] = row[2 * C + c];
+        }
+    }
+    const int Tk = pos0 + Tq;
+#pragma omp parallel
+    {
+        std::vector<float> p(static_cast<size_t>(Tk));
+#pragma omp for collapse(2) schedule(static)
+        for (int i = 0; i < Tq; i++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = qkv + size_t(i) * 3 * C + h * HS;
+                const int last = pos0 + i;
+                float mx = -INFINITY;
+                for (int j = 0; j <= last; j++) {
+                    const float* k = kcache + size_t(j) * C + h * HS;
+                    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    p[size_t(j)] = s * scale;
+                    mx = p[size_t(j)] > mx ? p[size_t(j)] : mx;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j <= last; j++) {
+                    p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+                    sum += p[size_t(j)];
+                }
+                float* o = out + size_t(i) * C + h * HS;
+                for (int d = 0; d < HS; d++) o[d] = 0.0f;
+                for (int j = 0; j <= last; j++) {
+                    const float w = p[size_t(j)] / sum;
+                    const float* v = vcache + size_t(j) * C + h * HS;
+#pragma omp simd
+                    for (int d = 0; d < HS; d++) o[d] += w * v[d];
+                }
+            }
+        }
+    }
+}
+
+}  // namespace anvil::cpu

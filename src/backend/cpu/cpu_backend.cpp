@@ -1,0 +1,267 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/ops.h"
+
+extern "C" {
+// OpenBLAS extensions (declared in its cblas.h on Debian, repeated here for other BLAS headers).
+char* openblas_get_config(void);
+}
+
+namespace anvil {
+
+namespace {
+
+void expect_f32(const Tensor& t, const char* what) {
+    ANVIL_CHECK(t.dtype == DType::F32, "cpu backend: {} is {}, the CPU backend computes in F32 only", what,
+                dtype_name(t.dtype));
+    ANVIL_CHECK(t.device == Device::CPU, "cpu backend: {} lives on {}, not the host", what,
+                device_name(t.device));
+}
+
+void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what) {
+    const Shape s(dims);
+    ANVIL_CHECK(t.shape == s, "cpu backend: {} has shape {}, expected {}", what, t.shape.str(), s.str());
+}
+
+// Rows and columns of a tensor seen as a matrix (all leading dims folded into rows).
+int64_t rows(const Tensor& t) {
+    return t.numel() / t.shape[t.shape.ndim - 1];
+}
+int64_t cols(const Tensor& t) {
+    return t.shape[t.shape.ndim - 1];
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+    omp_set_num_threads(threads_);
+    openblas_set_num_threads(threads_);
+    // Flush denormals to zero on every thread of the pool (the OpenMP threads persist, and OpenBLAS's
+    // OpenMP build runs on them). Softmax tails and small gradients produce denormals, which cost x86
+    // cores microcode assists: training ran its matrix products at a quarter of their speed without this.
+#pragma omp parallel num_threads(threads_)
+    {
+        _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+        _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+    }
+    _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+    _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+}
+
+std::string CpuBackend::describe() const {
+    return fmt::format("cpu ({} threads, {})", threads_, openblas_get_config());
+}
+
+Buffer CpuBackend::alloc(size_t bytes) {
+    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    ANVIL_CHECK(p != nullptr, "out of host memory allocating {:.1f} MiB; use a smaller model or batch",
+                double(bytes) / (1 << 20));
+    std::memset(p, 0, bytes);
+    return Buffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
+}
+
+void CpuBackend::zero(Tensor t) {
+    std::memset(t.data, 0, t.nbytes());
+}
+void CpuBackend::upload(Tensor dst, const void* host) {
+    std::memcpy(dst.data, host, dst.nbytes());
+}
+void CpuBackend::download(void* host, Tensor src) {
+    std::memcpy(host, src.data, src.nbytes());
+}
+
+void CpuBackend::convert(Tensor dst, Tensor src) {
+    ANVIL_CHECK(dst.numel() == src.numel(), "convert: {} elements into {}", src.numel(), dst.numel());
+    if (dst.dtype == src.dtype) {
+        std::memcpy(dst.data, src.data, src.nbytes());
+    } else if (src.dtype == DType::F32) {
+        convert_from_f32(dst.data, dst.dtype, src.f32(), size_t(src.numel()));
+    } else {
+        ANVIL_CHECK(dst.dtype == DType::F32, "convert: {} to {} is not supported", dtype_name(src.dtype),
+                    dtype_name(dst.dtype));
+        convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
+    }
+}
+
+void CpuBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+    expect_f32(out, "embedding out");
+    const int B = int(tokens.dim(0)), T = int(tokens.dim(1)), C = int(wte.dim(1)), V = int(wte.dim(0));
+    ANVIL_CHECK(tokens.dtype == DType::I32, "embedding: tokens must be I32");
+    ANVIL_CHECK(T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}", T,
+                wpe.dim(0));
+    expect_shape(out, {B, T, C}, "embedding out");
+    const int32_t* tok = tokens.ptr<int32_t>();
+    for (int64_t i = 0; i < tokens.numel(); i++)
+        ANVIL_CHECK(tok[i] >= 0 && tok[i] < V,
+                    "embedding: token id {} at position {} is outside the vocabulary "
+                    "(0..{})",
+                    tok[i], i, V - 1);
+    cpu::embedding_forward(out.f32(), tok, wte.f32(), wpe.f32(), B, T, C, V);
+}
+
+void CpuBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+    const int B = int(tokens.dim(0)), T = int(tokens.dim(1)), C = int(dwte.dim(1));
+    expect_shape(dout, {B, T, C}, "embedding dout");
+    cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.ptr<int32_t>(), B, T, C);
+}
+
+void CpuBackend::layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
+    const int N = int(rows(in)), C = int(cols(in));
+    ANVIL_CHECK(out.numel() == in.numel() && mean.numel() == N && rstd.numel() == N && w.numel() == C &&
+                    b.numel() == C,
+                "layernorm: shapes out {} mean {} in {} w {}", out.shape.str(), mean.shape.str(),
+                in.shape.str(), w.shape.str());
+    cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), in.f32(), w.f32(), b.f32(), N, C);
+}
+
+void CpuBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                               Tensor mean, Tensor rstd) {
+    const int N = int(rows(in)), C = int(cols(in));
+    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() && dw.numel() == C && db.numel() == C,
+                "layernorm backward: shapes din {} dout {} in {}", din.shape.str(), dout.shape.str(),
+                in.shape.str());
+    cpu::layernorm_backward(din.f32(), dw.f32(), db.f32(), dout.f32(), in.f32(), w.f32(), mean.f32(),
+                            rstd.f32(), N, C);
+}
+
+namespace {
+struct MatDims {
+    int N, C, OC;
+};
+MatDims matmul_dims(const Tensor& in, const Tensor& w, WLayout layout) {
+    ANVIL_CHECK(w.shape.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape.str());
+    const int C = int(cols(in));
+    const int wc = int(layout == WLayout::InOut ? w.dim(0) : w.dim(1));
+    const int OC = int(layout == WLayout::InOut ? w.dim(1) : w.dim(0));
+    ANVIL_CHECK(wc == C, "matmul: input has {} channels, weight {} expects {}", C, w.shape.str(), wc);
+    return {int(rows(in)), C, OC};
+}
+}  // namespace
+
+void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+    const auto [N, C, OC] = matmul_dims(in, w, layout);
+    ANVIL_CHECK(rows(out) == N && cols(out) == OC, "matmul: output {} for ({}, {})", out.shape.str(), N, OC);
+    ANVIL_CHECK(bias.empty() || bias.numel() == OC, "matmul: bias {} for {} outputs", bias.shape.str(), OC);
+    const float* b = bias.empty() ? nullptr : bias.f32();
+    if (pre_gelu.empty()) {
+        cpu::matmul_forward(out.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
+    } else {
+        ANVIL_CHECK(pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}", pre_gelu.shape.str(),
+                    out.shape.str());
+        cpu::matmul_forward(pre_gelu.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
+        cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
+    }
+}
+
+void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                            WLayout layout, Tensor in_pre_gelu) {
+    const auto [N, C, OC] = matmul_dims(in, w, layout);
+    ANVIL_CHECK(rows(dout) == N && cols(dout) == OC, "matmul backward: dout {} for ({}, {})",
+                dout.shape.str(), N, OC);
+    ANVIL_CHECK(dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(), w.shape.str());
+    ANVIL_CHECK(din.empty() || din.numel() == in.numel(), "matmul backward: din {} vs in {}", din.shape.str(),
+                in.shape.str());
+    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.f32(), dbias.empty() ? nullptr : dbias.f32(),
+                         dout.f32(), in.f32(), w.f32(), N, C, OC, layout);
+    if (!in_pre_gelu.empty() && !din.empty())
+        cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
+}
+
+void CpuBackend::gelu_fwd(Tensor out, Tensor in) {
+    ANVIL_CHECK(out.numel() == in.numel(), "gelu: {} vs {}", out.shape.str(), in.shape.str());
+    cpu::gelu_forward(out.f32(), in.f32(), size_t(in.numel()));
+}
+
+void CpuBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
+    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel(), "gelu backward: shapes");
+    cpu::gelu_backward(din.f32(), dout.f32(), in.f32(), size_t(in.numel()));
+}
+
+size_t CpuBackend::attention_saved_elems(const AttnDims& d) const {
+    return size_t(d.B) * d.NH * d.T * d.T;
+}
+size_t CpuBackend::attention_scratch_elems(const AttnDims& d) const {
+    return size_t(threads_) * d.T * d.T;
+}
+
+void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
+    const int B = int(qkv.dim(0)), T = int(qkv.dim(1)), C = int(qkv.dim(2) / 3);
+    ANVIL_CHECK(C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
+    expect_shape(out, {B, T, C}, "attention out");
+    ANVIL_CHECK(size_t(saved.numel()) >= attention_saved_elems({B, T, NH, C / NH}),
+                "attention: saved too small");
+    cpu::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH);
+}
+
+void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor /*out*/,
+                               Tensor saved, int NH) {
+    const int B = int(qkv.dim(0)), T = int(qkv.dim(1)), C = int(qkv.dim(2) / 3);
+    expect_shape(dqkv, {B, T, 3 * C}, "attention dqkv");
+    expect_shape(dout, {B, T, C}, "attention dout");
+    ANVIL_CHECK(size_t(scratch.numel()) >= attention_scratch_elems({B, T, NH, C / NH}),
+                "attention: scratch too small");
+    cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH);
+}
+
+void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
+    const int Tq = int(rows(qkv)), C = int(cols(qkv) / 3);
+    ANVIL_CHECK(pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
+                pos0 + Tq, kcache.dim(0));
+    cpu::attention_cached(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), Tq, pos0, C, NH);
+}
+
+void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
+    ANVIL_CHECK(out.numel() == a.numel() && a.numel() == b.numel(), "residual: shapes {} {} {}",
+                out.shape.str(), a.shape.str(), b.shape.str());
+    float* o = out.f32();
+    const float* x = a.f32();
+    const float* y = b.f32();
+    const int64_t n = out.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+}
+
+void CpuBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
+    const int N = int(rows(logits)), Vp = int(cols(logits));
+    ANVIL_CHECK(losses.numel() == N && targets.numel() == N, "classifier: losses {} targets {} for {} rows",
+                losses.shape.str(), targets.shape.str(), N);
+    ANVIL_CHECK(vocab_real > 0 && vocab_real <= Vp, "classifier: vocab {} of {}", vocab_real, Vp);
+    const int32_t* tg = targets.ptr<int32_t>();
+    for (int i = 0; i < N; i++)
+        ANVIL_CHECK(tg[i] >= -1 && tg[i] < vocab_real,
+                    "classifier: target id {} at row {} is outside the "
+                    "vocabulary (0..{}, or -1 to ignore)",
+                    tg[i], i, vocab_real - 1);
+    cpu::classifier(losses.f32(), logits.f32(), tg, dloss, N, Vp, vocab_real);
+}
+
+void CpuBackend::global_norm_sq(Tensor out, const std::vector<Tensor>& grads) {
+    double s = 0.0;
+    for (const Tensor& g : grads) s += cpu::sum_squares(g.f32(), size_t(g.numel()));
+    out.f32()[0] = float(s);
+}
+
+void CpuBackend::adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& a, Tensor norm_sq) {
+    const float nsq = norm_sq.f32()[0];
+    if (!std::isfinite(nsq)) return;  // the trainer reports the skipped step
+    float scale = a.grad_scale;
+    const float norm = std::sqrt(nsq) * a.grad_scale;
+    if (a.max_grad_norm > 0.0f && norm > a.max_grad_norm) scale *= a.max_grad_norm / (norm + 1e-6f);
+    for (const ParamSlot& s : slots) {
+        ANVIL_CHECK(s.master.empty(), "cpu backend: f32 parameters need no master copy");
+        cpu::adamw(s.param.f32(), s.grad.f32(), s.m.f32(), s.v.f32(), size_t(s.param.numel()), a.lr, a.beta1,
+                   a.beta2, a.eps, s.weight_decay, a.step, scale);
+    }
+}
+
+}  // namespace anvil

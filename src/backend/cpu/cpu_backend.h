@@ -1,0 +1,47 @@
+// CpuBackend: the Backend interface on the host, f32 only. Each method checks shapes and dtypes, then
+// calls the reference op in ops.h.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace anvil {
+
+class CpuBackend final : public Backend {
+  public:
+    explicit CpuBackend(int threads);
+    Device device() const override { return Device::CPU; }
+    std::string describe() const override;
+
+    Buffer alloc(size_t bytes) override;
+    void zero(Tensor t) override;
+    void upload(Tensor dst, const void* host) override;
+    void download(void* host, Tensor src) override;
+    void convert(Tensor dst, Tensor src) override;
+    void synchronize() override {}
+
+    void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+    void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+    void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) override;
+    void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,
+                       Tensor rstd) override;
+    void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
+    void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
+                    Tensor in_pre_gelu) override;
+    void gelu_fwd(Tensor out, Tensor in) override;
+    void gelu_bwd(Tensor din, Tensor dout, Tensor in) override;
+    size_t attention_saved_elems(const AttnDims& d) const override;
+    size_t attention_scratch_elems(const AttnDims& d) const override;
+    void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) override;
+    void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+                       int NH) override;
+    void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
+    void residual_fwd(Tensor out, Tensor a, Tensor b) override;
+    void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) override;
+    void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
+    void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
+
+  private:
+    int threads_;
+};
+
+}  // namespace anvil

@@ -1,0 +1,53 @@
+// The CPU reference ops: plain f32 loops (OpenMP across rows) and BLAS for matrix products. These are the
+// specification of each op; CpuBackend wraps them with shape and dtype checks, and the CUDA backend is
+// tested against them. Shapes are in the comments; N = B*T.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace anvil::cpu {
+
+// embedding.cpp
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C,
+                       int V);  // out (B,T,C)
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                        int C);
+
+// layernorm.cpp
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b,
+                       int N, int C);
+void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                        const float* mean, const float* rstd, int N, int C);
+
+// matmul.cpp: out (N,OC) = in (N,C) @ W + bias, W (C,OC) InOut or (OC,C) OutIn
+void matmul_forward(float* out, const float* in, const float* w, const float* bias, int N, int C, int OC,
+                    WLayout layout);
+void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
+                     int N, int C, int OC, WLayout layout);
+
+// gelu.cpp (tanh form)
+void gelu_forward(float* out, const float* in, size_t n);
+void gelu_backward(float* din, const float* dout, const float* in, size_t n);  // din may alias dout
+
+// attention.cpp: qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) keeps the softmax for the backward
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                        int B, int T, int C, int NH);  // scratch: threads*T*T floats
+void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int C,
+                      int NH);
+
+// classifier.cpp: fused softmax + cross-entropy, logits (N,Vp), first V columns real
+void classifier(float* losses, float* logits, const int32_t* targets, float dloss, int N, int Vp, int V);
+
+// optimizer.cpp
+double sum_squares(const float* x, size_t n);
+void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+           float eps, float wd, int step, float grad_scale);
+
+int max_threads();
+
+}  // namespace anvil::cpu

@@ -1,0 +1,115 @@
+// ProfilingBackend: wraps any Backend and times every op (synchronising after each, so the figures are
+// per-op device time, at the cost of any overlap). `anvil train --profile` prints its table.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace anvil {
+
+class ProfilingBackend final : public Backend {
+  public:
+    explicit ProfilingBackend(Backend& inner) : in_(inner) {}
+    Device device() const override { return in_.device(); }
+    std::string describe() const override { return in_.describe() + " [profiled]"; }
+    // Per-op table: calls, total ms, share, and GFLOP/s for matrix products; sorted by total time.
+    std::string report() const;
+    void reset() { stats_.clear(); }
+
+    Buffer alloc(size_t bytes) override { return in_.alloc(bytes); }
+    void zero(Tensor t) override {
+        timed("zero", [&] { in_.zero(t); });
+    }
+    void upload(Tensor dst, const void* h) override {
+        timed("upload", [&] { in_.upload(dst, h); });
+    }
+    void download(void* h, Tensor src) override {
+        timed("download", [&] { in_.download(h, src); });
+    }
+    void convert(Tensor d, Tensor s) override {
+        timed("convert", [&] { in_.convert(d, s); });
+    }
+    void synchronize() override { in_.synchronize(); }
+
+    void embedding_fwd(Tensor o, Tensor t, Tensor w, Tensor p) override {
+        timed("embedding_fwd", [&] { in_.embedding_fwd(o, t, w, p); });
+    }
+    void embedding_bwd(Tensor dw, Tensor dp, Tensor d, Tensor t) override {
+        timed("embedding_bwd", [&] { in_.embedding_bwd(dw, dp, d, t); });
+    }
+    void layernorm_fwd(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
+        timed("layernorm_fwd", [&] { in_.layernorm_fwd(o, m, r, i, w, b); });
+    }
+    void layernorm_bwd(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, Tensor m,
+                       Tensor r) override {
+        timed("layernorm_bwd", [&] { in_.layernorm_bwd(di, dw, db, d, i, w, m, r); });
+    }
+    void matmul_fwd(Tensor o, Tensor i, Tensor w, WLayout l, Tensor b, Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_fwd" : "matmul_fwd+gelu", o, i).c_str(),
+              [&] { in_.matmul_fwd(o, i, w, l, b, pg); });
+    }
+    void matmul_bwd(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, WLayout l,
+                    Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_bwd" : "matmul_bwd+gelu", d, i).c_str(),
+              [&] { in_.matmul_bwd(di, dw, db, d, i, w, l, pg); });
+    }
+    void gelu_fwd(Tensor o, Tensor i) override {
+        timed("gelu_fwd", [&] { in_.gelu_fwd(o, i); });
+    }
+    void gelu_bwd(Tensor di, Tensor d, Tensor i) override {
+        timed("gelu_bwd", [&] { in_.gelu_bwd(di, d, i); });
+    }
+    size_t attention_saved_elems(const AttnDims& d) const override { return in_.attention_saved_elems(d); }
+    size_t attention_scratch_elems(const AttnDims& d) const override {
+        return in_.attention_scratch_elems(d);
+    }
+    void attention_fwd(Tensor o, Tensor s, Tensor q, int nh) override {
+        timed("attention_fwd", [&] { in_.attention_fwd(o, s, q, nh); });
+    }
+    void attention_bwd(Tensor dq, Tensor sc, Tensor d, Tensor q, Tensor o, Tensor s, int nh) override {
+        timed("attention_bwd", [&] { in_.attention_bwd(dq, sc, d, q, o, s, nh); });
+    }
+    void attention_cached(Tensor o, Tensor q, Tensor k, Tensor v, int p, int nh) override {
+        timed("attention_cached", [&] { in_.attention_cached(o, q, k, v, p, nh); });
+    }
+    void residual_fwd(Tensor o, Tensor a, Tensor b) override {
+        timed("residual_fwd", [&] { in_.residual_fwd(o, a, b); });
+    }
+    void classifier(Tensor l, Tensor lg, Tensor t, float d, int v) override {
+        timed("classifier", [&] { in_.classifier(l, lg, t, d, v); });
+    }
+    void global_norm_sq(Tensor o, const std::vector<Tensor>& g) override {
+        timed("global_norm", [&] { in_.global_norm_sq(o, g); });
+    }
+    void adamw(const std::vector<ParamSlot>& s, const AdamWArgs& a, Tensor n) override {
+        timed("adamw", [&] { in_.adamw(s, a, n); });
+    }
+
+  private:
+    // "matmul_fwd 1024x256>768": rows x in > out
+    static std::string matmul_name(const char* op, const Tensor& out, const Tensor& in) {
+        const int64_t oc = out.shape[out.shape.ndim - 1], ic = in.shape[in.shape.ndim - 1];
+        return std::string(op) + " " + std::to_string(in.numel() / ic) + "x" + std::to_string(ic) + ">" +
+               std::to_string(oc);
+    }
+    template <typename F>
+    void timed(const char* name, F&& f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        in_.synchronize();
+        Stat& s = stats_[name];
+        s.calls++;
+        s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    struct Stat {
+        int64_t calls = 0;
+        double seconds = 0.0;
+    };
+    Backend& in_;
+    std::map<std::string, Stat> stats_;
+};
+
+}  // namespace anvil

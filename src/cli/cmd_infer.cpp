@@ -1,0 +1,180 @@
+// anvil eval and anvil generate: load a model directory, then score data or sample text.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "data/dataset.h"
+#include "io/checkpoint.h"
+#include "io/fs.h"
+#include "model/generate.h"
+#include "train/evaluate.h"
+#include "train/run_setup.h"
+
+namespace anvil::cli {
+
+namespace {
+
+struct Loaded {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Tokenizer> tok;
+    std::unique_ptr<GPT2> model;
+    PromptTemplate prompt = PromptTemplate::Alpaca;
+};
+
+struct ModelFlags {
+    std::string model, tokenizer, prompt_template, device = "cpu";
+    int threads = 0;
+    void add(CLI::App* sub) {
+        sub->add_option("--model", model, "model directory (or a run directory: its final/)")->required();
+        sub->add_option("--tokenizer", tokenizer, "override the checkpoint's tokenizer");
+        sub->add_option("--template", prompt_template,
+                        "prompt template (default: the one the model was trained "
+                        "with, else alpaca)")
+            ->check(CLI::IsMember({"alpaca", "compact"}));
+        sub->add_option("--device", device, "cpu, cuda or auto")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+        sub->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+    }
+    Loaded load() const {
+        Loaded l;
+        const std::string dir = resolve_model_dir(model);
+        nlohmann::json raw;
+        const GPTConfig cfg = read_model_config(dir, &raw);
+        l.tok = tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(tokenizer);
+        l.prompt = parse_template(
+            !prompt_template.empty() ? prompt_template : raw.value("anvil_template", std::string("alpaca")));
+        ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
+                    "--tokenizer: {} ids do not fit the model's vocabulary "
+                    "of {}",
+                    l.tok->vocab_size(), cfg.vocab_size);
+        BackendOptions bo;
+        bo.device = parse_device(device);
+        bo.threads = threads;
+        l.backend = make_backend(bo);
+        l.model = std::make_unique<GPT2>(*l.backend, cfg);
+        load_model_weights(dir, *l.model);
+        return l;
+    }
+};
+
+}  // namespace
+
+Command add_eval(CLI::App& app) {
+    CLI::App* sub =
+        app.add_subcommand("eval", "validation loss, perplexity and exact-match accuracy of a model");
+    auto mf = std::make_shared<ModelFlags>();
+    struct Opts {
+        std::string data, text_field = "text";
+        int batch = 8, seq = 0, max_batches = 0, max_examples = 200;
+        bool json = false;
+    };
+    auto o = std::make_shared<Opts>();
+    mf->add(sub);
+    sub->add_option("--data", o->data, "text or JSONL file; all of it is scored")->required();
+    sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
+    sub->add_option("--batch", o->batch, "sequences per batch")->capture_default_str()->check(kPositive);
+    sub->add_option("--seq", o->seq, "sequence length (default: the model's context)")->check(kPositive);
+    sub->add_option("--max-batches", o->max_batches, "score at most this many batches (0 = all)")
+        ->check(kNonNegative);
+    sub->add_option("--max-examples", o->max_examples,
+                    "instruction records to answer for exact match (0 = all)")
+        ->capture_default_str()
+        ->check(kNonNegative);
+    sub->add_flag("--json", o->json, "print the result as one JSON object");
+    auto run = [mf, o]() -> int {
+        Loaded l = mf->load();
+        const int T = o->seq > 0 ? o->seq : l.model->config().n_ctx;
+        ANVIL_CHECK(T <= l.model->config().n_ctx, "--seq {}: longer than the model's context of {}", T,
+                    l.model->config().n_ctx);
+        const Dataset d = load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
+        l.model->reserve(o->batch, T, false);
+        const LossResult loss = evaluate_loss(*l.model, d.train, o->batch, T, o->max_batches);
+        nlohmann::json out = {{"loss", loss.loss}, {"ppl", loss.ppl}, {"targets", loss.targets}};
+        if (d.jsonl) {
+            const std::vector<Example> ex = read_instruction_jsonl(o->data);
+            if (!ex.empty()) {
+                const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o->max_examples);
+                out["exact_match"] = em.accuracy();
+                out["exact_match_n"] = em.total;
+            }
+        }
+        if (o->json) {
+            std::printf("%s\n", out.dump().c_str());
+        } else {
+            std::printf("loss %.4f  perplexity %.3f  (%ld targets)\n", loss.loss, loss.ppl,
+                        long(loss.targets));
+            if (out.contains("exact_match"))
+                std::printf("exact match %.1f%% of %d examples\n", 100.0 * out["exact_match"].get<double>(),
+                            out["exact_match_n"].get<int>());
+        }
+        return 0;
+    };
+    return {sub, run};
+}
+
+Command add_generate(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand("generate", "sample text from a model (KV-cached)");
+    auto mf = std::make_shared<ModelFlags>();
+    struct Opts {
+        std::string prompt, instruction, input;
+        SampleOptions s;
+        bool no_stop = false;
+    };
+    auto o = std::make_shared<Opts>();
+    o->s.max_new_tokens = 128;
+    o->s.temperature = 0.8f;
+    mf->add(sub);
+    sub->add_option("--prompt", o->prompt, "text to continue");
+    sub->add_option("--instruction", o->instruction,
+                    "wrap as an instruction record (with --input) in the prompt "
+                    "template");
+    sub->add_option("--input", o->input, "input of the instruction record");
+    sub->add_option("--max-new-tokens", o->s.max_new_tokens, "tokens to generate")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--temperature", o->s.temperature, "sampling temperature (0 = greedy)")
+        ->capture_default_str()
+        ->check(kNonNegative);
+    sub->add_option("--top-k", o->s.top_k, "sample from the k most likely tokens (0 = off)")
+        ->capture_default_str()
+        ->check(kNonNegative);
+    sub->add_option("--top-p", o->s.top_p, "nucleus sampling mass (1 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
+    sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text token");
+    auto run = [mf, o]() -> int {
+        ANVIL_CHECK(!o->prompt.empty() || !o->instruction.empty(),
+                    "give --prompt TEXT or --instruction TEXT");
+        ANVIL_CHECK(o->s.top_p > 0.0f, "--top-p must be greater than 0");
+        Loaded l = mf->load();
+        const std::string text = o->instruction.empty()
+                                     ? o->prompt
+                                     : render_prompt(Example{o->instruction, o->input, ""}, l.prompt);
+        const std::vector<int32_t> prompt = l.tok->encode(text);
+        SampleOptions s = o->s;
+        s.stop_token = o->no_stop ? -1 : l.tok->eot_id();
+        Generator gen(*l.model);
+        std::printf("%s", text.c_str());
+        std::vector<int32_t> out;
+        std::string shown;
+        gen.generate(prompt, s, [&](int32_t id) {
+            if (id == l.tok->eot_id() && !o->no_stop) return;
+            out.push_back(id);
+            const std::string all = l.tok->decode(out);  // whole decode: multi-token characters stay intact
+            if (all.size() > shown.size() && all.compare(0, shown.size(), shown) == 0) {
+                std::fwrite(all.data() + shown.size(), 1, all.size() - shown.size(), stdout);
+                std::fflush(stdout);
+                shown = all;
+            }
+        });
+        std::printf("\n");
+        return 0;
+    };
+    return {sub, run};
+}
+
+}  // namespace anvil::cli

@@ -1,0 +1,167 @@
+// anvil train: flags -> TrainOptions -> run_train. With --resume, the run's stored options are the
+// defaults and only flags given on this command line override them.
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "io/fs.h"
+#include "train/run_setup.h"
+#include "train/trainer.h"
+
+namespace anvil::cli {
+
+namespace {
+std::string flag_key(const CLI::Option* opt) {
+    std::string k = opt->get_lnames().empty() ? opt->get_name() : opt->get_lnames()[0];
+    for (char& c : k)
+        if (c == '-') c = '_';
+    return k == "template" ? "prompt_template" : k;
+}
+}  // namespace
+
+namespace {
+CLI::Validator number_check(bool allow_zero) {
+    return CLI::Validator(
+        [allow_zero](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0') return "must be a number, got \"" + v + "\"";
+            if (allow_zero ? x < 0 : x <= 0)
+                return std::string(allow_zero ? "must be zero or more" : "must be positive") + ", got " + v;
+            return {};
+        },
+        allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
+}
+}  // namespace
+
+const CLI::Validator kPositive = number_check(false);
+const CLI::Validator kNonNegative = number_check(true);
+
+Command add_train(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand("train", "train a GPT-2 model (no flags: the embedded default demo)");
+    auto o = std::make_shared<TrainOptions>();
+    auto shuffle = std::make_shared<std::string>("on");
+    const auto& pos = kPositive;
+    const auto& nonneg = kNonNegative;
+    sub->add_option("--data", o->data,
+                    "training data: text file, or .jsonl of {\"text\"} or "
+                    "{\"instruction\",\"input\",\"output\"} records (default: the embedded synthetic set)");
+    sub->add_option("--tokenizer", o->tokenizer, "tokenizer: byte (default for new models)");
+    sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
+    sub->add_option("--template", o->prompt_template,
+                    "prompt template for instruction records: alpaca or compact")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"alpaca", "compact"}));
+    sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory");
+    sub->add_option("--resume", o->resume, "continue a run from its checkpoint (or run) directory");
+    sub->add_option("--out", o->out, "run directory (default runs/<date>-<time>)");
+    sub->add_option("--val-fraction", o->val_fraction, "hold out this fraction from the end of the data")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.99));
+    sub->add_option("--layers", o->layers, "transformer layers")->capture_default_str()->check(pos);
+    sub->add_option("--heads", o->heads, "attention heads")->capture_default_str()->check(pos);
+    sub->add_option("--dim", o->dim, "model width (n_embd)")->capture_default_str()->check(pos);
+    sub->add_option("--seq", o->seq, "sequence length (default: the model's context, 128 for new models)")
+        ->check(pos);
+    sub->add_option("--batch", o->batch, "sequences per micro-batch")->capture_default_str()->check(pos);
+    sub->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step")
+        ->capture_default_str()
+        ->check(pos);
+    sub->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(pos);
+    sub->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(pos);
+    sub->add_option("--min-lr-frac", o->min_lr_frac, "cosine floor as a fraction of --lr")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--lr-schedule", o->lr_schedule, "cosine or constant (after warmup)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cosine", "constant"}));
+    sub->add_option("--warmup", o->warmup, "linear warmup steps")->capture_default_str()->check(nonneg);
+    sub->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (matrices only)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--grad-clip", o->grad_clip, "clip the global gradient norm to this (0 = off)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--beta1", o->beta1, "AdamW beta1")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.9999999));
+    sub->add_option("--beta2", o->beta2, "AdamW beta2")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.9999999));
+    sub->add_option("--eps", o->eps, "AdamW epsilon")->capture_default_str()->check(pos);
+    sub->add_option("--seed", o->seed, "random seed (weights, shuffling, embedded data)")
+        ->capture_default_str();
+    sub->add_option("--shuffle", *shuffle, "on: seeded window permutation per epoch; off: sequential order")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    sub->add_option("--eval-every", o->eval_every, "validation loss every N steps (0 = at the end only)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--eval-batches", o->eval_batches, "validation batches per evaluation (0 = all)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--eval-examples", o->eval_examples, "held-out instruction examples for exact match")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--log-every", o->log_every, "write metrics every N steps")
+        ->capture_default_str()
+        ->check(pos);
+    sub->add_option("--save-every", o->save_every, "checkpoint every N steps (0 = at the end only)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoint-N directories to keep (0 = all)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--device", o->device, "cpu, cuda or auto")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    sub->add_option("--threads", o->threads, "CPU threads (0 = all cores)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_flag("--profile", o->profile, "time every backend op and print a table at the end");
+
+    auto run = [sub, o, shuffle]() -> int {
+        o->shuffle = *shuffle == "on";
+        const bool any_data_flag = !o->data.empty() || !o->init.empty() || !o->resume.empty();
+        TrainOptions opts = *o;
+        if (!o->resume.empty()) {
+            // Stored options first, then every flag given on this command line.
+            const std::string ckpt = resolve_checkpoint(o->resume);
+            const nlohmann::json state = nlohmann::json::parse(read_file(ckpt + "/trainer_state.json"));
+            nlohmann::json merged = state.value("options", nlohmann::json::object());
+            const nlohmann::json given = options_to_json(*o);
+            for (const CLI::Option* opt : sub->get_options()) {
+                if (opt->count() == 0) continue;
+                const std::string key = flag_key(opt);
+                if (given.contains(key)) merged[key] = given[key];
+            }
+            for (const char* arch : {"layers", "heads", "dim"})
+                if (sub->get_option(std::string("--") + arch)->count())
+                    fail("--{}: the architecture comes from the checkpoint when resuming; drop the flag",
+                         arch);
+            merged["resume"] = o->resume;
+            merged["init"] = "";
+            options_from_json(merged, opts);
+        } else if (!any_data_flag) {
+            // The embedded default; explicit flags still override its settings.
+            TrainOptions def = embedded_default_options();
+            nlohmann::json merged = options_to_json(def);
+            const nlohmann::json given = options_to_json(*o);
+            for (const CLI::Option* opt : sub->get_options())
+                if (opt->count() > 0 && given.contains(flag_key(opt)))
+                    merged[flag_key(opt)] = given[flag_key(opt)];
+            options_from_json(merged, opts);
+        }
+        return run_train(opts);
+    };
+    return {sub, run};
+}
+
+std::string resolve_model_dir(const std::string& path) {
+    ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
+    if (file_exists(path + "/config.json")) return path;
+    if (file_exists(path + "/final/config.json")) return path + "/final";
+    return resolve_checkpoint(path);
+}
+
+}  // namespace anvil::cli

@@ -1,0 +1,28 @@
+// Subcommands of the `anvil` binary. Each registers its flags on the CLI11 app and returns the function
+// that runs it once parsing succeeded.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace anvil::cli {
+
+struct Command {
+    CLI::App* app;             // the subcommand
+    std::function<int()> run;  // runs it after a successful parse
+};
+
+Command add_train(CLI::App& app);
+Command add_eval(CLI::App& app);
+Command add_generate(CLI::App& app);
+
+// Validators with messages a person can read (CLI11's numeric ranges print the type's limits).
+extern const CLI::Validator kPositive;     // "must be a positive number"
+extern const CLI::Validator kNonNegative;  // "must be zero or more"
+
+// A model directory from a user path: the directory itself if it has config.json, else a run directory's
+// final/ or newest checkpoint.
+std::string resolve_model_dir(const std::string& path);
+
+}  // namespace anvil::cli

@@ -1,0 +1,55 @@
+// anvil: one binary, one subcommand per job. Library code throws anvil::Error; this is the only place that
+// turns an error into a message and an exit status.
+#include <cstdio>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"anvil: pretrain, fine-tune, evaluate and sample GPT-2 style language models"};
+    app.require_subcommand(1, 1);
+    app.set_help_all_flag("--help-all", "help for every subcommand");
+    const std::vector<anvil::cli::Command> cmds = {anvil::cli::add_train(app), anvil::cli::add_eval(app),
+                                                   anvil::cli::add_generate(app)};
+    if (argc > 1 && argv[1][0] != '-') {
+        bool known = false;
+        for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];
+        if (!known) {
+            std::fprintf(stderr,
+                         "anvil: error: unknown command \"%s\"; use train, eval or generate (anvil --help)\n",
+                         argv[1]);
+            return 2;
+        }
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::string sub;
+        for (auto* s : app.get_subcommands()) sub = " " + s->get_name();
+        std::fprintf(stderr, "anvil%s: error: %s; see anvil%s --help\n", sub.c_str(), e.what(), sub.c_str());
+        return 2;
+    }
+    for (const auto& [cmd, run] : cmds) {
+        if (!cmd->parsed()) continue;
+        try {
+            return run();
+        } catch (const anvil::Error& e) {
+            std::fflush(stdout);
+            std::fprintf(stderr, "\nanvil %s: error: %s\n", cmd->get_name().c_str(), e.what());
+            return 1;
+        } catch (const std::bad_alloc&) {
+            std::fprintf(stderr, "\nanvil %s: error: out of memory; use a smaller model, batch or --seq\n",
+                         cmd->get_name().c_str());
+            return 1;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "\nanvil %s: error: %s\n", cmd->get_name().c_str(), e.what());
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,73 @@
+// Element types and conversions. bf16 and f16 are stored as raw 16-bit patterns; conversions round to
+// nearest-even, keep NaN a NaN and saturate nothing (overflow becomes Inf, as the hardware does).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace anvil {
+
+enum class DType : uint8_t { F32, BF16, F16, I32, U16, U8 };
+
+constexpr size_t dtype_size(DType t) {
+    switch (t) {
+        case DType::F32:
+            return 4;
+        case DType::BF16:
+            return 2;
+        case DType::F16:
+            return 2;
+        case DType::I32:
+            return 4;
+        case DType::U16:
+            return 2;
+        case DType::U8:
+            return 1;
+    }
+    return 0;
+}
+
+// Names as safetensors writes them ("F32", "BF16", ...).
+std::string_view dtype_name(DType t);
+// Parses a safetensors dtype name; returns false for names anvil does not handle.
+bool dtype_from_name(std::string_view name, DType* out);
+// Parses a user-facing precision name ("fp32", "bf16", "fp16").
+bool dtype_from_precision(std::string_view name, DType* out);
+
+struct bf16 {
+    uint16_t bits;
+};
+struct f16 {
+    uint16_t bits;
+};
+
+inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float f32_from_bits(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+inline bf16 to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40u)};  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                                // round to nearest even
+    return bf16{uint16_t(u >> 16)};
+}
+inline float from_bf16(bf16 h) {
+    return f32_from_bits(uint32_t(h.bits) << 16);
+}
+
+f16 to_f16(float f);
+float from_f16(f16 h);
+
+// Bulk conversions between a typed buffer and f32 (n elements).
+void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
+void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
+
+}  // namespace anvil

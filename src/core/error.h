@@ -1,0 +1,44 @@
+// Errors. Library code throws anvil::Error; only main() decides to exit.
+//
+// Two kinds of failure, one family of macros:
+//   ANVIL_CHECK(cond, fmt, args...)  user-facing: the message names the file, flag or tensor and says what
+//                                    to do. Thrown as-is, printed as one line by the CLI.
+//   ANVIL_ASSERT(cond)               internal invariant: records expression, function, file and line.
+// Backend libraries add their own checks built on anvil_check_fail (CUDA_CHECK, CUBLAS_CHECK, ... in
+// src/backend/cuda/cuda_check.h) so every error carries the same information.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace anvil {
+
+class Error : public std::runtime_error {
+  public:
+    explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Generic form: every check macro ends here, with the failing expression and where it was.
+[[noreturn]] void check_fail(const char* expr, const char* func, const char* file, int line,
+                             const std::string& detail);
+
+template <typename... Args>
+[[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
+    throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace anvil
+
+#define ANVIL_CHECK(cond, ...)          \
+    do {                                \
+        if (!(cond)) [[unlikely]]       \
+            ::anvil::fail(__VA_ARGS__); \
+    } while (0)
+
+#define ANVIL_ASSERT(cond)                                                                  \
+    do {                                                                                    \
+        if (!(cond)) [[unlikely]]                                                           \
+            ::anvil::check_fail(#cond, __func__, __FILE__, __LINE__, "internal invariant"); \
+    } while (0)

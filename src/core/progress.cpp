@@ -1,0 +1,64 @@
+#include "core/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace anvil {
+
+std::string format_duration(double s) {
+    if (!std::isfinite(s) || s < 0) return "?";
+    const long t = long(s + 0.5);
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+Progress::Progress(std::string label, int64_t total, int64_t every, std::FILE* out)
+    : label_(std::move(label)),
+      total_(total),
+      every_(every > 0 ? every : 1),
+      out_(out),
+      tty_(::isatty(::fileno(out)) != 0),
+      start_(std::chrono::steady_clock::now()) {}
+
+void Progress::update(int64_t done, const std::string& text) {
+    if (first_done_ < 0) {
+        first_done_ = done;
+        first_time_ = std::chrono::steady_clock::now();
+    }
+    if (tty_ || done % every_ == 0 || done == total_) draw(done, text, false);
+}
+
+void Progress::finish(const std::string& text) {
+    if (tty_) std::fputs("\r\033[K", out_);
+    std::fprintf(out_, "%s %s\n", label_.c_str(), text.c_str());
+    std::fflush(out_);
+}
+
+void Progress::draw(int64_t done, const std::string& text, bool) {
+    const auto now = std::chrono::steady_clock::now();
+    const double since_first = std::chrono::duration<double>(now - first_time_).count();
+    const int64_t counted = done - first_done_;
+    const double rate = since_first > 0 && counted > 0 ? double(counted) / since_first : 0.0;
+    const double eta = rate > 0 ? double(total_ - done) / rate : NAN;
+    const double frac = total_ > 0 ? double(done) / double(total_) : 1.0;
+    std::string line;
+    if (tty_) {
+        constexpr int kWidth = 24;
+        const int filled = int(frac * kWidth);
+        line = "\r\033[K" + label_ + " [" + std::string(size_t(filled), '=') +
+               (filled < kWidth ? ">" + std::string(size_t(kWidth - filled - 1), ' ') : "") + "] ";
+    } else {
+        line = label_ + " ";
+    }
+    line += fmt::format("{}/{} {:3.0f}% | {} | {:.2f} it/s | ETA {}", done, total_, 100.0 * frac, text, rate,
+                        format_duration(eta));
+    if (!tty_) line += "\n";
+    std::fputs(line.c_str(), out_);
+    std::fflush(out_);
+}
+
+}  // namespace anvil

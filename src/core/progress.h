@@ -1,0 +1,30 @@
+// A progress line for long work: bar, count, rate and ETA, plus free text (loss, tokens/s). On a terminal
+// it redraws in place; otherwise it prints a plain line every `every` updates.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace anvil {
+
+class Progress {
+  public:
+    Progress(std::string label, int64_t total, int64_t every = 1, std::FILE* out = stderr);
+    void update(int64_t done, const std::string& text);
+    void finish(const std::string& text);
+
+  private:
+    void draw(int64_t done, const std::string& text, bool final);
+    std::string label_;
+    int64_t total_, every_;
+    std::FILE* out_;
+    bool tty_;
+    std::chrono::steady_clock::time_point start_;
+    int64_t first_done_ = -1;
+    std::chrono::steady_clock::time_point first_time_;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+
+}  // namespace anvil

@@ -1,0 +1,41 @@
+#include "data/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace anvil {
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); i++) ids[i] = int32_t(uint8_t(text[i]));
+    return ids;
+}
+
+std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
+    std::string s;
+    s.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < 256)
+            s.push_back(char(ids[i]));
+        else if (ids[i] == 256)
+            s += kEndOfText;
+    }
+    return s;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+    if (spec == "byte") return std::make_unique<ByteTokenizer>();
+    fail("--tokenizer {}: unknown tokenizer; use \"byte\"", spec);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const std::string& dir, const nlohmann::json& config) {
+    const std::string kind = config.value("anvil_tokenizer", std::string());
+    if (kind == "byte") return std::make_unique<ByteTokenizer>();
+    fail(
+        "{}: the checkpoint does not say which tokenizer it was trained with (no \"anvil_tokenizer\" in "
+        "config.json); pass --tokenizer",
+        dir);
+}
+
+}  // namespace anvil

@@ -1,0 +1,96 @@
+#include "io/fs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace anvil {
+
+namespace fsys = std::filesystem;
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ANVIL_CHECK(fd >= 0, "{}: cannot create ({}); check the directory exists and is writable", tmp,
+                std::strerror(errno));
+    size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            fail("{}: write failed ({}); check free disk space", path, std::strerror(err));
+        }
+        done += size_t(n);
+    }
+    const bool synced = ::fsync(fd) == 0;
+    ::close(fd);
+    if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        fail("{}: could not be written ({})", path, std::strerror(err));
+    }
+}
+
+std::string read_file(const std::string& path) {
+    std::error_code ec;
+    ANVIL_CHECK(fsys::exists(path, ec), "{}: no such file", path);
+    ANVIL_CHECK(!fsys::is_directory(path, ec), "{}: is a directory, expected a file", path);
+    std::ifstream f(path, std::ios::binary);
+    ANVIL_CHECK(f.good(), "{}: cannot open ({})", path, std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    ANVIL_CHECK(!f.bad(), "{}: read error", path);
+    return ss.str();
+}
+
+bool file_exists(const std::string& path) {
+    std::error_code ec;
+    return fsys::is_regular_file(path, ec);
+}
+
+bool dir_exists(const std::string& path) {
+    std::error_code ec;
+    return fsys::is_directory(path, ec);
+}
+
+void make_dirs(const std::string& path) {
+    std::error_code ec;
+    fsys::create_directories(path, ec);
+    ANVIL_CHECK(!ec && dir_exists(path), "{}: cannot create directory ({})", path, ec.message());
+}
+
+std::string temp_dir_for(const std::string& dst) {
+    std::string d = dst;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d + ".tmp." + std::to_string(::getpid());
+}
+
+void replace_dir(const std::string& tmp, const std::string& dst) {
+    std::error_code ec;
+    std::string d = dst;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const std::string old = d + ".old." + std::to_string(::getpid());
+    const bool had = fsys::exists(d, ec);
+    if (had) {
+        fsys::rename(d, old, ec);
+        ANVIL_CHECK(!ec, "{}: cannot move the previous version aside ({})", d, ec.message());
+    }
+    fsys::rename(tmp, d, ec);
+    if (ec) {
+        if (had) fsys::rename(old, d, ec);
+        fail("{}: cannot move the new version into place ({})", d, ec.message());
+    }
+    if (had) fsys::remove_all(old, ec);
+}
+
+}  // namespace anvil

@@ -1,0 +1,63 @@
+#include "train/evaluate.h"
+
+#include <cmath>
+
+#include "data/batcher.h"
+#include "model/generate.h"
+
+namespace anvil {
+
+LossResult evaluate_loss(GPT2& model, const TokenStream& s, int B, int T, int64_t max_batches) {
+    Backend& be = model.backend();
+    const std::vector<uint64_t> starts = window_starts(s, T, true);
+    int64_t n = eval_batches(starts, B);
+    if (max_batches > 0 && n > max_batches) n = max_batches;
+    std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+    std::vector<float> losses(size_t(B) * T);
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
+        be.upload(model.tokens(B, T), tokens.data());
+        be.upload(model.targets(B, T), targets.data());
+        model.forward(B, T, true, 0.0f);
+        be.download(losses.data(), model.losses(B, T));
+        for (size_t j = 0; j < losses.size(); j++)
+            if (targets[j] >= 0) {
+                sum += losses[j];
+                count++;
+            }
+    }
+    LossResult r;
+    r.targets = count;
+    r.loss = count ? sum / double(count) : NAN;
+    r.ppl = std::exp(r.loss);
+    return r;
+}
+
+ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate tmpl,
+                             const std::vector<Example>& examples, int max_examples, int keep_samples) {
+    Generator gen(model);
+    ExactMatchResult r;
+    SampleOptions opt;
+    opt.temperature = 0.0f;
+    opt.stop_token = tok.eot_id();
+    const int n =
+        max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
+    for (int i = 0; i < n; i++) {
+        const Example& ex = examples[size_t(i)];
+        const std::vector<int32_t> prompt = tok.encode(render_prompt(ex, tmpl));
+        const int expected = int(tok.encode(ex.output).size());
+        opt.max_new_tokens = expected + 16;
+        std::vector<int32_t> out = gen.generate(prompt, opt);
+        if (!out.empty() && out.back() == tok.eot_id()) out.pop_back();
+        const std::string got = tok.decode(out);
+        const bool ok = got == ex.output;
+        r.total++;
+        r.correct += ok;
+        if (int(r.samples.size()) < keep_samples) r.samples.push_back({ex, got, ok});
+    }
+    return r;
+}
+
+}  // namespace anvil

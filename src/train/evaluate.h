@@ -1,0 +1,38 @@
+// Evaluation shared by `anvil train` (periodic and final) and `anvil eval`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "model/gpt2.h"
+
+namespace anvil {
+
+struct LossResult {
+    double loss = 0.0;  // mean over scored targets
+    double ppl = 0.0;   // exp(loss)
+    int64_t targets = 0;
+};
+
+// Mean loss over the stream's sequential windows (see fill_eval_batch); max_batches 0 = all. The model must
+// have activations reserved for (B, T).
+LossResult evaluate_loss(GPT2& model, const TokenStream& s, int B, int T, int64_t max_batches);
+
+struct AnswerSample {
+    Example example;
+    std::string got;
+    bool correct = false;
+};
+
+struct ExactMatchResult {
+    int total = 0, correct = 0;
+    double accuracy() const { return total ? double(correct) / total : 0.0; }
+    std::vector<AnswerSample> samples;  // the first few, for the report
+};
+
+// Greedy answers to each example's prompt, compared character for character with its output.
+ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate tmpl,
+                             const std::vector<Example>& examples, int max_examples, int keep_samples = 3);
+
+}  // namespace anvil

@@ -1,0 +1,32 @@
+#include "train/optimizer.h"
+
+namespace anvil {
+
+AdamW::AdamW(GPT2& model, float wd) : model_(model), wd_(wd) {
+    Backend& be = model.backend();
+    TensorTable f32;
+    for (const auto& p : model.params_info()) f32.add(p.name, p.shape, DType::F32);
+    m_ = Arena(be, f32);
+    v_ = Arena(be, f32);
+    const bool need_master = model.params()[0].dtype != DType::F32;
+    if (need_master) {
+        master_ = Arena(be, f32);
+        for (size_t i = 0; i < master_.size(); i++) be.convert(master_[i], model.params()[i]);
+    }
+    for (size_t i = 0; i < model.params_info().size(); i++) {
+        ParamSlot s;
+        s.param = model.params()[i];
+        s.grad = model.grads()[i];
+        s.m = m_[i];
+        s.v = v_[i];
+        if (need_master) s.master = master_[i];
+        s.weight_decay = model.params_info()[i].decay ? wd : 0.0f;
+        slots_.push_back(s);
+    }
+}
+
+void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
+    model_.backend().adamw(slots_, args, norm_sq);
+}
+
+}  // namespace anvil

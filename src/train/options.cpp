@@ -1,0 +1,28 @@
+// TrainOptions <-> JSON, for trainer_state.json. Keys are the CLI flags with '-' written '_'.
+#include "train/trainer.h"
+
+#include "core/error.h"
+
+namespace anvil {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, data, tokenizer, text_field, prompt_template,
+                                                init, resume, out, val_fraction, layers, heads, dim, seq,
+                                                batch, grad_accum, steps, lr, min_lr_frac, weight_decay,
+                                                grad_clip, beta1, beta2, eps, lr_schedule, warmup, seed,
+                                                shuffle, eval_every, eval_batches, eval_examples, log_every,
+                                                save_every, keep_checkpoints, device, threads, profile,
+                                                embedded)
+
+nlohmann::json options_to_json(const TrainOptions& o) {
+    return o;
+}
+
+void options_from_json(const nlohmann::json& j, TrainOptions& o) {
+    try {
+        o = j.get<TrainOptions>();
+    } catch (const nlohmann::json::exception& e) {
+        fail("trainer_state.json: options are malformed ({})", e.what());
+    }
+}
+
+}  // namespace anvil

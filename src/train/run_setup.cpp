@@ -1,0 +1,216 @@
+#include "train/run_setup.h"
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+
+#include "data/synthetic.h"
+#include "io/checkpoint.h"
+#include "io/fs.h"
+
+namespace anvil {
+
+namespace fsys = std::filesystem;
+
+namespace {
+
+constexpr int kEmbeddedExamples = 20000;
+
+std::string default_out_dir() {
+    const std::time_t now = std::time(nullptr);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
+    return buf;
+}
+
+nlohmann::json read_json(const std::string& path) {
+    try {
+        return nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON ({})", path, e.what());
+    }
+}
+
+int checkpoint_step(const std::string& dir) {
+    const std::string p = dir + "/trainer_state.json";
+    if (!file_exists(p)) return -1;
+    const nlohmann::json j = read_json(p);
+    return j.value("step", -1);
+}
+
+std::string hex(uint64_t x) {
+    return fmt::format("{:016x}", x);
+}
+
+}  // namespace
+
+Device parse_device(const std::string& name) {
+    if (name == "cpu") return Device::CPU;
+    if (name == "cuda") return Device::CUDA;
+    if (name == "auto") return cuda_available() ? Device::CUDA : Device::CPU;
+    fail("--device {}: unknown device; use cpu, cuda or auto", name);
+}
+
+std::string resolve_checkpoint(const std::string& dir) {
+    ANVIL_CHECK(dir_exists(dir), "--resume {}: no such directory", dir);
+    if (file_exists(dir + "/trainer_state.json")) return dir;
+    std::string best;
+    int best_step = -1;
+    for (const auto& e : fsys::directory_iterator(dir)) {
+        if (!e.is_directory()) continue;
+        const std::string name = e.path().filename().string();
+        if (name != "final" && !name.starts_with("checkpoint-")) continue;
+        if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos) continue;
+        const int s = checkpoint_step(e.path().string());
+        if (s > best_step) {
+            best_step = s;
+            best = e.path().string();
+        }
+    }
+    ANVIL_CHECK(!best.empty(),
+                "--resume {}: no training checkpoint here (a directory with trainer_state.json, or "
+                "a run directory holding checkpoint-N or final)",
+                dir);
+    return best;
+}
+
+RunSetup setup_run(TrainOptions& o) {
+    RunSetup r;
+    std::string ckpt;
+    nlohmann::json state;
+    if (!o.resume.empty()) {
+        ckpt = resolve_checkpoint(o.resume);
+        state = read_json(ckpt + "/trainer_state.json");
+        if (o.out.empty()) o.out = fsys::path(ckpt).parent_path().string();
+        if (o.out.empty()) o.out = ".";
+    } else {
+        if (o.out.empty()) o.out = default_out_dir();
+        ANVIL_CHECK(!file_exists(o.out + "/metrics.jsonl"),
+                    "--out {}: already holds a run; continue it with "
+                    "--resume {} or choose another --out",
+                    o.out, o.out);
+    }
+    make_dirs(o.out);
+
+    // Tokenizer: the flag wins; otherwise the checkpoint's; otherwise bytes.
+    const std::string model_src = !ckpt.empty() ? ckpt : o.init;
+    nlohmann::json src_config;
+    GPTConfig cfg;
+    if (!model_src.empty()) cfg = read_model_config(model_src, &src_config);
+    if (!o.tokenizer.empty())
+        r.tok = make_tokenizer(o.tokenizer);
+    else if (!model_src.empty())
+        r.tok = tokenizer_for_checkpoint(model_src, src_config);
+    else
+        r.tok = make_tokenizer("byte");
+
+    // Data.
+    if (o.data.empty()) {
+        o.embedded = true;
+        o.data = o.out + "/data.jsonl";
+        if (!file_exists(o.data))
+            write_instruction_jsonl(o.data, synthetic_examples(kEmbeddedExamples, o.seed));
+        std::fprintf(stderr,
+                     "anvil: embedded default: %d synthetic instruction records (reversal, sorting, "
+                     "uppercasing) in %s\n",
+                     kEmbeddedExamples, o.data.c_str());
+    }
+    r.data = load_dataset(o.data, *r.tok,
+                          DataOptions{o.val_fraction, o.text_field, parse_template(o.prompt_template)});
+
+    // Model shape.
+    if (model_src.empty()) {
+        cfg.n_layer = o.layers;
+        cfg.n_head = o.heads;
+        cfg.n_embd = o.dim;
+        cfg.n_ctx = o.seq > 0 ? o.seq : 128;
+        cfg.vocab_size = r.tok->vocab_size();
+        cfg.validate("--layers/--heads/--dim/--seq");
+    }
+    if (o.seq <= 0) o.seq = cfg.n_ctx;
+    ANVIL_CHECK(o.seq <= cfg.n_ctx,
+                "--seq {}: longer than the model's context of {} tokens; use --seq {} or less", o.seq,
+                cfg.n_ctx, cfg.n_ctx);
+    ANVIL_CHECK(r.tok->vocab_size() <= cfg.vocab_size,
+                "the tokenizer has {} ids but the model's vocabulary is "
+                "{}; use the tokenizer the model was trained with",
+                r.tok->vocab_size(), cfg.vocab_size);
+    ANVIL_CHECK(o.batch > 0 && o.grad_accum > 0 && o.steps > 0,
+                "--batch, --grad-accum and --steps must be "
+                "positive (got {}, {}, {})",
+                o.batch, o.grad_accum, o.steps);
+    ANVIL_CHECK(o.lr > 0.0f && std::isfinite(o.lr), "--lr {} must be a positive number", o.lr);
+    ANVIL_CHECK(o.warmup >= 0 && o.log_every > 0 && o.eval_every >= 0 && o.save_every >= 0,
+                "--warmup, --eval-every and --save-every must not be negative, --log-every must be positive");
+    ANVIL_CHECK(o.lr_schedule == "cosine" || o.lr_schedule == "constant",
+                "--lr-schedule {}: use cosine or "
+                "constant",
+                o.lr_schedule);
+
+    BackendOptions bo;
+    bo.device = parse_device(o.device);
+    bo.threads = o.threads;
+    r.backend = make_backend(bo);
+    Backend* be = r.backend.get();
+    if (o.profile) {
+        r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
+        be = r.profiler.get();
+    }
+    r.model = std::make_unique<GPT2>(*be, cfg);
+    if (!model_src.empty())
+        load_model_weights(model_src, *r.model);
+    else
+        r.model->init_random(o.seed);
+    r.model->reserve(o.batch, o.seq, true);
+    r.opt = std::make_unique<AdamW>(*r.model, o.weight_decay);
+    if (!ckpt.empty()) {
+        load_optimizer_state(ckpt, *r.model, *r.opt);
+        r.start_step = state.value("step", 0);
+        const std::string fp = state.contains("data") ? state["data"].value("fingerprint", "") : "";
+        ANVIL_CHECK(
+            fp.empty() || fp == hex(r.data.train.fingerprint()),
+            "--resume {}: the training data differs from the run's ({} now, {} then); pass the original "
+            "--data {} so the resumed run sees the same batches",
+            ckpt, hex(r.data.train.fingerprint()), fp, state["data"].value("path", std::string("?")));
+        ANVIL_CHECK(r.start_step <= o.steps, "--resume {}: the checkpoint is at step {}, past --steps {}",
+                    ckpt, r.start_step, o.steps);
+        std::fprintf(stderr, "anvil: resuming %s at step %d\n", ckpt.c_str(), r.start_step);
+    }
+    r.opts = o;
+    return r;
+}
+
+void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
+    const TrainOptions& o = run.opts;
+    const std::string dir = o.out + "/" + name;
+    const std::string tmp = temp_dir_for(dir);
+    make_dirs(tmp);
+    write_model_files(tmp, *run.model,
+                      {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}});
+    run.tok->save(tmp);
+    write_optimizer_state(tmp, *run.model, *run.opt);
+    const nlohmann::json state = {
+        {"step", step},
+        {"options", options_to_json(o)},
+        {"data",
+         {{"path", o.data},
+          {"fingerprint", hex(run.data.train.fingerprint())},
+          {"train_tokens", run.data.train.size()}}},
+    };
+    write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
+    replace_dir(tmp, dir);
+    // Keep the newest --keep-checkpoints checkpoint-N directories.
+    std::vector<std::pair<int, std::string>> ckpts;
+    for (const auto& e : fsys::directory_iterator(o.out)) {
+        const std::string n = e.path().filename().string();
+        if (!e.is_directory() || !n.starts_with("checkpoint-") || n.find('.') != std::string::npos) continue;
+        ckpts.emplace_back(std::atoi(n.c_str() + 11), e.path().string());
+    }
+    std::sort(ckpts.begin(), ckpts.end());
+    for (size_t i = 0; o.keep_checkpoints > 0 && i + size_t(o.keep_checkpoints) < ckpts.size(); i++) {
+        std::error_code ec;
+        fsys::remove_all(ckpts[i].second, ec);
+    }
+}
+
+}  // namespace anvil

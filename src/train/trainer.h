@@ -1,0 +1,54 @@
+// The training run: options, the loop, checkpoints, metrics and the end-of-run report.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace anvil {
+
+struct TrainOptions {
+    // data and model sources
+    std::string data;       // empty = the embedded synthetic instruction set
+    std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
+    std::string text_field = "text";
+    std::string prompt_template = "alpaca";  // alpaca or compact (see render_prompt)
+    std::string init;                        // start from this HF GPT-2 model directory
+    std::string resume;                      // continue this training checkpoint (or run directory)
+    std::string out;                         // run directory (default runs/<timestamp>)
+    double val_fraction = 0.1;
+    // model shape (new models only)
+    int layers = 4, heads = 4, dim = 128;
+    int seq = 0;  // 0 = the model's context (128 for a new model)
+    // optimisation
+    int batch = 8, grad_accum = 1, steps = 1000;
+    float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    std::string lr_schedule = "cosine";
+    int warmup = 0;
+    uint64_t seed = 1337;
+    bool shuffle = true;
+    // reporting and checkpoints
+    int eval_every = 0;    // 0 = only at the end
+    int eval_batches = 0;  // 0 = the whole validation split
+    int eval_examples = 200;
+    int log_every = 10;
+    int save_every = 0;  // 0 = only at the end
+    int keep_checkpoints = 2;
+    // execution
+    std::string device = "cpu";
+    int threads = 0;
+    bool profile = false;   // time every backend op and print the table at the end
+    bool embedded = false;  // set when running the embedded default
+};
+
+nlohmann::json options_to_json(const TrainOptions& o);
+void options_from_json(const nlohmann::json& j, TrainOptions& o);
+
+// The embedded default: what `anvil train` with no --data runs.
+TrainOptions embedded_default_options();
+
+// Runs training to completion; returns the process exit status (0, or 130 when interrupted after saving).
+int run_train(TrainOptions opts);
+
+}  // namespace anvil

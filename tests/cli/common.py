@@ -1,0 +1,54 @@
+"""Helpers for the CLI tests: run the anvil binary, make small data and checkpoints."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+ANVIL = os.environ.get("ANVIL_BIN", "build/anvil")
+TINY = ["--layers", "2", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "2", "--threads", "2"]
+
+
+def run(args, timeout=120, check=False):
+    r = subprocess.run([ANVIL, *args], capture_output=True, text=True, errors="replace", timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"anvil {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def text_file(dir_, name="data.txt", n_words=3000):
+    words = ["alpha", "beta", "gamma", "delta", "GPU", "tensor", "42", "\n"]
+    path = os.path.join(dir_, name)
+    with open(path, "w") as f:
+        f.write(" ".join(words[(i * 7 + i // 3) % len(words)] for i in range(n_words)))
+    return path
+
+
+def instruction_file(dir_, name="inst.jsonl", n=300):
+    path = os.path.join(dir_, name)
+    with open(path, "w") as f:
+        for i in range(n):
+            w = "".join("abcdefgh"[(i * k + 3) % 8] for k in range(1, 4 + i % 3))
+            f.write(json.dumps({"instruction": "Reverse.", "input": w, "output": w[::-1]}) + "\n")
+    return path
+
+
+def tiny_model(dir_):
+    """Trains a tiny model for 2 steps; returns its final/ model directory."""
+    data = text_file(dir_, "tiny.txt")
+    out = os.path.join(dir_, "tinyrun")
+    run(["train", "--data", data, "--out", out, "--steps", "2", *TINY], check=True)
+    return os.path.join(out, "final")
+
+
+class TempDir:
+    def __enter__(self):
+        self.path = tempfile.mkdtemp(prefix="anvil_cli_")
+        return self.path
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+ONE_LINE_ERROR = re.compile(r"^anvil( [a-z]+)?: error: \S.*$")

@@ -1,0 +1,56 @@
+// Test tool for the PyTorch oracle: loads a model directory and a data file, computes step 0's loss and
+// gradients exactly as `anvil train --shuffle off` does, and writes the gradients as safetensors under the
+// parameters' HF names (the loss goes in the metadata).
+//   anvil_grad_dump MODEL_DIR DATA_FILE BATCH SEQ GRAD_ACCUM OUT.safetensors [TEMPLATE]
+#include <cstdio>
+#include <cstdlib>
+
+#include "data/batcher.h"
+#include "data/dataset.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "train/step.h"
+
+int main(int argc, char** argv) {
+    using namespace anvil;
+    if (argc != 7 && argc != 8) {
+        std::fprintf(stderr,
+                     "usage: %s MODEL_DIR DATA_FILE BATCH SEQ GRAD_ACCUM OUT.safetensors [TEMPLATE]\n",
+                     argv[0]);
+        return 2;
+    }
+    try {
+        const std::string dir = argv[1], data = argv[2], out = argv[6];
+        const int B = std::atoi(argv[3]), T = std::atoi(argv[4]), accum = std::atoi(argv[5]);
+        auto be = make_backend({Device::CPU, 0, 0});
+        GPT2 model(*be, read_model_config(dir));
+        load_model_weights(dir, model);
+        model.reserve(B, T, true);
+        ByteTokenizer tok;
+        const Dataset d =
+            load_dataset(data, tok, DataOptions{0.0, "text", parse_template(argc == 8 ? argv[7] : "alpaca")});
+        Batcher batcher(d.train, B, T, false, 0);
+        StepBuffers buf;
+        const StepResult r = accumulate_gradients(model, batcher, 0, accum, B, T, buf);
+        std::vector<std::vector<float>> host;
+        std::vector<StTensor> ts;
+        for (size_t i = 0; i < model.params_info().size(); i++) {
+            const Tensor g = model.grads()[i];
+            host.emplace_back(static_cast<size_t>(g.numel()));
+            be->download(host.back().data(), g);
+        }
+        for (size_t i = 0; i < host.size(); i++) {
+            const auto& p = model.params_info()[i];
+            ts.push_back({p.name,
+                          DType::F32,
+                          {p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim},
+                          host[i].data()});
+        }
+        write_safetensors(out, ts, {{"loss", fmt::format("{:.9g}", r.loss)}});
+        std::printf("%.9g\n", r.loss);
+        return 0;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "anvil_grad_dump: %s\n", e.what());
+        return 1;
+    }
+}

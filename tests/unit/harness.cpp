@@ -1,0 +1,59 @@
+#include "harness.h"
+
+#include <cstdlib>
+
+namespace anvil::test {
+
+uint64_t test_seed() {
+    static const uint64_t seed = [] {
+        if (const char* s = std::getenv("ANVIL_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
+        return uint64_t(std::random_device{}()) << 16 ^ uint64_t(std::random_device{}());
+    }();
+    return seed;
+}
+
+::testing::AssertionResult all_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                                     double atol, const std::string& what) {
+    if (a.size() != b.size())
+        return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+    double worst = 0.0;
+    size_t wi = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        if (!std::isfinite(a[i]) || !std::isfinite(b[i]))
+            return ::testing::AssertionFailure() << what << ": non-finite at " << i << " (" << a[i] << " vs "
+                                                 << b[i] << "), seed " << test_seed();
+        const double excess = std::abs(double(a[i]) - double(b[i])) / (atol + rtol * std::abs(double(b[i])));
+        if (excess > worst) {
+            worst = excess;
+            wi = i;
+        }
+    }
+    if (worst > 1.0)
+        return ::testing::AssertionFailure()
+               << what << ": element " << wi << " got " << a[wi] << " expected " << b[wi] << " (rtol " << rtol
+               << ", atol " << atol << "), seed " << test_seed();
+    return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult check_grad(std::vector<float>& x, const std::vector<float>& grad,
+                                      const std::function<double()>& loss, const std::string& what,
+                                      double eps, double rtol, double atol, std::vector<size_t> indices) {
+    if (indices.empty())
+        for (size_t i = 0; i < x.size(); i++) indices.push_back(i);
+    std::vector<float> fd, an;
+    for (size_t i : indices) {
+        const float keep = x[i];
+        x[i] = keep + float(eps);
+        const double lp = loss();
+        x[i] = keep - float(eps);
+        const double lm = loss();
+        x[i] = keep;
+        // use the perturbation actually applied (float rounding of keep +- eps)
+        const double h = double(keep + float(eps)) - double(keep - float(eps));
+        fd.push_back(float((lp - lm) / h));
+        an.push_back(grad[i]);
+    }
+    return all_close(an, fd, rtol, atol, what + " gradient vs finite differences");
+}
+
+}  // namespace anvil::test

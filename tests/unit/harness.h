@@ -1,0 +1,77 @@
+// Shared test helpers: host<->device tensors, seeded random fills, finite-difference gradient checks and
+// tolerant comparisons. Every failure message carries the seed, so a failure can be replayed.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace anvil::test {
+
+// A device tensor that owns its memory.
+struct DevTensor {
+    Buffer buf;
+    Tensor t;
+    DevTensor() = default;
+    DevTensor(Backend& be, Shape shape, DType dtype = DType::F32) {
+        buf = be.alloc(size_t(shape.numel()) * dtype_size(dtype));
+        t.data = buf.data();
+        t.shape = shape;
+        t.dtype = dtype;
+        t.device = be.device();
+    }
+    operator Tensor() const { return t; }
+};
+
+inline DevTensor upload(Backend& be, const std::vector<float>& host, Shape shape) {
+    DevTensor d(be, shape);
+    EXPECT_EQ(int64_t(host.size()), shape.numel());
+    be.upload(d.t, host.data());
+    return d;
+}
+inline DevTensor upload_i32(Backend& be, const std::vector<int32_t>& host, Shape shape) {
+    DevTensor d(be, shape, DType::I32);
+    be.upload(d.t, host.data());
+    return d;
+}
+inline std::vector<float> download(Backend& be, const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    be.download(v.data(), t);
+    return v;
+}
+
+// Seed for this test run: fresh each run unless ANVIL_TEST_SEED is set; printed on failure by callers.
+uint64_t test_seed();
+
+inline std::vector<float> randn(std::mt19937_64& g, size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+// Largest |a-b| / (atol/rtol + |b|) style check: passes when every element satisfies
+// |a - b| <= atol + rtol * |b|; NaN never passes.
+::testing::AssertionResult all_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                                     double atol, const std::string& what);
+
+// Central finite differences of `loss` with respect to x[i] for the given indices (all if empty), compared
+// with the analytic gradient `grad`. `loss` is evaluated after each perturbation of x in place.
+::testing::AssertionResult check_grad(std::vector<float>& x, const std::vector<float>& grad,
+                                      const std::function<double()>& loss, const std::string& what,
+                                      double eps, double rtol, double atol, std::vector<size_t> indices = {});
+
+// sum(out .* r) in double: the objective whose gradient wrt out is r.
+inline double dot(const std::vector<float>& out, const std::vector<float>& r) {
+    double s = 0.0;
+    for (size_t i = 0; i < out.size(); i++) s += double(out[i]) * double(r[i]);
+    return s;
+}
+
+}  // namespace anvil::test
