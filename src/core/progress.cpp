@@ -25,10 +25,14 @@ Progress::Progress(std::string label, int64_t total, int64_t every, std::FILE* o
       start_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(int64_t done, const std::string& text) {
-    if (first_done_ < 0) {
-        first_done_ = done;
-        first_time_ = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    if (last_done_ >= 0 && done > last_done_) {
+        const double dt = std::chrono::duration<double>(now - last_time_).count();
+        const double r = dt > 0 ? double(done - last_done_) / dt : 0.0;
+        rate_ = rate_ > 0 ? 0.9 * rate_ + 0.1 * r : r;
     }
+    last_done_ = done;
+    last_time_ = now;
     if (tty_ || done % every_ == 0 || done == total_) draw(done, text, false);
 }
 
@@ -39,10 +43,7 @@ void Progress::finish(const std::string& text) {
 }
 
 void Progress::draw(int64_t done, const std::string& text, bool) {
-    const auto now = std::chrono::steady_clock::now();
-    const double since_first = std::chrono::duration<double>(now - first_time_).count();
-    const int64_t counted = done - first_done_;
-    const double rate = since_first > 0 && counted > 0 ? double(counted) / since_first : 0.0;
+    const double rate = rate_;
     const double eta = rate > 0 ? double(total_ - done) / rate : NAN;
     const double frac = total_ > 0 ? double(done) / double(total_) : 1.0;
     std::string line;

@@ -21,8 +21,9 @@ class Progress {
     std::FILE* out_;
     bool tty_;
     std::chrono::steady_clock::time_point start_;
-    int64_t first_done_ = -1;
-    std::chrono::steady_clock::time_point first_time_;
+    int64_t last_done_ = -1;
+    std::chrono::steady_clock::time_point last_time_;
+    double rate_ = 0.0;  // items/s, exponentially smoothed over recent updates (ETA follows the current pace)
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
