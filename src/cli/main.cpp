@@ -10,14 +10,14 @@ int main(int argc, char** argv) {
     CLI::App app{"anvil: pretrain, fine-tune, evaluate and sample GPT-2 style language models"};
     app.require_subcommand(1, 1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
-    const std::vector<anvil::cli::Command> cmds = {anvil::cli::add_train(app), anvil::cli::add_eval(app),
-                                                   anvil::cli::add_generate(app)};
+    using namespace anvil::cli;
+    const std::vector<Command> cmds = {add_train(app), add_eval(app), add_generate(app), add_tokenize(app),
+                                       add_tokenizer(app)};
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
         for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];
         if (!known) {
-            std::fprintf(stderr,
-                         "anvil: error: unknown command \"%s\"; use train, eval or generate (anvil --help)\n",
+            std::fprintf(stderr, "anvil: error: unknown command \"%s\"; see anvil --help for the commands\n",
                          argv[1]);
             return 2;
         }

@@ -1,8 +1,10 @@
 #include "data/tokenizer.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/bpe.h"
 
 namespace anvil {
 
@@ -26,15 +28,21 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     if (spec == "byte") return std::make_unique<ByteTokenizer>();
-    fail("--tokenizer {}: unknown tokenizer; use \"byte\"", spec);
+    return std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
 }
 
 std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const std::string& dir, const nlohmann::json& config) {
     const std::string kind = config.value("anvil_tokenizer", std::string());
     if (kind == "byte") return std::make_unique<ByteTokenizer>();
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const bool has_files = fs::exists(dir + "/tokenizer.json", ec) || fs::exists(dir + "/vocab.json", ec) ||
+                           fs::exists(dir + "/encoder.json", ec);
+    if (kind == "bpe" || (kind.empty() && has_files))
+        return std::make_unique<BpeTokenizer>(BpeTokenizer::load(dir));
     fail(
         "{}: the checkpoint does not say which tokenizer it was trained with (no \"anvil_tokenizer\" in "
-        "config.json); pass --tokenizer",
+        "config.json and no tokenizer files); pass --tokenizer",
         dir);
 }
 

@@ -39,7 +39,8 @@ class ByteTokenizer final : public Tokenizer {
     void save(const std::string&) const override {}
 };
 
-// "byte", or a path to vocabulary files (see make_tokenizer's error for the forms accepted).
+// "byte", or a path to GPT-2 BPE vocabulary files (a directory with encoder.json + vocab.bpe or
+// vocab.json + merges.txt or tokenizer.json, or a tokenizer.json file).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 // The tokenizer a checkpoint directory was trained with (its config.json anvil_tokenizer key, else
 // tokenizer files found in the directory).

@@ -57,11 +57,13 @@ ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate t
         r.total++;
         r.correct += ok;
         // the report shows one example per instruction first, and the first misses
-        const bool new_kind = std::none_of(r.samples.begin(), r.samples.end(),
-                                           [&](const AnswerSample& s) { return s.example.instruction == ex.instruction; });
+        const bool new_kind = std::none_of(r.samples.begin(), r.samples.end(), [&](const AnswerSample& s) {
+            return s.example.instruction == ex.instruction;
+        });
         const bool first_miss = !ok && std::none_of(r.samples.begin(), r.samples.end(),
                                                     [](const AnswerSample& s) { return !s.correct; });
-        if (int(r.samples.size()) < keep_samples && (new_kind || first_miss)) r.samples.push_back({ex, got, ok});
+        if (int(r.samples.size()) < keep_samples && (new_kind || first_miss))
+            r.samples.push_back({ex, got, ok});
     }
     return r;
 }

@@ -1,0 +1,83 @@
+// anvil tokenize: text -> ids; anvil tokenizer train: a byte-level BPE from a corpus.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/bpe.h"
+#include "io/fs.h"
+
+namespace anvil::cli {
+
+Command add_tokenize(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand("tokenize", "print the token ids of a file, separated by spaces");
+    struct Opts {
+        std::string tokenizer, special = "on";
+        std::vector<std::string> in;
+    };
+    auto o = std::make_shared<Opts>();
+    sub->add_option("--tokenizer", o->tokenizer, "byte, or GPT-2 BPE files (directory or tokenizer.json)")
+        ->required();
+    sub->add_option("--in", o->in,
+                    "input files, one line of ids each (any bytes; invalid UTF-8 reads as U+FFFD)")
+        ->required();
+    sub->add_option("--special", o->special, "on: <|endoftext|> in the text is the special token")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    auto run = [o]() -> int {
+        const auto tok = make_tokenizer(o->tokenizer);
+        const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+        for (const std::string& path : o->in) {
+            const std::string text = read_file(path);
+            const std::vector<int32_t> ids =
+                bpe && o->special == "on" ? bpe->encode_with_specials(text) : tok->encode(text);
+            std::string out;
+            out.reserve(ids.size() * 6);
+            for (size_t i = 0; i < ids.size(); i++) {
+                if (i) out.push_back(' ');
+                out += std::to_string(ids[i]);
+            }
+            out.push_back('\n');
+            std::fwrite(out.data(), 1, out.size(), stdout);
+        }
+        return 0;
+    };
+    return {sub, run};
+}
+
+Command add_tokenizer(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand("tokenizer", "tokenizer tools");
+    CLI::App* train =
+        sub->add_subcommand("train", "train a byte-level BPE on text files (GPT-2 pre-tokenizer)");
+    sub->require_subcommand(1);
+    struct Opts {
+        std::vector<std::string> in;
+        std::string out;
+        int vocab_size = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    train->add_option("--in", o->in, "training text files")->required();
+    train
+        ->add_option("--vocab-size", o->vocab_size,
+                     "ids in the vocabulary (256 bytes + merges + <|endoftext|>)")
+        ->required()
+        ->check(kPositive);
+    train->add_option("--out", o->out, "output directory (tokenizer.json, vocab.json, merges.txt)")
+        ->required();
+    auto run = [o]() -> int {
+        std::vector<std::string> texts;
+        for (const auto& f : o->in) {
+            texts.push_back(read_file(f));
+            ANVIL_CHECK(!texts.back().empty(), "{}: file is empty", f);
+        }
+        const BpeTokenizer t = train_bpe(texts, o->vocab_size, true);
+        make_dirs(o->out);
+        t.save(o->out);
+        std::printf("wrote %s/tokenizer.json (%d ids, %zu merges)\n", o->out.c_str(), t.vocab_size(),
+                    t.num_merges());
+        return 0;
+    };
+    return {sub, run};
+}
+
+}  // namespace anvil::cli

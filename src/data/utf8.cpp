@@ -1,0 +1,78 @@
+#include "data/utf8.h"
+
+namespace anvil::utf8 {
+
+bool valid(std::string_view s) {
+    uint32_t cp;
+    for (size_t i = 0; i < s.size();) {
+        const int n = decode(s, i, &cp);
+        if (n == 0) return false;
+        i += size_t(n);
+    }
+    return true;
+}
+
+void append(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out.push_back(char(cp));
+    } else if (cp < 0x800) {
+        out.push_back(char(0xc0 | (cp >> 6)));
+        out.push_back(char(0x80 | (cp & 0x3f)));
+    } else if (cp < 0x10000) {
+        out.push_back(char(0xe0 | (cp >> 12)));
+        out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+        out.push_back(char(0x80 | (cp & 0x3f)));
+    } else {
+        out.push_back(char(0xf0 | (cp >> 18)));
+        out.push_back(char(0x80 | ((cp >> 12) & 0x3f)));
+        out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+        out.push_back(char(0x80 | (cp & 0x3f)));
+    }
+}
+
+// Length of the maximal subpart at s[i]: the longest prefix of a well-formed sequence (at least 1 byte).
+static size_t maximal_subpart(std::string_view s, size_t i) {
+    const uint8_t c = uint8_t(s[i]);
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+        need = 2;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        need = 3;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+    } else
+        return 1;
+    size_t k = 1;
+    while (k <= need && i + k < s.size()) {
+        const uint8_t x = uint8_t(s[i + k]);
+        if (x < lo || x > hi) break;
+        lo = 0x80;
+        hi = 0xbf;
+        k++;
+    }
+    return k;
+}
+
+std::string repair(std::string_view s) {
+    std::string out;
+    out.reserve(s.size() + 16);
+    uint32_t cp;
+    for (size_t i = 0; i < s.size();) {
+        const int n = decode(s, i, &cp);
+        if (n > 0) {
+            out.append(s.substr(i, size_t(n)));
+            i += size_t(n);
+        } else {
+            append(out, 0xfffd);
+            i += maximal_subpart(s, i);
+        }
+    }
+    return out;
+}
+
+}  // namespace anvil::utf8

@@ -1,0 +1,221 @@
+// BPE: training against a naive reference, save/load round trips in every vocabulary form, UTF-8 repair,
+// the pre-tokenizer's rules, long pieces.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "data/bpe.h"
+#include "data/pretokenize.h"
+#include "data/utf8.h"
+#include "harness.h"
+
+namespace anvil::test {
+namespace {
+
+namespace fsys = std::filesystem;
+
+std::vector<std::string> corpus() {
+    return {"the cat sat on the mat. the cat's hat is red; the dog's hat is blue.",
+            "low lower lowest newer newest wider widest", "aaaa aaaa aaa aa a bbbb abab ababab",
+            "日本語 日本 テキスト 123 1234 12345", "  spaces   and\ttabs\n\nnewlines  "};
+}
+
+// Naive trainer: recount every pair from scratch each round; most frequent first, ties to the smaller pair.
+std::vector<std::pair<int32_t, int32_t>> naive_merges(const std::vector<std::string>& texts, int n_merges) {
+    std::map<std::vector<int32_t>, int64_t> words;
+    std::vector<uint32_t> ends;
+    for (const auto& t : texts) {
+        ends.clear();
+        gpt2_pretokenize(t, ends);
+        uint32_t s = 0;
+        for (uint32_t e : ends) {
+            std::vector<int32_t> w;
+            for (uint32_t i = s; i < e; i++) w.push_back(int32_t(uint8_t(t[i])));
+            words[w]++;
+            s = e;
+        }
+    }
+    std::vector<std::pair<int32_t, int32_t>> merges;
+    int32_t next = 256;
+    for (int m = 0; m < n_merges; m++) {
+        std::map<std::pair<int32_t, int32_t>, int64_t> counts;
+        for (const auto& [w, c] : words)
+            for (size_t i = 0; i + 1 < w.size(); i++) counts[{w[i], w[i + 1]}] += c;
+        if (counts.empty()) break;
+        auto best = counts.begin();
+        for (auto it = counts.begin(); it != counts.end(); ++it)
+            if (it->second > best->second) best = it;  // map order: ties keep the smaller pair
+        const auto [a, b] = best->first;
+        merges.push_back({a, b});
+        std::map<std::vector<int32_t>, int64_t> next_words;
+        for (const auto& [w, c] : words) {
+            std::vector<int32_t> o;
+            for (size_t i = 0; i < w.size();) {
+                if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
+                    o.push_back(next);
+                    i += 2;
+                } else {
+                    o.push_back(w[i++]);
+                }
+            }
+            next_words[o] += c;
+        }
+        words = std::move(next_words);
+        next++;
+    }
+    return merges;
+}
+
+TEST(Bpe, TrainingMatchesNaiveReference) {
+    const auto texts = corpus();
+    const BpeTokenizer t = train_bpe(texts, 256 + 40 + 1, false);
+    const auto want = naive_merges(texts, 40);
+    ASSERT_EQ(t.num_merges(), want.size());
+    EXPECT_EQ(t.vocab_size(), 256 + int(want.size()) + 1);
+    EXPECT_EQ(t.eot_id(), t.vocab_size() - 1);
+    for (size_t i = 0; i < want.size(); i++) {
+        const std::string expect = t.token_bytes(want[i].first) + t.token_bytes(want[i].second);
+        EXPECT_EQ(t.token_bytes(int32_t(256 + i)), expect) << "merge " << i;
+    }
+}
+
+TEST(Bpe, RoundTripsAndCompresses) {
+    const BpeTokenizer t = train_bpe(corpus(), 320, false);
+    for (const auto& s : corpus()) {
+        const auto ids = t.encode(s);
+        EXPECT_EQ(t.decode(ids), s);
+        EXPECT_LT(ids.size(), s.size()) << "merges should shorten " << s;
+    }
+    const std::string long_piece(3000, 'a');  // one piece: the heap path
+    EXPECT_EQ(t.decode(t.encode(long_piece)), long_piece);
+    std::string mixed;
+    for (int i = 0; i < 500; i++) mixed += "ab";
+    const auto ids = t.encode(mixed);
+    EXPECT_EQ(t.decode(ids), mixed);
+    // the heap path and the short path agree: the same text cut into pieces of at most 64 bytes
+    std::vector<int32_t> short_ids;
+    for (size_t i = 0; i < 1000; i += 50) {
+        const auto part = t.encode(mixed.substr(i, 50));
+        short_ids.insert(short_ids.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(t.decode(short_ids), mixed);
+}
+
+TEST(Bpe, SpecialTokens) {
+    const BpeTokenizer t = train_bpe(corpus(), 300, false);
+    const auto plain = t.encode("a<|endoftext|>b");
+    const auto special = t.encode_with_specials("a<|endoftext|>b");
+    EXPECT_EQ(std::count(special.begin(), special.end(), t.eot_id()), 1);
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), t.eot_id()), 0)
+        << "ordinary text never makes a special id";
+    EXPECT_EQ(t.decode(special), "a<|endoftext|>b");
+}
+
+TEST(Bpe, SaveLoadEveryForm) {
+    const BpeTokenizer t = train_bpe(corpus(), 330, false);
+    const std::string d =
+        (fsys::temp_directory_path() / ("anvil_bpe_" + std::to_string(::getpid()))).string();
+    fsys::remove_all(d);
+    fsys::create_directories(d);
+    t.save(d);
+    const std::string text = "the cat's newest hat, 日本語 12345  x";
+    auto check = [&](const std::string& path) {
+        const BpeTokenizer u = BpeTokenizer::load(path);
+        EXPECT_EQ(u.vocab_size(), t.vocab_size()) << path;
+        EXPECT_EQ(u.eot_id(), t.eot_id()) << path;
+        EXPECT_EQ(u.encode(text), t.encode(text)) << path;
+    };
+    check(d);                      // tokenizer.json found first
+    check(d + "/tokenizer.json");  // the file itself
+    fsys::remove(d + "/tokenizer.json");
+    check(d);  // vocab.json + merges.txt
+    fsys::rename(d + "/vocab.json", d + "/encoder.json");
+    fsys::rename(d + "/merges.txt", d + "/vocab.bpe");
+    check(d);  // OpenAI's names
+    // tokenizer.json with merges as pairs (newer tokenizers versions)
+    t.save(d);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(d + "/tokenizer.json"));
+    nlohmann::json pairs = nlohmann::json::array();
+    for (const auto& m : j["model"]["merges"]) {
+        const std::string s = m.get<std::string>();
+        pairs.push_back({s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1)});
+    }
+    j["model"]["merges"] = pairs;
+    std::ofstream(d + "/tokenizer.json") << j.dump();
+    check(d + "/tokenizer.json");
+    fsys::remove_all(d);
+}
+
+TEST(Bpe, RejectsBrokenVocabularies) {
+    const std::string d =
+        (fsys::temp_directory_path() / ("anvil_bpebad_" + std::to_string(::getpid()))).string();
+    fsys::create_directories(d);
+    auto expect = [&](const std::string& vocab, const std::string& merges, const std::string& needle) {
+        std::ofstream(d + "/vocab.json") << vocab;
+        std::ofstream(d + "/merges.txt") << merges;
+        try {
+            BpeTokenizer::load(d);
+            ADD_FAILURE() << "no error; expected " << needle;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect("{\"a\": 0}", "", "needs all 256");
+    expect("[1,2]", "", "non-empty JSON object");
+    expect("{\"a\": 0, \"b\": 0}", "", "without gaps or repeats");
+    expect("{not json", "", "not valid JSON");
+    nlohmann::json full;
+    for (int b = 0; b < 256; b++) full[bytes_to_vocab_string(std::string(1, char(b)))] = b;
+    expect(full.dump(), "#version: 0.2\na b\n",
+           "merge 1 (\"a b\") makes a token that is not in the vocabulary");
+    expect(full.dump(), "#version: 0.2\nzz q\n", "names a token that is not in the vocabulary");
+    expect(full.dump(), "#version: 0.2\nabc\n", "merges.txt:2: a merge line is two tokens");
+    fsys::remove_all(d);
+}
+
+TEST(Utf8, RepairFollowsMaximalSubparts) {
+    EXPECT_TRUE(utf8::valid("héllo 日本 😀"));
+    EXPECT_FALSE(utf8::valid("\xff"));
+    EXPECT_FALSE(utf8::valid("\xed\xa0\x80"));  // surrogate
+    EXPECT_FALSE(utf8::valid("\xc0\xaf"));      // overlong
+    const std::string r = "\xef\xbf\xbd";       // U+FFFD
+    EXPECT_EQ(utf8::repair("a\xff"
+                           "b"),
+              "a" + r + "b");
+    EXPECT_EQ(utf8::repair("\xe2\x82"), r);                      // truncated 3-byte: one subpart
+    EXPECT_EQ(utf8::repair("\xed\xa0\x80"), r + r + r);          // surrogate: each byte
+    EXPECT_EQ(utf8::repair("\xf0\x9f\x98"), r);                  // truncated 4-byte
+    EXPECT_EQ(utf8::repair("\xc3\x28"), r + "(");                // bad continuation
+    EXPECT_EQ(utf8::repair("\xf4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+}
+
+TEST(Pretokenize, Gpt2Rules) {
+    auto pieces = [](const std::string& s) {
+        std::vector<uint32_t> ends;
+        gpt2_pretokenize(s, ends);
+        std::vector<std::string> out;
+        uint32_t st = 0;
+        for (uint32_t e : ends) out.push_back(s.substr(st, e - st)), st = e;
+        return out;
+    };
+    using V = std::vector<std::string>;
+    EXPECT_EQ(pieces("Hello world"), (V{"Hello", " world"}));
+    EXPECT_EQ(pieces("it's they'll I'M"), (V{"it", "'s", " they", "'ll", " I", "'", "M"}));
+    EXPECT_EQ(pieces("a  b"), (V{"a", " ", " b"}));  // \s+(?!\S) leaves one space for " b"
+    EXPECT_EQ(pieces("a \n b"), (V{"a", " \n", " b"}));
+    EXPECT_EQ(pieces("x\ty"), (V{"x", "\t", "y"}));
+    EXPECT_EQ(pieces("end   "), (V{"end", "   "}));
+    EXPECT_EQ(pieces("123abc!!?"), (V{"123", "abc", "!!?"}));
+    EXPECT_EQ(pieces(" 42 !!"), (V{" 42", " !!"}));
+    EXPECT_EQ(pieces("日本語テスト"), (V{"日本語テスト"}));
+    EXPECT_EQ(pieces("½²"), (V{"½²"}));          // numbers (No)
+    EXPECT_EQ(char_class(0x0085), kClassSpace);  // GPT-2's Python \s
+    EXPECT_EQ(char_class(0xfeff), kClassOther);
+    EXPECT_EQ(char_class(0x3000), kClassSpace);
+    EXPECT_EQ(char_class(0x00e9), kClassLetter);
+    EXPECT_EQ(char_class(0x0663), kClassNumber);
+}
+
+}  // namespace
+}  // namespace anvil::test
