@@ -53,6 +53,8 @@ class Backend {
 
     // ---- memory ---------------------------------------------------------------------------------
     virtual Buffer alloc(size_t bytes) = 0;  // zero-filled
+    // Host memory for data headed to the device (page-locked on CUDA, so copies can overlap compute).
+    virtual Buffer alloc_host(size_t bytes) = 0;
     virtual void zero(Tensor t) = 0;
     virtual void upload(Tensor dst, const void* host) = 0;  // dst.nbytes() bytes from host
     virtual void download(void* host, Tensor src) = 0;      // src.nbytes() bytes to host

@@ -20,6 +20,7 @@ class ProfilingBackend final : public Backend {
     void reset() { stats_.clear(); }
 
     Buffer alloc(size_t bytes) override { return in_.alloc(bytes); }
+    Buffer alloc_host(size_t bytes) override { return in_.alloc_host(bytes); }
     void zero(Tensor t) override {
         timed("zero", [&] { in_.zero(t); });
     }

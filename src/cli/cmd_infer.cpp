@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "io/checkpoint.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 #include "model/generate.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
@@ -102,7 +103,7 @@ Command add_eval(CLI::App& app) {
             }
         }
         if (o->json) {
-            std::printf("%s\n", out.dump().c_str());
+            std::printf("%s\n", json_text(out).c_str());
         } else {
             std::printf("loss %.4f  perplexity %.3f  (%ld targets)\n", loss.loss, loss.ppl,
                         long(loss.targets));

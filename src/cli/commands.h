@@ -18,6 +18,7 @@ Command add_eval(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_tokenizer(CLI::App& app);
+Command add_data(CLI::App& app);
 
 // Validators with messages a person can read (CLI11's numeric ranges print the type's limits).
 extern const CLI::Validator kPositive;     // "must be a positive number"

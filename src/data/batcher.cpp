@@ -7,27 +7,27 @@
 
 namespace anvil {
 
-Batcher::Batcher(const TokenStream& s, int B, int T, bool shuffle, uint64_t seed, int rank, int world)
-    : s_(s), B_(B), T_(T), shuffle_(shuffle), seed_(seed), rank_(rank), world_(world) {
-    ANVIL_CHECK(s.size() >= size_t(T) + 1,
+Batcher::Batcher(TokenView s, int B, int T, bool shuffle, uint64_t seed, int rank, int world)
+    : s_(std::move(s)), B_(B), T_(T), shuffle_(shuffle), seed_(seed), rank_(rank), world_(world) {
+    ANVIL_CHECK(s_.size() >= size_t(T) + 1,
                 "training split has {} tokens, fewer than one sequence of --seq {} + 1; "
                 "use a shorter --seq, a smaller --val-fraction or more data",
                 s.size(), T);
     ANVIL_CHECK(world >= 1 && rank >= 0 && rank < world, "rank {} of world size {}", rank, world);
     if (shuffle) {
-        starts_ = window_starts(s, T);
+        starts_ = window_starts(s_, T);
         ANVIL_CHECK(starts_.size() < (uint64_t(1) << 32), "too many windows ({}); use a longer --seq",
                     starts_.size());
     }
 }
 
-std::vector<uint64_t> window_starts(const TokenStream& s, int T, bool cover_tail) {
+std::vector<uint64_t> window_starts(const TokenView& s, int T, bool cover_tail) {
     std::vector<uint64_t> starts;
     const size_t N = s.size();
     size_t rec = 0;
     while (rec < N) {
         size_t end = rec + 1;
-        while (end < N && !(s.flags[end] & kRecordStart)) end++;
+        while (end < N && !(s.flags(end) & kRecordStart)) end++;
         // windows from the record's start; one that would run past the stream's end is dropped unless it is
         // the record's first (then it wraps), so a single text file gets floor((N-1)/T) windows
         for (size_t w = rec; w < end; w += size_t(T))
@@ -40,10 +40,10 @@ std::vector<uint64_t> window_starts(const TokenStream& s, int T, bool cover_tail
 namespace {
 // Target of input position i: token j = i+1 if it is in the loss and, for instruction outputs, its record
 // started inside the row (prompt_seen).
-inline int32_t target_of(const TokenStream& s, size_t j, bool prompt_seen) {
-    const uint8_t f = s.flags[j];
+inline int32_t target_of(const TokenView& s, size_t j, bool prompt_seen) {
+    const uint8_t f = s.flags(j);
     const bool ok = (f & kInLoss) && (!(f & kNeedsPrompt) || prompt_seen);
-    return ok ? s.ids[j] : -1;
+    return ok ? s.id(j) : -1;
 }
 }  // namespace
 
@@ -52,8 +52,8 @@ void Batcher::fill_row(int64_t start, int32_t* tokens, int32_t* targets) const {
     bool prompt_seen = false;
     for (int t = 0; t < T_; t++) {
         const size_t i = size_t((start + t) % N), j = size_t((start + t + 1) % N);
-        prompt_seen = prompt_seen || (s_.flags[i] & kRecordStart);
-        tokens[t] = s_.ids[i];
+        prompt_seen = prompt_seen || (s_.flags(i) & kRecordStart);
+        tokens[t] = s_.id(i);
         targets[t] = target_of(s_, j, prompt_seen);
     }
 }
@@ -87,7 +87,7 @@ int64_t eval_batches(const std::vector<uint64_t>& starts, int B) {
     return (int64_t(starts.size()) + B - 1) / B;
 }
 
-void fill_eval_batch(const TokenStream& s, const std::vector<uint64_t>& starts, int B, int T, int64_t index,
+void fill_eval_batch(const TokenView& s, const std::vector<uint64_t>& starts, int B, int T, int64_t index,
                      int32_t* tokens, int32_t* targets) {
     const uint64_t N = s.size(), W = starts.size();
     for (int b = 0; b < B; b++) {
@@ -104,8 +104,8 @@ void fill_eval_batch(const TokenStream& s, const std::vector<uint64_t>& starts, 
         bool prompt_seen = false;
         for (int t = 0; t < T; t++) {
             const uint64_t i = start + uint64_t(t), j = i + 1;
-            prompt_seen = prompt_seen || (i < N && (s.flags[i] & kRecordStart));
-            tok[t] = i < N ? s.ids[i] : 0;
+            prompt_seen = prompt_seen || (i < N && (s.flags(i) & kRecordStart));
+            tok[t] = i < N ? s.id(i) : 0;
             tgt[t] = j < N && j <= last ? target_of(s, j, prompt_seen) : -1;
         }
     }

@@ -25,7 +25,7 @@ namespace anvil {
 
 class Batcher {
   public:
-    Batcher(const TokenStream& s, int B, int T, bool shuffle, uint64_t seed, int rank = 0, int world = 1);
+    Batcher(TokenView s, int B, int T, bool shuffle, uint64_t seed, int rank = 0, int world = 1);
     // Batch `index` into tokens (B*T) and targets (B*T).
     void fill(int64_t index, int32_t* tokens, int32_t* targets);
     int64_t windows() const { return int64_t(starts_.size()); }
@@ -34,7 +34,7 @@ class Batcher {
     void fill_row(int64_t start, int32_t* tokens, int32_t* targets) const;
     const std::vector<uint32_t>& permutation(int64_t epoch);
 
-    const TokenStream& s_;
+    TokenView s_;
     int B_, T_;
     bool shuffle_;
     uint64_t seed_;
@@ -50,10 +50,10 @@ class Batcher {
 // Rows past the last window, and positions past the end, get target -1.
 // Window starts for --shuffle on (see above). With cover_tail, windows that run past the end are kept
 // too (evaluation scores every target; training drops them rather than wrap).
-std::vector<uint64_t> window_starts(const TokenStream& s, int T, bool cover_tail = false);
+std::vector<uint64_t> window_starts(const TokenView& s, int T, bool cover_tail = false);
 
 int64_t eval_batches(const std::vector<uint64_t>& starts, int B);
-void fill_eval_batch(const TokenStream& s, const std::vector<uint64_t>& starts, int B, int T, int64_t index,
+void fill_eval_batch(const TokenView& s, const std::vector<uint64_t>& starts, int B, int T, int64_t index,
                      int32_t* tokens, int32_t* targets);
 
 }  // namespace anvil

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil {
 
@@ -44,11 +45,11 @@ void TokenStream::append_one(int32_t id, uint8_t flag) {
     flags.push_back(flag);
 }
 
-uint64_t TokenStream::fingerprint() const {
+uint64_t fingerprint(const TokenView& v) {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < ids.size(); i++) {
-        h = (h ^ uint64_t(uint32_t(ids[i]))) * 1099511628211ull;
-        h = (h ^ flags[i]) * 1099511628211ull;
+    for (size_t i = 0; i < v.size(); i++) {
+        h = (h ^ uint64_t(uint32_t(v.id(i)))) * 1099511628211ull;
+        h = (h ^ v.flags(i)) * 1099511628211ull;
     }
     return h;
 }
@@ -128,20 +129,36 @@ void for_each_line(const std::string& path, const std::string& content, F&& f) {
 
 }  // namespace
 
+namespace {
+struct Streams {
+    TokenStream train, val;
+};
+void finish(Dataset& d, std::shared_ptr<Streams> st) {
+    d.train = st->train.view();
+    d.val = st->val.view();
+    d.fingerprint = fingerprint(d.train);
+    d.storage = std::move(st);
+}
+}  // namespace
+
 Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOptions& opts) {
     ANVIL_CHECK(opts.val_fraction >= 0.0 && opts.val_fraction < 1.0, "--val-fraction {} must be in [0, 1)",
                 opts.val_fraction);
     Dataset d;
     d.path = path;
+    auto st = std::make_shared<Streams>();
     const std::string content = read_file(path);
     ANVIL_CHECK(!content.empty(), "{}: file is empty; give a text file or a JSONL file of records", path);
     if (!is_jsonl_path(path)) {
         const std::vector<int32_t> all = tok.encode(content);
         const size_t n_val = size_t(std::floor(double(all.size()) * opts.val_fraction));
         const size_t n_train = all.size() - n_val;
-        d.train.append({all.begin(), all.begin() + long(n_train)}, kInLoss);
-        d.val.append({all.begin() + long(n_train), all.end()}, kInLoss);
+        st->train.append({all.begin(), all.begin() + long(n_train)}, kInLoss);
+        st->val.append({all.begin() + long(n_train), all.end()}, kInLoss);
+        if (st->train.size()) st->train.flags[0] |= kRecordStart;
+        if (st->val.size()) st->val.flags[0] |= kRecordStart;
         d.records = 1;
+        finish(d, st);
         return d;
     }
     d.jsonl = true;
@@ -158,12 +175,13 @@ Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOp
     const size_t n_train = records.size() - n_val;
     for (size_t i = 0; i < records.size(); i++) {
         if (i < n_train) {
-            append_record(d.train, records[i], tok, opts.prompt);
+            append_record(st->train, records[i], tok, opts.prompt);
         } else {
-            append_record(d.val, records[i], tok, opts.prompt);
+            append_record(st->val, records[i], tok, opts.prompt);
             if (records[i].instruction) d.val_examples.push_back(records[i].ex);
         }
     }
+    finish(d, st);
     return d;
 }
 
@@ -183,7 +201,7 @@ void write_instruction_jsonl(const std::string& path, const std::vector<Example>
     for (const auto& e : examples) {
         const nlohmann::ordered_json j = {
             {"instruction", e.instruction}, {"input", e.input}, {"output", e.output}};
-        out += j.dump() + "\n";
+        out += json_text(j) + "\n";
     }
     write_file_atomic(path, out);
 }

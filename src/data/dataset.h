@@ -8,9 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
+#include "data/token_view.h"
 #include "data/tokenizer.h"
 
 namespace anvil {
@@ -33,21 +36,18 @@ PromptTemplate parse_template(const std::string& name);  // throws naming the fl
 const char* template_name(PromptTemplate t);
 std::string render_prompt(const Example& e, PromptTemplate t);
 
-// Per-token flags.
-enum TokenFlag : uint8_t {
-    kInLoss = 1,       // the token is a prediction target
-    kNeedsPrompt = 2,  // ... but only when its record's start is inside the row (instruction outputs)
-    kRecordStart = 4,  // first token of a record
-};
-
 struct TokenStream {
     std::vector<int32_t> ids;
     std::vector<uint8_t> flags;  // TokenFlag bits
     size_t size() const { return ids.size(); }
     void append(const std::vector<int32_t>& t, uint8_t flag);
     void append_one(int32_t id, uint8_t flag);
-    uint64_t fingerprint() const;  // FNV-1a over ids and flags
+    TokenView view() const { return TokenView({TokenSegment{ids.data(), 4, flags.data(), -1, ids.size()}}); }
+    operator TokenView() const { return view(); }
 };
+
+// FNV-1a over ids and flags: identifies a training split (a resumed run checks it).
+uint64_t fingerprint(const TokenView& v);
 
 struct DataOptions {
     double val_fraction = 0.1;
@@ -57,13 +57,23 @@ struct DataOptions {
 
 struct Dataset {
     std::string path;
-    TokenStream train, val;
+    TokenView train, val;
     std::vector<Example> val_examples;  // instruction records of the validation split
     size_t records = 0, val_records = 0;
     bool jsonl = false;
+    uint64_t fingerprint = 0;       // of the training split
+    std::shared_ptr<void> storage;  // owns the memory behind the views (token vectors or mapped shards)
 };
 
+// A text or JSONL file, tokenized in memory and split as described above.
 Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOptions& opts);
+
+// A directory written by `anvil data prepare` (meta.json + shards), memory-mapped. The tokenizer must be
+// the one saved there (tokenizer_for_checkpoint reads it).
+bool is_prepared_dir(const std::string& path);
+nlohmann::json read_prepared_meta(const std::string& dir);
+std::unique_ptr<Tokenizer> tokenizer_for_prepared(const std::string& dir);  // the one it was prepared with
+Dataset open_prepared(const std::string& dir, const Tokenizer& tok);
 
 // Reads a JSONL file of instruction records (for eval); errors name file and line.
 std::vector<Example> read_instruction_jsonl(const std::string& path);

@@ -8,7 +8,7 @@
 
 namespace anvil {
 
-LossResult evaluate_loss(GPT2& model, const TokenStream& s, int B, int T, int64_t max_batches) {
+LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t max_batches) {
     Backend& be = model.backend();
     const std::vector<uint64_t> starts = window_starts(s, T, true);
     int64_t n = eval_batches(starts, B);

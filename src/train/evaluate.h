@@ -17,7 +17,7 @@ struct LossResult {
 
 // Mean loss over the stream's sequential windows (see fill_eval_batch); max_batches 0 = all. The model must
 // have activations reserved for (B, T).
-LossResult evaluate_loss(GPT2& model, const TokenStream& s, int B, int T, int64_t max_batches);
+LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t max_batches);
 
 struct AnswerSample {
     Example example;

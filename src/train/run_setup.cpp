@@ -7,6 +7,7 @@
 #include "data/synthetic.h"
 #include "io/checkpoint.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil {
 
@@ -92,13 +93,19 @@ RunSetup setup_run(TrainOptions& o) {
     }
     make_dirs(o.out);
 
-    // Tokenizer: the flag wins; otherwise the checkpoint's; otherwise bytes.
+    // Tokenizer: the flag wins; otherwise a prepared data directory's; otherwise the checkpoint's; else
+    // bytes.
     const std::string model_src = !ckpt.empty() ? ckpt : o.init;
     nlohmann::json src_config;
     GPTConfig cfg;
     if (!model_src.empty()) cfg = read_model_config(model_src, &src_config);
+    const bool prepared = !o.data.empty() && is_prepared_dir(o.data);
+    nlohmann::json data_meta;
+    if (prepared) data_meta = read_prepared_meta(o.data);
     if (!o.tokenizer.empty())
         r.tok = make_tokenizer(o.tokenizer);
+    else if (prepared)
+        r.tok = tokenizer_for_prepared(o.data);
     else if (!model_src.empty())
         r.tok = tokenizer_for_checkpoint(model_src, src_config);
     else
@@ -115,8 +122,14 @@ RunSetup setup_run(TrainOptions& o) {
                      "uppercasing) in %s\n",
                      kEmbeddedExamples, o.data.c_str());
     }
-    r.data = load_dataset(o.data, *r.tok,
-                          DataOptions{o.val_fraction, o.text_field, parse_template(o.prompt_template)});
+    if (prepared) {
+        o.prompt_template =
+            data_meta.value("template", o.prompt_template);  // the shards hold rendered prompts
+        r.data = open_prepared(o.data, *r.tok);
+    } else {
+        r.data = load_dataset(o.data, *r.tok,
+                              DataOptions{o.val_fraction, o.text_field, parse_template(o.prompt_template)});
+    }
 
     // Model shape.
     if (model_src.empty()) {
@@ -168,10 +181,10 @@ RunSetup setup_run(TrainOptions& o) {
         r.start_step = state.value("step", 0);
         const std::string fp = state.contains("data") ? state["data"].value("fingerprint", "") : "";
         ANVIL_CHECK(
-            fp.empty() || fp == hex(r.data.train.fingerprint()),
+            fp.empty() || fp == hex(r.data.fingerprint),
             "--resume {}: the training data differs from the run's ({} now, {} then); pass the original "
             "--data {} so the resumed run sees the same batches",
-            ckpt, hex(r.data.train.fingerprint()), fp, state["data"].value("path", std::string("?")));
+            ckpt, hex(r.data.fingerprint), fp, state["data"].value("path", std::string("?")));
         ANVIL_CHECK(r.start_step <= o.steps, "--resume {}: the checkpoint is at step {}, past --steps {}",
                     ckpt, r.start_step, o.steps);
         std::fprintf(stderr, "anvil: resuming %s at step %d\n", ckpt.c_str(), r.start_step);
@@ -194,10 +207,10 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
         {"options", options_to_json(o)},
         {"data",
          {{"path", o.data},
-          {"fingerprint", hex(run.data.train.fingerprint())},
+          {"fingerprint", hex(run.data.fingerprint)},
           {"train_tokens", run.data.train.size()}}},
     };
-    write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
+    write_file_atomic(tmp + "/trainer_state.json", json_text(state, 2) + "\n");
     replace_dir(tmp, dir);
     // Keep the newest --keep-checkpoints checkpoint-N directories.
     std::vector<std::pair<int, std::string>> ckpts;

@@ -4,25 +4,24 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/batcher.h"
+#include "data/prefetch.h"
 #include "model/gpt2.h"
 
 namespace anvil {
-
-struct StepBuffers {
-    std::vector<int32_t> tokens, targets;  // (accum, B, T)
-    std::vector<float> losses;             // (B, T)
-};
 
 struct StepResult {
     double loss = 0.0;    // mean over the step's target tokens (0 when there are none)
     int64_t targets = 0;  // target tokens in the step
 };
 
-// Zeroes the gradients, then runs forward and backward on micro-batches step*accum .. step*accum+accum-1 of
-// `batcher`. The loss is the mean over every target token of the step (each micro-batch's gradient is
-// scaled by 1/targets-in-step), so accumulation gives the same gradient as one large batch.
-StepResult accumulate_gradients(GPT2& model, Batcher& batcher, int64_t step, int accum, int B, int T,
-                                StepBuffers& buf);
+// Zeroes the gradients, then runs forward and backward on the step's `accum` micro-batches. The loss is the
+// mean over every target token of the step (each micro-batch's gradient is scaled by 1/targets-in-step),
+// so accumulation gives the same gradient as one large batch. `losses` is scratch of B*T floats.
+StepResult accumulate_gradients(GPT2& model, const StepBatch& batch, int accum, int B, int T,
+                                std::vector<float>& losses);
+
+// Builds step `step`'s micro-batches from `batcher` into tokens/targets (for callers without a Prefetcher).
+StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,
+                    std::vector<int32_t>& targets);
 
 }  // namespace anvil

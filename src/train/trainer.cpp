@@ -10,11 +10,12 @@
 
 #include "backend/backend.h"
 #include "core/progress.h"
-#include "data/batcher.h"
 #include "data/dataset.h"
+#include "data/prefetch.h"
 #include "data/synthetic.h"
 #include "io/checkpoint.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
 #include "train/schedule.h"
@@ -41,7 +42,7 @@ class MetricsLog {
         ANVIL_CHECK(f_.good(), "{}: cannot open for writing", path);
     }
     void write(const nlohmann::json& j) {
-        f_ << j.dump() << '\n';
+        f_ << json_text(j) << '\n';
         f_.flush();
     }
 
@@ -86,7 +87,7 @@ int run_train(TrainOptions o) {
     std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", B, T, accum,
                  o.steps, o.out.c_str());
 
-    Batcher batcher(run.data.train, B, T, o.shuffle, o.seed);
+    Prefetcher loader(Batcher(run.data.train, B, T, o.shuffle, o.seed), be, B, T, accum, run.start_step);
     LrSchedule sched{o.lr, o.min_lr_frac, o.warmup, o.steps, o.lr_schedule == "cosine"};
     MetricsLog metrics(o.out + "/metrics.jsonl");
     TensorTable scalars;
@@ -97,15 +98,20 @@ int run_train(TrainOptions o) {
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
 
-    StepBuffers buf;
+    std::vector<float> losses;
     Progress bar("train", o.steps, o.log_every);
-    double train_time = 0.0, last_loss = NAN;
+    double train_time = 0.0, wait_time = 0.0, last_loss = NAN;
     int64_t trained_tokens = 0;
     int skipped = 0, step = run.start_step;
     bool interrupted = false;
     for (; step < o.steps; step++) {
         const auto t0 = Clock::now();
-        const StepResult sr = accumulate_gradients(model, batcher, step, accum, B, T, buf);
+        double waited = 0.0;
+        const StepBatch batch = loader.acquire(step, &waited);
+        const StepResult sr = accumulate_gradients(model, batch, accum, B, T, losses);
+        loader.release();
+        const double t_compute = seconds_since(t0) - waited;
+        const auto t_opt = Clock::now();
         be.global_norm_sq(norm_sq, {model.grads().flat(model.params()[0].dtype)});
         AdamWArgs args;
         args.lr = sched.at(step);
@@ -118,8 +124,10 @@ int run_train(TrainOptions o) {
         float nsq = 0.0f;
         be.download(&nsq, norm_sq);
         const double loss = sr.loss;
+        const double t_optimizer = seconds_since(t_opt);
         const double dt = seconds_since(t0);
         train_time += dt;
+        wait_time += waited;
         trained_tokens += int64_t(B) * T * accum;
         const double tok_s = double(B) * T * accum / dt;
         const bool finite = std::isfinite(loss) && std::isfinite(nsq);
@@ -136,6 +144,9 @@ int run_train(TrainOptions o) {
                               {"grad_norm", std::sqrt(double(nsq))},
                               {"tokens_per_s", tok_s},
                               {"step_ms", dt * 1e3},
+                              {"data_wait_ms", waited * 1e3},
+                              {"fwd_bwd_ms", t_compute * 1e3},
+                              {"optimizer_ms", t_optimizer * 1e3},
                               {"elapsed_s", seconds_since(t_start)}};
         if (!finite) rec["skipped"] = true;
         const bool eval_now =
@@ -172,6 +183,7 @@ int run_train(TrainOptions o) {
     nlohmann::json summary = {{"steps", step},
                               {"train_loss", last_loss},
                               {"tokens_per_s", tokens_per_s},
+                              {"data_wait_share", train_time > 0 ? wait_time / train_time : 0.0},
                               {"trained_tokens", trained_tokens},
                               {"skipped_steps", skipped},
                               {"params", model.config().num_params()},
@@ -202,9 +214,11 @@ int run_train(TrainOptions o) {
         summary["samples"] = samples;
     }
     summary["wall_s"] = seconds_since(t_start);
+    std::printf("data wait: %.3f%% of step time (background loader)\n",
+                100.0 * summary["data_wait_share"].get<double>());
     std::printf("throughput: %.0f tokens/s; wall time %s; model in %s/final\n", tokens_per_s,
                 format_duration(summary["wall_s"].get<double>()).c_str(), o.out.c_str());
-    write_file_atomic(o.out + "/summary.json", summary.dump(2) + "\n");
+    write_file_atomic(o.out + "/summary.json", json_text(summary, 2) + "\n");
     return 0;
 }
 

@@ -30,8 +30,10 @@ int main(int argc, char** argv) {
         const Dataset d =
             load_dataset(data, tok, DataOptions{0.0, "text", parse_template(argc == 8 ? argv[7] : "alpaca")});
         Batcher batcher(d.train, B, T, false, 0);
-        StepBuffers buf;
-        const StepResult r = accumulate_gradients(model, batcher, 0, accum, B, T, buf);
+        std::vector<int32_t> tokens, targets;
+        std::vector<float> losses;
+        const StepBatch batch = fill_step(batcher, 0, accum, B, T, tokens, targets);
+        const StepResult r = accumulate_gradients(model, batch, accum, B, T, losses);
         std::vector<std::vector<float>> host;
         std::vector<StTensor> ts;
         for (size_t i = 0; i < model.params_info().size(); i++) {

@@ -38,7 +38,7 @@ TEST(Dataset, TextSplitFromTheEnd) {
     const Dataset d = load_dataset(p, tok, {0.1, "text"});
     EXPECT_EQ(d.train.size(), 180u);
     EXPECT_EQ(d.val.size(), 20u);
-    EXPECT_EQ(d.val.ids[0], 'b');
+    EXPECT_EQ(d.val.id(0), 'b');
     fsys::remove(p);
 }
 
@@ -51,14 +51,14 @@ TEST(Dataset, InstructionRecordsMaskThePrompt) {
     const Dataset d = load_dataset(p, tok, {0.0, "text", PromptTemplate::Compact});
     const std::string prompt = "Add.\n1+2\n=> ";
     ASSERT_EQ(d.train.size(), prompt.size() + 1 + 1 + 2 + 1);
-    EXPECT_EQ(d.train.flags[0], kRecordStart);
-    for (size_t i = 1; i < prompt.size(); i++) EXPECT_EQ(d.train.flags[i], 0) << i;
-    EXPECT_EQ(d.train.ids[prompt.size()], '3');
-    EXPECT_EQ(d.train.flags[prompt.size()], kInLoss | kNeedsPrompt);
-    EXPECT_EQ(d.train.ids[prompt.size() + 1], tok.eot_id());
-    EXPECT_EQ(d.train.flags[prompt.size() + 1], kInLoss | kNeedsPrompt);
-    EXPECT_EQ(d.train.flags[prompt.size() + 2], kInLoss | kRecordStart);  // plain-text record
-    EXPECT_EQ(d.train.flags.back(), kInLoss);
+    EXPECT_EQ(d.train.flags(0), kRecordStart);
+    for (size_t i = 1; i < prompt.size(); i++) EXPECT_EQ(d.train.flags(i), 0) << i;
+    EXPECT_EQ(d.train.id(prompt.size()), '3');
+    EXPECT_EQ(d.train.flags(prompt.size()), kInLoss | kNeedsPrompt);
+    EXPECT_EQ(d.train.id(prompt.size() + 1), tok.eot_id());
+    EXPECT_EQ(d.train.flags(prompt.size() + 1), kInLoss | kNeedsPrompt);
+    EXPECT_EQ(d.train.flags(prompt.size() + 2), kInLoss | kRecordStart);  // plain-text record
+    EXPECT_EQ(d.train.flags(d.train.size() - 1), kInLoss);
     fsys::remove(p);
 }
 

@@ -13,6 +13,7 @@ class CpuBackend final : public Backend {
     std::string describe() const override;
 
     Buffer alloc(size_t bytes) override;
+    Buffer alloc_host(size_t bytes) override { return alloc(bytes); }
     void zero(Tensor t) override;
     void upload(Tensor dst, const void* host) override;
     void download(void* host, Tensor src) override;

@@ -1,0 +1,53 @@
+// Streaming record readers for `anvil data prepare`: every record is validated and either delivered or
+// rejected with its file, line and reason; nothing is dropped silently. Memory stays bounded: JSONL and CSV
+// are read a line at a time, text files in chunks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/dataset.h"
+
+namespace anvil {
+
+enum class InputFormat { Auto, Text, Jsonl, Csv };
+InputFormat parse_format(const std::string& name);   // auto, text, jsonl, csv
+InputFormat detect_format(const std::string& path);  // by extension: .jsonl/.json, .csv, else text
+
+struct RecordOptions {
+    InputFormat format = InputFormat::Auto;
+    std::string text_field = "text";  // JSONL
+    std::string csv_column = "text";  // CSV (or the instruction/input/output columns)
+    // Text files: fractions of the file where a chunk should end (the split points); the cut is made at the
+    // first tokenization-safe position at or after floor(fraction * size).
+    std::vector<double> text_cuts;
+};
+
+struct RawRecord {
+    std::string file;
+    size_t line = 0;  // where the record starts (1-based)
+    bool instruction = false;
+    Example ex;        // instruction records
+    std::string text;  // text records, or a chunk of a text file
+    // Text files arrive in chunks: `chunk_end` is the chunk's end as a fraction of the file (0..1];
+    // the last chunk has last_chunk set. JSONL/CSV records are whole (chunk_end = -1).
+    double chunk_end = -1.0;
+    bool last_chunk = false;
+    uint64_t chunk_begin = 0;  // byte offset of a text chunk in its file
+    // Rejected records: a short kind (bad_json, not_object, missing_field, not_string, empty_text,
+    // invalid_utf8, bad_csv) and a message.
+    std::string reject_kind, reject;
+};
+
+// Reads `path`, calling `f` once per record (or text chunk), valid or rejected. `progress` (may be empty)
+// receives the bytes read so far.
+void for_each_record(const std::string& path, const RecordOptions& opts,
+                     const std::function<void(RawRecord&)>& f,
+                     const std::function<void(uint64_t)>& progress = {});
+
+// One JSONL line -> record (the parser the JSONL reader and the fuzz target share).
+RawRecord parse_jsonl_line(const std::string& line, const std::string& file, size_t lineno,
+                           const std::string& text_field);
+
+}  // namespace anvil

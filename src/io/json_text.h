@@ -1,0 +1,15 @@
+// JSON text that never throws on strings holding invalid UTF-8 (model output, file names, rejected input
+// bytes): such bytes are written as U+FFFD.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace anvil {
+
+template <typename Json>
+std::string json_text(const Json& j, int indent = -1) {
+    return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace anvil
