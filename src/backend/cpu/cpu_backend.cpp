@@ -158,6 +158,9 @@ void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Ten
     } else {
         ANVIL_CHECK(pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}", pre_gelu.shape.str(),
                     out.shape.str());
+        // A row-blocked fusion (each block's product and GELU on one core, in cache) measured 0-11% slower
+        // than BLAS over all rows followed by one GELU pass: the small products lose more than the pass
+        // costs.
         cpu::matmul_forward(pre_gelu.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
         cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
     }

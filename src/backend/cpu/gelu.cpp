@@ -1,33 +1,28 @@
-// GELU, tanh form, through the vectorisable tanh of vec_math.h.
+// GELU, tanh form, through the vectorisable span kernels of vec_math.h, split across threads.
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_math.h"
 
 namespace anvil::cpu {
 
 namespace {
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
-}  // namespace
+constexpr size_t kGrain = 1 << 14;
+}
 
 void gelu_forward(float* out, const float* in, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float x = in[i];
-        const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-        out[i] = 0.5f * x * (1.0f + vtanh(u));
+    const size_t chunks = (n + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t i0 = c * kGrain;
+        gelu_span(out + i0, in + i0, i0 + kGrain < n ? kGrain : n - i0);
     }
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float x = in[i];
-        const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-        const float th = vtanh(u);
-        const float sech2 = 1.0f - th * th;
-        const float grad =
-            0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-        din[i] = dout[i] * grad;
+    const size_t chunks = (n + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t i0 = c * kGrain;
+        gelu_grad_span(din + i0, dout + i0, in + i0, i0 + kGrain < n ? kGrain : n - i0);
     }
 }
 

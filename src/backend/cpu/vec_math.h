@@ -1,6 +1,7 @@
 // Inline math that the compiler vectorises inside `omp simd` loops (glibc's expf/tanhf are scalar calls).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -31,6 +32,30 @@ inline float vexp(float x) {
 // tanh(u) = 1 - 2 / (exp(2u) + 1); absolute error ~1e-7, which is what GELU's (1 + tanh) needs.
 inline float vtanh(float u) {
     return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
+}
+
+// GELU (tanh form) over a span, single-threaded: the building blocks of gelu.cpp and of the fused matmuls.
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+inline void gelu_span(float* out, const float* in, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        const float x = in[i];
+        out[i] = 0.5f * x * (1.0f + vtanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+    }
+}
+
+// din = dout * gelu'(in); din may alias dout.
+inline void gelu_grad_span(float* din, const float* dout, const float* in, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        const float x = in[i];
+        const float th = vtanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+        const float grad = 0.5f * (1.0f + th) +
+                           0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+        din[i] = dout[i] * grad;
+    }
 }
 
 }  // namespace anvil::cpu
