@@ -46,13 +46,14 @@ struct AdamWArgs {
 };
 
 class Backend {
-  public:
+public:
     virtual ~Backend() = default;
     virtual Device device() const = 0;
-    virtual std::string describe() const = 0;  // one line: device, libraries, threads
+    virtual std::string describe() const = 0;     // one line: device, libraries, threads
+    virtual std::string device_name() const = 0;  // the CPU model or the GPU's name
 
     // ---- memory ---------------------------------------------------------------------------------
-    virtual Buffer alloc(size_t bytes) = 0;  // zero-filled
+    virtual Buffer alloc(size_t bytes) = 0;  // zero-filled; throws OutOfMemory when it does not fit
     // Host memory for data headed to the device (page-locked on CUDA, so copies can overlap compute).
     virtual Buffer alloc_host(size_t bytes) = 0;
     virtual void zero(Tensor t) = 0;
@@ -60,6 +61,11 @@ class Backend {
     virtual void download(void* host, Tensor src) = 0;      // src.nbytes() bytes to host
     virtual void convert(Tensor dst, Tensor src) = 0;       // same numel, any float dtypes
     virtual void synchronize() = 0;
+    // Device memory accounting (what alloc handed out, not including library workspaces).
+    virtual size_t memory_in_use() const = 0;
+    virtual size_t memory_peak() const = 0;
+    // Pretend the device has only this many bytes (0 = its real size): --memory-limit, and tests.
+    virtual void set_memory_limit(size_t bytes) = 0;
 
     // ---- ops ------------------------------------------------------------------------------------
     // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C)

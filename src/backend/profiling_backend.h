@@ -11,10 +11,11 @@
 namespace anvil {
 
 class ProfilingBackend final : public Backend {
-  public:
+public:
     explicit ProfilingBackend(Backend& inner) : in_(inner) {}
     Device device() const override { return in_.device(); }
     std::string describe() const override { return in_.describe() + " [profiled]"; }
+    std::string device_name() const override { return in_.device_name(); }
     // Per-op table: calls, total ms, share, and GFLOP/s for matrix products; sorted by total time.
     std::string report() const;
     void reset() { stats_.clear(); }
@@ -34,6 +35,9 @@ class ProfilingBackend final : public Backend {
         timed("convert", [&] { in_.convert(d, s); });
     }
     void synchronize() override { in_.synchronize(); }
+    size_t memory_in_use() const override { return in_.memory_in_use(); }
+    size_t memory_peak() const override { return in_.memory_peak(); }
+    void set_memory_limit(size_t bytes) override { in_.set_memory_limit(bytes); }
 
     void embedding_fwd(Tensor o, Tensor t, Tensor w, Tensor p) override {
         timed("embedding_fwd", [&] { in_.embedding_fwd(o, t, w, p); });
@@ -89,7 +93,7 @@ class ProfilingBackend final : public Backend {
         timed("adamw", [&] { in_.adamw(s, a, n); });
     }
 
-  private:
+private:
     // "matmul_fwd 1024x256>768": rows x in > out
     static std::string matmul_name(const char* op, const Tensor& out, const Tensor& in) {
         const int64_t oc = out.shape[out.shape.ndim - 1], ic = in.shape[in.shape.ndim - 1];

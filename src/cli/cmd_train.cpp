@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "io/fs.h"
+#include "monitor/cost.h"
 #include "train/run_setup.h"
 #include "train/trainer.h"
 
@@ -32,6 +33,16 @@ CLI::Validator number_check(bool allow_zero) {
         },
         allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
 }
+// Copies into `merged` the options given on this command line (the rest keep merged's values).
+void apply_given_flags(nlohmann::json& merged, const nlohmann::json& given, const CLI::App& sub) {
+    for (const CLI::Option* opt : sub.get_options()) {
+        if (opt->count() == 0) continue;
+        const std::string key = flag_key(opt);
+        if (given.contains(key)) merged[key] = given[key];
+        if (key == "batch") merged["batch_auto"] = given["batch_auto"];
+    }
+}
+
 }  // namespace
 
 const CLI::Validator kPositive = number_check(false);
@@ -63,7 +74,25 @@ Command add_train(CLI::App& app) {
     sub->add_option("--dim", o->dim, "model width (n_embd)")->capture_default_str()->check(pos);
     sub->add_option("--seq", o->seq, "sequence length (default: the model's context, 128 for new models)")
         ->check(pos);
-    sub->add_option("--batch", o->batch, "sequences per micro-batch")->capture_default_str()->check(pos);
+    auto batch = std::make_shared<std::string>("8");
+    sub->add_option("--batch,--batch-size", *batch,
+                    "sequences per micro-batch, or auto: the fastest that fits "
+                    "the device, keeping --global-batch through accumulation")
+        ->capture_default_str()
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+                if (v == "auto") return {};
+                char* end = nullptr;
+                const long n = std::strtol(v.c_str(), &end, 10);
+                return *end == '\0' && end != v.c_str() && n > 0
+                           ? ""
+                           : "must be a positive integer or auto, got " + v;
+            },
+            "INT|auto"));
+    sub->add_option("--global-batch", o->global_batch,
+                    "sequences per optimizer step with --batch auto (default 64)")
+        ->check(pos);
+    sub->add_option("--memory-limit", o->memory_limit, "use at most this much device memory (e.g. 2G, 512M)");
     sub->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step")
         ->capture_default_str()
         ->check(pos);
@@ -119,9 +148,26 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(nonneg);
     sub->add_flag("--profile", o->profile, "time every backend op and print a table at the end");
+    sub->add_option("--price-per-hour", o->price_per_hour,
+                    "dollars per hour, or a preset: " + price_presets());
+    sub->add_option("--peak-tflops", o->peak_tflops,
+                    "the MFU denominator (default: measured on the CPU, the "
+                    "datasheet bf16 rate on a GPU)")
+        ->check(pos);
+    sub->add_option("--bench", o->bench, "take the MFU denominator from an `anvil bench --json` file");
+    sub->add_option("--monitor-interval", o->monitor_interval, "seconds between hardware samples")
+        ->capture_default_str()
+        ->check(pos);
+    auto tb = std::make_shared<std::string>("on");
+    sub->add_option("--tensorboard", *tb, "write TensorBoard event files into the run directory")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
 
-    auto run = [sub, o, shuffle]() -> int {
+    auto run = [sub, o, shuffle, batch, tb]() -> int {
         o->shuffle = *shuffle == "on";
+        o->tensorboard = *tb == "on";
+        o->batch_auto = *batch == "auto";
+        if (!o->batch_auto) o->batch = std::atoi(batch->c_str());
         const bool any_data_flag = !o->data.empty() || !o->init.empty() || !o->resume.empty();
         TrainOptions opts = *o;
         if (!o->resume.empty()) {
@@ -129,12 +175,7 @@ Command add_train(CLI::App& app) {
             const std::string ckpt = resolve_checkpoint(o->resume);
             const nlohmann::json state = nlohmann::json::parse(read_file(ckpt + "/trainer_state.json"));
             nlohmann::json merged = state.value("options", nlohmann::json::object());
-            const nlohmann::json given = options_to_json(*o);
-            for (const CLI::Option* opt : sub->get_options()) {
-                if (opt->count() == 0) continue;
-                const std::string key = flag_key(opt);
-                if (given.contains(key)) merged[key] = given[key];
-            }
+            apply_given_flags(merged, options_to_json(*o), *sub);
             for (const char* arch : {"layers", "heads", "dim"})
                 if (sub->get_option(std::string("--") + arch)->count())
                     fail("--{}: the architecture comes from the checkpoint when resuming; drop the flag",
@@ -146,10 +187,7 @@ Command add_train(CLI::App& app) {
             // The embedded default; explicit flags still override its settings.
             TrainOptions def = embedded_default_options();
             nlohmann::json merged = options_to_json(def);
-            const nlohmann::json given = options_to_json(*o);
-            for (const CLI::Option* opt : sub->get_options())
-                if (opt->count() > 0 && given.contains(flag_key(opt)))
-                    merged[flag_key(opt)] = given[flag_key(opt)];
+            apply_given_flags(merged, options_to_json(*o), *sub);
             options_from_json(merged, opts);
         }
         return run_train(opts);

@@ -19,6 +19,9 @@ Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_tokenizer(CLI::App& app);
 Command add_data(CLI::App& app);
+Command add_doctor(CLI::App& app);
+Command add_bench(CLI::App& app);
+Command add_plot(CLI::App& app);
 
 // Validators with messages a person can read (CLI11's numeric ranges print the type's limits).
 extern const CLI::Validator kPositive;     // "must be a positive number"

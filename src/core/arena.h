@@ -18,7 +18,7 @@ constexpr size_t kAlign = 256;  // enough for 16-byte vector loads and cuBLASLt'
 
 // Raw device memory with its deallocator. Owning, movable, not copyable.
 class Buffer {
-  public:
+public:
     using Free = std::function<void(void*)>;
     Buffer() = default;
     Buffer(void* p, size_t bytes, Device dev, Free free)
@@ -34,7 +34,7 @@ class Buffer {
     size_t bytes() const { return bytes_; }
     Device device() const { return dev_; }
 
-  private:
+private:
     void* p_ = nullptr;
     size_t bytes_ = 0;
     Device dev_ = Device::CPU;
@@ -49,7 +49,7 @@ struct TableEntry {
 };
 
 class TensorTable {
-  public:
+public:
     // Appends an entry; returns its index.
     size_t add(std::string name, Shape shape, DType dtype);
     const std::vector<TableEntry>& entries() const { return entries_; }
@@ -57,7 +57,7 @@ class TensorTable {
     size_t total_bytes() const { return total_; }
     int64_t total_elements() const;
 
-  private:
+private:
     std::vector<TableEntry> entries_;
     size_t total_ = 0;
 };
@@ -65,7 +65,7 @@ class TensorTable {
 class Backend;
 
 class Arena {
-  public:
+public:
     Arena() = default;
     // One allocation of table.total_bytes() on the backend's device; views follow the table.
     Arena(Backend& backend, const TensorTable& table);
@@ -78,7 +78,7 @@ class Arena {
     // The whole arena as one flat tensor of `dtype` (all entries must share it and be packed).
     Tensor flat(DType dtype) const;
 
-  private:
+private:
     Buffer buf_;
     std::vector<Tensor> views_;
 };

@@ -16,8 +16,15 @@
 namespace anvil {
 
 class Error : public std::runtime_error {
-  public:
+public:
     explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// An allocation did not fit the device (or the limit set with --memory-limit). The batch-size search
+// catches it; elsewhere it is an ordinary error.
+class OutOfMemory : public Error {
+public:
+    using Error::Error;
 };
 
 // Generic form: every check macro ends here, with the failing expression and where it was.

@@ -9,12 +9,12 @@
 namespace anvil {
 
 class Progress {
-  public:
+public:
     Progress(std::string label, int64_t total, int64_t every = 1, std::FILE* out = stderr);
     void update(int64_t done, const std::string& text);
     void finish(const std::string& text);
 
-  private:
+private:
     void draw(int64_t done, const std::string& text, bool final);
     std::string label_;
     int64_t total_, every_;

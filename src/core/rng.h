@@ -9,7 +9,7 @@
 namespace anvil {
 
 class Rng {
-  public:
+public:
     explicit Rng(uint64_t seed = 0) { reseed(seed); }
 
     void reseed(uint64_t seed) {
@@ -58,7 +58,7 @@ class Rng {
     std::array<uint64_t, 4> state() const { return s_; }
     void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
 
-  private:
+private:
     static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
     std::array<uint64_t, 4> s_{};
 };

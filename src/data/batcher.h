@@ -24,13 +24,13 @@
 namespace anvil {
 
 class Batcher {
-  public:
+public:
     Batcher(TokenView s, int B, int T, bool shuffle, uint64_t seed, int rank = 0, int world = 1);
     // Batch `index` into tokens (B*T) and targets (B*T).
     void fill(int64_t index, int32_t* tokens, int32_t* targets);
     int64_t windows() const { return int64_t(starts_.size()); }
 
-  private:
+private:
     void fill_row(int64_t start, int32_t* tokens, int32_t* targets) const;
     const std::vector<uint32_t>& permutation(int64_t epoch);
 

@@ -16,7 +16,7 @@
 namespace anvil {
 
 class BpeTokenizer final : public Tokenizer {
-  public:
+public:
     // A directory holding one of the forms above, or a tokenizer.json file.
     static BpeTokenizer load(const std::string& path);
     // From raw parts: token bytes by id, merges as (left id, right id) in rank order, special tokens.
@@ -38,7 +38,7 @@ class BpeTokenizer final : public Tokenizer {
     size_t num_merges() const { return merges_.size(); }
     const std::string& token_bytes(int32_t id) const { return tokens_[size_t(id)]; }
 
-  private:
+private:
     void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
     void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
     struct Merge {

@@ -21,7 +21,7 @@ struct StepBatch {
 };
 
 class Prefetcher {
-  public:
+public:
     // Serves steps first_step, first_step+1, ... (each `accum` micro-batches of batcher).
     Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step, int depth = 4);
     ~Prefetcher();
@@ -33,7 +33,7 @@ class Prefetcher {
     // The buffers of the last acquired step may be refilled.
     void release();
 
-  private:
+private:
     void run();
     struct Slot {
         Buffer tokens, targets;

@@ -20,7 +20,7 @@ namespace anvil {
 constexpr size_t kShardHeaderBytes = 64;
 
 class ShardWriter {
-  public:
+public:
     // Token width: 2 bytes when vocab_size <= 65536, else 4.
     ShardWriter(std::string path, int vocab_size, bool with_flags);
     ~ShardWriter();
@@ -34,7 +34,7 @@ class ShardWriter {
     uint64_t tokens() const { return count_; }
     const std::string& path() const { return path_; }
 
-  private:
+private:
     std::string path_, tmp_, flags_tmp_;
     int vocab_;
     int width_;
@@ -47,7 +47,7 @@ class ShardWriter {
 // A memory-mapped shard, checked on open: magic, version, width, sizes against the file length, every id
 // below the vocabulary size and every flag byte known. Errors name the file and what is wrong.
 class Shard {
-  public:
+public:
     explicit Shard(const std::string& path);
     ~Shard();
     Shard(const Shard&) = delete;
@@ -62,7 +62,7 @@ class Shard {
     bool has_flags() const { return flags_ != nullptr; }
     const std::string& path() const { return path_; }
 
-  private:
+private:
     std::string path_;
     void* map_ = nullptr;
     size_t map_size_ = 0;

@@ -24,7 +24,7 @@ struct TokenSegment {
 };
 
 class TokenView {
-  public:
+public:
     TokenView() = default;
     explicit TokenView(std::vector<TokenSegment> segs) : segs_(std::move(segs)) {
         starts_.push_back(0);
@@ -44,7 +44,7 @@ class TokenView {
     }
     const std::vector<TokenSegment>& segments() const { return segs_; }
 
-  private:
+private:
     static int32_t id_in(const TokenSegment& s, size_t k) {
         return s.width == 2 ? int32_t(static_cast<const uint16_t*>(s.ids)[k])
                             : static_cast<const int32_t*>(s.ids)[k];

@@ -14,7 +14,7 @@ namespace anvil {
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 
 class Tokenizer {
-  public:
+public:
     virtual ~Tokenizer() = default;
     // Ordinary text: special-token strings inside it are encoded as text, never as the special id.
     virtual std::vector<int32_t> encode(std::string_view text) const = 0;
@@ -29,7 +29,7 @@ class Tokenizer {
 };
 
 class ByteTokenizer final : public Tokenizer {
-  public:
+public:
     using Tokenizer::decode;
     std::vector<int32_t> encode(std::string_view text) const override;
     std::string decode(const int32_t* ids, size_t n) const override;

@@ -24,7 +24,7 @@ struct StEntry {
 };
 
 class SafetensorsReader {
-  public:
+public:
     explicit SafetensorsReader(const std::string& path);
     ~SafetensorsReader();
     SafetensorsReader(const SafetensorsReader&) = delete;
@@ -38,7 +38,7 @@ class SafetensorsReader {
     std::vector<float> read_f32(const StEntry& e) const;
     const uint8_t* raw(const StEntry& e) const { return data_ + e.begin; }
 
-  private:
+private:
     std::string path_;
     void* map_ = nullptr;
     size_t map_size_ = 0;

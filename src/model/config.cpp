@@ -14,6 +14,11 @@ int64_t GPTConfig::num_params() const {
     return int64_t(vocab_size) * C + int64_t(n_ctx) * C + L * per_layer + 2 * C;
 }
 
+double GPTConfig::flops_per_token(int T) const {
+    const double N = double(num_params() - int64_t(n_ctx) * n_embd);
+    return 6.0 * N + 12.0 * n_layer * double(n_embd) * T;
+}
+
 void GPTConfig::validate(const std::string& where) const {
     ANVIL_CHECK(n_layer > 0, "{}: the number of layers must be positive, got {}", where, n_layer);
     ANVIL_CHECK(n_head > 0, "{}: the number of heads must be positive, got {}", where, n_head);

@@ -15,6 +15,9 @@ struct GPTConfig {
 
     int head_size() const { return n_embd / n_head; }
     int64_t num_params() const;
+    // Training FLOPs per token at sequence length T (nanoGPT's estimate: 6 N + 12 L C T, N without the
+    // position table), the MFU numerator.
+    double flops_per_token(int T) const;
     // Throws a clear error naming `where` (a flag list or a file) if a size is not usable.
     void validate(const std::string& where) const;
     bool same_shape(const GPTConfig& o) const {

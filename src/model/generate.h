@@ -25,13 +25,13 @@ struct SampleOptions {
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
 class Generator {
-  public:
+public:
     explicit Generator(GPT2& model);
     // Returns the new tokens (not the prompt). on_token, if set, sees each one as it is produced.
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                   const std::function<void(int32_t)>& on_token = {});
 
-  private:
+private:
     // Runs positions pos0.. for `ids` through the model, appending to the cache; returns the last logits.
     void step(const int32_t* ids, int n, int pos0, std::vector<float>& logits);
 

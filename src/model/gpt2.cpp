@@ -149,6 +149,11 @@ void GPT2::reserve(int max_B, int max_T, bool training) {
     acts_ = Arena(backend_, t);
 }
 
+void GPT2::release() {
+    acts_ = Arena();
+    max_B_ = max_T_ = 0;
+}
+
 GPT2::Acts GPT2::views(int B, int T) const {
     ANVIL_ASSERT(acts_.size() > 0);
     ANVIL_CHECK(B <= max_B_ && T <= max_T_, "batch ({}, {}) is larger than the reserved ({}, {})", B, T,

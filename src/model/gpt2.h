@@ -42,7 +42,7 @@ struct ParamInfo {
 std::vector<ParamInfo> param_table(const GPTConfig& c);
 
 class GPT2 {
-  public:
+public:
     // param_dtype: dtype of the parameters and gradients the ops see (F32 on the CPU).
     GPT2(Backend& backend, const GPTConfig& config, DType param_dtype = DType::F32);
 
@@ -67,6 +67,7 @@ class GPT2 {
     // Allocates activations for batches up to (max_B, max_T). Called once; training=false skips backward
     // buffers.
     void reserve(int max_B, int max_T, bool training);
+    void release();  // frees the activations (reserve again with another size)
     int max_B() const { return max_B_; }
     int max_T() const { return max_T_; }
 
@@ -81,7 +82,7 @@ class GPT2 {
     Tensor logits(int B, int T) const;  // (B,T,V), valid after a forward with dloss == 0
     void zero_grads();
 
-  private:
+private:
     struct LayerActs {
         Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
     };

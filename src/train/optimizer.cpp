@@ -30,3 +30,12 @@ void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
 }
 
 }  // namespace anvil
+
+namespace anvil {
+
+void AdamW::reset_moments() {
+    model_.backend().zero(m_.flat(DType::F32));
+    model_.backend().zero(v_.flat(DType::F32));
+}
+
+}  // namespace anvil

@@ -10,16 +10,17 @@
 namespace anvil {
 
 class AdamW {
-  public:
+public:
     // Weight decay `wd` applies to tensors of two or more dimensions only (nanoGPT's grouping).
     AdamW(GPT2& model, float wd);
     // One update of every parameter. norm_sq is the device scalar from Backend::global_norm_sq.
     void step(const AdamWArgs& args, Tensor norm_sq);
+    void reset_moments();  // zero m and v (after trial steps)
     const Arena& m() const { return m_; }
     const Arena& v() const { return v_; }
     float weight_decay() const { return wd_; }
 
-  private:
+private:
     GPT2& model_;
     float wd_;
     Arena m_, v_, master_;

@@ -8,6 +8,7 @@
 #include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/json_text.h"
+#include "train/autobatch.h"
 
 namespace anvil {
 
@@ -164,6 +165,7 @@ RunSetup setup_run(TrainOptions& o) {
     bo.device = parse_device(o.device);
     bo.threads = o.threads;
     r.backend = make_backend(bo);
+    if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     Backend* be = r.backend.get();
     if (o.profile) {
         r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
@@ -174,8 +176,20 @@ RunSetup setup_run(TrainOptions& o) {
         load_model_weights(model_src, *r.model);
     else
         r.model->init_random(o.seed);
-    r.model->reserve(o.batch, o.seq, true);
     r.opt = std::make_unique<AdamW>(*r.model, o.weight_decay);
+    if (o.batch_auto) {
+        ANVIL_CHECK(ckpt.empty(), "--batch auto: a resumed run keeps the batch it chose; drop the flag");
+        const int global = o.global_batch > 0 ? o.global_batch : 64;
+        std::fprintf(stderr, "anvil: batch-size search, global batch %d, sequence %d:\n", global, o.seq);
+        const AutoBatch ab =
+            find_batch_size(*r.model, *r.opt, r.data.train, o.seq, global, o.shuffle, o.seed);
+        for (const auto& line : ab.log) std::fprintf(stderr, "  %s\n", line.c_str());
+        o.batch = ab.micro;
+        o.grad_accum = ab.accum;
+        o.batch_auto = false;  // what a resumed run (or a re-run) should use
+        r.batch_search = ab.log;
+    }
+    r.model->reserve(o.batch, o.seq, true);
     if (!ckpt.empty()) {
         load_optimizer_state(ckpt, *r.model, *r.opt);
         r.start_step = state.value("step", 0);

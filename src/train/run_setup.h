@@ -24,6 +24,7 @@ struct RunSetup {
     std::unique_ptr<GPT2> model;
     std::unique_ptr<AdamW> opt;
     int start_step = 0;
+    std::vector<std::string> batch_search;  // what --batch auto tried
 };
 
 // Resolves and loads; `o` is updated in place with the resolved values.

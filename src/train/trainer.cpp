@@ -16,7 +16,9 @@
 #include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/json_text.h"
+#include "io/tensorboard.h"
 #include "train/evaluate.h"
+#include "train/instruments.h"
 #include "train/run_setup.h"
 #include "train/schedule.h"
 #include "train/step.h"
@@ -27,7 +29,9 @@ namespace {
 
 // The only process-wide state: set by SIGINT/SIGTERM so the loop can save a checkpoint and stop cleanly.
 std::atomic<bool> g_stop{false};
+// A second signal exits at once: a step that never ends must still be stoppable.
 extern "C" void on_stop_signal(int) {
+    if (g_stop) std::_Exit(130);
     g_stop = true;
 }
 
@@ -37,7 +41,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 class MetricsLog {
-  public:
+public:
     explicit MetricsLog(const std::string& path) : f_(path, std::ios::app) {
         ANVIL_CHECK(f_.good(), "{}: cannot open for writing", path);
     }
@@ -46,9 +50,28 @@ class MetricsLog {
         f_.flush();
     }
 
-  private:
+private:
     std::ofstream f_;
 };
+
+// Every numeric field of a metrics record as a TensorBoard scalar, grouped by what it measures.
+void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
+    for (const auto& [key, value] : rec.items()) {
+        if (!value.is_number() || key == "step") continue;
+        std::string group = "train";
+        if (key.starts_with("val_"))
+            group = "val";
+        else if (key.starts_with("gpu_") || key.starts_with("cpu_") || key == "rss_mb" ||
+                 key == "peak_mem_mb")
+            group = "system";
+        else if (key.ends_with("_ms") || key == "tokens_per_s" || key == "mfu")
+            group = "perf";
+        else if (key.find("cost") != std::string::npos || key.find("usd") != std::string::npos)
+            group = "cost";
+        tb.scalar(group + "/" + key, value.get<double>(), step);
+    }
+    tb.flush();
+}
 
 }  // namespace
 
@@ -87,6 +110,9 @@ int run_train(TrainOptions o) {
     std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", B, T, accum,
                  o.steps, o.out.c_str());
 
+    RunInstruments instruments(o, model);
+    std::unique_ptr<TensorBoardWriter> tensorboard;
+    if (o.tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(o.out);
     Prefetcher loader(Batcher(run.data.train, B, T, o.shuffle, o.seed), be, B, T, accum, run.start_step);
     LrSchedule sched{o.lr, o.min_lr_frac, o.warmup, o.steps, o.lr_schedule == "cosine"};
     MetricsLog metrics(o.out + "/metrics.jsonl");
@@ -100,7 +126,7 @@ int run_train(TrainOptions o) {
 
     std::vector<float> losses;
     Progress bar("train", o.steps, o.log_every);
-    double train_time = 0.0, wait_time = 0.0, last_loss = NAN;
+    double train_time = 0.0, wait_time = 0.0, last_loss = NAN, step_s = 0.0;
     int64_t trained_tokens = 0;
     int skipped = 0, step = run.start_step;
     bool interrupted = false;
@@ -130,6 +156,8 @@ int run_train(TrainOptions o) {
         wait_time += waited;
         trained_tokens += int64_t(B) * T * accum;
         const double tok_s = double(B) * T * accum / dt;
+        step_s = step_s > 0 ? 0.9 * step_s + 0.1 * dt : dt;  // smoothed, for projections
+        const double elapsed = seconds_since(t_start);
         const bool finite = std::isfinite(loss) && std::isfinite(nsq);
         if (!finite) {
             skipped++;
@@ -149,14 +177,20 @@ int run_train(TrainOptions o) {
                               {"optimizer_ms", t_optimizer * 1e3},
                               {"elapsed_s", seconds_since(t_start)}};
         if (!finite) rec["skipped"] = true;
+        instruments.add_step(rec, tok_s, elapsed, double(trained_tokens), step_s, o.steps - done);
         const bool eval_now =
             o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps && run.data.val.size() > 1;
         if (eval_now) {
             const LossResult v = evaluate_loss(model, run.data.val, B, T, o.eval_batches);
             rec["val_loss"] = v.loss;
         }
-        if (done % o.log_every == 0 || done == o.steps || eval_now || !finite) metrics.write(rec);
-        bar.update(done, fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", loss, args.lr, tok_s));
+        if (done % o.log_every == 0 || done == o.steps || eval_now || !finite) {
+            metrics.write(rec);
+            if (tensorboard) write_scalars(*tensorboard, rec, done);
+        }
+        bar.update(done,
+                   fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", loss, args.lr, tok_s) +
+                       instruments.progress(tok_s, elapsed, double(trained_tokens), step_s, o.steps - done));
         if (o.save_every > 0 && done % o.save_every == 0 && done < o.steps)
             save_checkpoint(run, done, fmt::format("checkpoint-{}", done));
         if (g_stop) {
@@ -184,6 +218,8 @@ int run_train(TrainOptions o) {
                               {"train_loss", last_loss},
                               {"tokens_per_s", tokens_per_s},
                               {"data_wait_share", train_time > 0 ? wait_time / train_time : 0.0},
+                              {"micro_batch", B},
+                              {"grad_accum", accum},
                               {"trained_tokens", trained_tokens},
                               {"skipped_steps", skipped},
                               {"params", model.config().num_params()},
@@ -214,6 +250,15 @@ int run_train(TrainOptions o) {
         summary["samples"] = samples;
     }
     summary["wall_s"] = seconds_since(t_start);
+    instruments.add_summary(summary, tokens_per_s, summary["wall_s"].get<double>(), double(trained_tokens));
+    if (!run.batch_search.empty()) summary["batch_search"] = run.batch_search;
+    if (summary.contains("mfu"))
+        std::printf("MFU: %.1f%% (peak %.2f TFLOP/s: %s)\n", 100 * summary["mfu"].get<double>(),
+                    summary["peak_tflops"].get<double>(), instruments.peak_source().c_str());
+    if (summary.contains("cost_usd"))
+        std::printf("cost: $%.4f ($%.4f per million tokens at $%.2f/h)\n", summary["cost_usd"].get<double>(),
+                    summary["cost_per_million_tokens"].get<double>(),
+                    summary["price_per_hour"].get<double>());
     std::printf("data wait: %.3f%% of step time (background loader)\n",
                 100.0 * summary["data_wait_share"].get<double>());
     std::printf("throughput: %.0f tokens/s; wall time %s; model in %s/final\n", tokens_per_s,

@@ -22,6 +22,9 @@ struct TrainOptions {
     int seq = 0;  // 0 = the model's context (128 for a new model)
     // optimisation
     int batch = 8, grad_accum = 1, steps = 1000;
+    bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation
+    int global_batch = 0;      // sequences per optimizer step with --batch auto (0 = 64)
+    std::string memory_limit;  // --memory-limit: pretend the device has this much memory ("2G", "512M")
     float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     std::string lr_schedule = "cosine";
@@ -38,8 +41,14 @@ struct TrainOptions {
     // execution
     std::string device = "cpu";
     int threads = 0;
-    bool profile = false;   // time every backend op and print the table at the end
-    bool embedded = false;  // set when running the embedded default
+    bool profile = false;  // time every backend op and print the table at the end
+    // instruments
+    std::string price_per_hour;  // dollars per hour or a preset name
+    double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)
+    std::string bench;           // or: the matmul rate from an `anvil bench --json` file
+    double monitor_interval = 0.5;
+    bool tensorboard = true;  // write TensorBoard event files into the run directory
+    bool embedded = false;    // set when running the embedded default
 };
 
 nlohmann::json options_to_json(const TrainOptions& o);

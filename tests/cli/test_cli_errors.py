@@ -120,13 +120,19 @@ def main():
         # sizes and flags
         for flag, value in (("--layers", "0"), ("--heads", "-2"), ("--dim", "0"), ("--seq", "0"), ("--batch", "-1"),
                             ("--steps", "0"), ("--grad-accum", "0"), ("--lr", "-0.1")):
-            case(f"{flag} {value}", ["train", "--data", good, "--out", out("s"), flag, value], f"{flag}: must be positive")
+            want = "--batch: must be a positive integer or auto" if flag == "--batch" else f"{flag}: must be positive"
+            case(f"{flag} {value}", ["train", "--data", good, "--out", out("s"), flag, value], want)
         case("width not divisible by heads", ["train", "--data", good, "--out", out("t"), "--dim", "30", "--heads",
                                               "4"], "does not divide")
         case("unknown flag", ["train", "--data", good, "--bogus", "3"], "--bogus")
         case("unknown subcommand", ["frobnicate"], "unknown command \"frobnicate\"")
         case("bad choice", ["train", "--data", good, "--shuffle", "maybe"], "--shuffle")
-        case("non-numeric size", ["train", "--data", good, "--batch", "eight"], "must be a number")
+        case("non-numeric size", ["train", "--data", good, "--steps", "eight"], "--steps: must be a number")
+        case("non-numeric batch", ["train", "--data", good, "--batch", "eight"], "positive integer or auto")
+        case("bad memory limit", ["train", "--data", good, "--out", out("u"), "--memory-limit", "lots", *TINY],
+             "--memory-limit lots")
+        case("bad price", ["train", "--data", good, "--out", out("v"), "--price-per-hour", "cheap", *TINY],
+             "--price-per-hour cheap")
         case("out dir already holds a run", ["train", "--data", good, "--out", os.path.dirname(model), *TINY],
              "already holds a run")
 

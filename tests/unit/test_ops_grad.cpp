@@ -9,7 +9,7 @@ namespace anvil::test {
 namespace {
 
 class OpsGrad : public ::testing::Test {
-  protected:
+protected:
     void SetUp() override {
         be = make_backend({Device::CPU, 2, 0});
         gen.seed(test_seed());

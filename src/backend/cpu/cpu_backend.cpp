@@ -5,12 +5,14 @@
 #include <pmmintrin.h>
 #include <xmmintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "backend/cpu/ops.h"
+#include "monitor/sysinfo.h"
 
 extern "C" {
 // OpenBLAS extensions (declared in its cblas.h on Debian, repeated here for other BLAS headers).
@@ -62,12 +64,29 @@ std::string CpuBackend::describe() const {
     return fmt::format("cpu ({} threads, {})", threads_, openblas_get_config());
 }
 
+std::string CpuBackend::device_name() const {
+    return cpu_info().model;
+}
+
 Buffer CpuBackend::alloc(size_t bytes) {
-    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-    ANVIL_CHECK(p != nullptr, "out of host memory allocating {:.1f} MiB; use a smaller model or batch",
-                double(bytes) / (1 << 20));
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (limit_ && *in_use_ + rounded > limit_)
+        throw OutOfMemory(
+            fmt::format("out of memory: {:.1f} MiB more would pass the {:.1f} MiB limit "
+                        "(--memory-limit); use a smaller model or batch",
+                        double(rounded) / (1 << 20), double(limit_) / (1 << 20)));
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (!p)
+        throw OutOfMemory(
+            fmt::format("out of host memory allocating {:.1f} MiB; use a smaller model or batch",
+                        double(bytes) / (1 << 20)));
     std::memset(p, 0, bytes);
-    return Buffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
+    *in_use_ += rounded;
+    peak_ = std::max(peak_, *in_use_);
+    return Buffer(p, bytes, Device::CPU, [counter = in_use_, rounded](void* q) {
+        std::free(q);
+        *counter -= rounded;
+    });
 }
 
 void CpuBackend::zero(Tensor t) {

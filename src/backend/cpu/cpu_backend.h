@@ -2,15 +2,18 @@
 // calls the reference op in ops.h.
 #pragma once
 
+#include <memory>
+
 #include "backend/backend.h"
 
 namespace anvil {
 
 class CpuBackend final : public Backend {
-  public:
+public:
     explicit CpuBackend(int threads);
     Device device() const override { return Device::CPU; }
     std::string describe() const override;
+    std::string device_name() const override;
 
     Buffer alloc(size_t bytes) override;
     Buffer alloc_host(size_t bytes) override { return alloc(bytes); }
@@ -19,6 +22,9 @@ class CpuBackend final : public Backend {
     void download(void* host, Tensor src) override;
     void convert(Tensor dst, Tensor src) override;
     void synchronize() override {}
+    size_t memory_in_use() const override { return *in_use_; }
+    size_t memory_peak() const override { return peak_; }
+    void set_memory_limit(size_t bytes) override { limit_ = bytes; }
 
     void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
     void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
@@ -41,8 +47,10 @@ class CpuBackend final : public Backend {
     void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
     void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
 
-  private:
+private:
     int threads_;
+    std::shared_ptr<size_t> in_use_ = std::make_shared<size_t>(0);  // shared with the buffers' deleters
+    size_t peak_ = 0, limit_ = 0;
 };
 
 }  // namespace anvil

@@ -1,0 +1,87 @@
+#include "train/autobatch.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "data/batcher.h"
+#include "train/step.h"
+
+namespace anvil {
+
+uint64_t parse_bytes(const std::string& s, const char* flag) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    ANVIL_CHECK(end != s.c_str() && v > 0, "{} {}: give a size such as 2G or 512M", flag, s);
+    std::string unit(end);
+    for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+    if (unit.ends_with("IB"))
+        unit.resize(unit.size() - 2);
+    else if (unit.ends_with("B"))
+        unit.pop_back();
+    double mult = 1;
+    if (unit == "K")
+        mult = 1024;
+    else if (unit == "M")
+        mult = 1024.0 * 1024;
+    else if (unit == "G")
+        mult = 1024.0 * 1024 * 1024;
+    else if (unit == "T")
+        mult = 1024.0 * 1024 * 1024 * 1024;
+    else
+        ANVIL_CHECK(unit.empty(), "{} {}: unknown unit \"{}\"; use K, M, G or T", flag, s, unit);
+    return uint64_t(v * mult);
+}
+
+AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T, int global, bool shuffle,
+                          uint64_t seed) {
+    Backend& be = model.backend();
+    AutoBatch r;
+    TensorTable scalars;
+    scalars.add("norm_sq", {1}, DType::F32);
+    Arena scalar_arena(be, scalars);
+    std::vector<int32_t> tokens, targets;
+    std::vector<float> losses;
+    AdamWArgs zero_lr;
+    zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
+    double best_tps = 0;
+    for (int b = 1; b <= global; b *= 2) {
+        if (global % b) continue;
+        double tps = 0;
+        try {
+            model.reserve(b, T, true);
+            Batcher batcher(data, b, T, shuffle, seed);
+            for (int s = 0; s < 3; s++) {  // the first steps warm caches and library workspaces
+                const auto t0 = std::chrono::steady_clock::now();
+                const StepBatch batch = fill_step(batcher, s, 1, b, T, tokens, targets);
+                accumulate_gradients(model, batch, 1, b, T, losses);
+                be.global_norm_sq(scalar_arena[0], {model.grads().flat(model.params()[0].dtype)});
+                opt.step(zero_lr, scalar_arena[0]);
+                be.synchronize();
+                tps = double(b) * T /
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            }
+        } catch (const OutOfMemory& e) {
+            model.release();
+            r.log.push_back(fmt::format("micro-batch {:4}: does not fit ({})", b, e.what()));
+            break;
+        }
+        model.release();
+        r.log.push_back(fmt::format("micro-batch {:4}: fits, {:.0f} tokens/s", b, tps));
+        if (tps > best_tps * 1.02 || r.micro == 0) {  // a larger batch must be clearly faster to be chosen
+            best_tps = tps;
+            r.micro = b;
+        }
+    }
+    opt.reset_moments();
+    ANVIL_CHECK(r.micro > 0,
+                "--batch auto: not even one sequence of {} tokens fits ({}); use a smaller model, "
+                "--seq or a larger --memory-limit",
+                T, r.log.empty() ? "" : r.log.back());
+    r.accum = global / r.micro;
+    r.log.push_back(
+        fmt::format("chose micro-batch {} x {} accumulation = global batch {} (fastest that fits)", r.micro,
+                    r.accum, global));
+    return r;
+}
+
+}  // namespace anvil
