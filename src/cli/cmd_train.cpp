@@ -148,6 +148,14 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(nonneg);
     sub->add_flag("--profile", o->profile, "time every backend op and print a table at the end");
+    sub->add_option("--precision", o->precision,
+                    "fp32, bf16 (fp32 master weights) or fp16 (dynamic loss scaling); "
+                    "auto: bf16 on CUDA, fp32 on the CPU")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+    sub->add_flag("--recompute", o->recompute,
+                  "recompute layer norms and GELU in the backward: less activation "
+                  "memory for a little more compute");
     sub->add_option("--price-per-hour", o->price_per_hour,
                     "dollars per hour, or a preset: " + price_presets());
     sub->add_option("--peak-tflops", o->peak_tflops,

@@ -42,7 +42,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
-void load_model_weights(const std::string& dir, GPT2& model) {
+std::vector<std::vector<float>> read_model_weights(const std::string& dir, const GPT2& model) {
     const std::string path = dir + "/model.safetensors";
     ANVIL_CHECK(std::filesystem::exists(path), "{}: missing; anvil reads weights from model.safetensors",
                 path);
@@ -68,13 +68,18 @@ void load_model_weights(const std::string& dir, GPT2& model) {
         ANVIL_CHECK(buffer || tied, "{}: unexpected tensor \"{}\"; is this a GPT-2 checkpoint?", path,
                     e.name);
     }
-    model.params_from_host(host);
+    return host;
 }
 
-void write_model_files(const std::string& dir, const GPT2& model, const nlohmann::json& extra) {
+void load_model_weights(const std::string& dir, GPT2& model) {
+    model.params_from_host(read_model_weights(dir, model));
+}
+
+void write_model_files(const std::string& dir, const GPT2& model, const nlohmann::json& extra,
+                       const std::vector<std::vector<float>>& weights) {
     nlohmann::json cfg = config_to_hf_json(model.config(), extra);
     write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
-    const auto host = model.params_to_host();
+    const auto host = weights.empty() ? model.params_to_host() : weights;
     std::vector<StTensor> ts;
     for (size_t i = 0; i < host.size(); i++)
         ts.push_back(

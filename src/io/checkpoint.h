@@ -21,9 +21,13 @@ GPTConfig read_model_config(const std::string& dir, nlohmann::json* raw = nullpt
 // ignores the attention-mask buffers older checkpoints carry and a tied lm_head.weight; every parameter must
 // be present with the config's shape.
 void load_model_weights(const std::string& dir, GPT2& model);
+// The same tensors as f32 host arrays in params_info() order, without a model (for master weights).
+std::vector<std::vector<float>> read_model_weights(const std::string& dir, const GPT2& model);
 // Writes config.json and model.safetensors into `dir` (which must exist). `extra` holds anvil's own
 // config keys (the tokenizer).
-void write_model_files(const std::string& dir, const GPT2& model, const nlohmann::json& extra);
+// `weights`: f32 host arrays to write (the optimizer's master copy); empty = the model's parameters.
+void write_model_files(const std::string& dir, const GPT2& model, const nlohmann::json& extra,
+                       const std::vector<std::vector<float>>& weights = {});
 void write_optimizer_state(const std::string& dir, const GPT2& model, const AdamW& opt);
 void load_optimizer_state(const std::string& dir, const GPT2& model, AdamW& opt);
 

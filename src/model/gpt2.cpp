@@ -47,15 +47,19 @@ Tensor bt(Tensor full, int B, int T) {
 }
 }  // namespace
 
-GPT2::GPT2(Backend& backend, const GPTConfig& config, DType param_dtype)
-    : backend_(backend), config_(config), dtype_(param_dtype), info_(param_table(config)) {
+GPT2::GPT2(Backend& backend, const GPTConfig& config, DType param_dtype, bool recompute)
+    : backend_(backend),
+      config_(config),
+      dtype_(param_dtype),
+      recompute_(recompute),
+      info_(param_table(config)) {
     config_.validate("model config");
     const TensorTable table = table_of(info_, dtype_);
     params_ = Arena(backend_, table);
     grads_ = Arena(backend_, table);
 }
 
-void GPT2::init_random(uint64_t seed) {
+std::vector<std::vector<float>> GPT2::init_host(uint64_t seed) const {
     Rng rng(seed);
     const double std_resid = 0.02 / std::sqrt(2.0 * config_.n_layer);
     std::vector<std::vector<float>> host;
@@ -70,7 +74,7 @@ void GPT2::init_random(uint64_t seed) {
         }  // biases stay zero
         host.push_back(std::move(v));
     }
-    params_from_host(host);
+    return host;
 }
 
 std::vector<std::vector<float>> GPT2::params_to_host() const {
@@ -118,18 +122,19 @@ void GPT2::reserve(int max_B, int max_T, bool training) {
     t.add("targets", {B, T}, DType::I32);
     t.add("encoded", {B, T, C}, a);
     for (int64_t l = 0; l < L; l++) {
-        t.add("ln1", {B, T, C}, a);
+        const int64_t kept = recompute_ ? 0 : B;  // with recompute, ln1/ln2/fch_gelu live in shared buffers
+        t.add("ln1", {kept, T, C}, a);
         t.add("ln1_mean", {B, T}, DType::F32);
         t.add("ln1_rstd", {B, T}, DType::F32);
         t.add("qkv", {B, T, 3 * C}, a);
         t.add("atty", {B, T, C}, a);
         t.add("att", {int64_t(backend_.attention_saved_elems(ad))}, a);
         t.add("res2", {B, T, C}, a);
-        t.add("ln2", {B, T, C}, a);
+        t.add("ln2", {kept, T, C}, a);
         t.add("ln2_mean", {B, T}, DType::F32);
         t.add("ln2_rstd", {B, T}, DType::F32);
         t.add("fch", {B, T, 4 * C}, a);
-        t.add("fch_gelu", {B, T, 4 * C}, a);
+        t.add("fch_gelu", {kept, T, 4 * C}, a);
         t.add("res3", {B, T, C}, a);
     }
     t.add("lnf", {B, T, C}, a);
@@ -138,6 +143,8 @@ void GPT2::reserve(int max_B, int max_T, bool training) {
     t.add("logits", {B, T, V}, a);
     t.add("losses", {B, T}, DType::F32);
     t.add("proj", {B, T, C}, a);
+    t.add("ln_shared", {recompute_ ? B : 0, T, C}, a);
+    t.add("fch_gelu_shared", {recompute_ ? B : 0, T, 4 * C}, a);
     if (training) {
         t.add("dres", {B, T, C}, a);
         t.add("dln", {B, T, C}, a);
@@ -187,6 +194,12 @@ GPT2::Acts GPT2::views(int B, int T) const {
     a.logits = next();
     a.losses = next();
     a.proj = next();
+    const Tensor ln_shared = next(), fchg_shared = next();
+    if (recompute_)
+        for (LayerActs& la : a.layers) {
+            la.ln1 = la.ln2 = ln_shared;
+            la.fch_gelu = fchg_shared;
+        }
     if (training_) {
         a.dres = next();
         a.dln = next();
@@ -265,13 +278,16 @@ void GPT2::backward() {
         auto P = [&](LayerParam p) { return layer_param(l, p); };
         auto G = [&](LayerParam p) { return grads_[size_t(2 + l * kLayerParams + p)]; };
         // MLP: dres holds d(res3)
+        if (recompute_) be.gelu_fwd(la.fch_gelu, la.fch);
         be.matmul_bwd(a.dfch, G(kFcProjW), G(kFcProjB), a.dres, la.fch_gelu, P(kFcProjW), WLayout::InOut,
                       la.fch);
+        if (recompute_) be.layernorm_fwd(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, P(kLn2W), P(kLn2B));
         be.matmul_bwd(a.dln, G(kFcW), G(kFcB), a.dfch, la.ln2, P(kFcW), WLayout::InOut, {});
         be.layernorm_bwd(a.dres, G(kLn2W), G(kLn2B), a.dln, la.res2, P(kLn2W), la.ln2_mean, la.ln2_rstd);
         // attention: dres holds d(res2)
         be.matmul_bwd(a.datty, G(kAttProjW), G(kAttProjB), a.dres, la.atty, P(kAttProjW), WLayout::InOut, {});
         be.attention_bwd(a.dqkv, a.att_scratch, a.datty, la.qkv, la.atty, la.att, NH);
+        if (recompute_) be.layernorm_fwd(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, P(kLn1W), P(kLn1B));
         be.matmul_bwd(a.dln, G(kQkvW), G(kQkvB), a.dqkv, la.ln1, P(kQkvW), WLayout::InOut, {});
         be.layernorm_bwd(a.dres, G(kLn1W), G(kLn1B), a.dln, res_in, P(kLn1W), la.ln1_mean, la.ln1_rstd);
     }

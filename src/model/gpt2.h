@@ -43,14 +43,18 @@ std::vector<ParamInfo> param_table(const GPTConfig& c);
 
 class GPT2 {
 public:
-    // param_dtype: dtype of the parameters and gradients the ops see (F32 on the CPU).
-    GPT2(Backend& backend, const GPTConfig& config, DType param_dtype = DType::F32);
+    // param_dtype: dtype of the parameters, gradients and activations the ops see (F32 on the CPU).
+    // recompute: keep neither the layer norms' outputs nor the GELU's per layer; the backward recomputes
+    // them (one buffer each instead of one per layer), trading compute for activation memory.
+    GPT2(Backend& backend, const GPTConfig& config, DType param_dtype = DType::F32, bool recompute = false);
 
     const GPTConfig& config() const { return config_; }
     Backend& backend() const { return backend_; }
     const std::vector<ParamInfo>& params_info() const { return info_; }
     const Arena& params() const { return params_; }
     const Arena& grads() const { return grads_; }
+    DType dtype() const { return dtype_; }
+    bool recompute() const { return recompute_; }
     Tensor wte() const { return params_[0]; }
     Tensor wpe() const { return params_[1]; }
     Tensor layer_param(int l, LayerParam p) const { return params_[size_t(2 + l * kLayerParams + p)]; }
@@ -59,7 +63,8 @@ public:
 
     // GPT-2 initialisation: N(0, 0.02) weights, residual projections N(0, 0.02/sqrt(2L)), zero biases, unit
     // layer-norm gains. Same seed, same weights, on any backend.
-    void init_random(uint64_t seed);
+    void init_random(uint64_t seed) { params_from_host(init_host(seed)); }
+    std::vector<std::vector<float>> init_host(uint64_t seed) const;  // the same weights, as f32 host arrays
     // Host f32 copies of every parameter, in params_info() order.
     std::vector<std::vector<float>> params_to_host() const;
     void params_from_host(const std::vector<std::vector<float>>& host);
@@ -96,6 +101,7 @@ private:
     Backend& backend_;
     GPTConfig config_;
     DType dtype_;
+    bool recompute_;
     std::vector<ParamInfo> info_;
     Arena params_, grads_, acts_;
     int max_B_ = 0, max_T_ = 0;

@@ -39,3 +39,23 @@ void AdamW::reset_moments() {
 }
 
 }  // namespace anvil
+
+namespace anvil {
+
+std::vector<std::vector<float>> AdamW::weights_to_host() const {
+    if (!has_master()) return model_.params_to_host();
+    std::vector<std::vector<float>> host;
+    for (size_t i = 0; i < master_.size(); i++) {
+        host.emplace_back(static_cast<size_t>(master_[i].numel()));
+        model_.backend().download(host.back().data(), master_[i]);
+    }
+    return host;
+}
+
+void AdamW::weights_from_host(const std::vector<std::vector<float>>& host) {
+    model_.params_from_host(host);
+    if (!has_master()) return;
+    for (size_t i = 0; i < master_.size(); i++) model_.backend().upload(master_[i], host[i].data());
+}
+
+}  // namespace anvil

@@ -16,6 +16,11 @@ public:
     // One update of every parameter. norm_sq is the device scalar from Backend::global_norm_sq.
     void step(const AdamWArgs& args, Tensor norm_sq);
     void reset_moments();  // zero m and v (after trial steps)
+    bool has_master() const { return master_.size() > 0; }
+    // The f32 weights the optimizer updates: the master copy when the parameters are bf16/fp16.
+    std::vector<std::vector<float>> weights_to_host() const;
+    // Loads f32 weights into the master copy (and, rounded, into the parameters).
+    void weights_from_host(const std::vector<std::vector<float>>& host);
     const Arena& m() const { return m_; }
     const Arena& v() const { return v_; }
     float weight_decay() const { return wd_; }

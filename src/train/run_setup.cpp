@@ -171,12 +171,21 @@ RunSetup setup_run(TrainOptions& o) {
         r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
         be = r.profiler.get();
     }
-    r.model = std::make_unique<GPT2>(*be, cfg);
-    if (!model_src.empty())
-        load_model_weights(model_src, *r.model);
-    else
-        r.model->init_random(o.seed);
+    if (o.precision == "auto") o.precision = bo.device == Device::CUDA ? "bf16" : "fp32";
+    DType dtype;
+    ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16 or fp16",
+                o.precision);
+    ANVIL_CHECK(bo.device == Device::CUDA || dtype == DType::F32,
+                "--precision {}: the CPU backend trains in fp32; "
+                "use --precision fp32, or --device cuda",
+                o.precision);
+    r.model = std::make_unique<GPT2>(*be, cfg, dtype, o.recompute);
     r.opt = std::make_unique<AdamW>(*r.model, o.weight_decay);
+    if (!model_src.empty()) {
+        r.opt->weights_from_host(read_model_weights(model_src, *r.model));  // f32 master, rounded parameters
+    } else {
+        r.opt->weights_from_host(r.model->init_host(o.seed));  // drawn in f32, before any rounding
+    }
     if (o.batch_auto) {
         ANVIL_CHECK(ckpt.empty(), "--batch auto: a resumed run keeps the batch it chose; drop the flag");
         const int global = o.global_batch > 0 ? o.global_batch : 64;
@@ -213,7 +222,8 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
     write_model_files(tmp, *run.model,
-                      {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}});
+                      {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
+                      run.opt->weights_to_host());
     run.tok->save(tmp);
     write_optimizer_state(tmp, *run.model, *run.opt);
     const nlohmann::json state = {

@@ -3,14 +3,14 @@
 namespace anvil {
 
 StepResult accumulate_gradients(GPT2& model, const StepBatch& batch, int accum, int B, int T,
-                                std::vector<float>& losses) {
+                                std::vector<float>& losses, float loss_scale) {
     Backend& be = model.backend();
     const size_t per = size_t(B) * T;
     losses.resize(per);
     StepResult r;
     r.targets = batch.target_count;
     // With no targets at all the gradient is zero; any nonzero dloss makes the classifier write zeros.
-    const float dloss = r.targets > 0 ? 1.0f / float(r.targets) : 1.0f;
+    const float dloss = (r.targets > 0 ? 1.0f / float(r.targets) : 1.0f) * loss_scale;
     model.zero_grads();
     double sum = 0.0;
     for (int m = 0; m < accum; m++) {

@@ -17,8 +17,9 @@ struct StepResult {
 // Zeroes the gradients, then runs forward and backward on the step's `accum` micro-batches. The loss is the
 // mean over every target token of the step (each micro-batch's gradient is scaled by 1/targets-in-step),
 // so accumulation gives the same gradient as one large batch. `losses` is scratch of B*T floats.
+// `loss_scale` multiplies the gradients (fp16 loss scaling); the loss reported is unscaled.
 StepResult accumulate_gradients(GPT2& model, const StepBatch& batch, int accum, int B, int T,
-                                std::vector<float>& losses);
+                                std::vector<float>& losses, float loss_scale = 1.0f);
 
 // Builds step `step`'s micro-batches from `batcher` into tokens/targets (for callers without a Prefetcher).
 StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,

@@ -73,6 +73,24 @@ void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
     tb.flush();
 }
 
+// fp16's dynamic loss scaling: gradients are computed on loss x scale so small ones survive fp16; a step
+// whose gradients overflow is skipped and the scale halved; after `interval` clean steps it doubles.
+struct LossScaler {
+    bool enabled = false;
+    float scale = 65536.0f;
+    int good = 0, interval = 2000;
+    void update(bool finite) {
+        if (!enabled) return;
+        if (!finite) {
+            scale = std::max(1.0f, scale / 2);
+            good = 0;
+        } else if (++good >= interval) {
+            scale = std::min(scale * 2, 16777216.0f);
+            good = 0;
+        }
+    }
+};
+
 }  // namespace
 
 TrainOptions embedded_default_options() {
@@ -111,6 +129,9 @@ int run_train(TrainOptions o) {
                  o.steps, o.out.c_str());
 
     RunInstruments instruments(o, model);
+    LossScaler scaler;
+    scaler.enabled = model.dtype() == DType::F16;
+    if (!scaler.enabled) scaler.scale = 1.0f;
     std::unique_ptr<TensorBoardWriter> tensorboard;
     if (o.tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(o.out);
     Prefetcher loader(Batcher(run.data.train, B, T, o.shuffle, o.seed), be, B, T, accum, run.start_step);
@@ -134,7 +155,7 @@ int run_train(TrainOptions o) {
         const auto t0 = Clock::now();
         double waited = 0.0;
         const StepBatch batch = loader.acquire(step, &waited);
-        const StepResult sr = accumulate_gradients(model, batch, accum, B, T, losses);
+        const StepResult sr = accumulate_gradients(model, batch, accum, B, T, losses, scaler.scale);
         loader.release();
         const double t_compute = seconds_since(t0) - waited;
         const auto t_opt = Clock::now();
@@ -146,6 +167,7 @@ int run_train(TrainOptions o) {
         args.eps = o.eps;
         args.step = step + 1;
         args.max_grad_norm = o.grad_clip;
+        args.grad_scale = 1.0f / scaler.scale;
         opt.step(args, norm_sq);
         float nsq = 0.0f;
         be.download(&nsq, norm_sq);
@@ -159,11 +181,16 @@ int run_train(TrainOptions o) {
         step_s = step_s > 0 ? 0.9 * step_s + 0.1 * dt : dt;  // smoothed, for projections
         const double elapsed = seconds_since(t_start);
         const bool finite = std::isfinite(loss) && std::isfinite(nsq);
+        const float used_scale = scaler.scale;
         if (!finite) {
             skipped++;
-            std::fprintf(stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)\n", step + 1,
-                         std::isfinite(loss) ? "gradient" : "loss", skipped);
+            std::fprintf(stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
+                         std::isfinite(loss) ? "gradient" : "loss", skipped,
+                         scaler.enabled
+                             ? fmt::format(", loss scale {} -> {}", scaler.scale, scaler.scale / 2).c_str()
+                             : "");
         }
+        scaler.update(finite);
         last_loss = loss;
         const int done = step + 1;
         nlohmann::json rec = {{"step", done},
@@ -177,6 +204,7 @@ int run_train(TrainOptions o) {
                               {"optimizer_ms", t_optimizer * 1e3},
                               {"elapsed_s", seconds_since(t_start)}};
         if (!finite) rec["skipped"] = true;
+        if (scaler.enabled) rec["loss_scale"] = used_scale;
         instruments.add_step(rec, tok_s, elapsed, double(trained_tokens), step_s, o.steps - done);
         const bool eval_now =
             o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps && run.data.val.size() > 1;

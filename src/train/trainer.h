@@ -40,6 +40,9 @@ struct TrainOptions {
     int keep_checkpoints = 2;
     // execution
     std::string device = "cpu";
+    std::string precision =
+        "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
+    bool recompute = false;  // recompute layer norms and GELU in the backward (less memory)
     int threads = 0;
     bool profile = false;  // time every backend op and print the table at the end
     // instruments
