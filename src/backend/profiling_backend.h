@@ -1,10 +1,15 @@
 // ProfilingBackend: wraps any Backend and times every op (synchronising after each, so the figures are
-// per-op device time, at the cost of any overlap). `anvil train --profile` prints its table.
+// per-op device time, at the cost of any overlap). `anvil train --profile` prints its table and writes it
+// as profile.json in the run directory. Matrix products get their GFLOP/s; memory-bound ops get the least
+// bytes they must move (each input read once, each output written once) over their time: their achieved
+// bandwidth, to hold against a device-to-device copy (`anvil bench`).
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 
@@ -16,23 +21,25 @@ public:
     Device device() const override { return in_.device(); }
     std::string describe() const override { return in_.describe() + " [profiled]"; }
     std::string device_name() const override { return in_.device_name(); }
-    // Per-op table: calls, total ms, share, and GFLOP/s for matrix products; sorted by total time.
+    // Per-op table: calls, total ms, share, GFLOP/s for matrix products, GB/s for memory-bound ops;
+    // sorted by total time.
     std::string report() const;
+    nlohmann::json report_json() const;  // the same rows as objects
     void reset() { stats_.clear(); }
 
     Buffer alloc(size_t bytes) override { return in_.alloc(bytes); }
     Buffer alloc_host(size_t bytes) override { return in_.alloc_host(bytes); }
     void zero(Tensor t) override {
-        timed("zero", [&] { in_.zero(t); });
+        timed("zero", t.nbytes(), [&] { in_.zero(t); });
     }
     void upload(Tensor dst, const void* h) override {
-        timed("upload", [&] { in_.upload(dst, h); });
+        timed("upload", 0, [&] { in_.upload(dst, h); });
     }
     void download(void* h, Tensor src) override {
-        timed("download", [&] { in_.download(h, src); });
+        timed("download", 0, [&] { in_.download(h, src); });
     }
     void convert(Tensor d, Tensor s) override {
-        timed("convert", [&] { in_.convert(d, s); });
+        timed("convert", d.nbytes() + s.nbytes(), [&] { in_.convert(d, s); });
     }
     void synchronize() override { in_.synchronize(); }
     size_t memory_in_use() const override { return in_.memory_in_use(); }
@@ -40,57 +47,63 @@ public:
     void set_memory_limit(size_t bytes) override { in_.set_memory_limit(bytes); }
 
     void embedding_fwd(Tensor o, Tensor t, Tensor w, Tensor p) override {
-        timed("embedding_fwd", [&] { in_.embedding_fwd(o, t, w, p); });
+        timed("embedding_fwd", 3 * o.nbytes() + t.nbytes(), [&] { in_.embedding_fwd(o, t, w, p); });
     }
     void embedding_bwd(Tensor dw, Tensor dp, Tensor d, Tensor t) override {
-        timed("embedding_bwd", [&] { in_.embedding_bwd(dw, dp, d, t); });
+        timed("embedding_bwd", d.nbytes() + 2 * dp.nbytes() + t.nbytes(),
+              [&] { in_.embedding_bwd(dw, dp, d, t); });
     }
     void layernorm_fwd(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
-        timed("layernorm_fwd", [&] { in_.layernorm_fwd(o, m, r, i, w, b); });
+        timed("layernorm_fwd", i.nbytes() + o.nbytes() + w.nbytes() + b.nbytes() + m.nbytes() + r.nbytes(),
+              [&] { in_.layernorm_fwd(o, m, r, i, w, b); });
     }
     void layernorm_bwd(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, Tensor m,
                        Tensor r) override {
-        timed("layernorm_bwd", [&] { in_.layernorm_bwd(di, dw, db, d, i, w, m, r); });
+        timed("layernorm_bwd",
+              d.nbytes() + i.nbytes() + 2 * di.nbytes() + w.nbytes() + 2 * (dw.nbytes() + db.nbytes()) +
+                  m.nbytes() + r.nbytes(),
+              [&] { in_.layernorm_bwd(di, dw, db, d, i, w, m, r); });
     }
     void matmul_fwd(Tensor o, Tensor i, Tensor w, WLayout l, Tensor b, Tensor pg) override {
-        timed(matmul_name(pg.empty() ? "matmul_fwd" : "matmul_fwd+gelu", o, i).c_str(),
+        timed(matmul_name(pg.empty() ? "matmul_fwd" : "matmul_fwd+gelu", o, i).c_str(), 0,
               [&] { in_.matmul_fwd(o, i, w, l, b, pg); });
     }
     void matmul_bwd(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, WLayout l,
                     Tensor pg) override {
-        timed(matmul_name(pg.empty() ? "matmul_bwd" : "matmul_bwd+gelu", d, i).c_str(),
+        timed(matmul_name(pg.empty() ? "matmul_bwd" : "matmul_bwd+gelu", d, i).c_str(), 0,
               [&] { in_.matmul_bwd(di, dw, db, d, i, w, l, pg); });
     }
     void gelu_fwd(Tensor o, Tensor i) override {
-        timed("gelu_fwd", [&] { in_.gelu_fwd(o, i); });
+        timed("gelu_fwd", o.nbytes() + i.nbytes(), [&] { in_.gelu_fwd(o, i); });
     }
     void gelu_bwd(Tensor di, Tensor d, Tensor i) override {
-        timed("gelu_bwd", [&] { in_.gelu_bwd(di, d, i); });
+        timed("gelu_bwd", di.nbytes() + d.nbytes() + i.nbytes(), [&] { in_.gelu_bwd(di, d, i); });
     }
     size_t attention_saved_elems(const AttnDims& d) const override { return in_.attention_saved_elems(d); }
     size_t attention_scratch_elems(const AttnDims& d) const override {
         return in_.attention_scratch_elems(d);
     }
     void attention_fwd(Tensor o, Tensor s, Tensor q, int nh) override {
-        timed("attention_fwd", [&] { in_.attention_fwd(o, s, q, nh); });
+        timed("attention_fwd", 0, [&] { in_.attention_fwd(o, s, q, nh); });
     }
     void attention_bwd(Tensor dq, Tensor sc, Tensor d, Tensor q, Tensor o, Tensor s, int nh) override {
-        timed("attention_bwd", [&] { in_.attention_bwd(dq, sc, d, q, o, s, nh); });
+        timed("attention_bwd", 0, [&] { in_.attention_bwd(dq, sc, d, q, o, s, nh); });
     }
     void attention_cached(Tensor o, Tensor q, Tensor k, Tensor v, int p, int nh) override {
-        timed("attention_cached", [&] { in_.attention_cached(o, q, k, v, p, nh); });
+        timed("attention_cached", 0, [&] { in_.attention_cached(o, q, k, v, p, nh); });
     }
     void residual_fwd(Tensor o, Tensor a, Tensor b) override {
-        timed("residual_fwd", [&] { in_.residual_fwd(o, a, b); });
+        timed("residual_fwd", o.nbytes() + a.nbytes() + b.nbytes(), [&] { in_.residual_fwd(o, a, b); });
     }
     void classifier(Tensor l, Tensor lg, Tensor t, float d, int v) override {
-        timed("classifier", [&] { in_.classifier(l, lg, t, d, v); });
+        timed("classifier", lg.nbytes() * (d != 0.0f ? 2 : 1) + l.nbytes() + t.nbytes(),
+              [&] { in_.classifier(l, lg, t, d, v); });
     }
     void global_norm_sq(Tensor o, const std::vector<Tensor>& g) override {
-        timed("global_norm", [&] { in_.global_norm_sq(o, g); });
+        timed("global_norm", total_bytes(g), [&] { in_.global_norm_sq(o, g); });
     }
     void adamw(const std::vector<ParamSlot>& s, const AdamWArgs& a, Tensor n) override {
-        timed("adamw", [&] { in_.adamw(s, a, n); });
+        timed("adamw", adamw_bytes(s), [&] { in_.adamw(s, a, n); });
     }
 
 private:
@@ -100,18 +113,36 @@ private:
         return std::string(op) + " " + std::to_string(in.numel() / ic) + "x" + std::to_string(ic) + ">" +
                std::to_string(oc);
     }
+    static size_t total_bytes(const std::vector<Tensor>& ts) {
+        size_t n = 0;
+        for (const Tensor& t : ts) n += t.nbytes();
+        return n;
+    }
+    // parameters, master copy and moments read and written, gradients read
+    static size_t adamw_bytes(const std::vector<ParamSlot>& slots) {
+        size_t n = 0;
+        for (const ParamSlot& s : slots)
+            n += 2 * (s.param.nbytes() + s.m.nbytes() + s.v.nbytes() +
+                      (s.master.empty() ? 0 : s.master.nbytes())) +
+                 s.grad.nbytes();
+        return n;
+    }
+    // bytes: the least the op must move, 0 where the op is bound by arithmetic (matrix products, attention)
     template <typename F>
-    void timed(const char* name, F&& f) {
+    void timed(const char* name, size_t bytes, F&& f) {
+        in_.synchronize();  // earlier asynchronous work is not this op's
         const auto t0 = std::chrono::steady_clock::now();
         f();
         in_.synchronize();
         Stat& s = stats_[name];
         s.calls++;
+        s.bytes += double(bytes);
         s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     struct Stat {
         int64_t calls = 0;
         double seconds = 0.0;
+        double bytes = 0.0;
     };
     Backend& in_;
     std::map<std::string, Stat> stats_;

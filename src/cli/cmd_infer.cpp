@@ -158,6 +158,7 @@ Command add_generate(CLI::App& app) {
         const std::vector<int32_t> prompt = l.tok->encode(text);
         SampleOptions s = o->s;
         s.stop_token = o->no_stop ? -1 : l.tok->eot_id();
+        s.vocab_real = l.tok->vocab_size();
         Generator gen(*l.model);
         std::printf("%s", text.c_str());
         std::vector<int32_t> out;

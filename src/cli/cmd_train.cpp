@@ -72,6 +72,10 @@ Command add_train(CLI::App& app) {
     sub->add_option("--layers", o->layers, "transformer layers")->capture_default_str()->check(pos);
     sub->add_option("--heads", o->heads, "attention heads")->capture_default_str()->check(pos);
     sub->add_option("--dim", o->dim, "model width (n_embd)")->capture_default_str()->check(pos);
+    sub->add_option("--vocab", o->vocab,
+                    "embedding rows (default: the tokenizer's vocabulary); pad to a multiple of 64 or 128 "
+                    "for faster matrix products, e.g. 50304 for GPT-2's 50257")
+        ->check(pos);
     sub->add_option("--seq", o->seq, "sequence length (default: the model's context, 128 for new models)")
         ->check(pos);
     auto batch = std::make_shared<std::string>("8");
@@ -184,7 +188,7 @@ Command add_train(CLI::App& app) {
             const nlohmann::json state = nlohmann::json::parse(read_file(ckpt + "/trainer_state.json"));
             nlohmann::json merged = state.value("options", nlohmann::json::object());
             apply_given_flags(merged, options_to_json(*o), *sub);
-            for (const char* arch : {"layers", "heads", "dim"})
+            for (const char* arch : {"layers", "heads", "dim", "vocab"})
                 if (sub->get_option(std::string("--") + arch)->count())
                     fail("--{}: the architecture comes from the checkpoint when resuming; drop the flag",
                          arch);

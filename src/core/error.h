@@ -8,10 +8,14 @@
 // src/backend/cuda/cuda_check.h) so every error carries the same information.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <stdexcept>
 #include <string>
+
+#ifdef __CUDACC__
+#include <sstream>
+#else
+#include <fmt/format.h>
+#endif
 
 namespace anvil {
 
@@ -31,10 +35,36 @@ public:
 [[noreturn]] void check_fail(const char* expr, const char* func, const char* file, int line,
                              const std::string& detail);
 
+#ifndef __CUDACC__
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
     throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
+#else
+// nvcc cannot compile fmt 9's headers, so kernel files get the same call with plain `{}` fields
+// filled in order (no format specs); their host code around the kernels stays this simple.
+namespace detail {
+inline void put_args(std::ostringstream& os, const char* f) {
+    os << f;
+}
+template <typename A, typename... Rest>
+void put_args(std::ostringstream& os, const char* f, const A& a, const Rest&... rest) {
+    for (; *f; f++) {
+        if (f[0] == '{' && f[1] == '}') {
+            os << a;
+            return put_args(os, f + 2, rest...);
+        }
+        os << *f;
+    }
+}
+}  // namespace detail
+template <typename... Args>
+[[noreturn]] inline void fail(const char* f, const Args&... args) {
+    std::ostringstream os;
+    detail::put_args(os, f, args...);
+    throw Error(os.str());
+}
+#endif
 
 }  // namespace anvil
 

@@ -143,6 +143,8 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     step(ctx.data(), int(ctx.size()), 0, logits);
     int pos = int(ctx.size());
     for (int i = 0; i < opt.max_new_tokens; i++) {
+        if (opt.vocab_real > 0 && size_t(opt.vocab_real) < logits.size())
+            logits.resize(size_t(opt.vocab_real));
         const int32_t next = sample_token(logits, opt, rng);
         out.push_back(next);
         if (on_token) on_token(next);

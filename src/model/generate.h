@@ -19,6 +19,8 @@ struct SampleOptions {
     float top_p = 1.0f;        // 1 = off
     uint64_t seed = 1337;
     int stop_token = -1;  // stop after emitting this id (end-of-text); -1 = never
+    int vocab_real =
+        0;  // sample only ids below this (the tokenizer's, when the model's vocabulary is padded)
 };
 
 // Picks the next token from logits (V) on the host.

@@ -54,16 +54,16 @@ DoctorReport run_doctor(const std::string& device) {
     if (!cuda_ok) {
         std::string what = problem;
         if (!nvml.available()) what += "; no NVIDIA driver was found (" + nvml.why_not() + ")";
-        std::string todo;
+        std::string advice;
         if (!cuda_built())
-            todo = "install the CUDA toolkit (nvcc) and rebuild: make CUDA=ON";
+            advice = "install the CUDA toolkit (nvcc) and rebuild: make CUDA=ON";
         else if (!nvml.available())
-            todo = "install the NVIDIA driver, or train on the CPU with --device cpu";
+            advice = "install the NVIDIA driver, or train on the CPU with --device cpu";
         else
-            todo = "check nvidia-smi and CUDA_VISIBLE_DEVICES, or train on the CPU with --device cpu";
+            advice = "check nvidia-smi and CUDA_VISIBLE_DEVICES, or train on the CPU with --device cpu";
         gpu["problem"] = what;
-        gpu["what_to_do"] = todo;
-        r.text += fmt::format("GPU: not usable: {}.\n  What to do: {}.\n", what, todo);
+        gpu["what_to_do"] = advice;
+        r.text += fmt::format("GPU: not usable: {}.\n  What to do: {}.\n", what, advice);
     }
     r.json["gpu"] = gpu;
     if (device == "cuda")

@@ -43,6 +43,7 @@ ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate t
     SampleOptions opt;
     opt.temperature = 0.0f;
     opt.stop_token = tok.eot_id();
+    opt.vocab_real = tok.vocab_size();
     const int n =
         max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
     for (int i = 0; i < n; i++) {

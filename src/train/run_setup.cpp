@@ -138,8 +138,12 @@ RunSetup setup_run(TrainOptions& o) {
         cfg.n_head = o.heads;
         cfg.n_embd = o.dim;
         cfg.n_ctx = o.seq > 0 ? o.seq : 128;
-        cfg.vocab_size = r.tok->vocab_size();
-        cfg.validate("--layers/--heads/--dim/--seq");
+        ANVIL_CHECK(
+            o.vocab == 0 || o.vocab >= r.tok->vocab_size(),
+            "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)",
+            o.vocab, r.tok->vocab_size(), r.tok->vocab_size());
+        cfg.vocab_size = o.vocab > 0 ? o.vocab : r.tok->vocab_size();
+        cfg.validate("--layers/--heads/--dim/--seq/--vocab");
     }
     if (o.seq <= 0) o.seq = cfg.n_ctx;
     ANVIL_CHECK(o.seq <= cfg.n_ctx,

@@ -238,9 +238,11 @@ int run_train(TrainOptions o) {
     }
     const double tokens_per_s = train_time > 0 ? double(trained_tokens) / train_time : 0.0;
     bar.finish(fmt::format("done: {} steps, loss {:.4f}, {:.0f} tok/s", step, last_loss, tokens_per_s));
-    if (run.profiler)
+    if (run.profiler) {
         std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
                      run.profiler->report().c_str());
+        write_file_atomic(o.out + "/profile.json", json_text(run.profiler->report_json(), 1) + "\n");
+    }
 
     nlohmann::json summary = {{"steps", step},
                               {"train_loss", last_loss},

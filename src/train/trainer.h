@@ -19,7 +19,8 @@ struct TrainOptions {
     double val_fraction = 0.1;
     // model shape (new models only)
     int layers = 4, heads = 4, dim = 128;
-    int seq = 0;  // 0 = the model's context (128 for a new model)
+    int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
+    int seq = 0;    // 0 = the model's context (128 for a new model)
     // optimisation
     int batch = 8, grad_accum = 1, steps = 1000;
     bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation

@@ -84,6 +84,15 @@ def main():
                  "0.8"], check=True)
         check(r.stdout.startswith("alpha"), "generate continues a text prompt (context 16, 40 new tokens)", f)
 
+        # a padded vocabulary (as GPT-2's 50257 -> 50304): more embedding rows, never sampled
+        out3 = os.path.join(d, "padded")
+        run(["train", "--data", data, "--out", out3, "--steps", "2", "--vocab", "320", *TINY], check=True)
+        cfg = json.load(open(os.path.join(out3, "final", "config.json")))
+        check(cfg["vocab_size"] == 320, "--vocab 320: config.json says 320 rows", f)
+        r = run(["generate", "--model", out3, "--prompt", "alpha", "--max-new-tokens", "60", "--temperature", "2.0",
+                 "--seed", "5"], check=True)
+        check(r.returncode == 0 and r.stdout.startswith("alpha"), "a padded model samples only the tokenizer's ids", f)
+
     if f:
         print("FAILED:\n  " + "\n  ".join(f))
         return 1

@@ -162,6 +162,19 @@ def main():
                  "1M", *SMALL])
         check(r.returncode == 1 and "--batch auto" in r.stderr.strip().splitlines()[-1] or
               "out of memory" in r.stderr.strip().splitlines()[-1], "nothing fits: one-line error", f)
+
+        # --profile: the per-op table, and profile.json with FLOP rates and achieved bandwidths
+        prof = os.path.join(d, "prof")
+        r = run(["train", "--data", data, "--out", prof, "--steps", "3", "--batch", "2", "--profile", *SMALL],
+                check=True)
+        check("GB/s" in r.stderr and "layernorm_fwd" in r.stderr, "--profile prints the per-op table", f)
+        rows = {row["op"]: row for row in json.load(open(os.path.join(prof, "profile.json")))}
+        check(rows.get("layernorm_fwd", {}).get("gb_per_s", 0) > 0 and rows["layernorm_fwd"]["calls"] == 3 * 5,
+              "profile.json: layernorm_fwd with its bandwidth, 5 calls a step (2 layers x 2 + final)", f)
+        check(any(k.startswith("matmul_fwd") and v.get("gflops", 0) > 0 for k, v in rows.items()),
+              "profile.json: matrix products with their GFLOP/s", f)
+        check("gb_per_s" not in rows.get("attention_fwd", {"gb_per_s": 1}), "attention is not rated by bytes", f)
+        check(abs(sum(v["share"] for v in rows.values()) - 1.0) < 1e-6, "shares add up to 1", f)
     if f:
         print("FAILED:\n  " + "\n  ".join(f))
         return 1

@@ -12,6 +12,7 @@
 #include <new>
 
 #include "backend/cpu/ops.h"
+#include "backend/op_checks.h"
 #include "monitor/sysinfo.h"
 
 extern "C" {
@@ -28,19 +29,6 @@ void expect_f32(const Tensor& t, const char* what) {
                 dtype_name(t.dtype));
     ANVIL_CHECK(t.device == Device::CPU, "cpu backend: {} lives on {}, not the host", what,
                 device_name(t.device));
-}
-
-void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what) {
-    const Shape s(dims);
-    ANVIL_CHECK(t.shape == s, "cpu backend: {} has shape {}, expected {}", what, t.shape.str(), s.str());
-}
-
-// Rows and columns of a tensor seen as a matrix (all leading dims folded into rows).
-int64_t rows(const Tensor& t) {
-    return t.numel() / t.shape[t.shape.ndim - 1];
-}
-int64_t cols(const Tensor& t) {
-    return t.shape[t.shape.ndim - 1];
 }
 
 }  // namespace
@@ -69,24 +57,14 @@ std::string CpuBackend::device_name() const {
 }
 
 Buffer CpuBackend::alloc(size_t bytes) {
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    if (limit_ && *in_use_ + rounded > limit_)
-        throw OutOfMemory(
-            fmt::format("out of memory: {:.1f} MiB more would pass the {:.1f} MiB limit "
-                        "(--memory-limit); use a smaller model or batch",
-                        double(rounded) / (1 << 20), double(limit_) / (1 << 20)));
+    const size_t rounded = memory_.admit(bytes);
     void* p = std::aligned_alloc(kAlign, rounded);
     if (!p)
         throw OutOfMemory(
             fmt::format("out of host memory allocating {:.1f} MiB; use a smaller model or batch",
                         double(bytes) / (1 << 20)));
     std::memset(p, 0, bytes);
-    *in_use_ += rounded;
-    peak_ = std::max(peak_, *in_use_);
-    return Buffer(p, bytes, Device::CPU, [counter = in_use_, rounded](void* q) {
-        std::free(q);
-        *counter -= rounded;
-    });
+    return memory_.track(p, bytes, rounded, Device::CPU, [](void* q) { std::free(q); });
 }
 
 void CpuBackend::zero(Tensor t) {
@@ -114,11 +92,7 @@ void CpuBackend::convert(Tensor dst, Tensor src) {
 
 void CpuBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
     expect_f32(out, "embedding out");
-    const int B = int(tokens.dim(0)), T = int(tokens.dim(1)), C = int(wte.dim(1)), V = int(wte.dim(0));
-    ANVIL_CHECK(tokens.dtype == DType::I32, "embedding: tokens must be I32");
-    ANVIL_CHECK(T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}", T,
-                wpe.dim(0));
-    expect_shape(out, {B, T, C}, "embedding out");
+    const auto [B, T, C, V] = check_embedding(out, tokens, wte, wpe);
     const int32_t* tok = tokens.ptr<int32_t>();
     for (int64_t i = 0; i < tokens.numel(); i++)
         ANVIL_CHECK(tok[i] >= 0 && tok[i] < V,
@@ -129,54 +103,29 @@ void CpuBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe
 }
 
 void CpuBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-    const int B = int(tokens.dim(0)), T = int(tokens.dim(1)), C = int(dwte.dim(1));
-    expect_shape(dout, {B, T, C}, "embedding dout");
+    const auto [B, T, C, V] = check_embedding(dout, tokens, dwte, dwpe);
+    (void)V;
     cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.ptr<int32_t>(), B, T, C);
 }
 
 void CpuBackend::layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
-    const int N = int(rows(in)), C = int(cols(in));
-    ANVIL_CHECK(out.numel() == in.numel() && mean.numel() == N && rstd.numel() == N && w.numel() == C &&
-                    b.numel() == C,
-                "layernorm: shapes out {} mean {} in {} w {}", out.shape.str(), mean.shape.str(),
-                in.shape.str(), w.shape.str());
+    const auto [N, C] = check_layernorm(out, mean, rstd, in, w, b);
     cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), in.f32(), w.f32(), b.f32(), N, C);
 }
 
 void CpuBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                Tensor mean, Tensor rstd) {
-    const int N = int(rows(in)), C = int(cols(in));
-    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() && dw.numel() == C && db.numel() == C,
-                "layernorm backward: shapes din {} dout {} in {}", din.shape.str(), dout.shape.str(),
-                in.shape.str());
+    const auto [N, C] = check_layernorm_bwd(din, dw, db, dout, in);
     cpu::layernorm_backward(din.f32(), dw.f32(), db.f32(), dout.f32(), in.f32(), w.f32(), mean.f32(),
                             rstd.f32(), N, C);
 }
 
-namespace {
-struct MatDims {
-    int N, C, OC;
-};
-MatDims matmul_dims(const Tensor& in, const Tensor& w, WLayout layout) {
-    ANVIL_CHECK(w.shape.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape.str());
-    const int C = int(cols(in));
-    const int wc = int(layout == WLayout::InOut ? w.dim(0) : w.dim(1));
-    const int OC = int(layout == WLayout::InOut ? w.dim(1) : w.dim(0));
-    ANVIL_CHECK(wc == C, "matmul: input has {} channels, weight {} expects {}", C, w.shape.str(), wc);
-    return {int(rows(in)), C, OC};
-}
-}  // namespace
-
 void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
-    const auto [N, C, OC] = matmul_dims(in, w, layout);
-    ANVIL_CHECK(rows(out) == N && cols(out) == OC, "matmul: output {} for ({}, {})", out.shape.str(), N, OC);
-    ANVIL_CHECK(bias.empty() || bias.numel() == OC, "matmul: bias {} for {} outputs", bias.shape.str(), OC);
+    const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     const float* b = bias.empty() ? nullptr : bias.f32();
     if (pre_gelu.empty()) {
         cpu::matmul_forward(out.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
     } else {
-        ANVIL_CHECK(pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}", pre_gelu.shape.str(),
-                    out.shape.str());
         // A row-blocked fusion (each block's product and GELU on one core, in cache) measured 0-11% slower
         // than BLAS over all rows followed by one GELU pass: the small products lose more than the pass
         // costs.
@@ -187,12 +136,7 @@ void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Ten
 
 void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             WLayout layout, Tensor in_pre_gelu) {
-    const auto [N, C, OC] = matmul_dims(in, w, layout);
-    ANVIL_CHECK(rows(dout) == N && cols(dout) == OC, "matmul backward: dout {} for ({}, {})",
-                dout.shape.str(), N, OC);
-    ANVIL_CHECK(dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(), w.shape.str());
-    ANVIL_CHECK(din.empty() || din.numel() == in.numel(), "matmul backward: din {} vs in {}", din.shape.str(),
-                in.shape.str());
+    const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
     cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.f32(), dbias.empty() ? nullptr : dbias.f32(),
                          dout.f32(), in.f32(), w.f32(), N, C, OC, layout);
     if (!in_pre_gelu.empty() && !din.empty())
@@ -200,12 +144,13 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 }
 
 void CpuBackend::gelu_fwd(Tensor out, Tensor in) {
-    ANVIL_CHECK(out.numel() == in.numel(), "gelu: {} vs {}", out.shape.str(), in.shape.str());
+    expect_same_numel(out, in, "gelu");
     cpu::gelu_forward(out.f32(), in.f32(), size_t(in.numel()));
 }
 
 void CpuBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
-    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel(), "gelu backward: shapes");
+    expect_same_numel(din, in, "gelu backward");
+    expect_same_numel(dout, in, "gelu backward");
     cpu::gelu_backward(din.f32(), dout.f32(), in.f32(), size_t(in.numel()));
 }
 
@@ -217,8 +162,7 @@ size_t CpuBackend::attention_scratch_elems(const AttnDims& d) const {
 }
 
 void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const int B = int(qkv.dim(0)), T = int(qkv.dim(1)), C = int(qkv.dim(2) / 3);
-    ANVIL_CHECK(C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
+    const auto [B, T, C, nh] = check_attention(qkv, NH);
     expect_shape(out, {B, T, C}, "attention out");
     ANVIL_CHECK(size_t(saved.numel()) >= attention_saved_elems({B, T, NH, C / NH}),
                 "attention: saved too small");
@@ -227,7 +171,7 @@ void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
 
 void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor /*out*/,
                                Tensor saved, int NH) {
-    const int B = int(qkv.dim(0)), T = int(qkv.dim(1)), C = int(qkv.dim(2) / 3);
+    const auto [B, T, C, nh] = check_attention(qkv, NH);
     expect_shape(dqkv, {B, T, 3 * C}, "attention dqkv");
     expect_shape(dout, {B, T, C}, "attention dout");
     ANVIL_CHECK(size_t(scratch.numel()) >= attention_scratch_elems({B, T, NH, C / NH}),
@@ -243,8 +187,8 @@ void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor 
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
-    ANVIL_CHECK(out.numel() == a.numel() && a.numel() == b.numel(), "residual: shapes {} {} {}",
-                out.shape.str(), a.shape.str(), b.shape.str());
+    expect_same_numel(out, a, "residual");
+    expect_same_numel(a, b, "residual");
     float* o = out.f32();
     const float* x = a.f32();
     const float* y = b.f32();
@@ -254,10 +198,7 @@ void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
 }
 
 void CpuBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
-    const int N = int(rows(logits)), Vp = int(cols(logits));
-    ANVIL_CHECK(losses.numel() == N && targets.numel() == N, "classifier: losses {} targets {} for {} rows",
-                losses.shape.str(), targets.shape.str(), N);
-    ANVIL_CHECK(vocab_real > 0 && vocab_real <= Vp, "classifier: vocab {} of {}", vocab_real, Vp);
+    const auto [N, Vp] = check_classifier(losses, logits, targets, vocab_real);
     const int32_t* tg = targets.ptr<int32_t>();
     for (int i = 0; i < N; i++)
         ANVIL_CHECK(tg[i] >= -1 && tg[i] < vocab_real,

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/memory_account.h"
 
 namespace anvil {
 
@@ -22,9 +23,9 @@ public:
     void download(void* host, Tensor src) override;
     void convert(Tensor dst, Tensor src) override;
     void synchronize() override {}
-    size_t memory_in_use() const override { return *in_use_; }
-    size_t memory_peak() const override { return peak_; }
-    void set_memory_limit(size_t bytes) override { limit_ = bytes; }
+    size_t memory_in_use() const override { return memory_.in_use(); }
+    size_t memory_peak() const override { return memory_.peak(); }
+    void set_memory_limit(size_t bytes) override { memory_.set_limit(bytes); }
 
     void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
     void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
@@ -49,8 +50,7 @@ public:
 
 private:
     int threads_;
-    std::shared_ptr<size_t> in_use_ = std::make_shared<size_t>(0);  // shared with the buffers' deleters
-    size_t peak_ = 0, limit_ = 0;
+    MemoryAccount memory_;
 };
 
 }  // namespace anvil

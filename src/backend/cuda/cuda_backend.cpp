@@ -1,0 +1,246 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/op_checks.h"
+
+namespace anvil {
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t(64) << 20;    // partial sums, sort buffers
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's
+}  // namespace
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // no driver / no device: clear the sticky error
+        return 0;
+    }
+    return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+    const int n = cuda_device_count();
+    ANVIL_CHECK(n > 0,
+                "--device cuda: no usable CUDA device (run anvil doctor to see why), or use --device cpu");
+    ANVIL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist ({} visible)", device, n);
+    return std::make_unique<CudaBackend>(device);
+}
+
+namespace cuda {
+
+void* Ctx::scratch(size_t offset, size_t bytes) const {
+    offset = (offset + 255) / 256 * 256;
+    ANVIL_CHECK(offset + bytes <= workspace_bytes, "cuda workspace: {} bytes needed at {}, {} available",
+                bytes, offset, workspace_bytes);
+    return workspace + offset;
+}
+
+const char* cublas_status_name(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS:
+            return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED:
+            return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED:
+            return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE:
+            return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_ARCH_MISMATCH:
+            return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case CUBLAS_STATUS_MAPPING_ERROR:
+            return "CUBLAS_STATUS_MAPPING_ERROR";
+        case CUBLAS_STATUS_EXECUTION_FAILED:
+            return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR:
+            return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case CUBLAS_STATUS_LICENSE_ERROR:
+            return "CUBLAS_STATUS_LICENSE_ERROR";
+        default:
+            return "cuBLAS error";
+    }
+}
+
+}  // namespace cuda
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
+    ctx_.sm_count = prop_.multiProcessorCount;
+    workspace_ = alloc(kWorkspaceBytes);
+    lt_workspace_ = alloc(kLtWorkspaceBytes);
+    ctx_.workspace = static_cast<char*>(workspace_.data());
+    ctx_.workspace_bytes = kWorkspaceBytes;
+    ctx_.lt_workspace = lt_workspace_.data();
+    ctx_.lt_workspace_bytes = kLtWorkspaceBytes;
+    lt_plans_ = cuda::make_lt_plans();
+    ctx_.lt_plans = lt_plans_.get();
+}
+
+CudaBackend::~CudaBackend() {
+    // Destructors log, never throw: ignore errors while tearing down.
+    (void)cudaStreamSynchronize(ctx_.stream);
+    lt_plans_.reset();
+    workspace_.reset();
+    lt_workspace_.reset();
+    (void)cublasLtDestroy(ctx_.lt);
+    (void)cudaStreamDestroy(ctx_.stream);
+}
+
+std::string CudaBackend::describe() const {
+    return fmt::format("cuda:{} ({}, compute capability {}.{}, {} SMs, {:.1f} GiB, cuBLASLt {})", device_,
+                       prop_.name, prop_.major, prop_.minor, prop_.multiProcessorCount,
+                       double(prop_.totalGlobalMem) / double(1ull << 30), cublasLtGetVersion());
+}
+
+std::string CudaBackend::device_name() const {
+    return prop_.name;
+}
+
+Buffer CudaBackend::alloc(size_t bytes) {
+    const size_t rounded = memory_.admit(bytes);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, rounded);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        throw OutOfMemory(
+            fmt::format("out of GPU memory allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free); use a "
+                        "smaller model or batch, --recompute, or --batch auto",
+                        double(rounded) / (1 << 20), double(free_b) / double(1ull << 30),
+                        double(total_b) / double(1ull << 30)));
+    }
+    CUDA_CHECK(e);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, ctx_.stream));
+    return memory_.track(p, bytes, rounded, Device::CUDA, [](void* q) { (void)cudaFree(q); });
+}
+
+Buffer CudaBackend::alloc_host(size_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+    return Buffer(p, bytes, Device::CPU, [](void* q) { (void)cudaFreeHost(q); });
+}
+
+void CudaBackend::zero(Tensor t) {
+    CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), ctx_.stream));
+}
+
+void CudaBackend::upload(Tensor dst, const void* host) {
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
+}
+
+void CudaBackend::download(void* host, Tensor src) {
+    CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+void CudaBackend::convert(Tensor dst, Tensor src) {
+    cuda::convert(ctx_, dst, src);
+}
+void CudaBackend::synchronize() {
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+void CudaBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+    check_embedding(out, tokens, wte, wpe);
+    cuda::embedding_fwd(ctx_, out, tokens, wte, wpe);
+}
+
+void CudaBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+    check_embedding(dout, tokens, dwte, dwpe);
+    cuda::embedding_bwd(ctx_, dwte, dwpe, dout, tokens);
+}
+
+void CudaBackend::layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
+    check_layernorm(out, mean, rstd, in, w, b);
+    cuda::layernorm_fwd(ctx_, out, mean, rstd, in, w, b);
+}
+
+void CudaBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                                Tensor mean, Tensor rstd) {
+    check_layernorm_bwd(din, dw, db, dout, in);
+    cuda::layernorm_bwd(ctx_, din, dw, db, dout, in, w, mean, rstd);
+}
+
+void CudaBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+    check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
+    cuda::matmul_fwd(ctx_, out, in, w, layout, bias, pre_gelu);
+}
+
+void CudaBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                             WLayout layout, Tensor in_pre_gelu) {
+    check_matmul_bwd(din, dw, dout, in, w, layout);
+    cuda::matmul_bwd(ctx_, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
+}
+
+void CudaBackend::gelu_fwd(Tensor out, Tensor in) {
+    expect_same_numel(out, in, "gelu");
+    cuda::gelu_fwd(ctx_, out, in);
+}
+
+void CudaBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
+    expect_same_numel(din, in, "gelu backward");
+    expect_same_numel(dout, in, "gelu backward");
+    cuda::gelu_bwd(ctx_, din, dout, in);
+}
+
+// The saved tensor has the activation dtype; attention keeps f32 statistics in it, so ask for bytes / 2.
+size_t CudaBackend::attention_saved_elems(const AttnDims& d) const {
+    return (cuda::attention_saved_bytes(d) + 1) / 2;
+}
+size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
+    return (cuda::attention_scratch_bytes(d) + 1) / 2;
+}
+
+void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
+    const AttnShape s = check_attention(qkv, NH);
+    expect_shape(out, {s.B, s.T, s.C}, "attention out");
+    ANVIL_CHECK(saved.nbytes() >= cuda::attention_saved_bytes({s.B, s.T, NH, s.C / NH}),
+                "attention: saved too small");
+    cuda::attention_fwd(ctx_, out, saved, qkv, NH);
+}
+
+void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
+                                Tensor saved, int NH) {
+    const AttnShape s = check_attention(qkv, NH);
+    expect_shape(dqkv, {s.B, s.T, 3 * s.C}, "attention dqkv");
+    expect_shape(dout, {s.B, s.T, s.C}, "attention dout");
+    ANVIL_CHECK(scratch.nbytes() >= cuda::attention_scratch_bytes({s.B, s.T, NH, s.C / NH}),
+                "attention: scratch too small");
+    cuda::attention_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH);
+}
+
+void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
+    const int Tq = int(rows(qkv));
+    ANVIL_CHECK(pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
+                pos0 + Tq, kcache.dim(0));
+    cuda::attention_cached(ctx_, out, qkv, kcache, vcache, pos0, NH);
+}
+
+void CudaBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
+    expect_same_numel(out, a, "residual");
+    expect_same_numel(a, b, "residual");
+    cuda::residual(ctx_, out, a, b);
+}
+
+void CudaBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
+    check_classifier(losses, logits, targets, vocab_real);
+    cuda::classifier(ctx_, losses, logits, targets, dloss, vocab_real);
+}
+
+void CudaBackend::global_norm_sq(Tensor out, const std::vector<Tensor>& grads) {
+    cuda::global_norm_sq(ctx_, out, grads);
+}
+
+void CudaBackend::adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) {
+    cuda::adamw(ctx_, slots, args, norm_sq);
+}
+
+}  // namespace anvil

@@ -1,0 +1,66 @@
+// CudaBackend: the Backend interface on one NVIDIA GPU. Kernels in this directory, matrix products through
+// cuBLASLt. One compute stream; device memory from cudaMalloc, accounted (and limited, --memory-limit);
+// host staging memory page-locked.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/ops.h"
+#include "backend/memory_account.h"
+
+namespace anvil {
+
+int cuda_device_count();  // 0 when no device is visible or the driver is missing
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+    Device device() const override { return Device::CUDA; }
+    std::string describe() const override;
+    std::string device_name() const override;
+
+    Buffer alloc(size_t bytes) override;
+    Buffer alloc_host(size_t bytes) override;
+    void zero(Tensor t) override;
+    void upload(Tensor dst, const void* host) override;
+    void download(void* host, Tensor src) override;
+    void convert(Tensor dst, Tensor src) override;
+    void synchronize() override;
+    size_t memory_in_use() const override { return memory_.in_use(); }
+    size_t memory_peak() const override { return memory_.peak(); }
+    void set_memory_limit(size_t bytes) override { memory_.set_limit(bytes); }
+
+    void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+    void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+    void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) override;
+    void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,
+                       Tensor rstd) override;
+    void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
+    void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
+                    Tensor in_pre_gelu) override;
+    void gelu_fwd(Tensor out, Tensor in) override;
+    void gelu_bwd(Tensor din, Tensor dout, Tensor in) override;
+    size_t attention_saved_elems(const AttnDims& d) const override;
+    size_t attention_scratch_elems(const AttnDims& d) const override;
+    void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) override;
+    void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+                       int NH) override;
+    void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
+    void residual_fwd(Tensor out, Tensor a, Tensor b) override;
+    void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) override;
+    void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
+    void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
+
+private:
+    int device_;
+    cudaDeviceProp prop_{};
+    cuda::Ctx ctx_;
+    Buffer workspace_, lt_workspace_;
+    std::shared_ptr<cuda::LtPlans> lt_plans_;
+    MemoryAccount memory_;
+};
+
+}  // namespace anvil

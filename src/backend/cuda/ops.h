@@ -1,0 +1,70 @@
+// The CUDA ops, one family per .cu file; CudaBackend checks shapes and calls these. Ctx carries the stream
+// and the backend's workspace (a fixed allocation made once; ops take sub-buffers of it).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace anvil::cuda {
+
+// cuBLASLt plans (descriptors + chosen algorithm) per product shape, owned by the backend.
+struct LtPlans;
+std::shared_ptr<LtPlans> make_lt_plans();
+
+struct Ctx {
+    cudaStream_t stream = nullptr;
+    char* workspace = nullptr;  // device scratch for partial sums, sort buffers
+    size_t workspace_bytes = 0;
+    int sm_count = 0;
+    cublasLtHandle_t lt = nullptr;
+    void* lt_workspace = nullptr;
+    size_t lt_workspace_bytes = 0;
+    LtPlans* lt_plans = nullptr;
+    // A workspace slice of `bytes` (256-aligned) at `offset`; throws if it does not fit.
+    void* scratch(size_t offset, size_t bytes) const;
+};
+
+// elementwise.cu
+void convert(const Ctx& c, Tensor dst, Tensor src);
+void residual(const Ctx& c, Tensor out, Tensor a, Tensor b);
+void gelu_fwd(const Ctx& c, Tensor out, Tensor in);
+void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in);
+// out (C) += column sums of in (rows, C); deterministic (fixed partial order)
+void colsum_accumulate(const Ctx& c, Tensor out, Tensor in);
+// n values of `type` (f32, bf16, f16, fp8 e4m3) in [-1, 1) from a hash of (index, seed): benchmark inputs
+void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32_t seed);
+
+// embedding.cu
+void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
+void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
+
+// layernorm.cu
+void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
+void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                   Tensor mean, Tensor rstd);
+
+// matmul.cu (cuBLASLt)
+void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu);
+void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                WLayout layout, Tensor in_pre_gelu);
+
+// attention.cu
+size_t attention_saved_bytes(const AttnDims& d);
+size_t attention_scratch_bytes(const AttnDims& d);
+void attention_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH);
+void attention_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
+                   Tensor saved, int NH);
+void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
+
+// classifier.cu
+void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real);
+
+// optimizer.cu
+void global_norm_sq(const Ctx& c, Tensor out, const std::vector<Tensor>& grads);
+void adamw(const Ctx& c, const std::vector<ParamSlot>& slots, const AdamWArgs& a, Tensor norm_sq);
+
+}  // namespace anvil::cuda

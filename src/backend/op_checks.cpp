@@ -1,0 +1,93 @@
+#include "backend/op_checks.h"
+
+namespace anvil {
+
+void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what) {
+    const Shape s(dims);
+    ANVIL_CHECK(t.shape == s, "{} has shape {}, expected {}", what, t.shape.str(), s.str());
+}
+
+void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+    ANVIL_CHECK(a.numel() == b.numel(), "{}: {} vs {}", op, a.shape.str(), b.shape.str());
+}
+
+EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+    ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
+    const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(wte.dim(1)), int(wte.dim(0))};
+    ANVIL_CHECK(d.T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}", d.T,
+                wpe.dim(0));
+    expect_shape(out, {d.B, d.T, d.C}, "embedding out");
+    return d;
+}
+
+RowDims check_layernorm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
+                        const Tensor& w, const Tensor& b) {
+    const RowDims d{int(rows(in)), int(cols(in))};
+    ANVIL_CHECK(out.numel() == in.numel() && mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C &&
+                    b.numel() == d.C && mean.dtype == DType::F32 && rstd.dtype == DType::F32,
+                "layernorm: shapes out {} mean {} in {} w {}", out.shape.str(), mean.shape.str(),
+                in.shape.str(), w.shape.str());
+    return d;
+}
+
+RowDims check_layernorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                            const Tensor& in) {
+    const RowDims d{int(rows(in)), int(cols(in))};
+    ANVIL_CHECK(
+        din.numel() == in.numel() && dout.numel() == in.numel() && dw.numel() == d.C && db.numel() == d.C,
+        "layernorm backward: shapes din {} dout {} in {}", din.shape.str(), dout.shape.str(), in.shape.str());
+    return d;
+}
+
+namespace {
+MatDims matmul_dims(const Tensor& in, const Tensor& w, WLayout layout) {
+    ANVIL_CHECK(w.shape.ndim == 2, "matmul: weight must be 2-D, got {}", w.shape.str());
+    const int C = int(cols(in));
+    const int wc = int(layout == WLayout::InOut ? w.dim(0) : w.dim(1));
+    const int OC = int(layout == WLayout::InOut ? w.dim(1) : w.dim(0));
+    ANVIL_CHECK(wc == C, "matmul: input has {} channels, weight {} expects {}", C, w.shape.str(), wc);
+    return {int(rows(in)), C, OC};
+}
+}  // namespace
+
+MatDims check_matmul_fwd(const Tensor& out, const Tensor& in, const Tensor& w, WLayout layout,
+                         const Tensor& bias, const Tensor& pre_gelu) {
+    const MatDims d = matmul_dims(in, w, layout);
+    ANVIL_CHECK(rows(out) == d.N && cols(out) == d.OC, "matmul: output {} for ({}, {})", out.shape.str(), d.N,
+                d.OC);
+    ANVIL_CHECK(bias.empty() || bias.numel() == d.OC, "matmul: bias {} for {} outputs", bias.shape.str(),
+                d.OC);
+    ANVIL_CHECK(pre_gelu.empty() || pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}",
+                pre_gelu.shape.str(), out.shape.str());
+    return d;
+}
+
+MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,
+                         const Tensor& w, WLayout layout) {
+    const MatDims d = matmul_dims(in, w, layout);
+    ANVIL_CHECK(rows(dout) == d.N && cols(dout) == d.OC, "matmul backward: dout {} for ({}, {})",
+                dout.shape.str(), d.N, d.OC);
+    ANVIL_CHECK(dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(), w.shape.str());
+    ANVIL_CHECK(din.empty() || din.numel() == in.numel(), "matmul backward: din {} vs in {}", din.shape.str(),
+                in.shape.str());
+    return d;
+}
+
+AttnShape check_attention(const Tensor& qkv, int NH) {
+    ANVIL_CHECK(qkv.shape.ndim == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
+                qkv.shape.str());
+    const AttnShape s{int(qkv.dim(0)), int(qkv.dim(1)), int(qkv.dim(2) / 3), NH};
+    ANVIL_CHECK(NH > 0 && s.C % NH == 0, "attention: {} channels do not split into {} heads", s.C, NH);
+    return s;
+}
+
+ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tensor& targets, int vocab_real) {
+    const ClsDims d{int(rows(logits)), int(cols(logits))};
+    ANVIL_CHECK(losses.numel() == d.N && targets.numel() == d.N && targets.dtype == DType::I32 &&
+                    losses.dtype == DType::F32,
+                "classifier: losses {} targets {} for {} rows", losses.shape.str(), targets.shape.str(), d.N);
+    ANVIL_CHECK(vocab_real > 0 && vocab_real <= d.Vp, "classifier: vocab {} of {}", vocab_real, d.Vp);
+    return d;
+}
+
+}  // namespace anvil

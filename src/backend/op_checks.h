@@ -1,0 +1,52 @@
+// The shape contract of every op, shared by the backends: each check returns the sizes the op works on, or
+// throws naming the op and the mismatched tensors.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace anvil {
+
+// Rows and columns of a tensor seen as a matrix (all leading dims folded into rows).
+inline int64_t rows(const Tensor& t) {
+    return t.numel() / t.shape[t.shape.ndim - 1];
+}
+inline int64_t cols(const Tensor& t) {
+    return t.shape[t.shape.ndim - 1];
+}
+
+void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what);
+void expect_same_numel(const Tensor& a, const Tensor& b, const char* op);
+
+struct EmbDims {
+    int B, T, C, V;
+};
+EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+
+struct RowDims {
+    int N, C;
+};
+RowDims check_layernorm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
+                        const Tensor& w, const Tensor& b);
+RowDims check_layernorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                            const Tensor& in);
+
+struct MatDims {
+    int N, C, OC;
+};
+MatDims check_matmul_fwd(const Tensor& out, const Tensor& in, const Tensor& w, WLayout layout,
+                         const Tensor& bias, const Tensor& pre_gelu);
+MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,
+                         const Tensor& w, WLayout layout);
+
+struct AttnShape {
+    int B, T, C, NH;
+};
+// qkv (B,T,3C) and an output-like tensor (B,T,C) or (B,T,3C) for dqkv
+AttnShape check_attention(const Tensor& qkv, int NH);
+
+struct ClsDims {
+    int N, Vp;
+};
+ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tensor& targets, int vocab_real);
+
+}  // namespace anvil
