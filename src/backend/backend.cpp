@@ -24,10 +24,17 @@ bool cuda_available() {
 #endif
 }
 
+AttentionImpl parse_attention(const std::string& name) {
+    if (name == "auto") return AttentionImpl::Auto;
+    if (name == "gemm") return AttentionImpl::Gemm;
+    if (name == "flash") return AttentionImpl::Flash;
+    fail("--attention {}: use auto, gemm or flash", name);
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& opts) {
     if (opts.device == Device::CPU) return std::make_unique<CpuBackend>(opts.threads);
 #ifdef ANVIL_WITH_CUDA
-    return make_cuda_backend(opts.device_id);
+    return make_cuda_backend(opts.device_id, opts.attention);
 #else
     fail(
         "--device cuda: this anvil binary was built without the CUDA backend; rebuild with nvcc on the PATH "

@@ -125,10 +125,18 @@ public:
     virtual void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) = 0;
 };
 
+// How the CUDA backend computes attention: Gemm (cuBLASLt products on the tensor cores, keeping the (T,T)
+// probabilities), Flash (anvil's tiled kernels, keeping only the log-sum-exp), Auto (Gemm where the
+// probabilities take at most 1 GiB per layer). The CPU backend has one implementation.
+enum class AttentionImpl : uint8_t { Auto, Gemm, Flash };
+// Parses --attention auto|gemm|flash; throws naming the flag otherwise.
+AttentionImpl parse_attention(const std::string& name);
+
 struct BackendOptions {
     Device device = Device::CPU;
     int threads = 0;    // CPU threads (0 = all cores / OMP_NUM_THREADS)
     int device_id = 0;  // CUDA device ordinal
+    AttentionImpl attention = AttentionImpl::Auto;
 };
 
 // Creates the backend for `opts.device`; throws a clear error if it is not built in or not usable.

@@ -160,6 +160,12 @@ Command add_train(CLI::App& app) {
     sub->add_flag("--recompute", o->recompute,
                   "recompute layer norms and GELU in the backward: less activation "
                   "memory for a little more compute");
+    sub->add_option(
+           "--attention", o->attention,
+           "CUDA attention: gemm (cuBLASLt on the tensor cores, keeps the T x T probabilities), flash "
+           "(anvil's tiled kernels, keeps only the log-sum-exp) or auto (gemm up to 1 GiB per layer)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "gemm", "flash"}));
     sub->add_option("--price-per-hour", o->price_per_hour,
                     "dollars per hour, or a preset: " + price_presets());
     sub->add_option("--peak-tflops", o->peak_tflops,

@@ -168,6 +168,7 @@ RunSetup setup_run(TrainOptions& o) {
     BackendOptions bo;
     bo.device = parse_device(o.device);
     bo.threads = o.threads;
+    bo.attention = parse_attention(o.attention);
     r.backend = make_backend(bo);
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     Backend* be = r.backend.get();

@@ -20,7 +20,8 @@ struct TrainOptions {
     // model shape (new models only)
     int layers = 4, heads = 4, dim = 128;
     int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
-    int seq = 0;    // 0 = the model's context (128 for a new model)
+    std::string attention = "auto";  // CUDA attention: auto, gemm or flash
+    int seq = 0;                     // 0 = the model's context (128 for a new model)
     // optimisation
     int batch = 8, grad_accum = 1, steps = 1000;
     bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation

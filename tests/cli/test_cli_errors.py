@@ -63,6 +63,8 @@ def main():
         open(nofield, "w").write('{"body": "x"}\n')
         case("record without a text field", ["train", "--data", nofield, "--out", out("e"), *TINY], "nofield.jsonl:1")
         case("data path is a directory", ["train", "--data", d, "--out", out("f"), *TINY], "directory")
+        case("unknown attention implementation", ["train", "--data", good, "--out", out("w"), "--attention", "fast",
+                                                  *TINY], "--attention")
         case("vocabulary smaller than the tokenizer's", ["train", "--data", good, "--out", out("v"), "--vocab", "200",
                                                          *TINY], "--vocab 200")
 

@@ -90,10 +90,13 @@ protected:
     Backends be;
 };
 
-TEST_F(CudaModel, Fp32LossAndGradientsMatchTheCpu) {
+class CudaModelAttention : public CudaModel, public ::testing::WithParamInterface<AttentionImpl> {};
+
+TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
     const int B = 3, T = 48;
     const Batches data(B, T, small().vocab_size, 1, test_seed());
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T), gpu(*be.gpu, DType::F32, 7, B, T);
+    auto gpu_be = make_backend({Device::CUDA, 0, 0, GetParam()});
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T), gpu(*gpu_be, DType::F32, 7, B, T);
     const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
@@ -109,6 +112,11 @@ TEST_F(CudaModel, Fp32LossAndGradientsMatchTheCpu) {
         EXPECT_TRUE(all_close(gg[i], gc[i], 1e-4, 1e-4 * scale, info[i].name));
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Attention, CudaModelAttention,
+                         ::testing::Values(AttentionImpl::Gemm, AttentionImpl::Flash), [](const auto& p) {
+                             return std::string(p.param == AttentionImpl::Gemm ? "gemm" : "flash");
+                         });
 
 // 40 AdamW steps from the same weights on the same batches: bf16 (and fp16 with a loss scale of 1024)
 // stay within a few percent of the fp32 loss at every step, and all of them learn.

@@ -189,32 +189,37 @@ struct AttnCase {
     int B, T, NH, HS;
 };
 
+// Both CUDA implementations: cuBLASLt products + softmax kernels (gemm) and the tiled kernels (flash).
 TEST_P(CudaOps, Attention) {
     const std::vector<AttnCase> cases = {{2, 70, 3, 16}, {1, 64, 2, 64}, {2, 33, 2, 80}, {1, 100, 1, 128}};
-    for (const AttnCase& a : cases) {
-        SCOPED_TRACE(::testing::Message() << "B=" << a.B << " T=" << a.T << " NH=" << a.NH << " HS=" << a.HS);
-        const int C = a.NH * a.HS;
-        const AttnDims d{a.B, a.T, a.NH, a.HS};
-        const std::vector<float> qkv = rnd(size_t(a.B) * a.T * 3 * C), dout = rnd(size_t(a.B) * a.T * C);
-        DevTensor qkv_c = upload(cpu(), qkv, {a.B, a.T, 3 * C}), out_c(cpu(), {a.B, a.T, C});
-        DevTensor saved_c(cpu(), {int64_t(cpu().attention_saved_elems(d))});
-        DevTensor scratch_c(cpu(), {int64_t(cpu().attention_scratch_elems(d))}),
-            dqkv_c(cpu(), {a.B, a.T, 3 * C});
-        cpu().attention_fwd(out_c, saved_c, qkv_c, a.NH);
-        cpu().attention_bwd(dqkv_c, scratch_c, upload(cpu(), dout, {a.B, a.T, C}), qkv_c, out_c, saved_c,
-                            a.NH);
+    for (AttentionImpl impl : {AttentionImpl::Gemm, AttentionImpl::Flash}) {
+        auto gpu = make_backend({Device::CUDA, 0, 0, impl});
+        for (const AttnCase& a : cases) {
+            SCOPED_TRACE(::testing::Message() << (impl == AttentionImpl::Gemm ? "gemm" : "flash") << " B="
+                                              << a.B << " T=" << a.T << " NH=" << a.NH << " HS=" << a.HS);
+            const int C = a.NH * a.HS;
+            const AttnDims d{a.B, a.T, a.NH, a.HS};
+            const std::vector<float> qkv = rnd(size_t(a.B) * a.T * 3 * C), dout = rnd(size_t(a.B) * a.T * C);
+            DevTensor qkv_c = upload(cpu(), qkv, {a.B, a.T, 3 * C}), out_c(cpu(), {a.B, a.T, C});
+            DevTensor saved_c(cpu(), {int64_t(cpu().attention_saved_elems(d))});
+            DevTensor scratch_c(cpu(), {int64_t(cpu().attention_scratch_elems(d))}),
+                dqkv_c(cpu(), {a.B, a.T, 3 * C});
+            cpu().attention_fwd(out_c, saved_c, qkv_c, a.NH);
+            cpu().attention_bwd(dqkv_c, scratch_c, upload(cpu(), dout, {a.B, a.T, C}), qkv_c, out_c, saved_c,
+                                a.NH);
 
-        DevTensor qkv_g = put(gpu(), qkv, {a.B, a.T, 3 * C}, dt()),
-                  out_g = poisoned(gpu(), {a.B, a.T, C}, dt());
-        DevTensor saved_g = poisoned(gpu(), {int64_t(gpu().attention_saved_elems(d))}, dt());
-        DevTensor scratch_g = poisoned(gpu(), {int64_t(gpu().attention_scratch_elems(d))}, dt());
-        DevTensor dqkv_g = poisoned(gpu(), {a.B, a.T, 3 * C}, dt());
-        gpu().attention_fwd(out_g, saved_g, qkv_g, a.NH);
-        EXPECT_TRUE(close(get(gpu(), out_g), download(cpu(), out_c), tol(), "attention out"));
-        // the backward sees the GPU's own (rounded) output, as in training
-        gpu().attention_bwd(dqkv_g, scratch_g, put(gpu(), dout, {a.B, a.T, C}, dt()), qkv_g, out_g, saved_g,
-                            a.NH);
-        EXPECT_TRUE(close(get(gpu(), dqkv_g), download(cpu(), dqkv_c), tol(), "attention dqkv"));
+            DevTensor qkv_g = put(*gpu, qkv, {a.B, a.T, 3 * C}, dt()),
+                      out_g = poisoned(*gpu, {a.B, a.T, C}, dt());
+            DevTensor saved_g = poisoned(*gpu, {int64_t(gpu->attention_saved_elems(d))}, dt());
+            DevTensor scratch_g = poisoned(*gpu, {int64_t(gpu->attention_scratch_elems(d))}, dt());
+            DevTensor dqkv_g = poisoned(*gpu, {a.B, a.T, 3 * C}, dt());
+            gpu->attention_fwd(out_g, saved_g, qkv_g, a.NH);
+            EXPECT_TRUE(close(get(*gpu, out_g), download(cpu(), out_c), tol(), "attention out"));
+            // the backward sees the GPU's own (rounded) output, as in training
+            gpu->attention_bwd(dqkv_g, scratch_g, put(*gpu, dout, {a.B, a.T, C}, dt()), qkv_g, out_g, saved_g,
+                               a.NH);
+            EXPECT_TRUE(close(get(*gpu, dqkv_g), download(cpu(), dqkv_c), tol(), "attention dqkv"));
+        }
     }
 }
 

@@ -262,10 +262,10 @@ Geom geom(const Tensor& qkv, int NH) {
 
 }  // namespace
 
-size_t attention_saved_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
-size_t attention_scratch_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
+size_t attention_flash_saved_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
+size_t attention_flash_scratch_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
 
-void attention_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
+void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
     const Geom g = geom(qkv, NH);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -278,7 +278,7 @@ void attention_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
     });
 }
 
-void attention_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                    int NH) {
     const Geom g = geom(qkv, NH);
     auto* Drow = static_cast<float*>(scratch.data);

@@ -21,12 +21,12 @@ int cuda_device_count() {
     return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention) {
     const int n = cuda_device_count();
     ANVIL_CHECK(n > 0,
                 "--device cuda: no usable CUDA device (run anvil doctor to see why), or use --device cpu");
     ANVIL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist ({} visible)", device, n);
-    return std::make_unique<CudaBackend>(device);
+    return std::make_unique<CudaBackend>(device, attention);
 }
 
 namespace cuda {
@@ -67,7 +67,7 @@ const char* cublas_status_name(cublasStatus_t s) {
 
 }  // namespace cuda
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, AttentionImpl attention) : device_(device), attention_(attention) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
@@ -191,20 +191,40 @@ void CudaBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
     cuda::gelu_bwd(ctx_, din, dout, in);
 }
 
-// The saved tensor has the activation dtype; attention keeps f32 statistics in it, so ask for bytes / 2.
+// Two implementations: the cuBLASLt one (tensor cores; keeps the probabilities, B*NH*T*T elements) where
+// they take at most 1 GiB per layer and the mode allows, else anvil's flash-style kernels (keep only the
+// log-sum-exp). The saved tensor is sized at reserve time for the largest batch; a call decides from the
+// tensor it is given, the forward and the backward alike.
+namespace {
+constexpr size_t kGemmSavedLimit = size_t(1) << 30;
+}
+
+bool CudaBackend::attention_gemm_planned(const AttnDims& d) const {
+    if (attention_ == AttentionImpl::Flash || !cuda::attention_gemm_fits(ctx_, d)) return false;
+    return attention_ == AttentionImpl::Gemm || cuda::attention_gemm_saved_elems(d) * 2 <= kGemmSavedLimit;
+}
+
+bool CudaBackend::attention_uses_gemm(const AttnDims& d, const Tensor& saved) const {
+    return attention_gemm_planned(d) && size_t(saved.numel()) >= cuda::attention_gemm_saved_elems(d);
+}
+
+// The saved tensor has the activation dtype; the flash kernels keep f32 statistics in it, so they ask for
+// bytes / 2 elements (16-bit types; f32 gets twice what it needs).
 size_t CudaBackend::attention_saved_elems(const AttnDims& d) const {
-    return (cuda::attention_saved_bytes(d) + 1) / 2;
+    const size_t flash = (cuda::attention_flash_saved_bytes(d) + 1) / 2;
+    return attention_gemm_planned(d) ? std::max(flash, cuda::attention_gemm_saved_elems(d)) : flash;
 }
 size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
-    return (cuda::attention_scratch_bytes(d) + 1) / 2;
+    return (cuda::attention_flash_scratch_bytes(d) + 1) / 2;
 }
 
 void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
     const AttnShape s = check_attention(qkv, NH);
     expect_shape(out, {s.B, s.T, s.C}, "attention out");
-    ANVIL_CHECK(saved.nbytes() >= cuda::attention_saved_bytes({s.B, s.T, NH, s.C / NH}),
-                "attention: saved too small");
-    cuda::attention_fwd(ctx_, out, saved, qkv, NH);
+    const AttnDims d{s.B, s.T, NH, s.C / NH};
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, out, saved, qkv, NH);
+    ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
+    cuda::attention_flash_fwd(ctx_, out, saved, qkv, NH);
 }
 
 void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
@@ -212,9 +232,10 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
     const AttnShape s = check_attention(qkv, NH);
     expect_shape(dqkv, {s.B, s.T, 3 * s.C}, "attention dqkv");
     expect_shape(dout, {s.B, s.T, s.C}, "attention dout");
-    ANVIL_CHECK(scratch.nbytes() >= cuda::attention_scratch_bytes({s.B, s.T, NH, s.C / NH}),
-                "attention: scratch too small");
-    cuda::attention_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH);
+    const AttnDims d{s.B, s.T, NH, s.C / NH};
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, dqkv, dout, qkv, saved, NH);
+    ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
+    cuda::attention_flash_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH);
 }
 
 void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {

@@ -12,11 +12,11 @@
 namespace anvil {
 
 int cuda_device_count();  // 0 when no device is visible or the driver is missing
-std::unique_ptr<Backend> make_cuda_backend(int device);
+std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention);
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device);
+    CudaBackend(int device, AttentionImpl attention);
     ~CudaBackend() override;
     Device device() const override { return Device::CUDA; }
     std::string describe() const override;
@@ -55,7 +55,11 @@ public:
     void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
 
 private:
+    bool attention_gemm_planned(const AttnDims& d) const;
+    bool attention_uses_gemm(const AttnDims& d, const Tensor& saved) const;
+
     int device_;
+    AttentionImpl attention_;
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;

@@ -52,13 +52,18 @@ void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, T
 void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                 WLayout layout, Tensor in_pre_gelu);
 
-// attention.cu
-size_t attention_saved_bytes(const AttnDims& d);
-size_t attention_scratch_bytes(const AttnDims& d);
-void attention_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH);
-void attention_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
-                   Tensor saved, int NH);
+// attention.cu: anvil's flash-style kernels (keep only the log-sum-exp)
+size_t attention_flash_saved_bytes(const AttnDims& d);
+size_t attention_flash_scratch_bytes(const AttnDims& d);
+void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH);
+void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
+                         Tensor saved, int NH);
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
+// attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
+size_t attention_gemm_saved_elems(const AttnDims& d);
+bool attention_gemm_fits(const Ctx& c, const AttnDims& d);  // one head's fp32 scores fit the workspace
+void attention_gemm_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH);
+void attention_gemm_bwd(const Ctx& c, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved, int NH);
 
 // classifier.cu
 void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real);

@@ -1,0 +1,186 @@
+// Causal self-attention on the tensor cores: the two products of each head (Q K^T and P V, and the four of
+// the backward) through cuBLASLt, batched over a group of heads, with the softmax and its backward as
+// memory-bound kernels between them. The probabilities P (B,NH,T,T) are kept for the backward in the
+// activation dtype; the scores and their gradient pass through fp32 scratch (one group of heads at a time in
+// the backend's workspace), so the softmax sees unrounded scores. Products cover the full T x T square; the
+// causal mask is applied by the softmax, which writes zeros above the diagonal, and every later product
+// then ignores those positions by arithmetic.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/lt_gemm.h"
+
+namespace anvil::cuda {
+
+namespace {
+
+// One warp per query row r of a group: row t = r % T of head (r / T). S fp32 (rows, T) -> P (rows, T).
+template <typename T>
+__global__ void causal_softmax_kernel(T* P, const float* S, int rows, int Tn) {
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const int t = r % Tn;
+    const float* s = S + size_t(r) * Tn;
+    float m = -INFINITY, l = 0.0f;  // online max and sum over keys 0..t
+    for (int k = lane; k <= t; k += 32) {
+        const float v = s[k];
+        const float m_new = fmaxf(m, v);
+        l = l * __expf(m - m_new) + __expf(v - m_new);
+        m = m_new;
+    }
+    const float M = warp_max(m);
+    l = warp_sum(m == -INFINITY ? 0.0f : l * __expf(m - M));
+    const float inv = 1.0f / l;
+    T* p = P + size_t(r) * Tn;
+    for (int k = lane; k < Tn; k += 32) p[k] = from_f<T>(k <= t ? __expf(s[k] - M) * inv : 0.0f);
+}
+
+// dS = P * (dP - sum_k P*dP) * scale, written over P (one warp per row; zeros above the diagonal stay zero).
+template <typename T>
+__global__ void causal_softmax_bwd_kernel(T* P, const float* dP, int rows, int Tn, float scale) {
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const int t = r % Tn;
+    T* p = P + size_t(r) * Tn;
+    const float* dp = dP + size_t(r) * Tn;
+    float d = 0.0f;
+    for (int k = lane; k <= t; k += 32) d += to_f(p[k]) * dp[k];
+    d = warp_sum(d);
+    for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] - d) * scale);
+}
+
+struct Geo {
+    int B, T, C, NH, HS;
+    int group;  // heads per pass, so that group * T * T fp32 scores fit the workspace
+};
+
+Geo geo(const Ctx& c, const Tensor& qkv, int NH) {
+    Geo g;
+    g.B = int(qkv.dim(0)), g.T = int(qkv.dim(1)), g.C = int(qkv.dim(2) / 3), g.NH = NH, g.HS = g.C / NH;
+    g.group = int(std::min<size_t>(size_t(NH), c.workspace_bytes / (size_t(g.T) * g.T * sizeof(float))));
+    ANVIL_ASSERT(g.group > 0);
+    return g;
+}
+
+// A batched product over `heads` heads: strides of HS between heads in the (B,T,3C)/(B,T,C) tensors and T*T
+// between heads' (T,T) matrices.
+Gemm head_gemm(DType dt, int heads) {
+    Gemm g;
+    g.ab = dt;
+    g.d = dt;
+    g.batch = heads;
+    return g;
+}
+
+void softmax_rows(const Ctx& c, DType dt, void* P, const float* S, int rows, int Tn) {
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), S, rows, Tn);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void softmax_bwd_rows(const Ctx& c, DType dt, void* P, const float* dP, int rows, int Tn, float scale) {
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        causal_softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), dP, rows, Tn, scale);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+}  // namespace
+
+size_t attention_gemm_saved_elems(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * d.T; }
+bool attention_gemm_fits(const Ctx& c, const AttnDims& d) {
+    return size_t(d.T) * d.T * sizeof(float) <= c.workspace_bytes;
+}
+
+void attention_gemm_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
+    const Geo g = geo(c, qkv, NH);
+    const DType dt = qkv.dtype;
+    const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
+    const int64_t row3 = 3 * int64_t(g.C);
+    auto* S = static_cast<float*>(c.scratch(0, size_t(g.group) * TT * sizeof(float)));
+    const char* base = static_cast<const char*>(qkv.data);
+    for (int b = 0; b < g.B; b++)
+        for (int h0 = 0; h0 < NH; h0 += g.group) {
+            const int heads = std::min(g.group, NH - h0);
+            const char* q = base + (size_t(b) * g.T * row3 + size_t(h0) * g.HS) * es;
+            const char* k = q + size_t(g.C) * es;
+            const char* v = q + 2 * size_t(g.C) * es;
+            char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
+            // S^T (Tk x Tq) = K . Q^T, scaled, in fp32
+            Gemm s = head_gemm(dt, heads);
+            s.d = DType::F32;
+            s.m = g.T, s.n = g.T, s.k = g.HS;
+            s.A = k, s.ta = true, s.lda = int(row3), s.stride_a = g.HS;
+            s.B = q, s.ldb = int(row3), s.stride_b = g.HS;
+            s.D = S, s.ldd = g.T, s.stride_d = int64_t(TT);
+            s.alpha = 1.0f / std::sqrt(float(g.HS));
+            lt_gemm_or_fail(c, s);
+            softmax_rows(c, dt, P, S, heads * g.T, g.T);
+            // O^T (HS x Tq) = V^T . P^T
+            Gemm o = head_gemm(dt, heads);
+            o.m = g.HS, o.n = g.T, o.k = g.T;
+            o.A = v, o.lda = int(row3), o.stride_a = g.HS;
+            o.B = P, o.ldb = g.T, o.stride_b = int64_t(TT);
+            o.D = static_cast<char*>(out.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
+            o.ldd = g.C, o.stride_d = g.HS;
+            lt_gemm_or_fail(c, o);
+        }
+}
+
+void attention_gemm_bwd(const Ctx& c, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved, int NH) {
+    const Geo g = geo(c, qkv, NH);
+    const DType dt = qkv.dtype;
+    const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
+    const int64_t row3 = 3 * int64_t(g.C);
+    auto* dP = static_cast<float*>(c.scratch(0, size_t(g.group) * TT * sizeof(float)));
+    for (int b = 0; b < g.B; b++)
+        for (int h0 = 0; h0 < NH; h0 += g.group) {
+            const int heads = std::min(g.group, NH - h0);
+            const size_t at3 = (size_t(b) * g.T * row3 + size_t(h0) * g.HS) * es;
+            const char* q = static_cast<const char*>(qkv.data) + at3;
+            const char* k = q + size_t(g.C) * es;
+            const char* v = q + 2 * size_t(g.C) * es;
+            char* dq = static_cast<char*>(dqkv.data) + at3;
+            char* dk = dq + size_t(g.C) * es;
+            char* dv = dq + 2 * size_t(g.C) * es;
+            const char* dO = static_cast<const char*>(dout.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
+            char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
+            // dV^T (HS x Tk) = dO^T . P
+            Gemm gv = head_gemm(dt, heads);
+            gv.m = g.HS, gv.n = g.T, gv.k = g.T;
+            gv.A = dO, gv.lda = g.C, gv.stride_a = g.HS;
+            gv.B = P, gv.tb = true, gv.ldb = g.T, gv.stride_b = int64_t(TT);
+            gv.D = dv, gv.ldd = int(row3), gv.stride_d = g.HS;
+            lt_gemm_or_fail(c, gv);
+            // dP^T (Tk x Tq) = V . dO^T, in fp32
+            Gemm gp = head_gemm(dt, heads);
+            gp.d = DType::F32;
+            gp.m = g.T, gp.n = g.T, gp.k = g.HS;
+            gp.A = v, gp.ta = true, gp.lda = int(row3), gp.stride_a = g.HS;
+            gp.B = dO, gp.ldb = g.C, gp.stride_b = g.HS;
+            gp.D = dP, gp.ldd = g.T, gp.stride_d = int64_t(TT);
+            lt_gemm_or_fail(c, gp);
+            // P becomes dS (scaled by 1/sqrt(HS), the forward's scale)
+            softmax_bwd_rows(c, dt, P, dP, heads * g.T, g.T, 1.0f / std::sqrt(float(g.HS)));
+            // dQ^T (HS x Tq) = K^T . dS^T
+            Gemm gq = head_gemm(dt, heads);
+            gq.m = g.HS, gq.n = g.T, gq.k = g.T;
+            gq.A = k, gq.lda = int(row3), gq.stride_a = g.HS;
+            gq.B = P, gq.ldb = g.T, gq.stride_b = int64_t(TT);
+            gq.D = dq, gq.ldd = int(row3), gq.stride_d = g.HS;
+            lt_gemm_or_fail(c, gq);
+            // dK^T (HS x Tk) = Q^T . dS
+            Gemm gk = head_gemm(dt, heads);
+            gk.m = g.HS, gk.n = g.T, gk.k = g.T;
+            gk.A = q, gk.lda = int(row3), gk.stride_a = g.HS;
+            gk.B = P, gk.tb = true, gk.ldb = g.T, gk.stride_b = int64_t(TT);
+            gk.D = dk, gk.ldd = int(row3), gk.stride_d = g.HS;
+            lt_gemm_or_fail(c, gk);
+        }
+}
+
+}  // namespace anvil::cuda

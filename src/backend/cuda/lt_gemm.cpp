@@ -1,0 +1,145 @@
+// The cuBLASLt product and its plan cache (see lt_gemm.h).
+#include "backend/cuda/lt_gemm.h"
+
+#include <map>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace anvil::cuda {
+
+namespace {
+
+struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;  // the heuristic found an algorithm
+};
+
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
+                           int64_t, int64_t, uint32_t>;
+
+}  // namespace
+
+// Keyed by everything that shapes the descriptors; few entries (one per layer kind).
+struct LtPlans {
+    std::map<PlanKey, Plan> map;
+    ~LtPlans() {
+        for (auto& [k, p] : map) {
+            (void)cublasLtMatrixLayoutDestroy(p.a);
+            (void)cublasLtMatrixLayoutDestroy(p.b);
+            (void)cublasLtMatrixLayoutDestroy(p.d);
+            (void)cublasLtMatmulDescDestroy(p.op);
+        }
+    }
+};
+
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::F32:
+            return CUDA_R_32F;
+        case DType::BF16:
+            return CUDA_R_16BF;
+        case DType::F16:
+            return CUDA_R_16F;
+        default:
+            ::anvil::fail("matmul: dtype {} is not supported", dtype_name(t));
+    }
+}
+
+// The alignment (a power of two, at most 256 bytes) every matrix of a batch starts at: cuBLASLt's heuristic
+// assumes 256 unless told, and an algorithm that needs more than a pointer has fails at run time.
+uint32_t alignment(const void* p, int64_t stride_elems, int batch, DType t) {
+    uint64_t a = reinterpret_cast<uintptr_t>(p) | 256;
+    if (batch > 1) a |= uint64_t(stride_elems) * dtype_size(t);
+    return uint32_t(a & (~a + 1));
+}
+
+const Plan& plan_for(const Ctx& c, const Gemm& g) {
+    const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.ab),
+                   al_b = alignment(g.B, g.stride_b, g.batch, g.ab),
+                   al_d = alignment(g.D, g.stride_d, g.batch, g.d);
+    const PlanKey key{g.ta,     g.tb,    g.m,        g.n,        g.k,        g.lda,
+                      g.ldb,    g.ldd,   int(g.ab),  int(g.d),   int(g.epi), g.beta != 0.0f,
+                      g.ld_aux, g.batch, g.stride_a, g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18};
+    auto& cache = c.lt_plans->map;
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    Plan p;
+    const cudaDataType_t type = cuda_type(g.ab), dtype = cuda_type(g.d);
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, sizeof g.epi));
+    if (g.ld_aux > 0) {
+        const int64_t ld = g.ld_aux;
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    // pointers are set per call; a placeholder lets the heuristic see an epilogue with operands
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dtype, g.m, g.n, g.ldd));
+    if (g.batch > 1) {
+        const int32_t count = g.batch;
+        const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+            {p.a, g.stride_a}, {p.b, g.stride_b}, {p.d, g.stride_d}};
+        for (const auto& [layout, stride] : layouts) {
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                          sizeof count));
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                          &stride, sizeof stride));
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = c.lt_workspace_bytes;
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d}};
+    for (const auto& [attr, value] : aligns)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    p.ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.ok) p.algo = result.algo;
+    return cache.emplace(key, p).first->second;
+}
+
+}  // namespace
+
+bool lt_gemm(const Ctx& c, const Gemm& g) {
+    const Plan& p = plan_for(c, g);
+    if (!p.ok) return false;
+    if (g.bias)
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    if (g.aux)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                                    sizeof g.aux));
+    CUBLAS_CHECK(cublasLtMatmul(c.lt, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.D, p.d, g.D, p.d,
+                                &p.algo, c.lt_workspace, c.lt_workspace_bytes, c.stream));
+    return true;
+}
+
+void lt_gemm_or_fail(const Ctx& c, const Gemm& g) {
+    ANVIL_CHECK(lt_gemm(c, g), "cuBLASLt has no algorithm for a {}x{}x{} {} product (batch {})", g.m, g.n,
+                g.k, dtype_name(g.ab), g.batch);
+}
+
+std::shared_ptr<LtPlans> make_lt_plans() {
+    return std::make_shared<LtPlans>();
+}
+
+}  // namespace anvil::cuda
