@@ -97,6 +97,19 @@ def make_data(a, d, n_tokens):
         json.dump(meta, f)
 
 
+TORCH_MATMUL = """
+import json, torch
+n = 8192
+a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+for _ in range(3): a @ b
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ms = []
+for _ in range(10):
+    s.record(); a @ b; e.record(); torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+print(json.dumps({"tflops": 2 * n**3 / (sorted(ms)[5] / 1e3) / 1e12}))
+"""
+
+
 def result(bench, name):
     return next((r["measured"] for r in bench["results"] if r["name"] == name), 0.0)
 
@@ -141,7 +154,10 @@ def main():
              "mfu_measured_bf16": flops_per_token * anvil_tps / (bf16_rate * 1e12) if bf16_rate else None,
              "mfu_vs_989TF": flops_per_token * anvil_tps / 989.4e12,
              "peak_mem_gib": summary.get("peak_mem_mb", 0) / 1024, "params": n_params,
-             "losses": [r["loss"] for r in rows]}
+             "losses": [r["loss"] for r in rows],
+             "gpu_util_mean": statistics.mean(r["gpu_util"] for r in rows if "gpu_util" in r)
+             if any("gpu_util" in r for r in rows) else None,
+             "monitor": [{k: r[k] for k in r if k.startswith("gpu_") or k == "step"} for r in rows]}
 
     profile = []
     if a.profile_steps > 0:
@@ -149,8 +165,10 @@ def main():
         sh(common + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
-    contenders = {}
+    contenders, torch_matmul = {}, None
     if not a.skip_torch:
+        # the card's bf16 rate through PyTorch's cuBLAS, to hold anvil bench's figure against
+        torch_matmul = json.loads(sh([a.python, "-c", TORCH_MATMUL], log).strip().splitlines()[-1])["tflops"]
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
                   os.path.join(data, "train_000000.bin"), "--batch", str(B), "--seq", str(T), "--layers",
                   str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
@@ -169,7 +187,7 @@ def main():
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git,
            "command": " ".join(sys.argv), "device": gpu, "doctor": doctor, "config": vars(a),
-           "bench": bench["results"],
+           "bench": bench["results"], "torch_bf16_matmul_tflops": torch_matmul,
            "anvil": anvil, "contenders": contenders, "profile": profile}
     for k, c in contenders.items():
         res[f"ratio_vs_{k}"] = anvil_tps / c["tokens_per_s"]
@@ -179,7 +197,11 @@ def main():
     lines = [f"device: {gpu.get('name', '?')}, driver CUDA {gpu.get('driver_cuda', '?')}, commit {git[:10]}",
              f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}, {a.precision}, "
              f"median of {a.steps} steps after {a.warmup}",
-             f"card: bf16 matmul {bf16_rate:.0f} TFLOP/s measured, device copy {copy_bw:.0f} GB/s", "",
+             f"card: bf16 matmul {bf16_rate:.0f} TFLOP/s (anvil bench)"
+             + (f", {torch_matmul:.0f} through PyTorch's cuBLAS ({100 * bf16_rate / torch_matmul:.0f}%)"
+                if torch_matmul else "") + f", device copy {copy_bw:.0f} GB/s",
+             f"anvil run: mean GPU utilisation {anvil['gpu_util_mean']}%" if anvil["gpu_util_mean"] is not None
+             else "anvil run: no GPU utilisation samples (NVML)", "",
              f"{'':24} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
              f"{'anvil':24} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
     for k, c in contenders.items():
