@@ -80,7 +80,7 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
-    // pointers are set per call; a placeholder lets the heuristic see an epilogue with operands
+    // the bias and aux pointers are set on the descriptor per call (lt_gemm), not here
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dtype, g.m, g.n, g.ldd));
