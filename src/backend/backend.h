@@ -59,7 +59,11 @@ public:
     virtual void zero(Tensor t) = 0;
     virtual void upload(Tensor dst, const void* host) = 0;  // dst.nbytes() bytes from host
     virtual void download(void* host, Tensor src) = 0;      // src.nbytes() bytes to host
-    virtual void convert(Tensor dst, Tensor src) = 0;       // same numel, any float dtypes
+    // The same copy queued behind the work before it, without waiting: the bytes are in `host` after the
+    // next synchronize() (or download). `host` should come from alloc_host so the device can write it
+    // directly.
+    virtual void download_async(void* host, Tensor src) = 0;
+    virtual void convert(Tensor dst, Tensor src) = 0;  // same numel, any float dtypes
     virtual void synchronize() = 0;
     // Device memory accounting (what alloc handed out, not including library workspaces).
     virtual size_t memory_in_use() const = 0;

@@ -38,6 +38,9 @@ public:
     void download(void* h, Tensor src) override {
         timed("download", 0, [&] { in_.download(h, src); });
     }
+    void download_async(void* h, Tensor src) override {
+        timed("download", 0, [&] { in_.download_async(h, src); });
+    }
     void convert(Tensor d, Tensor s) override {
         timed("convert", d.nbytes() + s.nbytes(), [&] { in_.convert(d, s); });
     }

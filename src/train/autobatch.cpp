@@ -40,7 +40,7 @@ AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T,
     scalars.add("norm_sq", {1}, DType::F32);
     Arena scalar_arena(be, scalars);
     std::vector<int32_t> tokens, targets;
-    std::vector<float> losses;
+    LossBuffer losses;
     AdamWArgs zero_lr;
     zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
     double best_tps = 0;

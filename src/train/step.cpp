@@ -2,11 +2,19 @@
 
 namespace anvil {
 
+float* LossBuffer::reserve(Backend& be, size_t n) {
+    if (n > n_) {
+        buf_ = be.alloc_host(n * sizeof(float));
+        n_ = n;
+    }
+    return static_cast<float*>(buf_.data());
+}
+
 StepResult accumulate_gradients(GPT2& model, const StepBatch& batch, int accum, int B, int T,
-                                std::vector<float>& losses, float loss_scale) {
+                                LossBuffer& losses, float loss_scale) {
     Backend& be = model.backend();
     const size_t per = size_t(B) * T;
-    losses.resize(per);
+    float* host = losses.reserve(be, per * size_t(accum));
     StepResult r;
     r.targets = batch.target_count;
     // With no targets at all the gradient is zero; any nonzero dloss makes the classifier write zeros.
@@ -18,9 +26,10 @@ StepResult accumulate_gradients(GPT2& model, const StepBatch& batch, int accum, 
         be.upload(model.targets(B, T), batch.targets + size_t(m) * per);
         model.forward(B, T, true, dloss);
         model.backward();
-        be.download(losses.data(), model.losses(B, T));
-        for (float l : losses) sum += l;
+        be.download_async(host + size_t(m) * per, model.losses(B, T));
     }
+    be.synchronize();
+    for (size_t i = 0; i < per * size_t(accum); i++) sum += host[i];
     r.loss = r.targets > 0 ? sum / double(r.targets) : 0.0;
     return r;
 }

@@ -145,7 +145,7 @@ int run_train(TrainOptions o) {
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
 
-    std::vector<float> losses;
+    LossBuffer losses;
     Progress bar("train", o.steps, o.log_every);
     double train_time = 0.0, wait_time = 0.0, last_loss = NAN, step_s = 0.0;
     int64_t trained_tokens = 0;

@@ -51,7 +51,7 @@ struct TrainRun {
     AdamW opt;
     TensorTable table;
     Arena scalars;
-    std::vector<float> losses;
+    LossBuffer losses;
     float loss_scale;
     TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false)
         : model(be, small(), dt, recompute), opt(model, 0.1f), loss_scale(dt == DType::F16 ? 1024.0f : 1.0f) {

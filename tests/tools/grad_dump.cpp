@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
             load_dataset(data, tok, DataOptions{0.0, "text", parse_template(argc == 8 ? argv[7] : "alpaca")});
         Batcher batcher(d.train, B, T, false, 0);
         std::vector<int32_t> tokens, targets;
-        std::vector<float> losses;
+        LossBuffer losses;
         const StepBatch batch = fill_step(batcher, 0, accum, B, T, tokens, targets);
         const StepResult r = accumulate_gradients(model, batch, accum, B, T, losses);
         std::vector<std::vector<float>> host;

@@ -21,6 +21,7 @@ public:
     void zero(Tensor t) override;
     void upload(Tensor dst, const void* host) override;
     void download(void* host, Tensor src) override;
+    void download_async(void* host, Tensor src) override { download(host, src); }
     void convert(Tensor dst, Tensor src) override;
     void synchronize() override {}
     size_t memory_in_use() const override { return memory_.in_use(); }

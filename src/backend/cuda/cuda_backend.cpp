@@ -141,6 +141,10 @@ void CudaBackend::download(void* host, Tensor src) {
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
+void CudaBackend::download_async(void* host, Tensor src) {
+    CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+}
+
 void CudaBackend::convert(Tensor dst, Tensor src) {
     cuda::convert(ctx_, dst, src);
 }
