@@ -133,6 +133,7 @@ RunSetup setup_run(TrainOptions& o) {
     }
 
     // Model shape.
+    const Device device = parse_device(o.device);
     if (model_src.empty()) {
         cfg.n_layer = o.layers;
         cfg.n_head = o.heads;
@@ -142,7 +143,17 @@ RunSetup setup_run(TrainOptions& o) {
             o.vocab == 0 || o.vocab >= r.tok->vocab_size(),
             "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)",
             o.vocab, r.tok->vocab_size(), r.tok->vocab_size());
-        cfg.vocab_size = o.vocab > 0 ? o.vocab : r.tok->vocab_size();
+        // On CUDA a new model's vocabulary is padded to a multiple of 64 (as llm.c and nanoGPT do for GPT-2):
+        // the classifier's products then have aligned rows for the tensor cores. The extra rows are never
+        // sampled and learn to stay unlikely.
+        const int tok_vocab = r.tok->vocab_size();
+        cfg.vocab_size = o.vocab > 0              ? o.vocab
+                         : device == Device::CUDA ? (tok_vocab + 63) / 64 * 64
+                                                  : tok_vocab;
+        if (o.vocab == 0 && cfg.vocab_size != tok_vocab)
+            std::fprintf(
+                stderr, "anvil: vocabulary padded from %d to %d ids for the tensor cores (--vocab sets it)\n",
+                tok_vocab, cfg.vocab_size);
         cfg.validate("--layers/--heads/--dim/--seq/--vocab");
     }
     if (o.seq <= 0) o.seq = cfg.n_ctx;
@@ -166,7 +177,7 @@ RunSetup setup_run(TrainOptions& o) {
                 o.lr_schedule);
 
     BackendOptions bo;
-    bo.device = parse_device(o.device);
+    bo.device = device;
     bo.threads = o.threads;
     bo.attention = parse_attention(o.attention);
     r.backend = make_backend(bo);
