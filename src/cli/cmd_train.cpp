@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 #include "monitor/cost.h"
 #include "train/run_setup.h"
 #include "train/trainer.h"
@@ -191,7 +192,7 @@ Command add_train(CLI::App& app) {
         if (!o->resume.empty()) {
             // Stored options first, then every flag given on this command line.
             const std::string ckpt = resolve_checkpoint(o->resume);
-            const nlohmann::json state = nlohmann::json::parse(read_file(ckpt + "/trainer_state.json"));
+            const nlohmann::json state = read_json_file(ckpt + "/trainer_state.json");
             nlohmann::json merged = state.value("options", nlohmann::json::object());
             apply_given_flags(merged, options_to_json(*o), *sub);
             for (const char* arch : {"layers", "heads", "dim", "vocab"})

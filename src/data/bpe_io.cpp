@@ -8,6 +8,7 @@
 #include "data/bpe.h"
 #include "data/utf8.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil {
 
@@ -31,14 +32,6 @@ struct ByteMap {
 const ByteMap& byte_map() {
     static const ByteMap m;
     return m;
-}
-
-nlohmann::json parse_json_file(const std::string& path) {
-    try {
-        return nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON ({})", path, e.what());
-    }
 }
 
 struct Parts {
@@ -101,7 +94,7 @@ void read_merges_txt(const std::string& path, const std::unordered_map<std::stri
 BpeTokenizer from_vocab_and_merges(const std::string& vocab_path, const std::string& merges_path) {
     Parts p;
     std::unordered_map<std::string, int32_t> by_string;
-    read_vocab(parse_json_file(vocab_path), vocab_path, p, by_string);
+    read_vocab(read_json_file(vocab_path), vocab_path, p, by_string);
     read_merges_txt(merges_path, by_string, p);
     const auto eot = by_string.find(std::string(kEndOfText));
     if (eot != by_string.end()) p.specials.push_back({std::string(kEndOfText), eot->second});
@@ -109,7 +102,7 @@ BpeTokenizer from_vocab_and_merges(const std::string& vocab_path, const std::str
 }
 
 BpeTokenizer from_tokenizer_json(const std::string& path) {
-    const nlohmann::json j = parse_json_file(path);
+    const nlohmann::json j = read_json_file(path);
     ANVIL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
                 "{}: no \"model\" section; is this a "
                 "Hugging Face tokenizer.json?",

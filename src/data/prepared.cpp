@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil {
 
@@ -13,12 +14,7 @@ bool is_prepared_dir(const std::string& path) {
 }
 
 nlohmann::json read_prepared_meta(const std::string& dir) {
-    nlohmann::json meta;
-    try {
-        meta = nlohmann::json::parse(read_file(dir + "/meta.json"));
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}/meta.json: not valid JSON ({}); re-run anvil data prepare", dir, e.what());
-    }
+    const nlohmann::json meta = read_json_file(dir + "/meta.json", "re-run anvil data prepare");
     ANVIL_CHECK(meta.value("format", std::string()) == "anvil-shards" && meta.value("version", 0) == 1,
                 "{}/meta.json: not an anvil data directory (format anvil-shards, version 1)", dir);
     return meta;

@@ -1,8 +1,5 @@
 #include "data/shard.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -140,35 +137,16 @@ std::string validate_shard_bytes(const uint8_t* d, size_t size) {
     return {};
 }
 
-Shard::Shard(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    ANVIL_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail("{}: not a regular file", path);
-    }
-    map_size_ = size_t(st.st_size);
-    if (map_size_ > 0) map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    ANVIL_CHECK(map_ != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
-    const auto* d = static_cast<const uint8_t*>(map_);
-    const std::string why = validate_shard_bytes(d, map_size_);
-    if (!why.empty()) {
-        if (map_) ::munmap(map_, map_size_);
-        map_ = nullptr;
-        fail("{}: {}; re-run anvil data prepare", path, why);
-    }
+Shard::Shard(const std::string& path) : path_(path), file_(path) {
+    const uint8_t* d = file_.data();
+    const std::string why = validate_shard_bytes(d, file_.size());
+    ANVIL_CHECK(why.empty(), "{}: {}; re-run anvil data prepare", path, why);
     width_ = int(load<uint32_t>(d + 12));
     vocab_ = int(load<uint32_t>(d + 16));
     count_ = load<uint64_t>(d + 24);
     records_ = load<uint64_t>(d + 32);
     ids_ = d + kShardHeaderBytes;
     if (load<uint32_t>(d + 20)) flags_ = ids_ + count_ * uint64_t(width_);
-}
-
-Shard::~Shard() {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_size_);
 }
 
 TokenSegment Shard::segment(int32_t eot) const {

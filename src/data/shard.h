@@ -14,6 +14,7 @@
 #include <string>
 
 #include "data/token_view.h"
+#include "io/fs.h"
 
 namespace anvil {
 
@@ -49,9 +50,6 @@ private:
 class Shard {
 public:
     explicit Shard(const std::string& path);
-    ~Shard();
-    Shard(const Shard&) = delete;
-    Shard& operator=(const Shard&) = delete;
 
     // The shard as a view segment; `eot` marks record boundaries when the shard has no flag bytes.
     TokenSegment segment(int32_t eot) const;
@@ -64,8 +62,7 @@ public:
 
 private:
     std::string path_;
-    void* map_ = nullptr;
-    size_t map_size_ = 0;
+    MappedFile file_;
     const uint8_t* ids_ = nullptr;
     const uint8_t* flags_ = nullptr;
     uint64_t count_ = 0, records_ = 0;

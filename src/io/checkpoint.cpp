@@ -4,6 +4,7 @@
 #include <set>
 
 #include "io/fs.h"
+#include "io/json_text.h"
 #include "io/safetensors.h"
 
 namespace anvil {
@@ -15,12 +16,7 @@ GPTConfig read_model_config(const std::string& dir, nlohmann::json* raw) {
                 "model.safetensors",
                 dir);
     ANVIL_CHECK(file_exists(path), "{}: missing; a model directory needs an HF GPT-2 config.json", path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON ({})", path, e.what());
-    }
+    const nlohmann::json j = read_json_file(path);
     GPTConfig c = config_from_hf_json(j, path);
     if (raw) *raw = j;
     return c;

@@ -1,6 +1,8 @@
 #include "io/fs.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -91,6 +93,27 @@ void replace_dir(const std::string& tmp, const std::string& dst) {
         fail("{}: cannot move the new version into place ({})", d, ec.message());
     }
     if (had) fsys::remove_all(old, ec);
+}
+
+MappedFile::MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ANVIL_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail("{}: not a regular file", path);
+    }
+    size_ = size_t(st.st_size);
+    if (size_ > 0) map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        fail("{}: cannot map ({})", path, std::strerror(errno));
+    }
+}
+
+MappedFile::~MappedFile() {
+    if (map_) ::munmap(map_, size_);
 }
 
 }  // namespace anvil

@@ -2,6 +2,8 @@
 // is flushed to disk, then renamed over the target.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -17,5 +19,21 @@ void make_dirs(const std::string& path);
 void replace_dir(const std::string& tmp, const std::string& dst);
 // A fresh temporary directory name next to `dst`.
 std::string temp_dir_for(const std::string& dst);
+
+// A whole regular file mapped read-only, unmapped when destroyed (also when a reader's constructor throws
+// after mapping). Errors name the path. An empty file has size 0 and no data.
+class MappedFile {
+public:
+    explicit MappedFile(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    const uint8_t* data() const { return static_cast<const uint8_t*>(map_); }
+    size_t size() const { return size_; }
+
+private:
+    void* map_ = nullptr;
+    size_t size_ = 0;
+};
 
 }  // namespace anvil

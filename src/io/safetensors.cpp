@@ -1,11 +1,5 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -24,29 +18,17 @@ int64_t StEntry::numel() const {
     return n;
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    ANVIL_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail("{}: not a regular file", path);
-    }
-    map_size_ = size_t(st.st_size);
-    if (map_size_ < 8) {
-        ::close(fd);
-        fail("{}: truncated safetensors file ({} bytes; the header length alone takes 8)", path, map_size_);
-    }
-    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    ANVIL_CHECK(map_ != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
-    const auto* bytes = static_cast<const uint8_t*>(map_);
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), file_(path) {
+    const size_t file_size = file_.size();
+    ANVIL_CHECK(file_size >= 8, "{}: truncated safetensors file ({} bytes; the header length alone takes 8)",
+                path, file_size);
+    const uint8_t* bytes = file_.data();
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
-    ANVIL_CHECK(hlen <= kMaxHeader && hlen <= map_size_ - 8,
+    ANVIL_CHECK(hlen <= kMaxHeader && hlen <= file_size - 8,
                 "{}: header claims {} bytes but the file holds {} after the length; the file is truncated or "
                 "not safetensors",
-                path, hlen, map_size_ - 8);
+                path, hlen, file_size - 8);
     nlohmann::json header;
     try {
         header = nlohmann::json::parse(bytes + 8, bytes + 8 + hlen);
@@ -55,7 +37,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     }
     ANVIL_CHECK(header.is_object(), "{}: header must be a JSON object", path);
     data_ = bytes + 8 + hlen;
-    const uint64_t data_len = map_size_ - 8 - hlen;
+    const uint64_t data_len = file_size - 8 - hlen;
     for (auto it = header.begin(); it != header.end(); ++it) {
         const std::string& name = it.key();
         const auto& v = it.value();
@@ -101,10 +83,6 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                 path, name, numel, e.dtype_name, numel * dtype_size(e.dtype), e.end - e.begin);
         entries_.push_back(std::move(e));
     }
-}
-
-SafetensorsReader::~SafetensorsReader() {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_size_);
 }
 
 const StEntry* SafetensorsReader::find(const std::string& name) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/fs.h"
 
 namespace anvil {
 
@@ -26,9 +27,6 @@ struct StEntry {
 class SafetensorsReader {
 public:
     explicit SafetensorsReader(const std::string& path);
-    ~SafetensorsReader();
-    SafetensorsReader(const SafetensorsReader&) = delete;
-    SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
     const std::string& path() const { return path_; }
     const std::vector<StEntry>& entries() const { return entries_; }
@@ -40,8 +38,7 @@ public:
 
 private:
     std::string path_;
-    void* map_ = nullptr;
-    size_t map_size_ = 0;
+    MappedFile file_;
     const uint8_t* data_ = nullptr;  // start of the data section
     std::vector<StEntry> entries_;
     std::map<std::string, std::string> metadata_;

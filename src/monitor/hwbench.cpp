@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 #include "monitor/sysinfo.h"
 
 namespace anvil {
@@ -139,12 +140,7 @@ std::string bench_table(const HwBenchReport& r, double price) {
 }
 
 double peak_from_bench_json(const std::string& path, const std::string& precision) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail("--bench {}: not valid JSON ({}); write it with anvil bench --json", path, e.what());
-    }
+    const nlohmann::json j = read_json_file(path, "give --bench a file written by anvil bench --json");
     const std::string want = "matmul_" + precision;
     if (j.contains("results"))
         for (const auto& r : j["results"])

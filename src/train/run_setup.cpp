@@ -25,18 +25,10 @@ std::string default_out_dir() {
     return buf;
 }
 
-nlohmann::json read_json(const std::string& path) {
-    try {
-        return nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON ({})", path, e.what());
-    }
-}
-
 int checkpoint_step(const std::string& dir) {
     const std::string p = dir + "/trainer_state.json";
     if (!file_exists(p)) return -1;
-    const nlohmann::json j = read_json(p);
+    const nlohmann::json j = read_json_file(p);
     return j.value("step", -1);
 }
 
@@ -82,7 +74,7 @@ RunSetup setup_run(TrainOptions& o) {
     nlohmann::json state;
     if (!o.resume.empty()) {
         ckpt = resolve_checkpoint(o.resume);
-        state = read_json(ckpt + "/trainer_state.json");
+        state = read_json_file(ckpt + "/trainer_state.json");
         if (o.out.empty()) o.out = fsys::path(ckpt).parent_path().string();
         if (o.out.empty()) o.out = ".";
     } else {

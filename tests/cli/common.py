@@ -10,6 +10,22 @@ ANVIL = os.environ.get("ANVIL_BIN", "build/anvil")
 TINY = ["--layers", "2", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "2", "--threads", "2"]
 
 
+def check(cond, msg, failures):
+    """Prints one ok/FAIL line and records the failure."""
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def report(failures, passed="PASSED"):
+    """The test's exit status: lists the failures (1), or prints `passed` (0)."""
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print(passed)
+    return 0
+
+
 def run(args, timeout=120, check=False):
     r = subprocess.run([ANVIL, *args], capture_output=True, text=True, errors="replace", timeout=timeout)
     if check and r.returncode != 0:

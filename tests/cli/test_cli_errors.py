@@ -12,7 +12,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ONE_LINE_ERROR, TINY, TempDir, instruction_file, run, text_file, tiny_model  # noqa: E402
+from common import ONE_LINE_ERROR, TINY, TempDir, instruction_file, report, run, text_file, tiny_model  # noqa: E402
 
 
 def main():
@@ -155,11 +155,7 @@ def main():
              ["eval", "--model", broken_model("m7", lambda st, cfg: json.dump(
                  dict(json.load(open(cfg)), vocab_size=100), open(cfg, "w"))), "--data", inst], "vocabulary")
 
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED: every bad input gave a one-line error and a non-zero exit")
-    return 0
+    return report(failures, "PASSED: every bad input gave a one-line error and a non-zero exit")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import TINY, TempDir, run, text_file  # noqa: E402
-
-
-def check(cond, msg, failures):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
+from common import TINY, TempDir, check, report, run, text_file  # noqa: E402
 
 
 def main():
@@ -93,11 +87,7 @@ def main():
                  "--seed", "5"], check=True)
         check(r.returncode == 0 and r.stdout.startswith("alpha"), "a padded model samples only the tokenizer's ids", f)
 
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("PASSED")
-    return 0
+    return report(f)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,9 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import TempDir, run, text_file  # noqa: E402
+from common import TempDir, check, report, run, text_file  # noqa: E402
 
 SMALL = ["--layers", "2", "--heads", "2", "--dim", "64", "--seq", "64", "--threads", "2", "--val-fraction", "0.05"]
-
-
-def check(cond, msg, failures):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
 
 
 def crc32c(data):
@@ -175,11 +169,7 @@ def main():
               "profile.json: matrix products with their GFLOP/s", f)
         check("gb_per_s" not in rows.get("attention_fwd", {"gb_per_s": 1}), "attention is not rated by bytes", f)
         check(abs(sum(v["share"] for v in rows.values()) - 1.0) < 1e-6, "shares add up to 1", f)
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("PASSED")
-    return 0
+    return report(f)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import TempDir, run  # noqa: E402
-
-
-def check(cond, msg, failures):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
+from common import TempDir, check, report, run  # noqa: E402
 
 
 def rejects(out):
@@ -137,11 +131,7 @@ def main():
         meta = json.load(open(os.path.join(out6, "meta.json")))
         state = json.load(open(os.path.join(out7, "final", "trainer_state.json")))
         check(state["data"]["fingerprint"] == meta["fingerprint"], "the run records the shards' fingerprint", f)
-    if f:
-        print("FAILED:\n  " + "\n  ".join(f))
-        return 1
-    print("PASSED")
-    return 0
+    return report(f)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ANVIL, TempDir, instruction_file, run  # noqa: E402
+from common import ANVIL, TempDir, instruction_file, report, run  # noqa: E402
 
 ARGS = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "32", "--batch", "4", "--grad-accum", "2",
         "--steps", "24", "--warmup", "4", "--lr", "3e-3", "--grad-clip", "0.5", "--log-every", "1",
@@ -70,11 +70,7 @@ def main():
         print(f"C resumed to the end: {len(diff)} of {len(lref)} steps differ from an uninterrupted run")
         if diff:
             failures.append(f"C differs at steps {diff[:10]}")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
-    return 0
+    return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 
 if __name__ == "__main__":

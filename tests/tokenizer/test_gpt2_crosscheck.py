@@ -107,14 +107,7 @@ def python_gpt2(pkg):
     enc = json.load(open(os.path.join(pkg, "encoder.json"), encoding="utf-8"))
     lines = open(os.path.join(pkg, "vocab.bpe"), encoding="utf-8").read().split("\n")[1:]
     ranks = {tuple(l.split()): i for i, l in enumerate(lines) if l.strip()}
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xad)) + list(range(0xae, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    byte_char = {b: chr(c) for b, c in zip(bs, cs)}
+    byte_char = _byte_chars()
     pat = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
     cache = {}
 
@@ -220,7 +213,8 @@ def _is_utf8(b):
         return False
 
 
-def _byte_decoder():
+def _byte_chars():
+    """GPT-2's byte -> printable character table (bytes_to_unicode in its encoder.py)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xad)) + list(range(0xae, 0x100))
     cs, n = bs[:], 0
     for b in range(256):
@@ -228,7 +222,11 @@ def _byte_decoder():
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def _byte_decoder():
+    return {c: b for b, c in _byte_chars().items()}
 
 
 if __name__ == "__main__":
