@@ -4,24 +4,30 @@
 #   make CUDA=OFF                   build without the CUDA backend (default AUTO: when nvcc is found)
 #   make bench                      CPU training throughput against PyTorch
 
+MAKEFLAGS += --no-print-directory
+
 BUILD ?= build
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps configure build run test bench clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$(CUDA) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
 	  || { cat $(BUILD).configure.log; exit 1; }
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# only the binary: the first `make run` does not wait for the test and GPU-test programs
+run: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target anvil
 	$(BUILD)/anvil train $(ARGS)
 
 # Tests share the cores: one at a time, each with the whole machine (OpenMP threads spin-wait, so running

@@ -70,7 +70,7 @@ Command add_eval(CLI::App& app) {
     struct Opts {
         std::string data, text_field = "text";
         int batch = 8, seq = 0, max_batches = 0, max_examples = 200;
-        bool json = false;
+        std::string json;
     };
     auto o = std::make_shared<Opts>();
     mf->add(sub);
@@ -84,7 +84,7 @@ Command add_eval(CLI::App& app) {
                     "instruction records to answer for exact match (0 = all)")
         ->capture_default_str()
         ->check(kNonNegative);
-    sub->add_flag("--json", o->json, "print the result as one JSON object");
+    add_json_flag(sub, o->json);
     auto run = [mf, o]() -> int {
         Loaded l = mf->load();
         const int T = o->seq > 0 ? o->seq : l.model->config().n_ctx;
@@ -102,15 +102,12 @@ Command add_eval(CLI::App& app) {
                 out["exact_match_n"] = em.total;
             }
         }
-        if (o->json) {
-            std::printf("%s\n", json_text(out).c_str());
-        } else {
-            std::printf("loss %.4f  perplexity %.3f  (%ld targets)\n", loss.loss, loss.ppl,
-                        long(loss.targets));
-            if (out.contains("exact_match"))
-                std::printf("exact match %.1f%% of %d examples\n", 100.0 * out["exact_match"].get<double>(),
-                            out["exact_match_n"].get<int>());
-        }
+        std::string text =
+            fmt::format("loss {:.4f}  perplexity {:.3f}  ({} targets)\n", loss.loss, loss.ppl, loss.targets);
+        if (out.contains("exact_match"))
+            text += fmt::format("exact match {:.1f}% of {} examples\n",
+                                100.0 * out["exact_match"].get<double>(), out["exact_match_n"].get<int>());
+        emit_result(o->json, out, text);
         return 0;
     };
     return {sub, run};

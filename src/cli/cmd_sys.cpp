@@ -19,20 +19,16 @@ Command add_doctor(CLI::App& app) {
     CLI::App* sub = app.add_subcommand(
         "doctor", "check the GPU and CPU anvil would use; exit 0 when the device is usable");
     struct Opts {
-        std::string device = "auto";
-        bool json = false;
+        std::string device = "auto", json;
     };
     auto o = std::make_shared<Opts>();
     sub->add_option("--device", o->device, "the device to check: auto, cpu or cuda")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-    sub->add_flag("--json", o->json, "print the report as JSON");
+    add_json_flag(sub, o->json);
     return {sub, [o]() {
                 const DoctorReport r = run_doctor(o->device);
-                if (o->json)
-                    std::printf("%s\n", json_text(r.json, 2).c_str());
-                else
-                    std::printf("%s", r.text.c_str());
+                emit_result(o->json, r.json, r.text);
                 return r.usable ? 0 : 1;
             }};
 }
@@ -54,7 +50,7 @@ Command add_bench(CLI::App& app) {
     sub->add_flag("--quick", o->quick, "smaller problems, fewer repeats");
     sub->add_option("--price-per-hour", o->price, "what the machine costs per hour, for cost per PFLOP")
         ->check(kNonNegative);
-    sub->add_option("--json", o->json, "also write the results as JSON to this file (- for stdout only)");
+    add_json_flag(sub, o->json);
     return {sub, [o]() {
                 const Device dev = parse_device(o->device);
                 HwBenchReport r;
@@ -62,16 +58,19 @@ Command add_bench(CLI::App& app) {
                     r = cpu_hw_bench(o->threads, o->quick);
                 } else {
 #ifdef ANVIL_WITH_CUDA
+                    std::string problem;
+                    cuda_device_report(&problem);
+                    ANVIL_CHECK(
+                        problem.empty(),
+                        "--device cuda: no usable CUDA device ({}); run anvil doctor, or use --device cpu",
+                        problem);
                     r = cuda_hw_bench(o->gpu, o->quick);
+#else
+                    fail("--device cuda: this anvil was built without the CUDA backend; rebuild where nvcc is "
+                         "installed (make CUDA=ON), or use --device cpu");
 #endif
                 }
-                const nlohmann::json j = bench_to_json(r, o->price);
-                if (o->json == "-") {
-                    std::printf("%s\n", json_text(j, 2).c_str());
-                } else {
-                    std::printf("%s", bench_table(r, o->price).c_str());
-                    if (!o->json.empty()) write_file_atomic(o->json, json_text(j, 2) + "\n");
-                }
+                emit_result(o->json, bench_to_json(r, o->price), bench_table(r, o->price));
                 return 0;
             }};
 }

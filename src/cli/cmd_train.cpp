@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "monitor/cost.h"
@@ -22,18 +23,6 @@ std::string flag_key(const CLI::Option* opt) {
 }  // namespace
 
 namespace {
-CLI::Validator number_check(bool allow_zero) {
-    return CLI::Validator(
-        [allow_zero](std::string& v) -> std::string {
-            char* end = nullptr;
-            const double x = std::strtod(v.c_str(), &end);
-            if (end == v.c_str() || *end != '\0') return "must be a number, got \"" + v + "\"";
-            if (allow_zero ? x < 0 : x <= 0)
-                return std::string(allow_zero ? "must be zero or more" : "must be positive") + ", got " + v;
-            return {};
-        },
-        allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
-}
 // Copies into `merged` the options given on this command line (the rest keep merged's values).
 void apply_given_flags(nlohmann::json& merged, const nlohmann::json& given, const CLI::App& sub) {
     for (const CLI::Option* opt : sub.get_options()) {
@@ -44,10 +33,28 @@ void apply_given_flags(nlohmann::json& merged, const nlohmann::json& given, cons
     }
 }
 
-}  // namespace
+// Re-running the first command with --resume added must work: architecture flags (and --init) that equal
+// the checkpoint's are accepted; one that differs is refused, naming both values.
+void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const std::string& ckpt,
+                        const nlohmann::json& stored) {
+    const GPTConfig c = read_model_config(ckpt);
+    const std::pair<const char*, std::pair<int, int>> arch[] = {{"layers", {given.layers, c.n_layer}},
+                                                                {"heads", {given.heads, c.n_head}},
+                                                                {"dim", {given.dim, c.n_embd}},
+                                                                {"vocab", {given.vocab, c.vocab_size}}};
+    for (const auto& [flag, v] : arch)
+        if (sub.get_option(std::string("--") + flag)->count() && v.first != v.second)
+            fail(
+                "--{} {}: the checkpoint {} has --{} {}; the architecture cannot change when resuming (drop "
+                "the flag or give {})",
+                flag, v.first, ckpt, flag, v.second, v.second);
+    const std::string init = stored.value("init", std::string());
+    if (sub.get_option("--init")->count() && given.init != init)
+        fail("--init {}: the run being resumed started from {}; drop the flag (the weights come from {})",
+             given.init, init.empty() ? std::string("a random initialisation") : init, ckpt);
+}
 
-const CLI::Validator kPositive = number_check(false);
-const CLI::Validator kNonNegative = number_check(true);
+}  // namespace
 
 Command add_train(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("train", "train a GPT-2 model (no flags: the embedded default demo)");
@@ -194,11 +201,16 @@ Command add_train(CLI::App& app) {
             const std::string ckpt = resolve_checkpoint(o->resume);
             const nlohmann::json state = read_json_file(ckpt + "/trainer_state.json");
             nlohmann::json merged = state.value("options", nlohmann::json::object());
+            check_resume_flags(*sub, *o, ckpt, merged);
+            const nlohmann::json stored = merged;
             apply_given_flags(merged, options_to_json(*o), *sub);
-            for (const char* arch : {"layers", "heads", "dim", "vocab"})
-                if (sub->get_option(std::string("--") + arch)->count())
-                    fail("--{}: the architecture comes from the checkpoint when resuming; drop the flag",
-                         arch);
+            if (o->batch_auto) {  // the batch the first run's search chose stays
+                for (const char* k : {"batch", "grad_accum", "batch_auto"})
+                    merged[k] = stored.value(k, nlohmann::json());
+                std::fprintf(stderr,
+                             "anvil: --batch auto: keeping the batch the run chose (%d x %d accumulation)\n",
+                             merged["batch"].get<int>(), merged["grad_accum"].get<int>());
+            }
             merged["resume"] = o->resume;
             merged["init"] = "";
             options_from_json(merged, opts);
@@ -212,13 +224,6 @@ Command add_train(CLI::App& app) {
         return run_train(opts);
     };
     return {sub, run};
-}
-
-std::string resolve_model_dir(const std::string& path) {
-    ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
-    if (file_exists(path + "/config.json")) return path;
-    if (file_exists(path + "/final/config.json")) return path + "/final";
-    return resolve_checkpoint(path);
 }
 
 }  // namespace anvil::cli

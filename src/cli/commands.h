@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace anvil::cli {
@@ -30,5 +31,12 @@ extern const CLI::Validator kNonNegative;  // "must be zero or more"
 // A model directory from a user path: the directory itself if it has config.json, else a run directory's
 // final/ or newest checkpoint.
 std::string resolve_model_dir(const std::string& path);
+
+// The --json flag every command with a machine-readable result has: bare `--json` prints JSON to stdout
+// instead of the text; `--json FILE` prints the text and writes the JSON to FILE (atomically). `dest` is
+// "" (not given), "-" (stdout) or the file.
+CLI::Option* add_json_flag(CLI::App* sub, std::string& dest);
+// Prints `text` or the JSON, and writes the file, as `dest` says.
+void emit_result(const std::string& dest, const nlohmann::json& j, const std::string& text);
 
 }  // namespace anvil::cli

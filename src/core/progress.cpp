@@ -16,10 +16,11 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
-Progress::Progress(std::string label, int64_t total, int64_t every, std::FILE* out)
+Progress::Progress(std::string label, int64_t total, int64_t every, std::string unit, std::FILE* out)
     : label_(std::move(label)),
       total_(total),
       every_(every > 0 ? every : 1),
+      unit_(std::move(unit)),
       out_(out),
       tty_(::isatty(::fileno(out)) != 0),
       start_(std::chrono::steady_clock::now()) {}
@@ -55,8 +56,12 @@ void Progress::draw(int64_t done, const std::string& text, bool) {
     } else {
         line = label_ + " ";
     }
-    line += fmt::format("{}/{} {:3.0f}% | {} | {:.2f} it/s | ETA {}", done, total_, 100.0 * frac, text, rate,
-                        format_duration(eta));
+    if (unit_ == "B")
+        line += fmt::format("{:.1f}/{:.1f} MB {:3.0f}% | {} | {:.1f} MB/s | ETA {}", double(done) / 1e6,
+                            double(total_) / 1e6, 100.0 * frac, text, rate / 1e6, format_duration(eta));
+    else
+        line += fmt::format("{}/{} {:3.0f}% | {} | {:.2f} {}/s | ETA {}", done, total_, 100.0 * frac, text,
+                            rate, unit_, format_duration(eta));
     if (!tty_) line += "\n";
     std::fputs(line.c_str(), out_);
     std::fflush(out_);

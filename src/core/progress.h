@@ -10,7 +10,10 @@ namespace anvil {
 
 class Progress {
 public:
-    Progress(std::string label, int64_t total, int64_t every = 1, std::FILE* out = stderr);
+    // `unit` names what is counted in the rate ("steps" -> "12.5 steps/s"); "B" counts bytes, shown as
+    // "12.3/45.6 MB" and "MB/s".
+    Progress(std::string label, int64_t total, int64_t every = 1, std::string unit = "it",
+             std::FILE* out = stderr);
     void update(int64_t done, const std::string& text);
     void finish(const std::string& text);
 
@@ -18,6 +21,7 @@ private:
     void draw(int64_t done, const std::string& text, bool final);
     std::string label_;
     int64_t total_, every_;
+    std::string unit_;
     std::FILE* out_;
     bool tty_;
     std::chrono::steady_clock::time_point start_;

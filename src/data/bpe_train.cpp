@@ -72,7 +72,7 @@ BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bo
     for (int b = 0; b < 256; b++) tokens[size_t(b)] = std::string(1, char(b));
     std::vector<std::pair<int32_t, int32_t>> merges;
     const int target = vocab_size - 1 - 256;  // merges to make (one id is <|endoftext|>)
-    Progress bar("bpe merges", target, std::max(1, target / 20));
+    Progress bar("bpe merges", target, std::max(1, target / 20), "merges");
     while (int(merges.size()) < target && !heap.empty()) {
         const auto [c, k] = heap.top();
         heap.pop();

@@ -25,6 +25,10 @@ namespace {
 
 namespace fsys = std::filesystem;
 
+constexpr const char* kRecordUnit =
+    "a JSONL line, a CSV row, or a chunk of a text file (about 1 MiB, cut where tokenization is unaffected); "
+    "records_in = kept + rejected_total + duplicates_removed";
+
 enum Split { kTrain = 0, kVal = 1, kTest = 2 };
 constexpr const char* kSplitNames[] = {"train", "val", "test"};
 
@@ -53,7 +57,7 @@ struct SplitWriter {
     uint64_t limit = 0;
     std::unique_ptr<ShardWriter> cur;
     std::vector<std::string> files;
-    uint64_t tokens = 0, records = 0;
+    uint64_t tokens = 0, records = 0;  // records: input records kept (text: chunks), the report's unit
 
     void append(const std::vector<int32_t>& ids, const std::vector<uint8_t>& fl) {
         if (ids.empty()) return;
@@ -64,10 +68,9 @@ struct SplitWriter {
         cur->append(ids.data(), fl.data(), ids.size());
         tokens += ids.size();
     }
-    void end_record() {
+    void end_record() {  // a document ends (a JSONL/CSV record, or a text file's part in this split)
         if (!cur) return;
         cur->end_record();
-        records++;
         if (cur->tokens() >= limit) close();
     }
     void close() {
@@ -113,10 +116,13 @@ int run_prepare(const PrepareOptions& o) {
     const PromptTemplate tmpl = parse_template(o.prompt_template);
     const double train_end = 1.0 - o.val_fraction - o.test_fraction, val_end = o.val_fraction;
     RecordOptions ro{parse_format(o.format), o.text_field, o.csv_column, {train_end, train_end + val_end}};
-    bool any_records_format = false;
-    for (const auto& in : o.inputs)
-        any_records_format |=
-            (ro.format == InputFormat::Auto ? detect_format(in) : ro.format) != InputFormat::Text;
+    bool any_records_format = false, any_text_format = false;
+    for (const auto& in : o.inputs) {
+        const bool text =
+            (ro.format == InputFormat::Auto ? detect_format(in) : ro.format) == InputFormat::Text;
+        any_records_format |= !text;
+        any_text_format |= text;
+    }
 
     const std::string tmp = temp_dir_for(o.out);
     make_dirs(tmp);
@@ -142,8 +148,11 @@ int run_prepare(const PrepareOptions& o) {
     for (const char* n : {"val_examples.jsonl", "test_examples.jsonl"}) examples.emplace_back(tmp + "/" + n);
 
     std::map<std::string, int64_t> reject_counts;
+    // One unit everywhere: a record is a JSONL line, a CSV row or a text chunk; in = kept + rejected +
+    // duplicates.
     struct PerFile {
         int64_t in = 0, kept = 0, rejected = 0, duplicates = 0;
+        uint64_t bytes_dropped = 0;
     };
     std::map<std::string, PerFile> per_file;
     std::unordered_map<uint64_t, std::string> first_seen;  // content hash -> file:line (dedup)
@@ -157,17 +166,23 @@ int run_prepare(const PrepareOptions& o) {
     };
     std::vector<HeldOut> held_out;
     int64_t records_in = 0, duplicates = 0;
+    uint64_t bytes_dropped = 0;
     const int eot = tok->eot_id();
     const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
     // 13 BPE tokens (~50 characters) is the GPT-3 contamination span; with bytes, 50 is about as long
     const int ngram = o.leak_ngram >= 0 ? o.leak_ngram : (bpe ? 13 : 50);
 
     auto note_reject = [&](const RawRecord& r, const std::string& kind, const std::string& why) {
-        reject_counts[kind]++;
-        per_file[r.file].rejected++;
-        rejects << json_text(
-                       nlohmann::json{{"file", r.file}, {"line", r.line}, {"reason", kind}, {"detail", why}})
-                << '\n';
+        if (kind == "duplicate")
+            per_file[r.file].duplicates++;
+        else
+            reject_counts[kind]++, per_file[r.file].rejected++;
+        per_file[r.file].bytes_dropped += r.bytes;
+        bytes_dropped += r.bytes;
+        rejects
+            << json_text(nlohmann::json{
+                   {"file", r.file}, {"line", r.line}, {"reason", kind}, {"detail", why}, {"bytes", r.bytes}})
+            << '\n';
     };
 
     // Tokenize a batch in parallel, then append in input order (the output does not depend on threads).
@@ -205,7 +220,8 @@ int run_prepare(const PrepareOptions& o) {
             if (!it.ids.empty() && it.starts_record) it.flags[0] |= kRecordStart;
             w.append(it.ids, it.flags);
             if (!it.open_text) w.end_record();
-            per_file[it.rec.file].kept += it.starts_record;
+            w.records++;
+            per_file[it.rec.file].kept++;
             const uint64_t ch = content_hash(it.rec);
             if (it.split == kTrain) {
                 train_content.insert(ch);
@@ -227,7 +243,7 @@ int run_prepare(const PrepareOptions& o) {
     uint64_t total_bytes = 0, done_bytes = 0;
     for (const auto& in : o.inputs) total_bytes += fsys::file_size(in);
     Progress bar("prepare", int64_t(std::max<uint64_t>(total_bytes, 1)),
-                 int64_t(std::max<uint64_t>(total_bytes / 50, 1)));
+                 int64_t(std::max<uint64_t>(total_bytes / 50, 1)), "B");
     for (const auto& in : o.inputs) {
         Split text_split = kTrain;
         bool text_open = false;  // a text document is open in writers[text_split]
@@ -238,8 +254,8 @@ int run_prepare(const PrepareOptions& o) {
         for_each_record(
             in, ro,
             [&](RawRecord& r) {
-                records_in += r.chunk_end < 0 || chunk_start == 0.0;
-                per_file[r.file].in += r.chunk_end < 0 || chunk_start == 0.0;
+                records_in++;
+                per_file[r.file].in++;
                 if (!r.reject.empty()) {
                     note_reject(r, r.reject_kind, r.reject);
                     if (r.chunk_end >= 0) chunk_start = r.chunk_end;
@@ -265,12 +281,7 @@ int run_prepare(const PrepareOptions& o) {
                         const auto [pos, fresh] = first_seen.emplace(h, where(r));
                         if (!fresh) {
                             duplicates++;
-                            per_file[r.file].duplicates++;
-                            rejects << json_text(nlohmann::json{{"file", r.file},
-                                                                {"line", r.line},
-                                                                {"reason", "duplicate"},
-                                                                {"detail", "same content as " + pos->second}})
-                                    << '\n';
+                            note_reject(r, "duplicate", "same content as " + pos->second);
                             return;
                         }
                     }
@@ -317,14 +328,21 @@ int run_prepare(const PrepareOptions& o) {
     for (const auto& [k, n] : reject_counts) rejected += n;
     nlohmann::json files = nlohmann::json::object();
     for (const auto& [f, c] : per_file)
-        files[f] = {
-            {"records_in", c.in}, {"kept", c.kept}, {"rejected", c.rejected}, {"duplicates", c.duplicates}};
+        files[f] = {{"records_in", c.in},
+                    {"kept", c.kept},
+                    {"rejected", c.rejected},
+                    {"duplicates", c.duplicates},
+                    {"bytes_dropped", c.bytes_dropped}};
+    const int64_t kept = int64_t(writers[0].records + writers[1].records + writers[2].records);
     nlohmann::json report = {
+        {"record", kRecordUnit},
         {"inputs", files},
         {"records_in", records_in},
+        {"kept", kept},
         {"rejected", reject_counts},
         {"rejected_total", rejected},
         {"duplicates_removed", duplicates},
+        {"bytes_dropped", bytes_dropped},
         {"leakage",
          {{"ngram", ngram}, {"exact", exact_leaks}, {"ngram_overlap", ngram_leaks}, {"records", leaks}}},
         {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
@@ -332,9 +350,12 @@ int run_prepare(const PrepareOptions& o) {
     for (int s = 0; s < 3; s++)
         report["splits"][kSplitNames[s]] = {
             {"records", writers[s].records}, {"tokens", writers[s].tokens}, {"files", writers[s].files}};
-    bar.finish(fmt::format("{} records in, {} kept, {} rejected, {} duplicates", records_in,
-                           writers[0].records + writers[1].records + writers[2].records, rejected,
-                           duplicates));
+    bar.finish(fmt::format("{} records in = {} kept + {} rejected + {} duplicates{}", records_in, kept,
+                           rejected, duplicates,
+                           bytes_dropped ? fmt::format(" ({} bytes dropped)", bytes_dropped) : ""));
+    if (any_text_format)
+        std::printf(
+            "(a text file's records are its chunks of about 1 MiB, cut where tokenization is unaffected)\n");
     std::printf("train %llu tokens (%llu records), val %llu (%llu), test %llu (%llu)\n",
                 (unsigned long long)writers[0].tokens, (unsigned long long)writers[0].records,
                 (unsigned long long)writers[1].tokens, (unsigned long long)writers[1].records,

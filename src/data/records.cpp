@@ -2,6 +2,7 @@
 
 #include <csv.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -79,6 +80,7 @@ void read_jsonl(const std::string& path, const RecordOptions& o, const std::func
         bytes += line.size() + 1;
         if (line.find_first_not_of(" \t") == std::string::npos) return;  // blank lines are not records
         RawRecord r = parse_jsonl_line(line, path, lineno, o.text_field);
+        r.bytes = line.size() + 1;
         f(r);
         if (progress && (lineno & 1023) == 0) progress(bytes);
     });
@@ -93,6 +95,7 @@ struct CsvState {
     const std::function<void(RawRecord&)>* f;
     std::vector<std::string> header, row;
     size_t line = 0, row_line = 0;
+    uint64_t line_begin = 0, line_end = 0, row_begin = 0;  // byte offsets in the file
     bool row_started = false;
 };
 
@@ -101,6 +104,7 @@ extern "C" void csv_field_cb(void* s, size_t n, void* data) {
     if (!st->row_started) {
         st->row_started = true;
         st->row_line = st->line;
+        st->row_begin = st->line_begin;
     }
     st->row.emplace_back(static_cast<const char*>(s), n);
 }
@@ -118,6 +122,7 @@ extern "C" void csv_row_cb(int, void* data) {
     RawRecord r;
     r.file = st->path;
     r.line = st->row_line;
+    r.bytes = st->line_end - st->row_begin;
     if (row.size() != st->header.size()) {
         reject(r, "bad_csv", fmt::format("{} fields, the header has {}", row.size(), st->header.size()));
     } else {
@@ -136,13 +141,15 @@ void read_csv(const std::string& path, const RecordOptions& o, const std::functi
               const std::function<void(uint64_t)>& progress) {
     csv_parser p;
     ANVIL_CHECK(csv_init(&p, CSV_APPEND_NULL) == 0, "csv: cannot initialise the parser");
-    CsvState st{path, &o, &f, {}, {}, 0, 0, false};
+    CsvState st{path, &o, &f, {}, {}, 0, 0, 0, 0, 0, false};
     uint64_t bytes = 0;
     try {
         read_lines(path, [&](const std::string& line, size_t lineno) {
             st.line = lineno;
             const std::string l = line + "\n";
+            st.line_begin = bytes;
             bytes += l.size();
+            st.line_end = bytes;
             if (csv_parse(&p, l.data(), l.size(), csv_field_cb, csv_row_cb, &st) != l.size())
                 fail("{}:{}: CSV parse error ({})", path, lineno, csv_strerror(csv_error(&p)));
             if (progress && (lineno & 1023) == 0) progress(bytes);
@@ -217,6 +224,7 @@ void read_text(const std::string& path, const std::vector<double>& cuts,
         r.file = path;
         r.line = line;
         r.text = buf.substr(0, cut);
+        r.bytes = cut;
         r.chunk_begin = consumed;
         consumed += cut;
         r.chunk_end = total ? double(consumed) / double(total) : 1.0;
@@ -225,9 +233,15 @@ void read_text(const std::string& path, const std::vector<double>& cuts,
         buf.erase(0, cut);
         if (consumed == cut && r.text.find_first_not_of(" \t\r\n") == std::string::npos && r.last_chunk)
             reject(r, "empty_text", "the file holds no text");
-        else if (!utf8::valid(r.text))
-            reject(r, "invalid_utf8",
-                   "invalid UTF-8 (the chunk starting here; fix the encoding or convert it)");
+        else if (const size_t bad = utf8::first_invalid(r.text); bad != std::string::npos)
+            reject(
+                r, "invalid_utf8",
+                fmt::format("invalid UTF-8 at byte {} (line {}); the whole chunk, bytes {} to {} of the file "
+                            "({} bytes), is dropped: convert the file to UTF-8 (e.g. iconv -f latin1 -t "
+                            "utf-8)",
+                            r.chunk_begin + bad,
+                            r.line + size_t(std::count(r.text.begin(), r.text.begin() + long(bad), '\n')),
+                            r.chunk_begin, consumed, cut));
         f(r);
         if (progress) progress(consumed);
         if (r.last_chunk) break;

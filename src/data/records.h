@@ -35,7 +35,9 @@ struct RawRecord {
     double chunk_end = -1.0;
     bool last_chunk = false;
     uint64_t chunk_begin = 0;  // byte offset of a text chunk in its file
-    // Rejected records: a short kind (bad_json, not_object, missing_field, not_string, empty_text,
+    uint64_t bytes = 0;        // the record's size in its file (a JSONL line, a CSV row, a text chunk)
+    // A record is a JSONL line, a CSV row or a chunk of a text file (about 1 MiB, cut where tokenization is
+    // unaffected). Rejected records: a short kind (bad_json, not_object, missing_field, not_string, empty_text,
     // invalid_utf8, bad_csv) and a message.
     std::string reject_kind, reject;
 };

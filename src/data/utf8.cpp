@@ -2,14 +2,18 @@
 
 namespace anvil::utf8 {
 
-bool valid(std::string_view s) {
+size_t first_invalid(std::string_view s) {
     uint32_t cp;
     for (size_t i = 0; i < s.size();) {
         const int n = decode(s, i, &cp);
-        if (n == 0) return false;
+        if (n == 0) return i;
         i += size_t(n);
     }
-    return true;
+    return std::string_view::npos;
+}
+
+bool valid(std::string_view s) {
+    return first_invalid(s) == std::string_view::npos;
 }
 
 void append(std::string& out, uint32_t cp) {

@@ -47,6 +47,8 @@ inline int decode(std::string_view s, size_t i, uint32_t* cp) {
 }
 
 bool valid(std::string_view s);
+// Offset of the first byte that does not start a valid sequence, or std::string_view::npos.
+size_t first_invalid(std::string_view s);
 // Invalid sequences replaced by U+FFFD (one per maximal subpart).
 std::string repair(std::string_view s);
 void append(std::string& out, uint32_t cp);

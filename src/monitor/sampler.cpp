@@ -4,7 +4,8 @@
 
 namespace anvil {
 
-Sampler::Sampler(int gpu_index, double interval_s) : gpu_index_(gpu_index), interval_(interval_s) {
+Sampler::Sampler(int gpu_index, double interval_s)
+    : gpu_index_(gpu_index), interval_(interval_s), prev_(cpu_times()) {
     thread_ = std::thread([this] { run(); });
 }
 
@@ -18,30 +19,34 @@ Sampler::~Sampler() {
 }
 
 void Sampler::run() {
-    CpuTimes prev = cpu_times();
     std::unique_lock<std::mutex> lk(mu_);
     while (!cv_.wait_for(lk, std::chrono::duration<double>(interval_), [&] { return stop_; })) {
         lk.unlock();
-        MonitorSample s;
-        const CpuTimes now = cpu_times();
-        s.cpu_util_pct = now.total > prev.total
-                             ? 100.0 * double(now.busy - prev.busy) / double(now.total - prev.total)
-                             : 0;
-        prev = now;
-        s.rss_mb = process_rss_mb();
-        if (gpu()) s.gpu = nvml_.sample(gpu_index_);
+        sample_now();
         lk.lock();
-        last_ = s;
-        sum_.cpu_util_pct += s.cpu_util_pct;
-        sum_.rss_mb += s.rss_mb;
-        sum_.gpu.util_pct += s.gpu.util_pct;
-        sum_.gpu.mem_used_mb += s.gpu.mem_used_mb;
-        sum_.gpu.power_w += s.gpu.power_w;
-        sum_.gpu.temp_c += s.gpu.temp_c;
-        sum_.gpu.sm_clock_mhz += s.gpu.sm_clock_mhz;
-        sum_.gpu.valid = s.gpu.valid;
-        n_++;
     }
+}
+
+void Sampler::sample_now() {
+    std::lock_guard<std::mutex> take(take_mu_);
+    MonitorSample s;
+    const CpuTimes now = cpu_times();
+    s.cpu_util_pct =
+        now.total > prev_.total ? 100.0 * double(now.busy - prev_.busy) / double(now.total - prev_.total) : 0;
+    prev_ = now;
+    s.rss_mb = process_rss_mb();
+    if (gpu()) s.gpu = nvml_.sample(gpu_index_);
+    std::lock_guard<std::mutex> lk(mu_);
+    last_ = s;
+    sum_.cpu_util_pct += s.cpu_util_pct;
+    sum_.rss_mb += s.rss_mb;
+    sum_.gpu.util_pct += s.gpu.util_pct;
+    sum_.gpu.mem_used_mb += s.gpu.mem_used_mb;
+    sum_.gpu.power_w += s.gpu.power_w;
+    sum_.gpu.temp_c += s.gpu.temp_c;
+    sum_.gpu.sm_clock_mhz += s.gpu.sm_clock_mhz;
+    sum_.gpu.valid = s.gpu.valid;
+    n_++;
 }
 
 MonitorSample Sampler::latest() const {

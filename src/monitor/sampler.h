@@ -28,6 +28,8 @@ public:
     Sampler& operator=(const Sampler&) = delete;
 
     MonitorSample latest() const;
+    // Takes a sample now (the summary does, so even a run shorter than one interval has one).
+    void sample_now();
     // Fields for metrics.jsonl / summary.json: latest() or the averages over the run so far.
     nlohmann::json latest_json() const;
     nlohmann::json averages_json() const;
@@ -39,6 +41,8 @@ private:
     Nvml nvml_;
     int gpu_index_;
     double interval_;
+    std::mutex take_mu_;  // one sample at a time: prev_ is the start of the next sample's CPU interval
+    CpuTimes prev_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;

@@ -64,6 +64,7 @@ void RunInstruments::add_summary(nlohmann::json& summary, double tps, double ela
     }
     summary["peak_mem_mb"] = double(model_.backend().memory_peak()) / (1 << 20);
     summary["peak_rss_mb"] = process_peak_rss_mb();
+    sampler_->sample_now();
     summary["monitor"] = sampler_->averages_json();
     if (price_ > 0) {
         const CostEstimate c = estimate_cost(price_, elapsed, tokens, 0, 0);

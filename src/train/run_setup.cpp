@@ -69,22 +69,29 @@ std::string resolve_checkpoint(const std::string& dir) {
 }
 
 RunSetup setup_run(TrainOptions& o) {
+    refuse_multi_process_launch();
     RunSetup r;
     std::string ckpt;
     nlohmann::json state;
     if (!o.resume.empty()) {
         ckpt = resolve_checkpoint(o.resume);
-        state = read_json_file(ckpt + "/trainer_state.json");
         if (o.out.empty()) o.out = fsys::path(ckpt).parent_path().string();
         if (o.out.empty()) o.out = ".";
-    } else {
-        if (o.out.empty()) o.out = default_out_dir();
-        ANVIL_CHECK(!file_exists(o.out + "/metrics.jsonl"),
-                    "--out {}: already holds a run; continue it with "
-                    "--resume {} or choose another --out",
-                    o.out, o.out);
+    } else if (o.out.empty()) {
+        o.out = default_out_dir();
     }
     make_dirs(o.out);
+    // From here on this process owns the directory: a second one is refused before it writes anything.
+    r.lock = RunDirLock(o.out, o.resume.empty() ? "--out" : "--resume");
+    ANVIL_CHECK(!o.resume.empty() || !file_exists(o.out + "/metrics.jsonl"),
+                "--out {}: already holds a run; continue it with --resume {} or choose another --out", o.out,
+                o.out);
+    if (const std::string cleaned = clean_stale_temporaries(o.out); !cleaned.empty())
+        std::fprintf(stderr, "anvil: %s: %s\n", o.out.c_str(), cleaned.c_str());
+    if (!ckpt.empty()) {
+        ckpt = resolve_checkpoint(o.resume);  // again: a restored directory may be the newest
+        state = read_json_file(ckpt + "/trainer_state.json");
+    }
 
     // Tokenizer: the flag wins; otherwise a prepared data directory's; otherwise the checkpoint's; else
     // bytes.

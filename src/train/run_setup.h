@@ -11,11 +11,13 @@
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "train/optimizer.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace anvil {
 
 struct RunSetup {
+    RunDirLock lock;                             // declared first: held until everything else is gone
     TrainOptions opts;                           // resolved (out dir, data path, sequence length)
     std::unique_ptr<Backend> backend;            // declared first: outlives everything allocated on it
     std::unique_ptr<ProfilingBackend> profiler;  // wraps `backend` with --profile

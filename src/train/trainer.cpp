@@ -146,7 +146,7 @@ int run_train(TrainOptions o) {
     std::signal(SIGTERM, on_stop_signal);
 
     LossBuffer losses;
-    Progress bar("train", o.steps, o.log_every);
+    Progress bar("train", o.steps, o.log_every, "steps");
     double train_time = 0.0, wait_time = 0.0, last_loss = NAN, step_s = 0.0;
     int64_t trained_tokens = 0;
     int skipped = 0, step = run.start_step;

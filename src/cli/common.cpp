@@ -1,0 +1,56 @@
+// What several subcommands share: number validators, model-directory resolution and the --json flag.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "io/fs.h"
+#include "io/json_text.h"
+#include "train/run_setup.h"
+
+namespace anvil::cli {
+
+namespace {
+CLI::Validator number_check(bool allow_zero) {
+    return CLI::Validator(
+        [allow_zero](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0') return "must be a number, got \"" + v + "\"";
+            if (allow_zero ? x < 0 : x <= 0)
+                return std::string(allow_zero ? "must be zero or more" : "must be positive") + ", got " + v;
+            return {};
+        },
+        allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
+}
+}  // namespace
+
+const CLI::Validator kPositive = number_check(false);
+const CLI::Validator kNonNegative = number_check(true);
+
+std::string resolve_model_dir(const std::string& path) {
+    ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
+    if (file_exists(path + "/config.json")) return path;
+    if (file_exists(path + "/final/config.json")) return path + "/final";
+    return resolve_checkpoint(path);
+}
+
+CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {
+    // A value is optional: bare --json stores "-" (stdout).
+    return sub
+        ->add_option("--json", dest,
+                     "print the result as JSON instead of text; --json FILE prints the text and writes the "
+                     "JSON to FILE")
+        ->expected(0, 1)
+        ->default_str("-")
+        ->type_name("[FILE]");
+}
+
+void emit_result(const std::string& json_dest, const nlohmann::json& j, const std::string& text) {
+    if (json_dest == "-") {
+        std::printf("%s\n", json_text(j, 2).c_str());
+        return;
+    }
+    std::printf("%s", text.c_str());
+    if (!json_dest.empty()) write_file_atomic(json_dest, json_text(j, 2) + "\n");
+}
+
+}  // namespace anvil::cli

@@ -1,0 +1,162 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <regex>
+
+#include "core/error.h"
+#include "io/fs.h"
+
+namespace anvil {
+
+namespace fsys = std::filesystem;
+
+int launched_world_size(std::string* source) {
+    // Open MPI, MPICH/Intel MPI (PMI), PMIx launchers, MVAPICH, and Slurm's srun (a job step's task count).
+    for (const char* var :
+         {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+        const char* v = std::getenv(var);
+        if (!v || !*v) continue;
+        const int n = std::atoi(v);
+        if (n < 1) continue;
+        if (source) *source = std::string(var) + "=" + v;
+        return n;
+    }
+    return 1;
+}
+
+void refuse_multi_process_launch() {
+    std::string source;
+    const int n = launched_world_size(&source);
+    ANVIL_CHECK(n <= 1,
+                "started as one of {} processes ({}): anvil train runs as a single process for now, and {} "
+                "copies would be unrelated runs writing the same directory; start it once, without mpirun or "
+                "srun",
+                n, source, n);
+}
+
+namespace {
+std::string host_name() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+    return buf;
+}
+std::string now_text() {
+    const std::time_t t = std::time(nullptr);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    return buf;
+}
+}  // namespace
+
+RunDirLock::RunDirLock(const std::string& dir, const std::string& flag) : path_(dir + "/anvil.lock") {
+    for (int attempt = 0; attempt < 8; attempt++) {
+        const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        ANVIL_CHECK(fd >= 0, "{} {}: cannot create {} ({})", flag, dir, path_, std::strerror(errno));
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            std::string owner;
+            char buf[512] = {};
+            const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+            if (n > 0) owner.assign(buf, size_t(n));
+            while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+            ::close(fd);
+            ANVIL_CHECK(err != EWOULDBLOCK,
+                        "{} {}: another anvil process is writing this run directory ({}); "
+                        "wait for it to finish, or choose another {}",
+                        flag, dir, owner.empty() ? "its lock file names no owner" : owner, flag);
+            fail("{} {}: cannot lock {} ({})", flag, dir, path_, std::strerror(err));
+        }
+        // The previous owner may have removed the file between our open and our lock: lock the file that
+        // is at the path now.
+        struct stat held {
+        }, at_path{};
+        if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 &&
+            held.st_ino == at_path.st_ino && held.st_dev == at_path.st_dev) {
+            const std::string who = "pid " + std::to_string(::getpid()) + " on host " + host_name() +
+                                    ", started " + now_text() + "\n";
+            if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size())) {
+                const int err = errno;
+                ::close(fd);
+                fail("{} {}: cannot write {} ({})", flag, dir, path_, std::strerror(err));
+            }
+            fd_ = fd;
+            return;
+        }
+        ::close(fd);
+    }
+    fail("{} {}: could not take the lock {} (it keeps changing); is another process starting here?", flag,
+         dir, path_);
+}
+
+RunDirLock::RunDirLock(RunDirLock&& o) noexcept {
+    *this = std::move(o);
+}
+
+RunDirLock& RunDirLock::operator=(RunDirLock&& o) noexcept {
+    if (this != &o) {
+        this->~RunDirLock();
+        fd_ = o.fd_;
+        path_ = std::move(o.path_);
+        o.fd_ = -1;
+    }
+    return *this;
+}
+
+RunDirLock::~RunDirLock() {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());  // while still locked: a waiting process then locks a fresh file
+    ::close(fd_);
+    fd_ = -1;
+}
+
+std::string clean_stale_temporaries(const std::string& dir) {
+    static const std::regex stale(R"((.+)\.(tmp|old)\.[0-9]+)");
+    std::vector<std::string> removed, restored;
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    for (const auto& e : fsys::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        std::smatch m;
+        if (!std::regex_match(name, m, stale)) continue;
+        const fsys::path target = e.path().parent_path() / m[1].str();
+        if (m[2] == "old" && !fsys::exists(target, ec)) {
+            // The save moved the previous version aside and died before the new one took its place.
+            fsys::rename(e.path(), target, ec);
+            if (!ec) {
+                restored.push_back(name + " -> " + m[1].str());
+                continue;
+            }
+        }
+        if (e.is_directory(ec)) {
+            for (const auto& f : fsys::recursive_directory_iterator(e.path(), ec))
+                if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+        } else {
+            bytes += e.file_size(ec);
+        }
+        fsys::remove_all(e.path(), ec);
+        ANVIL_CHECK(!ec, "{}: cannot remove the stale temporary {} ({})", dir, e.path().string(),
+                    ec.message());
+        removed.push_back(name);
+    }
+    std::string msg;
+    if (!removed.empty()) {
+        std::sort(removed.begin(), removed.end());
+        std::string names;
+        for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
+        msg = fmt::format("removed {} stale temporar{} left by an interrupted save ({}; {:.1f} MB)",
+                          removed.size(), removed.size() == 1 ? "y" : "ies", names, double(bytes) / 1e6);
+    }
+    for (const auto& r : restored) msg += (msg.empty() ? "" : "; ") + std::string("restored ") + r;
+    return msg;
+}
+
+}  // namespace anvil
