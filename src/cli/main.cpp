@@ -31,7 +31,17 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         std::string sub;
-        for (auto* s : app.get_subcommands()) sub = " " + s->get_name();
+        CLI::App* where = &app;
+        for (auto* s : app.get_subcommands()) {
+            sub = " " + s->get_name();
+            where = s;
+            for (auto* s2 : s->get_subcommands()) sub += " " + s2->get_name(), where = s2;
+        }
+        if (std::string(e.what()).find("subcommand is required") != std::string::npos) {
+            // `anvil` or `anvil data` alone: show what there is to run
+            std::printf("%s", where->help().c_str());
+            return argc == 1 ? 0 : 2;
+        }
         std::fprintf(stderr, "anvil%s: error: %s; see anvil%s --help\n", sub.c_str(), e.what(), sub.c_str());
         return 2;
     }

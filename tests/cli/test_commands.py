@@ -15,6 +15,10 @@ def main():
     for cmd in ([], ["train"], ["eval"], ["generate"]):
         r = run([*cmd, "--help"])
         check(r.returncode == 0 and "--help" in r.stdout, f"anvil {' '.join(cmd)} --help", f)
+    r = run([])
+    check(r.returncode == 0 and "train" in r.stdout and "Subcommands" in r.stdout, "anvil alone prints its help", f)
+    r = run(["data"])
+    check(r.returncode == 2 and "prepare" in r.stdout, "anvil data alone lists its subcommands", f)
     r = run(["train", "--help"])
     for flag in ("--data", "--tokenizer", "--init", "--out", "--resume", "--layers", "--heads", "--dim", "--seq",
                  "--batch", "--grad-accum", "--steps", "--lr", "--lr-schedule", "--warmup", "--weight-decay",
