@@ -9,6 +9,8 @@
 //  - Forward ops overwrite their outputs.
 //  - Backward ops ACCUMULATE (+=) into parameter gradients. Activation gradients are overwritten, except
 //    layernorm_bwd's din, which is accumulated because it is the residual stream's gradient.
+//  - A frozen parameter has no gradient: its gradient tensor is passed empty and the op skips that part of
+//    the work (no weight-gradient product for a frozen matrix).
 //  - Statistics (layernorm mean/rstd, per-row losses, the grad-norm scalar) are f32 whatever the
 //    activation dtype.
 //  - Tensors live on the backend's device; upload/download move bytes to and from host memory.
@@ -45,15 +47,15 @@ struct AdamWArgs {
     float grad_scale = 1.0f;     // multiplies every gradient before use (1/loss_scale for fp16)
 };
 
-class Backend {
+class Backend : public Allocator {
 public:
-    virtual ~Backend() = default;
-    virtual Device device() const = 0;
+    ~Backend() override = default;
+    Device device() const override = 0;
     virtual std::string describe() const = 0;     // one line: device, libraries, threads
     virtual std::string device_name() const = 0;  // the CPU model or the GPU's name
 
     // ---- memory ---------------------------------------------------------------------------------
-    virtual Buffer alloc(size_t bytes) = 0;  // zero-filled; throws OutOfMemory when it does not fit
+    Buffer alloc(size_t bytes) override = 0;  // zero-filled; throws OutOfMemory when it does not fit
     // Host memory for data headed to the device (page-locked on CUDA, so copies can overlap compute).
     virtual Buffer alloc_host(size_t bytes) = 0;
     virtual void zero(Tensor t) = 0;

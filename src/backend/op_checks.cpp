@@ -20,6 +20,18 @@ EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& w
     return d;
 }
 
+EmbDims check_embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+    ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
+    ANVIL_CHECK(dout.shape.ndim == 3, "embedding backward: dout must be (B, T, C), got {}", dout.shape.str());
+    const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(dout.dim(2)), dwte.empty() ? 0 : int(dwte.dim(0))};
+    expect_shape(dout, {d.B, d.T, d.C}, "embedding dout");
+    ANVIL_CHECK(dwte.empty() || dwte.dim(1) == d.C, "embedding backward: dwte {} for width {}", dwte.shape.str(),
+                d.C);
+    ANVIL_CHECK(dwpe.empty() || (dwpe.dim(1) == d.C && dwpe.dim(0) >= d.T), "embedding backward: dwpe {} for ({}, {})",
+                dwpe.shape.str(), d.T, d.C);
+    return d;
+}
+
 RowDims check_layernorm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
                         const Tensor& w, const Tensor& b) {
     const RowDims d{int(rows(in)), int(cols(in))};
@@ -33,9 +45,11 @@ RowDims check_layernorm(const Tensor& out, const Tensor& mean, const Tensor& rst
 RowDims check_layernorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& db, const Tensor& dout,
                             const Tensor& in) {
     const RowDims d{int(rows(in)), int(cols(in))};
-    ANVIL_CHECK(
-        din.numel() == in.numel() && dout.numel() == in.numel() && dw.numel() == d.C && db.numel() == d.C,
-        "layernorm backward: shapes din {} dout {} in {}", din.shape.str(), dout.shape.str(), in.shape.str());
+    // a frozen gain or bias passes its gradient empty
+    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() && (dw.empty() || dw.numel() == d.C) &&
+                    (db.empty() || db.numel() == d.C),
+                "layernorm backward: shapes din {} dout {} in {} dw {} db {}", din.shape.str(), dout.shape.str(),
+                in.shape.str(), dw.shape.str(), db.shape.str());
     return d;
 }
 
@@ -67,7 +81,8 @@ MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout
     const MatDims d = matmul_dims(in, w, layout);
     ANVIL_CHECK(rows(dout) == d.N && cols(dout) == d.OC, "matmul backward: dout {} for ({}, {})",
                 dout.shape.str(), d.N, d.OC);
-    ANVIL_CHECK(dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(), w.shape.str());
+    ANVIL_CHECK(dw.empty() || dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(),
+                w.shape.str());
     ANVIL_CHECK(din.empty() || din.numel() == in.numel(), "matmul backward: din {} vs in {}", din.shape.str(),
                 in.shape.str());
     return d;

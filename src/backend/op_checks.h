@@ -21,6 +21,8 @@ struct EmbDims {
     int B, T, C, V;
 };
 EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+// dwte (V,C) and dwpe (maxT,C) may each be empty (frozen).
+EmbDims check_embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
 
 struct RowDims {
     int N, C;

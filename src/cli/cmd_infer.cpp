@@ -6,7 +6,6 @@
 
 #include "cli/commands.h"
 #include "data/dataset.h"
-#include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
@@ -17,48 +16,20 @@ namespace anvil::cli {
 
 namespace {
 
-struct Loaded {
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<Tokenizer> tok;
-    std::unique_ptr<GPT2> model;
-    PromptTemplate prompt = PromptTemplate::Alpaca;
-};
-
 struct ModelFlags {
-    std::string model, tokenizer, prompt_template, device = "cpu";
-    int threads = 0;
+    InferenceOptions o;
     void add(CLI::App* sub) {
-        sub->add_option("--model", model, "model directory (or a run directory: its final/)")->required();
-        sub->add_option("--tokenizer", tokenizer, "override the checkpoint's tokenizer");
-        sub->add_option("--template", prompt_template,
-                        "prompt template (default: the one the model was trained "
-                        "with, else alpaca)")
+        sub->add_option("--model", o.model_dir, "model directory (or a run directory: its final/)")->required();
+        sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
+        sub->add_option("--template", o.prompt_template,
+                        "prompt template (default: the one the model was trained with, else alpaca)")
             ->check(CLI::IsMember({"alpaca", "compact"}));
-        sub->add_option("--device", device, "cpu, cuda or auto")
+        sub->add_option("--device", o.device, "cpu, cuda or auto")
             ->capture_default_str()
             ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-        sub->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+        sub->add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
     }
-    Loaded load() const {
-        Loaded l;
-        const std::string dir = resolve_model_dir(model);
-        nlohmann::json raw;
-        const GPTConfig cfg = read_model_config(dir, &raw);
-        l.tok = tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(tokenizer);
-        l.prompt = parse_template(
-            !prompt_template.empty() ? prompt_template : raw.value("anvil_template", std::string("alpaca")));
-        ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
-                    "--tokenizer: {} ids do not fit the model's vocabulary "
-                    "of {}",
-                    l.tok->vocab_size(), cfg.vocab_size);
-        BackendOptions bo;
-        bo.device = parse_device(device);
-        bo.threads = threads;
-        l.backend = make_backend(bo);
-        l.model = std::make_unique<GPT2>(*l.backend, cfg);
-        load_model_weights(dir, *l.model);
-        return l;
-    }
+    InferenceSetup load() const { return setup_inference(o); }
 };
 
 }  // namespace
@@ -86,7 +57,7 @@ Command add_eval(CLI::App& app) {
         ->check(kNonNegative);
     add_json_flag(sub, o->json);
     auto run = [mf, o]() -> int {
-        Loaded l = mf->load();
+        InferenceSetup l = mf->load();
         const int T = o->seq > 0 ? o->seq : l.model->config().n_ctx;
         ANVIL_CHECK(T <= l.model->config().n_ctx, "--seq {}: longer than the model's context of {}", T,
                     l.model->config().n_ctx);
@@ -148,7 +119,7 @@ Command add_generate(CLI::App& app) {
         ANVIL_CHECK(!o->prompt.empty() || !o->instruction.empty(),
                     "give --prompt TEXT or --instruction TEXT");
         ANVIL_CHECK(o->s.top_p > 0.0f, "--top-p must be greater than 0");
-        Loaded l = mf->load();
+        InferenceSetup l = mf->load();
         const std::string text = o->instruction.empty()
                                      ? o->prompt
                                      : render_prompt(Example{o->instruction, o->input, ""}, l.prompt);

@@ -10,7 +10,7 @@
 #include "train/run_setup.h"
 
 #ifdef ANVIL_WITH_CUDA
-#include "backend/cuda/cuda_info.h"
+#include "monitor/cuda_probe.h"
 #endif
 
 namespace anvil::cli {

@@ -4,12 +4,11 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "monitor/cost.h"
 #include "train/run_setup.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 namespace anvil::cli {
 
@@ -35,9 +34,10 @@ void apply_given_flags(nlohmann::json& merged, const nlohmann::json& given, cons
 
 // Re-running the first command with --resume added must work: architecture flags (and --init) that equal
 // the checkpoint's are accepted; one that differs is refused, naming both values.
-void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const std::string& ckpt,
+void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const ResumePoint& rp,
                         const nlohmann::json& stored) {
-    const GPTConfig c = read_model_config(ckpt);
+    const ModelConfig& c = rp.config;
+    const std::string& ckpt = rp.dir;
     const std::pair<const char*, std::pair<int, int>> arch[] = {{"layers", {given.layers, c.n_layer}},
                                                                 {"heads", {given.heads, c.n_head}},
                                                                 {"dim", {given.dim, c.n_embd}},
@@ -196,12 +196,12 @@ Command add_train(CLI::App& app) {
         if (!o->batch_auto) o->batch = std::atoi(batch->c_str());
         const bool any_data_flag = !o->data.empty() || !o->init.empty() || !o->resume.empty();
         TrainOptions opts = *o;
+        std::unique_ptr<ResumePoint> resume;
         if (!o->resume.empty()) {
             // Stored options first, then every flag given on this command line.
-            const std::string ckpt = resolve_checkpoint(o->resume);
-            const nlohmann::json state = read_json_file(ckpt + "/trainer_state.json");
-            nlohmann::json merged = state.value("options", nlohmann::json::object());
-            check_resume_flags(*sub, *o, ckpt, merged);
+            resume = std::make_unique<ResumePoint>(read_resume_point(o->resume));
+            nlohmann::json merged = resume->state.value("options", nlohmann::json::object());
+            check_resume_flags(*sub, *o, *resume, merged);
             const nlohmann::json stored = merged;
             apply_given_flags(merged, options_to_json(*o), *sub);
             if (o->batch_auto) {  // the batch the first run's search chose stays
@@ -221,7 +221,7 @@ Command add_train(CLI::App& app) {
             apply_given_flags(merged, options_to_json(*o), *sub);
             options_from_json(merged, opts);
         }
-        return run_train(opts);
+        return run_train(opts, resume.get());
     };
     return {sub, run};
 }

@@ -28,10 +28,6 @@ Command add_plot(CLI::App& app);
 extern const CLI::Validator kPositive;     // "must be a positive number"
 extern const CLI::Validator kNonNegative;  // "must be zero or more"
 
-// A model directory from a user path: the directory itself if it has config.json, else a run directory's
-// final/ or newest checkpoint.
-std::string resolve_model_dir(const std::string& path);
-
 // The --json flag every command with a machine-readable result has: bare `--json` prints JSON to stdout
 // instead of the text; `--json FILE` prints the text and writes the JSON to FILE (atomically). `dest` is
 // "" (not given), "-" (stdout) or the file.

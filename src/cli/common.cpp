@@ -26,13 +26,6 @@ CLI::Validator number_check(bool allow_zero) {
 const CLI::Validator kPositive = number_check(false);
 const CLI::Validator kNonNegative = number_check(true);
 
-std::string resolve_model_dir(const std::string& path) {
-    ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
-    if (file_exists(path + "/config.json")) return path;
-    if (file_exists(path + "/final/config.json")) return path + "/final";
-    return resolve_checkpoint(path);
-}
-
 CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {
     // A value is optional: bare --json stores "-" (stdout).
     return sub

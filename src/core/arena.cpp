@@ -1,7 +1,5 @@
 #include "core/arena.h"
 
-#include "backend/backend.h"
-
 namespace anvil {
 
 std::string Shape::str() const {
@@ -52,7 +50,7 @@ int64_t TensorTable::total_elements() const {
     return n;
 }
 
-Arena::Arena(Backend& backend, const TensorTable& table) {
+Arena::Arena(Allocator& backend, const TensorTable& table) {
     const size_t bytes = (table.total_bytes() + kAlign - 1) / kAlign * kAlign;
     buf_ = backend.alloc(bytes > 0 ? bytes : kAlign);
     views_.reserve(table.size());

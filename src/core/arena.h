@@ -62,13 +62,19 @@ private:
     size_t total_ = 0;
 };
 
-class Backend;
+// Where arenas get their memory: a backend (device memory) or anything else that hands out Buffers.
+class Allocator {
+public:
+    virtual ~Allocator() = default;
+    virtual Buffer alloc(size_t bytes) = 0;  // zero-filled; throws OutOfMemory when it does not fit
+    virtual Device device() const = 0;
+};
 
 class Arena {
 public:
     Arena() = default;
-    // One allocation of table.total_bytes() on the backend's device; views follow the table.
-    Arena(Backend& backend, const TensorTable& table);
+    // One allocation of table.total_bytes() from `alloc`; views follow the table.
+    Arena(Allocator& alloc, const TensorTable& table);
 
     Tensor operator[](size_t i) const { return views_[i]; }
     const std::vector<Tensor>& views() const { return views_; }

@@ -39,6 +39,17 @@ bool dtype_from_name(std::string_view name, DType* out) {
     return false;
 }
 
+const char* precision_name(DType dt) {
+    switch (dt) {
+        case DType::BF16:
+            return "bf16";
+        case DType::F16:
+            return "fp16";
+        default:
+            return "fp32";
+    }
+}
+
 bool dtype_from_precision(std::string_view name, DType* out) {
     if (name == "fp32" || name == "f32")
         *out = DType::F32;

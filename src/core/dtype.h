@@ -34,6 +34,8 @@ std::string_view dtype_name(DType t);
 bool dtype_from_name(std::string_view name, DType* out);
 // Parses a user-facing precision name ("fp32", "bf16", "fp16").
 bool dtype_from_precision(std::string_view name, DType* out);
+// The user-facing name of a float dtype: "fp32", "bf16", "fp16".
+const char* precision_name(DType dt);
 
 struct bf16 {
     uint16_t bits;

@@ -1,5 +1,8 @@
-// Deterministic random numbers with a state that a checkpoint can save: xoshiro256** seeded by
-// SplitMix64, normals by Box-Muller. Portable (the standard library's distributions are not).
+// Deterministic random numbers: xoshiro256** seeded by SplitMix64, normals by Box-Muller. Portable (the
+// standard library's distributions are not), so a seed means the same numbers everywhere. Training draws none
+// across steps (initial weights come from one seeded stream, the data order is a function of the seed and
+// the epoch, there is no dropout), so a checkpoint holds no generator state; whatever adds randomness to a
+// step must save its stream with the checkpoint.
 #pragma once
 
 #include <array>
@@ -54,9 +57,6 @@ public:
         if (u1 < 1e-300) u1 = 1e-300;
         return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     }
-
-    std::array<uint64_t, 4> state() const { return s_; }
-    void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
 
 private:
     static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

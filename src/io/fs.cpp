@@ -17,30 +17,46 @@ namespace anvil {
 
 namespace fsys = std::filesystem;
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ANVIL_CHECK(fd >= 0, "{}: cannot create ({}); check the directory exists and is writable", tmp,
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ANVIL_CHECK(fd_ >= 0, "{}: cannot create ({}); check the directory exists and is writable", tmp_,
                 std::strerror(errno));
-    size_t done = 0;
-    while (done < bytes.size()) {
-        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            const int err = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            fail("{}: write failed ({}); check free disk space", path, std::strerror(err));
-        }
-        done += size_t(n);
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+    ANVIL_ASSERT(fd_ >= 0);
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        const ssize_t w = ::write(fd_, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        ANVIL_CHECK(w > 0, "{}: write failed ({}); check free disk space", path_, std::strerror(errno));
+        p += w;
+        n -= size_t(w);
     }
-    const bool synced = ::fsync(fd) == 0;
-    ::close(fd);
-    if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+}
+
+void AtomicFile::commit() {
+    ANVIL_ASSERT(fd_ >= 0);
+    const bool synced = ::fsync(fd_) == 0;
+    ::close(fd_);
+    fd_ = -1;
+    if (!synced || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
         const int err = errno;
-        ::unlink(tmp.c_str());
-        fail("{}: could not be written ({})", path, std::strerror(err));
+        ::unlink(tmp_.c_str());
+        fail("{}: could not be written ({})", path_, std::strerror(err));
     }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    AtomicFile f(path);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
 }
 
 std::string read_file(const std::string& path) {

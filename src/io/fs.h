@@ -10,6 +10,22 @@
 namespace anvil {
 
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// The same for a file written in pieces: bytes go to PATH.tmp.PID; commit() flushes it to disk and renames it
+// over PATH. Destroyed without commit() (an error on the way), the temporary is removed.
+class AtomicFile {
+public:
+    explicit AtomicFile(std::string path);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+    void write(const void* data, size_t n);
+    void commit();
+
+private:
+    std::string path_, tmp_;
+    int fd_ = -1;
+};
 // Reads a whole file; errors name the path and say what is wrong.
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);

@@ -100,33 +100,57 @@ std::vector<float> SafetensorsReader::read_f32(const StEntry& e) const {
     return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+int64_t StMeta::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+namespace {
+std::string header_bytes(const std::vector<StMeta>& tensors, const std::map<std::string, std::string>& metadata) {
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     uint64_t off = 0;
     for (const auto& t : tensors) {
-        int64_t n = 1;
-        for (int64_t d : t.shape) n *= d;
-        const uint64_t bytes = uint64_t(n) * dtype_size(t.dtype);
-        header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
-                          {"shape", t.shape},
-                          {"data_offsets", {off, off + bytes}}};
+        const uint64_t bytes = uint64_t(t.numel()) * dtype_size(t.dtype);
+        header[t.name] = {
+            {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
         off += bytes;
     }
     std::string h = header.dump();
     while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // keep the data section 8-byte aligned
     std::string out;
-    out.reserve(8 + h.size() + off);
     const uint64_t hl = h.size();
     for (int i = 0; i < 8; i++) out.push_back(char((hl >> (8 * i)) & 0xff));
-    out += h;
-    for (const auto& t : tensors) {
-        int64_t n = 1;
-        for (int64_t d : t.shape) n *= d;
-        out.append(static_cast<const char*>(t.data), size_t(n) * dtype_size(t.dtype));
+    return out + h;
+}
+}  // namespace
+
+void write_safetensors_streamed(const std::string& path, const std::vector<StMeta>& tensors,
+                                const std::function<void(size_t, void*)>& fetch,
+                                const std::map<std::string, std::string>& metadata) {
+    AtomicFile f(path);
+    const std::string h = header_bytes(tensors, metadata);
+    f.write(h.data(), h.size());
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < tensors.size(); i++) {
+        buf.resize(size_t(tensors[i].numel()) * dtype_size(tensors[i].dtype));
+        fetch(i, buf.data());
+        f.write(buf.data(), buf.size());
     }
-    write_file_atomic(path, out);
+    f.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+    std::vector<StMeta> metas;
+    for (const auto& t : tensors) metas.push_back({t.name, t.dtype, t.shape});
+    write_safetensors_streamed(
+        path, metas,
+        [&](size_t i, void* dst) {
+            std::memcpy(dst, tensors[i].data, size_t(metas[i].numel()) * dtype_size(metas[i].dtype));
+        },
+        metadata);
 }
 
 }  // namespace anvil

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,5 +55,17 @@ struct StTensor {
 // Writes atomically (temporary file, then rename). Tensors are laid out in the given order.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same, one tensor at a time: `fetch(i, dst)` fills tensor i's numel * dtype_size bytes at dst (a buffer
+// of that tensor's size), so only one tensor is ever held on the host.
+struct StMeta {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+};
+void write_safetensors_streamed(const std::string& path, const std::vector<StMeta>& tensors,
+                                const std::function<void(size_t, void*)>& fetch,
+                                const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace anvil

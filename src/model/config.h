@@ -1,36 +1,43 @@
-// GPT-2 model configuration and its Hugging Face config.json form.
+// A model's shape, for every family (Hugging Face's config.json names the family in `model_type`), and its
+// config.json form. The trainer, the evaluation and the CLI see only this; each family reads and writes its
+// own keys (gpt2.cpp).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace anvil {
 
-struct GPTConfig {
+struct ModelConfig {
+    std::string model_type = "gpt2";
     int n_layer = 4;
     int n_head = 4;
+    int n_kv_head = 0;  // key/value heads (grouped-query attention); 0 = n_head
     int n_embd = 128;
-    int n_ctx = 128;       // maximum sequence length (HF: n_positions)
-    int vocab_size = 257;  // rows of wte; the tokenizer's ids must be below it
+    int n_ctx = 128;       // maximum sequence length (HF: n_positions / max_position_embeddings)
+    int vocab_size = 257;  // rows of the token embedding; the tokenizer's ids must be below it
 
     int head_size() const { return n_embd / n_head; }
+    int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+    // Every parameter, a tied matrix once.
     int64_t num_params() const;
     // Training FLOPs per token at sequence length T (nanoGPT's estimate: 6 N + 12 L C T, N without the
     // position table), the MFU numerator.
     double flops_per_token(int T) const;
     // Throws a clear error naming `where` (a flag list or a file) if a size is not usable.
     void validate(const std::string& where) const;
-    bool same_shape(const GPTConfig& o) const {
-        return n_layer == o.n_layer && n_head == o.n_head && n_embd == o.n_embd && n_ctx == o.n_ctx &&
-               vocab_size == o.vocab_size;
+    bool same_shape(const ModelConfig& o) const {
+        return model_type == o.model_type && n_layer == o.n_layer && n_head == o.n_head &&
+               kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx && vocab_size == o.vocab_size;
     }
     std::string str() const;
 };
 
-// HF GPT2Config keys. `extra` adds anvil's own keys (tokenizer name) beside them.
-nlohmann::json config_to_hf_json(const GPTConfig& c, const nlohmann::json& extra);
-// Reads n_layer, n_head, n_embd, n_positions (or n_ctx), vocab_size; rejects GPT-2 variants anvil does not
-// implement (other activations, untied embeddings, other layer-norm eps). `path` is for messages.
-GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& path);
+// Hugging Face config.json of the family; `extra` adds anvil's own keys (tokenizer, template) beside them.
+nlohmann::json config_to_hf_json(const ModelConfig& c, const nlohmann::json& extra);
+// Reads a config.json of any family anvil implements (by `model_type`; GPT-2 when absent); rejects variants
+// it does not implement with the key and what to do. `path` is for messages.
+ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& path);
 
 }  // namespace anvil

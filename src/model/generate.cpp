@@ -47,83 +47,26 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
     return idx[size_t(keep - 1)];
 }
 
-Generator::Generator(GPT2& model) : model_(model) {
-    const GPTConfig& c = model.config();
-    const int64_t T = c.n_ctx, C = c.n_embd, V = c.vocab_size;
-    const DType a = model.params()[0].dtype;
-    TensorTable t;
-    for (int l = 0; l < c.n_layer; l++) {
-        t.add("k", {T, C}, a);
-        t.add("v", {T, C}, a);
-    }
-    for (auto [name, shape, dt] :
-         std::initializer_list<std::tuple<const char*, Shape, DType>>{{"tok", {1, T}, DType::I32},
-                                                                      {"x", {T, C}, a},
-                                                                      {"ln", {T, C}, a},
-                                                                      {"mean", {T}, DType::F32},
-                                                                      {"rstd", {T}, DType::F32},
-                                                                      {"qkv", {T, 3 * C}, a},
-                                                                      {"atty", {T, C}, a},
-                                                                      {"proj", {T, C}, a},
-                                                                      {"x2", {T, C}, a},
-                                                                      {"fch", {T, 4 * C}, a},
-                                                                      {"fchg", {T, 4 * C}, a},
-                                                                      {"logits", {1, V}, a}})
-        t.add(name, shape, dt);
-    cache_ = Arena(model.backend(), t);
-    size_t i = 0;
-    for (int l = 0; l < c.n_layer; l++) {
-        k_.push_back(cache_[i++]);
-        v_.push_back(cache_[i++]);
-    }
-    for (Tensor* p : {&tok_, &x_, &ln_, &mean_, &rstd_, &qkv_, &atty_, &proj_, &x2_, &fch_, &fchg_, &logits_})
-        *p = cache_[i++];
-}
-
-namespace {
-Tensor rows(Tensor t, int n) {
-    t.shape.dims[0] = n;
-    return t;
-}
-}  // namespace
+Generator::Generator(Model& model)
+    : model_(model),
+      acts_(model.make_activations(1, model.config().n_ctx, ActMode::Decode)),
+      cache_(model.make_cache()) {}
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
     Backend& be = model_.backend();
-    const GPTConfig& c = model_.config();
-    // Positions pos0..pos0+n-1: embed with the position table shifted by pos0.
-    Tensor tok = tok_;
-    tok.shape = Shape{1, n};
-    be.upload(tok, ids);
-    Tensor wpe = model_.wpe();
-    wpe.data = static_cast<char*>(wpe.data) + size_t(pos0) * size_t(c.n_embd) * dtype_size(wpe.dtype);
-    wpe.shape.dims[0] = c.n_ctx - pos0;
-    Tensor x = rows(x_, n).view(Shape{1, n, c.n_embd});
-    be.embedding_fwd(x, tok, model_.wte(), wpe);
-    x = x.view(Shape{n, c.n_embd});
-    Tensor x2 = rows(x2_, n);
-    for (int l = 0; l < c.n_layer; l++) {
-        auto P = [&](LayerParam p) { return model_.layer_param(l, p); };
-        Tensor ln = rows(ln_, n), mean = rows(mean_, n), rstd = rows(rstd_, n), qkv = rows(qkv_, n);
-        Tensor atty = rows(atty_, n), proj = rows(proj_, n), fch = rows(fch_, n), fchg = rows(fchg_, n);
-        be.layernorm_fwd(ln, mean, rstd, x, P(kLn1W), P(kLn1B));
-        be.matmul_fwd(qkv, ln, P(kQkvW), WLayout::InOut, P(kQkvB), {});
-        be.attention_cached(atty, qkv, k_[size_t(l)], v_[size_t(l)], pos0, c.n_head);
-        be.matmul_fwd(proj, atty, P(kAttProjW), WLayout::InOut, P(kAttProjB), {});
-        be.residual_fwd(x2, x, proj);
-        be.layernorm_fwd(ln, mean, rstd, x2, P(kLn2W), P(kLn2B));
-        be.matmul_fwd(fchg, ln, P(kFcW), WLayout::InOut, P(kFcB), fch);
-        be.matmul_fwd(proj, fchg, P(kFcProjW), WLayout::InOut, P(kFcProjB), {});
-        be.residual_fwd(x, x2, proj);
-    }
-    // Only the last position's logits are needed.
-    Tensor last = x.slice0(n - 1).view(Shape{1, c.n_embd});
-    Tensor ln = rows(ln_, 1), mean = rows(mean_, 1), rstd = rows(rstd_, 1);
-    be.layernorm_fwd(ln, mean, rstd, last, model_.lnf_w(), model_.lnf_b());
-    be.matmul_fwd(logits_, ln, model_.wte(), WLayout::OutIn, {}, {});
-    std::vector<uint8_t> raw(logits_.nbytes());
-    be.download(raw.data(), logits_);
-    logits.resize(size_t(c.vocab_size));
-    convert_to_f32(logits.data(), raw.data(), logits_.dtype, logits.size());
+    be.upload(acts_->get("tokens", 1, n), ids);
+    ForwardPass f;
+    f.B = 1;
+    f.T = n;
+    f.pos0 = pos0;
+    f.cache = cache_.get();
+    f.last_logits = true;
+    model_.forward(*acts_, f);
+    const Tensor out = acts_->get("logits", 1, 1);
+    std::vector<uint8_t> raw(out.nbytes());
+    be.download(raw.data(), out);
+    logits.resize(size_t(out.numel()));
+    convert_to_f32(logits.data(), raw.data(), out.dtype, logits.size());
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,

@@ -1,14 +1,16 @@
 // Text generation with a KV cache: the prompt is run through the model once (prefill), then each new token
-// costs one position. When the context fills, the cache is rebuilt from the last half of it.
+// costs one position. When the context fills, the cache is rebuilt from the last half of it. The model's own
+// forward runs every position (model.h: a pass with a cache); nothing here knows the family.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
-#include "core/arena.h"
+#include <memory>
+
 #include "core/rng.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 namespace anvil {
 
@@ -28,7 +30,7 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
 
 class Generator {
 public:
-    explicit Generator(GPT2& model);
+    explicit Generator(Model& model);
     // Returns the new tokens (not the prompt). on_token, if set, sees each one as it is produced.
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                   const std::function<void(int32_t)>& on_token = {});
@@ -37,10 +39,9 @@ private:
     // Runs positions pos0.. for `ids` through the model, appending to the cache; returns the last logits.
     void step(const int32_t* ids, int n, int pos0, std::vector<float>& logits);
 
-    GPT2& model_;
-    Arena cache_;  // per layer k, v (n_ctx, C); then work buffers for up to n_ctx rows
-    std::vector<Tensor> k_, v_;
-    Tensor tok_, x_, ln_, mean_, rstd_, qkv_, atty_, proj_, x2_, fch_, fchg_, logits_;
+    Model& model_;
+    std::unique_ptr<Activations> acts_;  // decoding activations for up to n_ctx positions
+    std::unique_ptr<KvCache> cache_;
 };
 
 }  // namespace anvil

@@ -2,10 +2,10 @@
 
 #include "backend/backend.h"
 #include "monitor/nvml.h"
-#include "monitor/sysinfo.h"
+#include "backend/cpu/host_info.h"
 
 #ifdef ANVIL_WITH_CUDA
-#include "backend/cuda/cuda_info.h"
+#include "monitor/cuda_probe.h"
 #endif
 
 namespace anvil {

@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "io/fs.h"
 #include "io/json_text.h"
-#include "monitor/sysinfo.h"
+#include "backend/cpu/host_info.h"
 
 namespace anvil {
 
@@ -49,6 +49,14 @@ double sgemm_tflops(int n, int reps) {
 
 // Dense datasheet figures (NVIDIA product briefs): FP32, TF32, BF16, FP16, FP8 tensor TFLOP/s without
 // sparsity; memory bandwidth; PCIe bandwidth per direction (x16: Gen4 32 GB/s, Gen5 64 GB/s).
+double datasheet_tflops(const GpuDatasheet& d, const std::string& precision) {
+    if (precision == "bf16") return d.bf16;
+    if (precision == "fp16") return d.fp16;
+    if (precision == "tf32") return d.tf32;
+    if (precision == "fp8") return d.fp8;
+    return d.fp32;
+}
+
 const GpuDatasheet* find_datasheet(const std::string& name) {
     static const GpuDatasheet table[] = {
         {"H200", 67, 494.7, 989.4, 989.4, 1978.9, 4800, 64},

@@ -33,6 +33,8 @@ struct GpuDatasheet {
     double fp32, tf32, bf16, fp16, fp8, mem_gbps, pcie_gbps;
 };
 const GpuDatasheet* find_datasheet(const std::string& device_name);
+// The dense TFLOP/s of a precision ("fp32", "tf32", "bf16", "fp16", "fp8") on the sheet.
+double datasheet_tflops(const GpuDatasheet& d, const std::string& precision);
 
 nlohmann::json bench_to_json(const HwBenchReport& r, double price_per_hour);
 std::string bench_table(const HwBenchReport& r, double price_per_hour);

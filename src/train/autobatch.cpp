@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "data/batcher.h"
-#include "train/step.h"
 
 namespace anvil {
 
@@ -32,17 +31,15 @@ uint64_t parse_bytes(const std::string& s, const char* flag) {
     return uint64_t(v * mult);
 }
 
-AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T, int global, bool shuffle,
+AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int global, bool shuffle,
                           uint64_t seed) {
+    Model& model = trainer.model();
     Backend& be = model.backend();
     AutoBatch r;
-    TensorTable scalars;
-    scalars.add("norm_sq", {1}, DType::F32);
-    Arena scalar_arena(be, scalars);
     std::vector<int32_t> tokens, targets;
-    LossBuffer losses;
     AdamWArgs zero_lr;
     zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
+    const LossScaler scaler = trainer.scaler();  // trial steps leave no trace: moments and scale restored
     double best_tps = 0;
     for (int b = 1; b <= global; b *= 2) {
         if (global % b) continue;
@@ -52,13 +49,9 @@ AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T,
             Batcher batcher(data, b, T, shuffle, seed);
             for (int s = 0; s < 3; s++) {  // the first steps warm caches and library workspaces
                 const auto t0 = std::chrono::steady_clock::now();
-                const StepBatch batch = fill_step(batcher, s, 1, b, T, tokens, targets);
-                accumulate_gradients(model, batch, 1, b, T, losses);
-                be.global_norm_sq(scalar_arena[0], {model.grads().flat(model.params()[0].dtype)});
-                opt.step(zero_lr, scalar_arena[0]);
+                trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets), 1, b, T, zero_lr);
                 be.synchronize();
-                tps = double(b) * T /
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                tps = double(b) * T / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             }
         } catch (const OutOfMemory& e) {
             model.release();
@@ -72,7 +65,8 @@ AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T,
             r.micro = b;
         }
     }
-    opt.reset_moments();
+    trainer.optimizer().reset_moments();
+    trainer.scaler() = scaler;
     ANVIL_CHECK(r.micro > 0,
                 "--batch auto: not even one sequence of {} tokens fits ({}); use a smaller model, "
                 "--seq or a larger --memory-limit",

@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "model/gpt2.h"
-#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace anvil {
 
@@ -18,8 +17,9 @@ struct AutoBatch {
     std::vector<std::string> log;  // one line per micro-batch tried
 };
 
-AutoBatch find_batch_size(GPT2& model, AdamW& opt, const TokenView& data, int T, int global_batch,
-                          bool shuffle, uint64_t seed);
+// Trial steps through `trainer` (its model must have no activations reserved); leaves none reserved.
+AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int global_batch, bool shuffle,
+                          uint64_t seed);
 
 // "2G", "512M", "1.5GiB", "1000000" -> bytes; `flag` names the option in errors.
 uint64_t parse_bytes(const std::string& s, const char* flag);

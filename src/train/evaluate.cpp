@@ -8,7 +8,7 @@
 
 namespace anvil {
 
-LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t max_batches) {
+LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches) {
     Backend& be = model.backend();
     const std::vector<uint64_t> starts = window_starts(s, T, true);
     int64_t n = eval_batches(starts, B);
@@ -21,7 +21,11 @@ LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t 
         fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
         be.upload(model.tokens(B, T), tokens.data());
         be.upload(model.targets(B, T), targets.data());
-        model.forward(B, T, true, 0.0f);
+        ForwardPass f;
+        f.B = B;
+        f.T = T;
+        f.targets = true;
+        model.forward(f);
         be.download(losses.data(), model.losses(B, T));
         for (size_t j = 0; j < losses.size(); j++)
             if (targets[j] >= 0) {
@@ -36,7 +40,7 @@ LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t 
     return r;
 }
 
-ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate tmpl,
+ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
                              const std::vector<Example>& examples, int max_examples, int keep_samples) {
     Generator gen(model);
     ExactMatchResult r;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 namespace anvil {
 
@@ -17,7 +17,7 @@ struct LossResult {
 
 // Mean loss over the stream's sequential windows (see fill_eval_batch); max_batches 0 = all. The model must
 // have activations reserved for (B, T).
-LossResult evaluate_loss(GPT2& model, const TokenView& s, int B, int T, int64_t max_batches);
+LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches);
 
 struct AnswerSample {
     Example example;
@@ -32,7 +32,7 @@ struct ExactMatchResult {
 };
 
 // Greedy answers to each example's prompt, compared character for character with its output.
-ExactMatchResult exact_match(GPT2& model, const Tokenizer& tok, PromptTemplate tmpl,
+ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
                              const std::vector<Example>& examples, int max_examples, int keep_samples = 3);
 
 }  // namespace anvil

@@ -6,13 +6,14 @@
 
 namespace anvil {
 
-RunInstruments::RunInstruments(const TrainOptions& o, const GPT2& model)
+RunInstruments::RunInstruments(const TrainOptions& o, const Model& model)
     : model_(model),
       flops_per_token_(model.config().flops_per_token(o.seq)),
       price_(parse_price_per_hour(o.price_per_hour)) {
     const Backend& be = model.backend();
     const bool gpu = be.device() == Device::CUDA;
-    const std::string precision = gpu ? "bf16" : "fp32";
+    // the peak of the precision the products run in (--precision), not of the device's best one
+    const std::string precision = precision_name(model.dtype());
     if (o.peak_tflops > 0) {
         peak_ = o.peak_tflops * 1e12;
         peak_source_ = "--peak-tflops";
@@ -21,8 +22,8 @@ RunInstruments::RunInstruments(const TrainOptions& o, const GPT2& model)
         peak_source_ = "measured " + precision + " matmul rate in " + o.bench;
     } else if (gpu) {
         if (const GpuDatasheet* d = find_datasheet(be.device_name())) {
-            peak_ = d->bf16 * 1e12;
-            peak_source_ = "datasheet bf16 rate of the " + std::string(d->match);
+            peak_ = datasheet_tflops(*d, precision) * 1e12;
+            peak_source_ = "datasheet " + precision + " rate of the " + std::string(d->match);
         }
     } else {
         peak_ = quick_cpu_peak_flops();

@@ -6,15 +6,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "monitor/sampler.h"
-#include "train/trainer.h"
+#include "train/options.h"
 
 namespace anvil {
 
 class RunInstruments {
 public:
-    RunInstruments(const TrainOptions& o, const GPT2& model);
+    RunInstruments(const TrainOptions& o, const Model& model);
 
     double mfu(double tokens_per_s) const {
         return peak_ > 0 ? flops_per_token_ * tokens_per_s / peak_ : 0.0;
@@ -29,7 +29,7 @@ public:
     void add_summary(nlohmann::json& summary, double tokens_per_s, double elapsed_s, double tokens) const;
 
 private:
-    const GPT2& model_;
+    const Model& model_;
     double flops_per_token_, peak_ = 0, price_ = 0;
     std::string peak_source_;
     std::unique_ptr<Sampler> sampler_;

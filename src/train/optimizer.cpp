@@ -2,60 +2,58 @@
 
 namespace anvil {
 
-AdamW::AdamW(GPT2& model, float wd) : model_(model), wd_(wd) {
-    Backend& be = model.backend();
+AdamW::AdamW(ParamStore& store, float wd) : store_(store), wd_(wd), slot_of_(store.size(), ParamStore::npos) {
+    Backend& be = store.backend();
     TensorTable f32;
-    for (const auto& p : model.params_info()) f32.add(p.name, p.shape, DType::F32);
+    bool need_master = false;
+    for (size_t i : store.trainable()) {
+        slot_of_[i] = f32.add(store.spec(i).name, store.spec(i).shape, DType::F32);
+        need_master = need_master || store.spec(i).dtype != DType::F32;
+    }
+    if (f32.size() == 0) return;
     m_ = Arena(be, f32);
     v_ = Arena(be, f32);
-    const bool need_master = model.params()[0].dtype != DType::F32;
     if (need_master) {
         master_ = Arena(be, f32);
-        for (size_t i = 0; i < master_.size(); i++) be.convert(master_[i], model.params()[i]);
+        for (size_t i : store.trainable()) be.convert(master_[slot_of_[i]], store.param(i));
     }
-    for (size_t i = 0; i < model.params_info().size(); i++) {
+    for (size_t i : store.trainable()) {
         ParamSlot s;
-        s.param = model.params()[i];
-        s.grad = model.grads()[i];
-        s.m = m_[i];
-        s.v = v_[i];
-        if (need_master) s.master = master_[i];
-        s.weight_decay = model.params_info()[i].decay ? wd : 0.0f;
+        s.param = store.param(i);
+        s.grad = store.grad(i);
+        s.m = m_[slot_of_[i]];
+        s.v = v_[slot_of_[i]];
+        if (need_master && store.spec(i).dtype != DType::F32) s.master = master_[slot_of_[i]];
+        s.weight_decay = store.spec(i).decay ? wd : 0.0f;
         slots_.push_back(s);
     }
 }
 
-void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
-    model_.backend().adamw(slots_, args, norm_sq);
+size_t AdamW::slot(size_t i) const {
+    ANVIL_ASSERT(i < slot_of_.size() && slot_of_[i] != ParamStore::npos);
+    return slot_of_[i];
 }
 
-}  // namespace anvil
-
-namespace anvil {
+void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
+    if (!slots_.empty()) store_.backend().adamw(slots_, args, norm_sq);
+}
 
 void AdamW::reset_moments() {
-    model_.backend().zero(m_.flat(DType::F32));
-    model_.backend().zero(v_.flat(DType::F32));
+    if (slots_.empty()) return;
+    store_.backend().zero(m_.flat(DType::F32));
+    store_.backend().zero(v_.flat(DType::F32));
 }
 
-}  // namespace anvil
-
-namespace anvil {
-
-std::vector<std::vector<float>> AdamW::weights_to_host() const {
-    if (!has_master()) return model_.params_to_host();
-    std::vector<std::vector<float>> host;
-    for (size_t i = 0; i < master_.size(); i++) {
-        host.emplace_back(static_cast<size_t>(master_[i].numel()));
-        model_.backend().download(host.back().data(), master_[i]);
-    }
-    return host;
+void AdamW::weights_f32(size_t i, float* dst) const {
+    if (has_master() && slot_of_[i] != ParamStore::npos && store_.spec(i).dtype != DType::F32)
+        return store_.backend().download(dst, master_[slot_of_[i]]);
+    const std::vector<float> v = store_.read_f32(i);
+    std::copy(v.begin(), v.end(), dst);
 }
 
-void AdamW::weights_from_host(const std::vector<std::vector<float>>& host) {
-    model_.params_from_host(host);
-    if (!has_master()) return;
-    for (size_t i = 0; i < master_.size(); i++) model_.backend().upload(master_[i], host[i].data());
+void AdamW::set_master(size_t i, const float* f32) {
+    if (has_master() && slot_of_[i] != ParamStore::npos && store_.spec(i).dtype != DType::F32)
+        store_.backend().upload(master_[slot_of_[i]], f32);
 }
 
 }  // namespace anvil

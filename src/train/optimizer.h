@@ -1,34 +1,39 @@
-// AdamW state: first and second moments (f32), plus f32 master weights when the parameters the ops see
-// are lower precision. Each in one allocation with the parameters' table.
+// AdamW state for the trainable entries of a parameter store: first and second moments (f32) and, when a
+// parameter's dtype is not f32, an f32 master copy. Each in one arena laid out like the store's gradients;
+// a frozen entry has none of them.
 #pragma once
 
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/gpt2.h"
+#include "model/param_store.h"
 
 namespace anvil {
 
 class AdamW {
 public:
-    // Weight decay `wd` applies to tensors of two or more dimensions only (nanoGPT's grouping).
-    AdamW(GPT2& model, float wd);
-    // One update of every parameter. norm_sq is the device scalar from Backend::global_norm_sq.
+    // Weight decay `wd` applies to the entries whose spec says so (matrices and embeddings).
+    AdamW(ParamStore& store, float wd);
+    // One update of every trainable entry. norm_sq is the device scalar from Backend::global_norm_sq.
     void step(const AdamWArgs& args, Tensor norm_sq);
     void reset_moments();  // zero m and v (after trial steps)
     bool has_master() const { return master_.size() > 0; }
-    // The f32 weights the optimizer updates: the master copy when the parameters are bf16/fp16.
-    std::vector<std::vector<float>> weights_to_host() const;
-    // Loads f32 weights into the master copy (and, rounded, into the parameters).
-    void weights_from_host(const std::vector<std::vector<float>>& host);
-    const Arena& m() const { return m_; }
-    const Arena& v() const { return v_; }
     float weight_decay() const { return wd_; }
+    // The optimizer's view of entry i of the store (i must be trainable): moments, master copy.
+    Tensor m(size_t i) const { return m_[slot(i)]; }
+    Tensor v(size_t i) const { return v_[slot(i)]; }
+    // The f32 weights the optimizer updates (the master copy when there is one) of any entry.
+    void weights_f32(size_t i, float* dst) const;
+    // Sets the master copy of entry i from f32 values (no-op without one): loading and initialising feed
+    // the unrounded values here while the store gets them rounded.
+    void set_master(size_t i, const float* f32);
 
 private:
-    GPT2& model_;
+    size_t slot(size_t i) const;
+    ParamStore& store_;
     float wd_;
     Arena m_, v_, master_;
+    std::vector<size_t> slot_of_;  // store index -> optimizer slot (npos when frozen)
     std::vector<ParamSlot> slots_;
 };
 

@@ -1,5 +1,5 @@
 // TrainOptions <-> JSON, for trainer_state.json. Keys are the CLI flags with '-' written '_'.
-#include "train/trainer.h"
+#include "train/options.h"
 
 #include "core/error.h"
 
@@ -22,6 +22,26 @@ void options_from_json(const nlohmann::json& j, TrainOptions& o) {
     } catch (const nlohmann::json::exception& e) {
         fail("trainer_state.json: options are malformed ({})", e.what());
     }
+}
+
+TrainOptions embedded_default_options() {
+    TrainOptions o;
+    o.embedded = true;
+    o.layers = 4;
+    o.heads = 4;
+    o.dim = 128;
+    o.seq = 64;
+    o.batch = 32;
+    o.steps = 1500;
+    o.lr = 2e-3f;
+    o.prompt_template = "compact";
+    o.warmup = 50;
+    o.weight_decay = 0.1f;
+    o.grad_clip = 1.0f;
+    o.val_fraction = 0.05;
+    o.log_every = 50;
+    o.eval_examples = 300;
+    return o;
 }
 
 }  // namespace anvil

@@ -1,16 +1,20 @@
-// Everything a training run holds, built from its options: the output directory, tokenizer, data, backend,
-// model and optimizer, fresh, from --init or from a --resume checkpoint. Also checkpoint writing.
+// Everything a training run holds, built from its options: the output directory (locked), tokenizer, data,
+// backend, model and optimizer, fresh, from --init or from a --resume checkpoint; and the same model loading
+// for `anvil eval` and `anvil generate` (setup_inference).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "model/gpt2.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/options.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
 
@@ -18,25 +22,43 @@ namespace anvil {
 
 struct RunSetup {
     RunDirLock lock;                             // declared first: held until everything else is gone
-    TrainOptions opts;                           // resolved (out dir, data path, sequence length)
-    std::unique_ptr<Backend> backend;            // declared first: outlives everything allocated on it
+    TrainOptions opts;                           // resolved (out dir, data path, sequence length, batch)
+    std::unique_ptr<Backend> backend;            // outlives everything allocated on it
     std::unique_ptr<ProfilingBackend> profiler;  // wraps `backend` with --profile
     std::unique_ptr<Tokenizer> tok;
     Dataset data;
-    std::unique_ptr<GPT2> model;
+    std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> opt;
+    std::unique_ptr<Trainer> trainer;
     int start_step = 0;
     std::vector<std::string> batch_search;  // what --batch auto tried
 };
 
-// Resolves and loads; `o` is updated in place with the resolved values.
-RunSetup setup_run(TrainOptions& o);
-// The checkpoint directory to resume from: DIR itself if it holds trainer_state.json, else the newest
-// checkpoint-N or final inside it.
-std::string resolve_checkpoint(const std::string& dir);
-// Writes a full training checkpoint (model files, tokenizer, optimizer state, trainer_state.json) to
-// out/name atomically, then drops checkpoint-N directories beyond --keep-checkpoints.
-void save_checkpoint(const RunSetup& run, int step, const std::string& name);
+// Resolves and loads; `o` is updated in place with the resolved values. `resume` is the checkpoint to
+// continue (read once by the caller), or null.
+RunSetup setup_run(TrainOptions& o, const ResumePoint* resume);
+
 Device parse_device(const std::string& name);
+// The backend for --device/--threads/--attention.
+std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads, const std::string& attention);
+
+// A model directory loaded for evaluation or generation.
+struct InferenceOptions {
+    std::string model_dir;        // a model directory, a run directory (its final/) or a checkpoint's parent
+    std::string tokenizer;        // override the checkpoint's
+    std::string prompt_template;  // override the one the model was trained with
+    std::string device = "cpu";
+    int threads = 0;
+};
+struct InferenceSetup {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Tokenizer> tok;
+    std::unique_ptr<Model> model;
+    PromptTemplate prompt = PromptTemplate::Alpaca;
+};
+InferenceSetup setup_inference(const InferenceOptions& o);
+// A model directory from a user path: the directory itself if it has config.json, else a run directory's
+// final/ or newest checkpoint.
+std::string resolve_model_dir(const std::string& path);
 
 }  // namespace anvil

@@ -1,68 +1,72 @@
-// The training run: options, the loop, checkpoints, metrics and the end-of-run report.
+// One optimizer step, the one place it is written: zero the gradients, forward and backward over the step's
+// micro-batches (the loss is the mean over every target of the step, so accumulation equals one large batch),
+// the global gradient norm, clipping, AdamW, a skipped update on a non-finite loss or gradient, and fp16's
+// dynamic loss scale. Training, `--batch auto` and the tests all step through Trainer::step.
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
-#include <string>
+#include <vector>
+
+#include "data/prefetch.h"
+#include "model/model.h"
+#include "train/optimizer.h"
 
 namespace anvil {
 
-struct TrainOptions {
-    // data and model sources
-    std::string data;       // empty = the embedded synthetic instruction set
-    std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
-    std::string text_field = "text";
-    std::string prompt_template = "alpaca";  // alpaca or compact (see render_prompt)
-    std::string init;                        // start from this HF GPT-2 model directory
-    std::string resume;                      // continue this training checkpoint (or run directory)
-    std::string out;                         // run directory (default runs/<timestamp>)
-    double val_fraction = 0.1;
-    // model shape (new models only)
-    int layers = 4, heads = 4, dim = 128;
-    int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
-    std::string attention = "auto";  // CUDA attention: auto, gemm or flash
-    int seq = 0;                     // 0 = the model's context (128 for a new model)
-    // optimisation
-    int batch = 8, grad_accum = 1, steps = 1000;
-    bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation
-    int global_batch = 0;      // sequences per optimizer step with --batch auto (0 = 64)
-    std::string memory_limit;  // --memory-limit: pretend the device has this much memory ("2G", "512M")
-    float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-    std::string lr_schedule = "cosine";
-    int warmup = 0;
-    uint64_t seed = 1337;
-    bool shuffle = true;
-    // reporting and checkpoints
-    int eval_every = 0;    // 0 = only at the end
-    int eval_batches = 0;  // 0 = the whole validation split
-    int eval_examples = 200;
-    int log_every = 10;
-    int save_every = 0;  // 0 = only at the end
-    int keep_checkpoints = 2;
-    // execution
-    std::string device = "cpu";
-    std::string precision =
-        "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
-    bool recompute = false;  // recompute layer norms and GELU in the backward (less memory)
-    int threads = 0;
-    bool profile = false;  // time every backend op and print the table at the end
-    // instruments
-    std::string price_per_hour;  // dollars per hour or a preset name
-    double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)
-    std::string bench;           // or: the matmul rate from an `anvil bench --json` file
-    double monitor_interval = 0.5;
-    bool tensorboard = true;  // write TensorBoard event files into the run directory
-    bool embedded = false;    // set when running the embedded default
+// fp16's dynamic loss scaling: gradients are computed on loss x scale so small ones survive fp16; a step
+// whose gradients overflow is skipped and the scale halved; after `interval` clean steps it doubles.
+struct LossScaler {
+    bool enabled = false;
+    float scale = 1.0f;
+    int good = 0, interval = 2000;
+    void update(bool finite);
 };
 
-nlohmann::json options_to_json(const TrainOptions& o);
-void options_from_json(const nlohmann::json& j, TrainOptions& o);
+struct StepStats {
+    double loss = 0.0;         // mean over the step's target tokens (0 when there are none)
+    int64_t targets = 0;       // target tokens in the step
+    double grad_norm = 0.0;    // global norm of the (unscaled) gradients, before clipping
+    bool finite = true;        // false: the update was skipped
+    float loss_scale = 1.0f;   // the scale this step's gradients were computed with
+    double fwd_bwd_s = 0.0, optimizer_s = 0.0;
+};
 
-// The embedded default: what `anvil train` with no --data runs.
-TrainOptions embedded_default_options();
+// Host memory the per-token losses are copied into without stopping the host (page-locked on CUDA).
+class LossBuffer {
+public:
+    float* reserve(Backend& be, size_t n);  // at least n floats; reallocates when it must grow
+private:
+    Buffer buf_;
+    size_t n_ = 0;
+};
 
-// Runs training to completion; returns the process exit status (0, or 130 when interrupted after saving).
-int run_train(TrainOptions opts);
+class Trainer {
+public:
+    Trainer(Model& model, AdamW& opt);
+    Model& model() { return model_; }
+    AdamW& optimizer() { return opt_; }
+    LossScaler& scaler() { return scaler_; }
+    // Called after each layer's gradients are complete (data parallelism's all-reduce goes here).
+    void set_hooks(BackwardHooks* hooks) { hooks_ = hooks; }
+
+    // Gradients of the step's `accum` micro-batches of (B, T) into the model's gradients; returns the loss.
+    // The per-token losses are copied to the host as the device gets to them; the host waits once, at the end.
+    StepStats gradients(const StepBatch& batch, int accum, int B, int T);
+    // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
+    // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite.
+    StepStats step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args);
+
+private:
+    Model& model_;
+    AdamW& opt_;
+    Arena scalars_;  // the global norm's square, on the device
+    LossBuffer losses_;
+    LossScaler scaler_;
+    BackwardHooks* hooks_ = nullptr;
+};
+
+// Builds step `step`'s micro-batches from `batcher` into tokens/targets (for callers without a Prefetcher).
+StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,
+                    std::vector<int32_t>& targets);
 
 }  // namespace anvil

@@ -51,7 +51,8 @@ def main():
         (n,) = struct.unpack("<Q", raw[:8])
         header = json.loads(raw[8:8 + n])
         check(header["transformer.h.0.attn.c_attn.weight"]["shape"] == [128, 384], "c_attn is Conv1D (in, out)", f)
-        check(header["transformer.wte.weight"]["shape"] == [257, 128], "wte is (vocab, width)", f)
+        check(header["transformer.wte.weight"]["shape"] == [320, 128],
+              "wte is (vocab, width), the byte vocabulary's 257 ids padded to a multiple of 64", f)
         check("lm_head.weight" not in header, "lm_head is tied, not stored", f)
         for name in ("optimizer.safetensors", "trainer_state.json"):
             check(os.path.exists(os.path.join(final, name)), f"final/ holds {name} (resumable)", f)
@@ -84,9 +85,13 @@ def main():
 
         # a padded vocabulary (as GPT-2's 50257 -> 50304): more embedding rows, never sampled
         out3 = os.path.join(d, "padded")
-        run(["train", "--data", data, "--out", out3, "--steps", "2", "--vocab", "320", *TINY], check=True)
+        run(["train", "--data", data, "--out", out3, "--steps", "2", "--vocab", "400", *TINY], check=True)
         cfg = json.load(open(os.path.join(out3, "final", "config.json")))
-        check(cfg["vocab_size"] == 320, "--vocab 320: config.json says 320 rows", f)
+        check(cfg["vocab_size"] == 400, "--vocab 400: config.json says 400 rows", f)
+        out4 = os.path.join(d, "exact")
+        run(["train", "--data", data, "--out", out4, "--steps", "2", "--vocab", "257", *TINY], check=True)
+        cfg = json.load(open(os.path.join(out4, "final", "config.json")))
+        check(cfg["vocab_size"] == 257, "--vocab 257: no padding", f)
         r = run(["generate", "--model", out3, "--prompt", "alpha", "--max-new-tokens", "60", "--temperature", "2.0",
                  "--seed", "5"], check=True)
         check(r.returncode == 0 and r.stdout.startswith("alpha"), "a padded model samples only the tokenizer's ids", f)

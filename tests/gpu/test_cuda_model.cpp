@@ -5,13 +5,13 @@
 
 #include "gpu_harness.h"
 #include "train/optimizer.h"
-#include "train/step.h"
+#include "train/trainer.h"
 
 namespace anvil::test {
 namespace {
 
-GPTConfig small() {
-    GPTConfig c;
+ModelConfig small() {
+    ModelConfig c;
     c.n_layer = 2;
     c.n_head = 4;
     c.n_embd = 64;
@@ -45,43 +45,48 @@ struct Batches {
     }
 };
 
-// One model + optimizer on a backend, stepping like the trainer does.
+// One model + optimizer on a backend, stepping through the trainer's own step.
 struct TrainRun {
-    GPT2 model;
-    AdamW opt;
-    TensorTable table;
-    Arena scalars;
-    LossBuffer losses;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<AdamW> opt;
+    std::unique_ptr<Trainer> trainer;
     float loss_scale;
-    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false)
-        : model(be, small(), dt, recompute), opt(model, 0.1f), loss_scale(dt == DType::F16 ? 1024.0f : 1.0f) {
-        table.add("norm_sq", {1}, DType::F32);
-        scalars = Arena(be, table);
-        opt.weights_from_host(model.init_host(seed));
-        model.reserve(B, T, true);
+    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false) {
+        ModelOptions mo;
+        mo.dtype = dt;
+        mo.recompute = recompute;
+        model = make_model(be, small(), mo);
+        opt = std::make_unique<AdamW>(model->params(), 0.1f);
+        model->params().init(seed, [&](size_t i, const float* f32) { opt->set_master(i, f32); });
+        model->reserve(B, T, true);
+        trainer = std::make_unique<Trainer>(*model, *opt);
+        if (dt == DType::F16) trainer->scaler().scale = 1024.0f;  // fixed: no overflow in 40 steps here
+        loss_scale = trainer->scaler().scale;
     }
-    double grads_only(const StepBatch& b, int B, int T) {
-        return accumulate_gradients(model, b, 1, B, T, losses, loss_scale).loss;
-    }
+    double grads_only(const StepBatch& b, int B, int T) { return trainer->gradients(b, 1, B, T).loss; }
     double step(const StepBatch& b, int B, int T, int step_no) {
-        const double loss = grads_only(b, B, T);
-        Backend& be = model.backend();
-        be.global_norm_sq(scalars[0], {model.grads().flat(model.dtype())});
         AdamWArgs a;
         a.lr = 3e-3f;
         a.step = step_no + 1;
         a.max_grad_norm = 1.0f;
-        a.grad_scale = 1.0f / loss_scale;
-        opt.step(a, scalars[0]);
-        return loss;
+        return trainer->step(b, 1, B, T, a).loss;
     }
     std::vector<std::vector<float>> grads() {
         std::vector<std::vector<float>> g;
-        for (size_t i = 0; i < model.grads().size(); i++) {
-            g.push_back(get(model.backend(), model.grads()[i]));
+        const ParamStore& s = model->params();
+        for (size_t i = 0; i < s.size(); i++) {
+            g.push_back(get(model->backend(), s.grad(i)));
             for (float& x : g.back()) x /= loss_scale;
         }
         return g;
+    }
+    std::vector<std::vector<float>> weights() {
+        std::vector<std::vector<float>> w;
+        for (size_t i = 0; i < model->params().size(); i++) {
+            w.emplace_back(size_t(model->params().spec(i).shape.numel()));
+            opt->weights_f32(i, w.back().data());
+        }
+        return w;
     }
 };
 
@@ -100,7 +105,7 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
     const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
-    const auto& info = cpu.model.params_info();
+    const ParamStore& store = cpu.model->params();
     for (size_t i = 0; i < gc.size(); i++) {
         double num = 0.0, den = 0.0, scale = 0.0;
         for (size_t k = 0; k < gc[i].size(); k++) {
@@ -108,8 +113,8 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
             den += std::pow(double(gc[i][k]), 2);
             scale = std::max(scale, double(std::abs(gc[i][k])));
         }
-        EXPECT_LE(std::sqrt(num), 1e-4 * std::sqrt(den)) << info[i].name << ": relative L2 error";
-        EXPECT_TRUE(all_close(gg[i], gc[i], 1e-4, 1e-4 * scale, info[i].name));
+        EXPECT_LE(std::sqrt(num), 1e-4 * std::sqrt(den)) << store.spec(i).name << ": relative L2 error";
+        EXPECT_TRUE(all_close(gg[i], gc[i], 1e-4, 1e-4 * scale, store.spec(i).name));
     }
 }
 
@@ -155,7 +160,7 @@ TEST_F(CudaModel, RunsRepeatBitForBit) {
     for (int r = 0; r < 2; r++) {
         TrainRun run(*be.gpu, DType::BF16, 3, B, T);
         for (int s = 0; s < steps; s++) losses[r].push_back(run.step(data.step(s), B, T, s));
-        weights[r] = run.opt.weights_to_host();
+        weights[r] = run.weights();
     }
     EXPECT_EQ(losses[0], losses[1]);
     EXPECT_TRUE(weights[0] == weights[1]);
@@ -167,7 +172,7 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
     TrainRun plain(*be.gpu, DType::BF16, 5, B, T, false), recompute(*be.gpu, DType::BF16, 5, B, T, true);
     EXPECT_EQ(plain.grads_only(data.step(0), B, T), recompute.grads_only(data.step(0), B, T));
     const auto a = plain.grads(), b = recompute.grads();
-    for (size_t i = 0; i < a.size(); i++) EXPECT_TRUE(a[i] == b[i]) << plain.model.params_info()[i].name;
+    for (size_t i = 0; i < a.size(); i++) EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 
 #include "data/batcher.h"
 #include "data/dataset.h"
-#include "io/checkpoint.h"
 #include "io/safetensors.h"
-#include "train/step.h"
+#include "model/model_io.h"
+#include "train/trainer.h"
 
 int main(int argc, char** argv) {
     using namespace anvil;
@@ -23,30 +23,28 @@ int main(int argc, char** argv) {
         const std::string dir = argv[1], data = argv[2], out = argv[6];
         const int B = std::atoi(argv[3]), T = std::atoi(argv[4]), accum = std::atoi(argv[5]);
         auto be = make_backend({Device::CPU, 0, 0});
-        GPT2 model(*be, read_model_config(dir));
-        load_model_weights(dir, model);
-        model.reserve(B, T, true);
+        auto model = make_model(*be, read_model_config(dir));
+        load_model_weights(dir, *model);
+        model->reserve(B, T, true);
+        AdamW opt(model->params(), 0.0f);
+        Trainer trainer(*model, opt);
         ByteTokenizer tok;
         const Dataset d =
             load_dataset(data, tok, DataOptions{0.0, "text", parse_template(argc == 8 ? argv[7] : "alpaca")});
         Batcher batcher(d.train, B, T, false, 0);
         std::vector<int32_t> tokens, targets;
-        LossBuffer losses;
         const StepBatch batch = fill_step(batcher, 0, accum, B, T, tokens, targets);
-        const StepResult r = accumulate_gradients(model, batch, accum, B, T, losses);
+        const StepStats r = trainer.gradients(batch, accum, B, T);
+        const ParamStore& s = model->params();
         std::vector<std::vector<float>> host;
         std::vector<StTensor> ts;
-        for (size_t i = 0; i < model.params_info().size(); i++) {
-            const Tensor g = model.grads()[i];
-            host.emplace_back(static_cast<size_t>(g.numel()));
-            be->download(host.back().data(), g);
+        for (size_t i = 0; i < s.size(); i++) {
+            host.emplace_back(static_cast<size_t>(s.grad(i).numel()));
+            be->download(host.back().data(), s.grad(i));
         }
         for (size_t i = 0; i < host.size(); i++) {
-            const auto& p = model.params_info()[i];
-            ts.push_back({p.name,
-                          DType::F32,
-                          {p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim},
-                          host[i].data()});
+            const Shape& sh = s.spec(i).shape;
+            ts.push_back({s.spec(i).name, DType::F32, {sh.dims.begin(), sh.dims.begin() + sh.ndim}, host[i].data()});
         }
         write_safetensors(out, ts, {{"loss", fmt::format("{:.9g}", r.loss)}});
         std::printf("%.9g\n", r.loss);

@@ -5,9 +5,9 @@
 
 #include "core/dtype.h"
 #include "harness.h"
-#include "io/checkpoint.h"
 #include "io/fs.h"
 #include "io/safetensors.h"
+#include "model/model_io.h"
 
 namespace anvil::test {
 namespace {
@@ -108,8 +108,8 @@ TEST(Safetensors, RejectsBadFiles) {
     fsys::remove_all(d);
 }
 
-GPTConfig small() {
-    GPTConfig c;
+ModelConfig small() {
+    ModelConfig c;
     c.n_layer = 2;
     c.n_head = 2;
     c.n_embd = 8;
@@ -118,21 +118,27 @@ GPTConfig small() {
     return c;
 }
 
+std::vector<std::vector<float>> weights(const Model& m) {
+    std::vector<std::vector<float>> v;
+    for (size_t i = 0; i < m.params().size(); i++) v.push_back(m.params().read_f32(i));
+    return v;
+}
+
 TEST(Checkpoint, ModelDirRoundTrip) {
     const std::string d = tmpdir("ckpt");
     auto be = make_backend({Device::CPU, 1, 0});
-    GPT2 a(*be, small());
-    a.init_random(3);
-    write_model_files(d, a, {{"anvil_tokenizer", "byte"}});
+    auto a = make_model(*be, small());
+    a->params().init(3);
+    write_model_dir(d, *a, {{"anvil_tokenizer", "byte"}});
     nlohmann::json raw;
-    const GPTConfig c = read_model_config(d, &raw);
+    const ModelConfig c = read_model_config(d, &raw);
     EXPECT_TRUE(c.same_shape(small()));
     EXPECT_EQ(raw["model_type"], "gpt2");
     EXPECT_EQ(raw["n_positions"], 16);
     EXPECT_EQ(raw["anvil_tokenizer"], "byte");
-    GPT2 b(*be, c);
-    load_model_weights(d, b);
-    EXPECT_EQ(a.params_to_host(), b.params_to_host());
+    auto b = make_model(*be, c);
+    load_model_weights(d, *b);
+    EXPECT_EQ(weights(*a), weights(*b));
     // HF names in the file, Conv1D layout
     SafetensorsReader st(d + "/model.safetensors");
     const StEntry* e = st.find("transformer.h.1.mlp.c_fc.weight");
@@ -141,17 +147,62 @@ TEST(Checkpoint, ModelDirRoundTrip) {
     fsys::remove_all(d);
 }
 
+// A checkpoint sharded as Hugging Face writes large ones: model.safetensors.index.json maps each tensor to
+// its file; names without "transformer." and BF16 tensors load too, converted straight into the parameters.
+TEST(Checkpoint, ShardedBf16CheckpointLoads) {
+    const std::string d = tmpdir("sharded");
+    auto be = make_backend({Device::CPU, 1, 0});
+    auto a = make_model(*be, small());
+    a->params().init(4);
+    const ParamStore& s = a->params();
+    std::vector<std::vector<uint16_t>> bf(s.size());
+    std::vector<StTensor> shard[2];
+    nlohmann::json map = nlohmann::json::object();
+    for (size_t i = 0; i < s.size(); i++) {
+        const std::vector<float> v = s.read_f32(i);
+        bf[i].resize(v.size());
+        convert_from_f32(bf[i].data(), DType::BF16, v.data(), v.size());
+        std::string name = s.spec(i).name;
+        if (i % 3 == 0) name = name.substr(std::string("transformer.").size());  // HF's unprefixed form
+        const int k = i < s.size() / 2 ? 0 : 1;
+        shard[k].push_back({name, DType::BF16, {s.spec(i).shape.dims.begin(), s.spec(i).shape.dims.begin() +
+                                                                                  s.spec(i).shape.ndim},
+                            bf[i].data()});
+        map[name] = fmt::format("model-0000{}-of-00002.safetensors", k + 1);
+    }
+    for (int k = 0; k < 2; k++) write_safetensors(fmt::format("{}/model-0000{}-of-00002.safetensors", d, k + 1), shard[k]);
+    write_file_atomic(d + "/model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+    write_file_atomic(d + "/config.json", config_to_hf_json(small(), {}).dump());
+    auto b = make_model(*be, read_model_config(d));
+    load_model_weights(d, *b);
+    for (size_t i = 0; i < s.size(); i++) {
+        std::vector<float> want(bf[i].size());
+        convert_to_f32(want.data(), bf[i].data(), DType::BF16, want.size());
+        EXPECT_EQ(b->params().read_f32(i), want) << s.spec(i).name;
+    }
+    // an index naming a shard that is not there is an error naming both
+    write_file_atomic(d + "/model.safetensors.index.json",
+                      nlohmann::json{{"weight_map", {{"x", "model-00009-of-00009.safetensors"}}}}.dump());
+    try {
+        load_model_weights(d, *b);
+        ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("model-00009-of-00009"), std::string::npos) << e.what();
+    }
+    fsys::remove_all(d);
+}
+
 TEST(Checkpoint, ShapeMismatchIsAClearError) {
     const std::string d = tmpdir("ckptbad");
     auto be = make_backend({Device::CPU, 1, 0});
-    GPT2 a(*be, small());
-    a.init_random(3);
-    write_model_files(d, a, {});
-    GPTConfig wider = small();
+    auto a = make_model(*be, small());
+    a->params().init(3);
+    write_model_dir(d, *a, {});
+    ModelConfig wider = small();
     wider.n_embd = 16;
-    GPT2 b(*be, wider);
+    auto b = make_model(*be, wider);
     try {
-        load_model_weights(d, b);
+        load_model_weights(d, *b);
         ADD_FAILURE() << "expected a shape error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("has shape"), std::string::npos) << e.what();

@@ -1,17 +1,21 @@
-// Model-level checks on a tiny GPT-2: the whole backward against finite differences, initialisation,
-// determinism, and KV-cached generation against uncached forward passes.
+// Model-level checks on a tiny GPT-2 through the model seam (model.h): the whole backward against finite
+// differences, the parameter store (order, shapes, init, frozen entries), the per-layer backward hooks, a
+// linear adapter joining forward and backward, determinism, recomputation, and KV-cached generation against
+// uncached forward passes (through the cache rebuild).
 #include <cmath>
 
 #include "core/rng.h"
 #include "harness.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace anvil::test {
 namespace {
 
-GPTConfig tiny() {
-    GPTConfig c;
+ModelConfig tiny() {
+    ModelConfig c;
     c.n_layer = 2;
     c.n_head = 2;
     c.n_embd = 8;
@@ -20,18 +24,28 @@ GPTConfig tiny() {
     return c;
 }
 
+std::vector<std::vector<float>> all_params(const ParamStore& s) {
+    std::vector<std::vector<float>> v;
+    for (size_t i = 0; i < s.size(); i++) v.push_back(s.read_f32(i));
+    return v;
+}
+void set_all_params(ParamStore& s, const std::vector<std::vector<float>>& v) {
+    for (size_t i = 0; i < s.size(); i++) s.write_f32(i, v[i].data());
+}
+
 struct TinyRun {
     std::unique_ptr<Backend> be = make_backend({Device::CPU, 2, 0});
-    GPT2 model{*be, tiny()};
+    std::unique_ptr<Model> model;
     int B = 2, T = 6;
     std::vector<int32_t> tok, tgt;
-    explicit TinyRun(uint64_t seed) {
-        model.init_random(seed);
-        model.reserve(B, T, true);
+    explicit TinyRun(uint64_t seed, ModelOptions mo = {}, ModelConfig c = tiny()) {
+        model = make_model(*be, c, mo);
+        model->params().init(seed);
+        model->reserve(B, T, true);
         std::mt19937_64 g(seed);
         for (int i = 0; i < B * T; i++) {
-            tok.push_back(int32_t(g() % 11));
-            tgt.push_back(i % 5 == 3 ? -1 : int32_t(g() % 11));  // some ignored targets
+            tok.push_back(int32_t(g() % uint64_t(c.vocab_size)));
+            tgt.push_back(i % 5 == 3 ? -1 : int32_t(g() % uint64_t(c.vocab_size)));  // some ignored targets
         }
     }
     int valid() const {
@@ -39,122 +53,283 @@ struct TinyRun {
         for (int32_t t : tgt) v += t >= 0;
         return v;
     }
-    // Mean loss over valid targets; with grad=true also leaves gradients in model.grads().
-    double loss(bool grad) {
-        be->upload(model.tokens(B, T), tok.data());
-        be->upload(model.targets(B, T), tgt.data());
-        if (grad) model.zero_grads();
-        model.forward(B, T, true, grad ? 1.0f / float(valid()) : 0.0f);
-        if (grad) model.backward();
-        const std::vector<float> l = download(*be, model.losses(B, T));
+    // Mean loss over valid targets; with grad=true also leaves gradients in the store.
+    double loss(bool grad, BackwardHooks* hooks = nullptr) {
+        be->upload(model->tokens(B, T), tok.data());
+        be->upload(model->targets(B, T), tgt.data());
+        if (grad) model->zero_grads();
+        ForwardPass f;
+        f.B = B;
+        f.T = T;
+        f.targets = true;
+        f.dloss = grad ? 1.0f / float(valid()) : 0.0f;
+        model->forward(f);
+        if (grad) model->backward(hooks);
+        const std::vector<float> l = download(*be, model->losses(B, T));
         double s = 0.0;
         for (float x : l) s += x;
         return s / valid();
+    }
+    // Perturbs every parameter so each path carries signal (GPT-2's init makes some paths tiny).
+    void shake(uint64_t seed, float scale) {
+        auto p = all_params(model->params());
+        std::mt19937_64 g(seed);
+        for (auto& t : p)
+            for (auto& x : t) x += scale * std::normal_distribution<float>(0.0f, 1.0f)(g);
+        set_all_params(model->params(), p);
+    }
+    // Finite differences of the loss against every trainable entry's analytic gradient (a sample of each).
+    void check_gradients(uint64_t seed) {
+        loss(true);
+        ParamStore& s = model->params();
+        auto params = all_params(s);
+        std::mt19937_64 g(seed);
+        for (size_t i : s.trainable()) {
+            const std::vector<float> grad = download(*be, s.grad(i));
+            std::vector<size_t> idx;  // a sample of coordinates per tensor keeps the test fast
+            for (size_t k = 0; k < 12; k++) idx.push_back(size_t(g() % params[i].size()));
+            auto f = [&] {
+                set_all_params(s, params);
+                return loss(false);
+            };
+            EXPECT_TRUE(check_grad(params[i], grad, f, s.spec(i).name, 1e-2, 3e-2, 3e-4, idx));
+        }
+        set_all_params(s, params);
     }
 };
 
 TEST(Model, GradientMatchesFiniteDifferences) {
     TinyRun run(test_seed());
-    // Larger weights than GPT-2's init so every path carries signal.
-    auto params = run.model.params_to_host();
-    std::mt19937_64 g(test_seed() + 1);
-    for (auto& p : params)
-        for (auto& x : p) x += 0.3f * std::normal_distribution<float>(0.0f, 1.0f)(g);
-    run.model.params_from_host(params);
-    run.loss(true);
-    const auto& info = run.model.params_info();
-    for (size_t i = 0; i < info.size(); i++) {
-        const std::vector<float> grad = download(*run.be, run.model.grads()[i]);
-        std::vector<size_t> idx;  // a sample of coordinates per tensor keeps the test fast
-        for (size_t k = 0; k < 12; k++) idx.push_back(size_t(g() % params[i].size()));
-        auto loss = [&] {
-            run.model.params_from_host(params);
-            return run.loss(false);
-        };
-        EXPECT_TRUE(check_grad(params[i], grad, loss, info[i].name, 1e-2, 3e-2, 3e-4, idx));
-    }
+    run.shake(test_seed() + 1, 0.3f);
+    run.check_gradients(test_seed() + 2);
 }
 
-TEST(Model, ParamTableMatchesConfig) {
-    const GPTConfig c = tiny();
+TEST(Model, ParamStoreMatchesConfig) {
+    const ModelConfig c = tiny();
     auto be = make_backend({Device::CPU, 1, 0});
-    GPT2 m(*be, c);
-    int64_t n = 0;
-    for (const auto& p : m.params_info()) n += p.shape.numel();
-    EXPECT_EQ(n, c.num_params());
-    EXPECT_EQ(m.params_info().size(), size_t(2 + 12 * c.n_layer + 2));
-    EXPECT_EQ(m.params_info()[2 + kQkvW].name, "transformer.h.0.attn.c_attn.weight");
-    EXPECT_EQ(m.params_info()[2 + kQkvW].shape, (Shape{8, 24}));  // Conv1D (in, out)
+    auto m = make_model(*be, c);
+    const ParamStore& s = m->params();
+    EXPECT_EQ(s.numel(), c.num_params());
+    EXPECT_EQ(s.size(), size_t(2 + 12 * c.n_layer + 2));
+    EXPECT_EQ(s.spec(2 + 2).name, "transformer.h.0.attn.c_attn.weight");  // Hugging Face's order
+    EXPECT_EQ(s.spec(2 + 2).shape, (Shape{8, 24}));                       // Conv1D (in, out)
+    EXPECT_EQ(s.spec(2 + 2).layer, 0);
+    EXPECT_EQ(s.spec(0).layer, kOutsideLayers);
+    EXPECT_EQ(s.spec(s.size() - 1).name, "transformer.ln_f.bias");
+    for (size_t i = 0; i < s.size(); i++)
+        EXPECT_EQ(s.spec(i).decay, s.spec(i).shape.ndim >= 2) << s.spec(i).name;  // nanoGPT's grouping
 }
 
 TEST(Model, InitFollowsGpt2) {
-    GPTConfig c;
+    ModelConfig c;
     c.n_layer = 4;
     c.n_embd = 64;
     c.n_head = 4;
     c.n_ctx = 32;
     c.vocab_size = 300;
     auto be = make_backend({Device::CPU, 1, 0});
-    GPT2 m(*be, c);
-    m.init_random(7);
-    const auto host = m.params_to_host();
+    auto m = make_model(*be, c);
+    m->params().init(7);
+    const auto host = all_params(m->params());
     auto stdev = [](const std::vector<float>& v) {
         double s = 0, s2 = 0;
         for (float x : v) s += x, s2 += double(x) * x;
         const double mean = s / v.size();
         return std::sqrt(s2 / v.size() - mean * mean);
     };
-    EXPECT_NEAR(stdev(host[0]), 0.02, 0.002);                              // wte
-    EXPECT_NEAR(stdev(host[2 + kQkvW]), 0.02, 0.002);                      // c_attn
-    EXPECT_NEAR(stdev(host[2 + kFcProjW]), 0.02 / std::sqrt(8.0), 0.001);  // residual projection
-    EXPECT_NEAR(stdev(host[2 + kAttProjW]), 0.02 / std::sqrt(8.0), 0.001);
-    for (float x : host[2 + kLn1W]) EXPECT_EQ(x, 1.0f);
-    for (float x : host[2 + kQkvB]) EXPECT_EQ(x, 0.0f);
-    GPT2 m2(*be, c);
-    m2.init_random(7);
-    EXPECT_EQ(m2.params_to_host(), host) << "same seed, same weights";
+    const ParamStore& s = m->params();
+    auto at = [&](const std::string& n) { return host[s.find(n)]; };
+    EXPECT_NEAR(stdev(at("transformer.wte.weight")), 0.02, 0.002);
+    EXPECT_NEAR(stdev(at("transformer.h.0.attn.c_attn.weight")), 0.02, 0.002);
+    EXPECT_NEAR(stdev(at("transformer.h.0.mlp.c_proj.weight")), 0.02 / std::sqrt(8.0), 0.001);  // residual
+    EXPECT_NEAR(stdev(at("transformer.h.0.attn.c_proj.weight")), 0.02 / std::sqrt(8.0), 0.001);
+    for (float x : at("transformer.h.0.ln_1.weight")) EXPECT_EQ(x, 1.0f);
+    for (float x : at("transformer.h.0.attn.c_attn.bias")) EXPECT_EQ(x, 0.0f);
+    auto m2 = make_model(*be, c);
+    m2->params().init(7);
+    EXPECT_EQ(all_params(m2->params()), host) << "same seed, same weights";
 }
 
 TEST(Model, ForwardIsDeterministic) {
     TinyRun a(5), b(5);
     EXPECT_EQ(a.loss(true), b.loss(true));
-    for (size_t i = 0; i < a.model.params_info().size(); i++)
-        EXPECT_EQ(download(*a.be, a.model.grads()[i]), download(*b.be, b.model.grads()[i]));
+    for (size_t i = 0; i < a.model->params().size(); i++)
+        EXPECT_EQ(download(*a.be, a.model->params().grad(i)), download(*b.be, b.model->params().grad(i)));
 }
 
-// Greedy generation with the KV cache equals argmax over full forward passes of the growing sequence.
+// Frozen entries have no gradient, no optimizer state and no memory for either; the trainable ones get
+// exactly the gradients of the unfrozen model, and a step leaves the frozen weights untouched.
+TEST(Model, FrozenEntriesHaveNoGradientOrOptimizerState) {
+    ModelOptions mo;
+    mo.frozen = {"transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "transformer.h.0.ln_1.bias",
+                 "transformer.h.1.mlp.c_fc.weight"};
+    TinyRun frozen(9, mo), full(9);
+    ParamStore& fs = frozen.model->params();
+    size_t trainable_bytes = 0;
+    for (size_t i = 0; i < fs.size(); i++) {
+        const bool is_frozen = std::find(mo.frozen.begin(), mo.frozen.end(), fs.spec(i).name) != mo.frozen.end();
+        EXPECT_EQ(fs.grad(i).empty(), is_frozen) << fs.spec(i).name;
+        if (!is_frozen) trainable_bytes += (fs.param(i).nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    EXPECT_EQ(fs.trainable().size(), fs.size() - mo.frozen.size());
+    EXPECT_LE(fs.grad_bytes(), trainable_bytes + kAlign);
+    EXPECT_LT(fs.grad_bytes(), full.model->params().grad_bytes());
+    const size_t before = frozen.be->memory_in_use();
+    AdamW opt(fs, 0.1f);
+    EXPECT_LE(frozen.be->memory_in_use() - before, 2 * (trainable_bytes + kAlign)) << "m and v: trainable only";
+    EXPECT_THROW(opt.m(fs.find("transformer.wte.weight")), Error) << "no moments for a frozen entry";
+
+    frozen.loss(true);
+    full.loss(true);
+    for (size_t i : fs.trainable())
+        EXPECT_EQ(download(*frozen.be, fs.grad(i)), download(*full.be, full.model->params().grad(i)))
+            << fs.spec(i).name;
+    const auto w0 = all_params(fs);
+    Trainer trainer(*frozen.model, opt);
+    StepBatch batch{frozen.tok.data(), frozen.tgt.data(), frozen.valid()};
+    AdamWArgs args;
+    args.lr = 1e-2f;
+    trainer.step(batch, 1, frozen.B, frozen.T, args);
+    const auto w1 = all_params(fs);
+    for (size_t i = 0; i < fs.size(); i++)
+        EXPECT_EQ(w0[i] == w1[i], fs.grad(i).empty()) << fs.spec(i).name << ": frozen iff unchanged";
+}
+
+struct Recorder : BackwardHooks {
+    Model* model = nullptr;
+    std::vector<int> order;
+    std::vector<std::vector<std::vector<float>>> at_hook;  // each layer's gradients when its hook fired
+    void on_layer_grads_ready(int layer) override {
+        order.push_back(layer);
+        std::vector<std::vector<float>> g;
+        const ParamStore& s = model->params();
+        for (size_t i = 0; i < s.size(); i++)
+            if (s.spec(i).layer == layer) g.push_back(download(model->backend(), s.grad(i)));
+        at_hook.push_back(g);
+    }
+};
+
+// The hook fires once per layer in backward order, then once for everything outside the blocks, and each
+// time the layer's gradients are already final.
+TEST(Model, LayerHooksFireOncePerLayerInBackwardOrder) {
+    ModelConfig c = tiny();
+    c.n_layer = 4;
+    TinyRun run(3, {}, c);
+    Recorder rec;
+    rec.model = run.model.get();
+    run.loss(true, &rec);
+    EXPECT_EQ(rec.order, (std::vector<int>{3, 2, 1, 0, kOutsideLayers}));
+    const ParamStore& s = run.model->params();
+    for (size_t k = 0; k < rec.order.size(); k++) {
+        size_t j = 0;
+        for (size_t i = 0; i < s.size(); i++) {
+            if (s.spec(i).layer != rec.order[k]) continue;
+            EXPECT_EQ(rec.at_hook[k][j++], download(*run.be, s.grad(i))) << s.spec(i).name << " changed later";
+        }
+        EXPECT_GT(j, 0u);
+    }
+}
+
+// A low-rank adapter on a linear layer, as LoRA will be: out += (in A^T) B^T with fixed A (r, in), B (out, r);
+// the backward adds its share to the input gradient. The model's gradients stay exact.
+class LowRankAdapter final : public LinearAdapter {
+public:
+    LowRankAdapter(Backend& be, int in, int out, int r, uint64_t seed)
+        : a_(upload(be, randn_seeded(seed, size_t(r) * in), {r, in})),
+          b_(upload(be, randn_seeded(seed + 1, size_t(out) * r), {out, r})),
+          in_(in),
+          r_(r) {}
+    void plan(ActPlan& plan, const std::string& prefix, int out) const override {
+        plan.add(prefix + ".lora_h", {r_}, DType::F32, Keep::Saved);
+        plan.add(prefix + ".lora_tmp", {std::max(in_, out)}, DType::F32, Keep::Scratch);
+        plan.add(prefix + ".lora_dh", {r_}, DType::F32, Keep::Backward);
+    }
+    void forward(const Pass& p, const std::string& prefix, Tensor out, Tensor in) const override {
+        const Tensor h = p.act(prefix + ".lora_h"), tmp = first(p.act(prefix + ".lora_tmp"), out.shape);
+        p.be.matmul_fwd(h, in, a_, WLayout::OutIn, {}, {});
+        p.be.matmul_fwd(tmp, h, b_, WLayout::OutIn, {}, {});
+        p.be.residual_fwd(out, out, tmp);
+    }
+    void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const override {
+        const Tensor h = p.act(prefix + ".lora_h"), dh = p.act(prefix + ".lora_dh");
+        const Tensor tmp = first(p.act(prefix + ".lora_tmp"), din.shape);
+        p.be.matmul_bwd(dh, {}, {}, dout, h, b_, WLayout::OutIn, {});   // dh (N, r) = dout B
+        p.be.matmul_bwd(tmp, {}, {}, dh, in, a_, WLayout::OutIn, {});   // (N, in) = dh A
+        p.be.residual_fwd(din, din, tmp);
+    }
+
+private:
+    static std::vector<float> randn_seeded(uint64_t seed, size_t n) {
+        std::mt19937_64 g(seed);
+        return randn(g, n, 0.5f);
+    }
+    // The first elements of a buffer seen with a smaller shape.
+    static Tensor first(Tensor buf, Shape s) {
+        EXPECT_LE(s.numel(), buf.numel());
+        buf.shape = s;
+        return buf;
+    }
+    DevTensor a_, b_;
+    int in_, r_;
+};
+
+TEST(Model, LinearAdapterJoinsForwardAndBackward) {
+    TinyRun run(test_seed());
+    auto* gpt2 = dynamic_cast<Gpt2Model*>(run.model.get());
+    ASSERT_TRUE(gpt2);
+    const double before = run.loss(false);
+    // on the MLP's down projection (in 32, out 8): its input gradient is taken through the GELU too
+    gpt2->block(1).mlp.down().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 32, 8, 3, test_seed()));
+    gpt2->block(0).attn.qkv().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
+    run.model->release();
+    run.model->reserve(run.B, run.T, true);  // plan again: the adapters add buffers
+    EXPECT_NE(run.loss(false), before) << "the adapters change the output";
+    run.shake(test_seed() + 1, 0.3f);
+    run.check_gradients(test_seed() + 2);
+}
+
+// Greedy generation with the KV cache equals argmax over full forward passes of the window the generator
+// conditions on, including after the context fills and the cache is rebuilt from its last half.
 TEST(Model, CachedGenerationMatchesFullForward) {
-    GPTConfig c = tiny();
+    ModelConfig c = tiny();
     c.n_ctx = 16;
     auto be = make_backend({Device::CPU, 2, 0});
-    GPT2 m(*be, c);
-    m.init_random(test_seed());
-    auto params = m.params_to_host();
+    auto m = make_model(*be, c);
+    m->params().init(test_seed());
+    auto params = all_params(m->params());
     std::mt19937_64 g(test_seed());
     for (auto& p : params)
         for (auto& x : p) x += 0.5f * std::normal_distribution<float>(0.0f, 1.0f)(g);
-    m.params_from_host(params);
-    m.reserve(1, c.n_ctx, false);
-    std::vector<int32_t> seq = {3, 1, 4};
+    set_all_params(m->params(), params);
+    m->reserve(1, c.n_ctx, false);
+    const std::vector<int32_t> prompt = {3, 1, 4};
     SampleOptions opt;
     opt.temperature = 0.0f;
-    opt.max_new_tokens = 20;  // runs past n_ctx: exercises the cache rebuild
-    Generator gen(m);
-    const std::vector<int32_t> out = gen.generate(seq, opt);
-    ASSERT_EQ(out.size(), 20u);
+    opt.max_new_tokens = 30;  // 13 tokens fill the context; the cache is rebuilt, then 17 more
+    Generator gen(*m);
+    const std::vector<int32_t> out = gen.generate(prompt, opt);
+    ASSERT_EQ(out.size(), 30u);
+    std::vector<int32_t> history = prompt, window = prompt;
+    int rebuilt = 0;
     for (int32_t next : out) {
-        // uncached: the last n_ctx tokens (or, after the cache rebuild, the half window it keeps)
-        std::vector<int32_t> ctx = seq;
-        const int T = int(ctx.size());
-        if (T > c.n_ctx) break;  // past the first rebuild the windows differ by design
-        be->upload(m.tokens(1, T), ctx.data());
-        m.forward(1, T, false, 0.0f);
-        const std::vector<float> logits = download(*be, m.logits(1, T));
+        const int T = int(window.size());
+        be->upload(m->tokens(1, T), window.data());
+        ForwardPass f;
+        f.T = T;
+        m->forward(f);
+        const std::vector<float> logits = download(*be, m->logits(1, T));
         const float* last = logits.data() + size_t(T - 1) * c.vocab_size;
-        const int32_t want = int32_t(std::max_element(last, last + c.vocab_size) - last);
-        EXPECT_EQ(next, want) << "at length " << T;
-        seq.push_back(next);
+        EXPECT_EQ(next, int32_t(std::max_element(last, last + c.vocab_size) - last))
+            << "after " << history.size() << " tokens (" << rebuilt << " rebuilds)";
+        history.push_back(next);
+        if (T == c.n_ctx) {  // the generator keeps the most recent half
+            window.assign(history.end() - c.n_ctx / 2, history.end());
+            rebuilt++;
+        } else {
+            window.push_back(next);
+        }
     }
+    EXPECT_GE(rebuilt, 1) << "the test must reach the cache rebuild";
 }
 
 TEST(Sampling, TopKAndTopP) {
@@ -177,36 +352,47 @@ TEST(Sampling, TopKAndTopP) {
     for (int i = 0; i < 20; i++) EXPECT_EQ(sample_token(logits, p, rng), 1);
 }
 
-}  // namespace
-}  // namespace anvil::test
-
-namespace anvil::test {
-namespace {
-
 // Recomputing the layer norms and GELU in the backward gives the same gradients, bit for bit, with less
 // activation memory.
 TEST(Model, RecomputeGivesIdenticalGradients) {
-    GPTConfig c = tiny();
+    const ModelConfig c = tiny();
     auto be = make_backend({Device::CPU, 2, 0});
     std::vector<std::vector<float>> grads[2];
     size_t act_bytes[2];
     for (int r = 0; r < 2; r++) {
-        GPT2 m(*be, c, DType::F32, r == 1);
-        m.init_random(11);
+        ModelOptions mo;
+        mo.recompute = r == 1;
+        auto m = make_model(*be, c, mo);
+        m->params().init(11);
         const size_t before = be->memory_in_use();
-        m.reserve(3, 8, true);
+        m->reserve(3, 8, true);
         act_bytes[r] = be->memory_in_use() - before;
         std::vector<int32_t> tok(24), tgt(24);
         for (int i = 0; i < 24; i++) tok[size_t(i)] = i % 11, tgt[size_t(i)] = (i * 7) % 11;
-        be->upload(m.tokens(3, 8), tok.data());
-        be->upload(m.targets(3, 8), tgt.data());
-        m.zero_grads();
-        m.forward(3, 8, true, 1.0f / 24);
-        m.backward();
-        for (size_t i = 0; i < m.params_info().size(); i++) grads[r].push_back(download(*be, m.grads()[i]));
+        be->upload(m->tokens(3, 8), tok.data());
+        be->upload(m->targets(3, 8), tgt.data());
+        m->zero_grads();
+        ForwardPass f;
+        f.B = 3;
+        f.T = 8;
+        f.targets = true;
+        f.dloss = 1.0f / 24;
+        m->forward(f);
+        m->backward();
+        for (size_t i = 0; i < m->params().size(); i++) grads[r].push_back(download(*be, m->params().grad(i)));
     }
     EXPECT_EQ(grads[0], grads[1]);
     EXPECT_LT(act_bytes[1], act_bytes[0]);
+}
+
+// Evaluation shares every layer's buffers: far less memory than training activations of the same size.
+TEST(Model, EvalActivationsAreShared) {
+    ModelConfig c = tiny();
+    c.n_layer = 6;
+    auto be = make_backend({Device::CPU, 1, 0});
+    auto m = make_model(*be, c);
+    const auto train = m->make_activations(4, 8, ActMode::Train), eval = m->make_activations(4, 8, ActMode::Eval);
+    EXPECT_LT(eval->bytes() * 3, train->bytes());
 }
 
 }  // namespace

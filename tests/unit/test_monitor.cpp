@@ -36,7 +36,7 @@ TEST(Units, ParseBytes) {
 }
 
 TEST(Mfu, FlopsPerTokenMatchesNanoGpt) {
-    GPTConfig c;  // GPT-2 124M
+    ModelConfig c;  // GPT-2 124M
     c.n_layer = 12;
     c.n_head = 12;
     c.n_embd = 768;

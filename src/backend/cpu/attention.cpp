@@ -48,11 +48,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH) {
+                        int B, int T, int C, int NH, int threads) {
     const int HS = C / NH;
     const float scale = 1.0f / std::sqrt(float(HS));
     const int ld = 3 * C;
-#pragma omp parallel for collapse(2) schedule(static)
+    // exactly `threads` threads: the scratch holds one (T,T) block per thread, whatever another backend set
+    // as the process-wide OpenMP default
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float* ds = scratch + size_t(omp_get_thread_num()) * T * T;  // (T,T)

@@ -13,7 +13,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/op_checks.h"
-#include "monitor/sysinfo.h"
+#include "backend/cpu/host_info.h"
 
 extern "C" {
 // OpenBLAS extensions (declared in its cblas.h on Debian, repeated here for other BLAS headers).
@@ -103,7 +103,7 @@ void CpuBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe
 }
 
 void CpuBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-    const auto [B, T, C, V] = check_embedding(dout, tokens, dwte, dwpe);
+    const auto [B, T, C, V] = check_embedding_bwd(dwte, dwpe, dout, tokens);
     (void)V;
     cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.ptr<int32_t>(), B, T, C);
 }
@@ -116,8 +116,8 @@ void CpuBackend::layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, 
 void CpuBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                Tensor mean, Tensor rstd) {
     const auto [N, C] = check_layernorm_bwd(din, dw, db, dout, in);
-    cpu::layernorm_backward(din.f32(), dw.f32(), db.f32(), dout.f32(), in.f32(), w.f32(), mean.f32(),
-                            rstd.f32(), N, C);
+    cpu::layernorm_backward(din.f32(), dw.empty() ? nullptr : dw.f32(), db.empty() ? nullptr : db.f32(),
+                            dout.f32(), in.f32(), w.f32(), mean.f32(), rstd.f32(), N, C);
 }
 
 void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
@@ -137,7 +137,8 @@ void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Ten
 void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             WLayout layout, Tensor in_pre_gelu) {
     const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
-    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.f32(), dbias.empty() ? nullptr : dbias.f32(),
+    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(),
+                         dbias.empty() ? nullptr : dbias.f32(),
                          dout.f32(), in.f32(), w.f32(), N, C, OC, layout);
     if (!in_pre_gelu.empty() && !din.empty())
         cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
@@ -176,7 +177,8 @@ void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor 
     expect_shape(dout, {B, T, C}, "attention dout");
     ANVIL_CHECK(size_t(scratch.numel()) >= attention_scratch_elems({B, T, NH, C / NH}),
                 "attention: scratch too small");
-    cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH);
+    cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH,
+                            threads_);
 }
 
 void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {

@@ -35,12 +35,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
                 const float* d = dout + (size_t(b) * T + t) * C;
-                float* w = dwte + size_t(tokens[b * T + t]) * C;
-                float* p = dwpe + size_t(t) * C;
+                if (dwte) {
+                    float* w = dwte + size_t(tokens[b * T + t]) * C;
 #pragma omp simd
-                for (int c = c0; c < c1; c++) {
-                    w[c] += d[c];
-                    p[c] += d[c];
+                    for (int c = c0; c < c1; c++) w[c] += d[c];
+                }
+                if (dwpe) {
+                    float* p = dwpe + size_t(t) * C;
+#pragma omp simd
+                    for (int c = c0; c < c1; c++) p[c] += d[c];
                 }
             }
         }

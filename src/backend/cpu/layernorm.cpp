@@ -52,6 +52,7 @@ void layernorm_backward(float* din, float* dw, float* db, const float* dout, con
             di[c] += (d[c] * w[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
         }
     }
+    if (!dw && !db) return;  // a frozen norm: no parameter gradients
     constexpr int kBlock = 32;
     const int nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -69,8 +70,8 @@ void layernorm_backward(float* din, float* dw, float* db, const float* dout, con
             }
         }
         for (int c = c0; c < c1; c++) {
-            dw[c] += aw[c - c0];
-            db[c] += ab[c - c0];
+            if (dw) dw[c] += aw[c - c0];
+            if (db) db[c] += ab[c - c0];
         }
     }
 }

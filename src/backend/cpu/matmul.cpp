@@ -30,14 +30,14 @@ void matmul_backward(float* din, float* dw, float* dbias, const float* dout, con
         if (din)  // (N,C) = dout (N,OC) @ W^T
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, din,
                         C);
-        // dW (C,OC) += in^T @ dout
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dw, OC);
+        if (dw)  // dW (C,OC) += in^T @ dout
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dw, OC);
     } else {
         if (din)  // (N,C) = dout (N,OC) @ W
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, din,
                         C);
-        // dW (OC,C) += dout^T @ in
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
+        if (dw)  // dW (OC,C) += dout^T @ in
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
     }
     if (dbias) {
         constexpr int kBlock = 64;

@@ -36,7 +36,7 @@ void gelu_backward(float* din, const float* dout, const float* in, size_t n);  /
 // attention.cpp: qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) keeps the softmax for the backward
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH);  // scratch: threads*T*T floats
+                        int B, int T, int C, int NH, int threads);  // scratch: threads*T*T floats
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int C,
                       int NH);
 

@@ -158,7 +158,7 @@ void CudaBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wp
 }
 
 void CudaBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-    check_embedding(dout, tokens, dwte, dwpe);
+    check_embedding_bwd(dwte, dwpe, dout, tokens);
     cuda::embedding_bwd(ctx_, dwte, dwpe, dout, tokens);
 }
 

@@ -84,7 +84,14 @@ void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor w
 }
 
 void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-    const int B = int(tokens.dim(0)), T_ = int(tokens.dim(1)), C = int(dwte.dim(1)), V = int(dwte.dim(0)), N = B * T_;
+    const int B = int(tokens.dim(0)), T_ = int(tokens.dim(1)), C = int(dout.dim(2)), N = B * T_;
+    if (!dwpe.empty())
+        dispatch(dwpe.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            launch(wpe_grad_kernel<T>, size_t(T_) * C, 256, c.stream, dwpe.ptr<T>(), dout.ptr<T>(), B, T_, C);
+        });
+    if (dwte.empty()) return;  // a frozen token embedding
+    const int V = int(dwte.dim(0));
     int bits = 1;
     while ((1 << bits) < V) bits++;
     // workspace: sorted keys, positions in and out, unique ids, counts, offsets, run count, CUB's temp
@@ -119,7 +126,6 @@ void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor t
         wte_grad_kernel<T><<<N, 256, 0, c.stream>>>(dwte.ptr<T>(), dout.ptr<T>(), unique, offsets, counts, pos,
                                                      num_runs, C);
         CUDA_LAUNCH_CHECK();
-        launch(wpe_grad_kernel<T>, size_t(T_) * C, 256, c.stream, dwpe.ptr<T>(), dout.ptr<T>(), B, T_, C);
     });
 }
 

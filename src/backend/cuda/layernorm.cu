@@ -127,13 +127,13 @@ template <typename T>
 __global__ void layernorm_bwd_param_finish(T* dw, T* db, const float* partial, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float tw = to_f(dw[c]), tb = to_f(db[c]);
+    float tw = dw ? to_f(dw[c]) : 0.0f, tb = db ? to_f(db[c]) : 0.0f;
     for (int k = 0; k < kChunks; k++) {
         tw += partial[size_t(k) * 2 * C + c];
         tb += partial[size_t(k) * 2 * C + C + c];
     }
-    dw[c] = from_f<T>(tw);
-    db[c] = from_f<T>(tb);
+    if (dw) dw[c] = from_f<T>(tw);  // null: a frozen gain or bias
+    if (db) db[c] = from_f<T>(tb);
 }
 
 }  // namespace
@@ -157,6 +157,7 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
         layernorm_bwd_input_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
             din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N, C);
         CUDA_LAUNCH_CHECK();
+        if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
         layernorm_bwd_param_partial<T><<<dim3((C + 31) / 32, kChunks), dim3(32, 8), 0, c.stream>>>(
             partial, dout.ptr<T>(), in.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N, C);
         CUDA_LAUNCH_CHECK();

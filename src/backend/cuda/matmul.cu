@@ -74,6 +74,8 @@ void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
             if (!in_pre_gelu.empty()) gelu_bwd(c, din, din, in_pre_gelu);
         }
     }
+    if (!dbias.empty()) colsum_accumulate(c, dbias, dout);
+    if (dw.empty()) return;  // a frozen weight
     // weight gradient, accumulated (beta 1)
     Gemm g;
     g.ab = g.d = dt;
@@ -90,7 +92,6 @@ void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
         g.D = dw.data, g.ldd = C;
     }
     lt_gemm_or_fail(c, g);
-    if (!dbias.empty()) colsum_accumulate(c, dbias, dout);
 }
 
 }  // namespace anvil::cuda

@@ -1,5 +1,5 @@
 // The CUDA side of `anvil doctor` and `anvil bench`.
-#include "backend/cuda/cuda_info.h"
+#include "monitor/cuda_probe.h"
 
 #include <dlfcn.h>
 

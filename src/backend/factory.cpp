@@ -1,0 +1,38 @@
+// The one place that knows every backend: make_backend picks one by device.
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+
+#ifdef ANVIL_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace anvil {
+
+bool cuda_built() {
+#ifdef ANVIL_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool cuda_available() {
+#ifdef ANVIL_WITH_CUDA
+    return cuda_device_count() > 0;
+#else
+    return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& opts) {
+    if (opts.device == Device::CPU) return std::make_unique<CpuBackend>(opts.threads);
+#ifdef ANVIL_WITH_CUDA
+    return make_cuda_backend(opts.device_id, opts.attention);
+#else
+    fail(
+        "--device cuda: this anvil binary was built without the CUDA backend; rebuild with nvcc on the PATH "
+        "(cmake -DANVIL_CUDA=ON) or use --device cpu");
+#endif
+}
+
+}  // namespace anvil

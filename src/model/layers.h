@@ -1,0 +1,165 @@
+// Layer objects: the pieces a model is composed of. Each registers its parameters (ParamSpecs) when it is
+// built, names the activation buffers it needs when a pass is planned, and runs its forward and backward
+// through the Backend interface. A model family is a composition of these (gpt2.cpp); new families add
+// layers here (RMSNorm, rotary positions, SwiGLU) rather than new trainers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/activations.h"
+#include "model/param_store.h"
+
+namespace anvil {
+
+// Parameters while a model is being built: layers append their specs and keep the indices; the model
+// allocates the store once every layer is in, and the layers read their tensors through `store`.
+struct ParamRegistry {
+    std::vector<ParamSpec> specs;
+    const ParamStore* store = nullptr;
+    DType dtype = DType::F32;
+    size_t add(ParamSpec s);
+};
+
+// Keys and values of every layer for one sequence, filled as it is decoded: (max_T, kv_heads * head_size).
+class KvCache {
+public:
+    KvCache(Allocator& alloc, int layers, int max_T, int kv_dim, DType dtype);
+    Tensor k(int layer) const { return arena_[size_t(2 * layer)]; }
+    Tensor v(int layer) const { return arena_[size_t(2 * layer + 1)]; }
+    int max_T() const { return max_T_; }
+
+private:
+    Arena arena_;
+    int max_T_;
+};
+
+// What one pass gives every layer.
+struct Pass {
+    Backend& be;
+    Activations& acts;
+    int B, T;
+    int pos0 = 0;               // position of the first token
+    KvCache* cache = nullptr;   // decoding: attention appends to and reads from it
+    Tensor act(const std::string& name) const { return acts.get(name, B, T); }
+};
+
+// A trainable side path on a linear layer (LoRA's low-rank update): its forward adds to the layer's output,
+// its backward adds to the input gradient and accumulates its own parameters' gradients. The base weight is
+// untouched (and may be frozen).
+class LinearAdapter {
+public:
+    virtual ~LinearAdapter() = default;
+    virtual void plan(ActPlan& plan, const std::string& prefix, int out_features) const = 0;
+    virtual void forward(const Pass& p, const std::string& prefix, Tensor out, Tensor in) const = 0;
+    virtual void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const = 0;
+};
+
+// How a linear layer is split across tensor-parallel ranks. Only None exists until tensor parallelism
+// (column- and row-parallel) is built on this seam.
+enum class Parallel : uint8_t { None };
+
+// out (N, out) = in (N, in) @ W + b. W is (in, out) for GPT-2's Conv1D (WLayout::InOut) or (out, in) for
+// nn.Linear and a tied embedding (OutIn).
+class Linear {
+public:
+    Linear() = default;
+    Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
+           InitRule init, int layer);
+    // A linear layer over an existing weight (a tied embedding), no bias.
+    static Linear tied(ParamRegistry& reg, size_t weight, WLayout layout);
+    void set_adapter(std::shared_ptr<const LinearAdapter> a) { adapter_ = std::move(a); }
+    const std::string& name() const { return name_; }
+    size_t weight_index() const { return w_; }
+
+    void plan(ActPlan& plan) const;
+    // With pre_gelu: pre_gelu = in @ W + b and out = gelu(pre_gelu).
+    void forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu = {}) const;
+    // din (overwritten; skipped when empty) = dout @ W^T, through the GELU when in = gelu(in_pre_gelu);
+    // the weight and bias gradients accumulate (none for a frozen weight).
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu = {}) const;
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string name_;
+    size_t w_ = 0, b_ = ParamStore::npos;
+    WLayout layout_ = WLayout::InOut;
+    Parallel parallel_ = Parallel::None;
+    std::shared_ptr<const LinearAdapter> adapter_;
+};
+
+// LayerNorm (eps 1e-5) with a gain and a bias. RMSNorm joins it as a second kind with the Llama family.
+class Norm {
+public:
+    Norm() = default;
+    // recomputable: the backward may recompute the output (block norms) instead of keeping it.
+    Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable);
+    void plan(ActPlan& plan) const;
+    Tensor out(const Pass& p) const { return p.act(name_ + ".out"); }
+    void forward(const Pass& p, Tensor in) const;
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din accumulates
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string name_;
+    size_t w_ = 0, b_ = 0;
+    bool recomputable_ = false;
+};
+
+// Token embedding (V, C) plus learned positions (n_ctx, C).
+class Embedding {
+public:
+    Embedding() = default;
+    Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab, int n_ctx,
+              int dim, double std);
+    size_t token_weight() const { return wte_; }
+    void forward(const Pass& p, Tensor out, Tensor tokens) const;  // positions p.pos0 ..
+    void backward(const Pass& p, Tensor dout, Tensor tokens) const;
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    size_t wte_ = 0, wpe_ = 0;
+};
+
+// Causal multi-head self-attention: a fused q, k, v projection, attention, an output projection.
+class Attention {
+public:
+    Attention() = default;
+    Attention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int layer, double std,
+              double proj_std);
+    Linear& qkv() { return qkv_; }
+    Linear& proj() { return proj_; }
+    void plan(ActPlan& plan) const;
+    void forward(const Pass& p, Tensor out, Tensor in, int layer) const;
+    // din (overwritten) from dout
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string prefix_;
+    int dim_ = 0, heads_ = 0;
+    Linear qkv_, proj_;
+};
+
+// The feed-forward block: up projection with GELU, down projection.
+class Mlp {
+public:
+    Mlp() = default;
+    Mlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
+        double proj_std);
+    Linear& up() { return fc_; }
+    Linear& down() { return proj_; }
+    void plan(ActPlan& plan) const;
+    void forward(const Pass& p, Tensor out, Tensor in) const;
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din overwritten
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string prefix_;
+    int hidden_ = 0;
+    Linear fc_, proj_;
+};
+
+}  // namespace anvil

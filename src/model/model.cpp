@@ -1,0 +1,79 @@
+#include "model/model.h"
+
+#include <set>
+
+#include "model/gpt2.h"
+
+namespace anvil {
+
+namespace {
+const ModelFamily* const kFamilies[] = {&kGpt2Family};
+}
+
+const ModelFamily* find_model_family(const std::string& model_type) {
+    for (const ModelFamily* f : kFamilies)
+        if (model_type == f->model_type) return f;
+    return nullptr;
+}
+
+const ModelFamily& model_family(const std::string& model_type) {
+    const ModelFamily* f = find_model_family(model_type);
+    ANVIL_CHECK(f, "model_type \"{}\": anvil implements {}", model_type, known_model_types());
+    return *f;
+}
+
+std::string known_model_types() {
+    std::string s;
+    for (const ModelFamily* f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f->model_type);
+    return s;
+}
+
+std::unique_ptr<Model> make_model(Backend& be, const ModelConfig& c, const ModelOptions& o) {
+    c.validate("model config");
+    return model_family(c.model_type).make(be, c, o);
+}
+
+Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), config_(c), options_(std::move(o)) {
+    reg_.dtype = options_.dtype;
+    reg_.store = &store_;
+}
+
+void Model::allocate_params() {
+    std::set<std::string> frozen(options_.frozen.begin(), options_.frozen.end());
+    for (ParamSpec& s : reg_.specs)
+        if (frozen.erase(s.name)) s.trainable = false;
+    ANVIL_CHECK(frozen.empty(), "cannot freeze \"{}\": the model has no parameter of that name", *frozen.begin());
+    store_ = ParamStore(be_, reg_.specs);
+}
+
+std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMode mode) const {
+    ANVIL_CHECK(max_B > 0 && max_T > 0, "batch size and sequence length must be positive, got {} and {}", max_B,
+                max_T);
+    ANVIL_CHECK(max_T <= config_.n_ctx,
+                "sequence length {} is longer than the model's context {}; use --seq {} or less", max_T,
+                config_.n_ctx, config_.n_ctx);
+    ActPlan p(max_B, max_T, mode, options_.recompute && mode == ActMode::Train);
+    p.add("tokens", {}, DType::I32, Keep::Saved, "tokens");
+    p.add("targets", {}, DType::I32, Keep::Saved, "targets");
+    p.add("losses", {}, DType::F32, Keep::Saved, "losses");
+    plan(p);
+    return std::make_unique<Activations>(be_, p);
+}
+
+std::unique_ptr<KvCache> Model::make_cache(int max_T) const {
+    const int T = max_T > 0 ? max_T : config_.n_ctx;
+    return std::make_unique<KvCache>(be_, config_.n_layer, T, config_.kv_heads() * config_.head_size(),
+                                     options_.dtype);
+}
+
+void Model::reserve(int max_B, int max_T, bool training) {
+    ANVIL_ASSERT(!acts_);
+    acts_ = make_activations(max_B, max_T, training ? ActMode::Train : ActMode::Eval);
+}
+
+Activations& Model::activations() const {
+    ANVIL_CHECK(acts_, "the model has no activations reserved; call reserve() first");
+    return *acts_;
+}
+
+}  // namespace anvil

@@ -1,0 +1,126 @@
+// The model seam: what training, evaluation, generation and checkpoints need from any model family.
+//
+// A model owns a ParamStore (its parameters and, for trainable entries, gradients) and a composition of
+// layers (layers.h). A pass runs on an Activations object the model plans for a batch size and a mode: the
+// model keeps one for training (reserve()), and a generator or a server asks for their own. Families are
+// registered by Hugging Face's `model_type` (model.cpp); nothing outside src/model names a family.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/activations.h"
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/param_store.h"
+
+namespace anvil {
+
+// One forward pass over tokens(B, T) (uploaded by the caller into the activations' "tokens").
+struct ForwardPass {
+    int B = 1, T = 1;
+    int pos0 = 0;               // the position of the first token (decoding continues a sequence)
+    KvCache* cache = nullptr;   // append keys and values at pos0.. and attend over the cache (B = 1)
+    bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
+    float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
+    bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)
+};
+
+// Called by backward() as gradients complete: on_layer_grads_ready(l) once per block, l = n_layers-1 .. 0,
+// right after block l's parameter gradients are final, then once with kOutsideLayers for the parameters
+// outside the blocks (embeddings, final norm, head). Data parallelism reduces a bucket here.
+constexpr int kOutsideLayers = -1;
+class BackwardHooks {
+public:
+    virtual ~BackwardHooks() = default;
+    virtual void on_layer_grads_ready(int layer) = 0;
+};
+
+struct ModelOptions {
+    DType dtype = DType::F32;  // parameters, gradients and activations as the ops see them
+    bool recompute = false;    // recompute norms and activations in the backward instead of keeping them
+    // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
+    std::vector<std::string> frozen;
+};
+
+class Model {
+public:
+    virtual ~Model() = default;
+    const ModelConfig& config() const { return config_; }
+    Backend& backend() const { return be_; }
+    ParamStore& params() { return store_; }
+    const ParamStore& params() const { return store_; }
+    DType dtype() const { return options_.dtype; }
+    bool recompute() const { return options_.recompute; }
+    int n_layers() const { return config_.n_layer; }
+
+    // Activations for batches up to (max_B, max_T) in a mode.
+    std::unique_ptr<Activations> make_activations(int max_B, int max_T, ActMode mode) const;
+    // A KV cache for one sequence of up to max_T positions (0 = the model's context).
+    std::unique_ptr<KvCache> make_cache(int max_T = 0) const;
+
+    // The model's own activations (training, evaluation): reserve once, release to change size.
+    void reserve(int max_B, int max_T, bool training);
+    void release() { acts_.reset(); }
+    int max_B() const { return acts_ ? acts_->max_B() : 0; }
+    int max_T() const { return acts_ ? acts_->max_T() : 0; }
+    Activations& activations() const;
+    // Views of the reserved activations: tokens and targets (B, T) i32 (-1 = ignore), losses (B, T) f32,
+    // logits (B, T, V) (valid after a forward with dloss == 0).
+    Tensor tokens(int B, int T) const { return activations().get("tokens", B, T); }
+    Tensor targets(int B, int T) const { return activations().get("targets", B, T); }
+    Tensor losses(int B, int T) const { return activations().get("losses", B, T); }
+    Tensor logits(int B, int T) const { return activations().get("logits", B, T); }
+
+    void forward(const ForwardPass& f) { forward(activations(), f); }
+    void backward(BackwardHooks* hooks = nullptr) { backward(activations(), hooks); }
+    virtual void forward(Activations& acts, const ForwardPass& f) = 0;
+    // Accumulates into the gradients; needs a forward with dloss != 0 on the same activations.
+    virtual void backward(Activations& acts, BackwardHooks* hooks) = 0;
+    void zero_grads() { store_.zero_grads(); }
+
+    // Checkpoint names: the store's name for a tensor name found in a file (a family accepts aliases, such as
+    // GPT-2 names without "transformer."), and tensors a file may hold that are not parameters (buffers, a
+    // tied head).
+    virtual std::string canonical_name(const std::string& file_name) const { return file_name; }
+    virtual bool ignorable_tensor(const std::string& /*file_name*/) const { return false; }
+
+protected:
+    Model(Backend& be, const ModelConfig& c, ModelOptions o);
+    // Families call these from their constructor: layers register into reg_, then allocate_params().
+    void allocate_params();
+    virtual void plan(ActPlan& plan) const = 0;
+
+    Backend& be_;
+    ModelConfig config_;
+    ModelOptions options_;
+    ParamRegistry reg_;
+    ParamStore store_;
+    std::unique_ptr<Activations> acts_;
+    // The forward's logits were replaced by their gradient: backward() may run.
+    bool have_grad_logits_ = false;
+    int last_B_ = 0, last_T_ = 0;
+};
+
+// A model family, registered by Hugging Face's model_type.
+struct ModelFamily {
+    const char* model_type;
+    ModelConfig (*from_hf)(const nlohmann::json& j, const std::string& path);
+    nlohmann::json (*to_hf)(const ModelConfig& c);
+    int64_t (*num_params)(const ModelConfig& c);
+    int64_t (*position_params)(const ModelConfig& c);  // learned position tables (left out of FLOPs)
+    std::unique_ptr<Model> (*make)(Backend& be, const ModelConfig& c, const ModelOptions& o);
+};
+const ModelFamily* find_model_family(const std::string& model_type);  // nullptr when unknown
+const ModelFamily& model_family(const std::string& model_type);       // throws when unknown
+std::string known_model_types();                                       // "gpt2"
+
+// The factory: a model of config.model_type on `be`.
+std::unique_ptr<Model> make_model(Backend& be, const ModelConfig& c, const ModelOptions& o = {});
+
+}  // namespace anvil

@@ -1,0 +1,84 @@
+#include "model/param_store.h"
+
+#include "core/rng.h"
+
+namespace anvil {
+
+ParamStore::ParamStore(Backend& backend, std::vector<ParamSpec> specs) : be_(&backend), specs_(std::move(specs)) {
+    TensorTable all, trainable;
+    std::vector<size_t> grad_slot(specs_.size(), npos);
+    for (size_t i = 0; i < specs_.size(); i++) {
+        const ParamSpec& s = specs_[i];
+        ANVIL_CHECK(index_.emplace(s.name, i).second, "parameter store: \"{}\" is declared twice", s.name);
+        all.add(s.name, s.shape, s.dtype);
+        if (s.trainable) {
+            grad_slot[i] = trainable.add(s.name, s.shape, s.dtype);
+            trainable_.push_back(i);
+        }
+    }
+    params_ = Arena(backend, all);
+    if (!trainable_.empty()) grads_ = Arena(backend, trainable);
+    grad_views_.resize(specs_.size());
+    for (size_t i = 0; i < specs_.size(); i++)
+        if (grad_slot[i] != npos) grad_views_[i] = grads_[grad_slot[i]];
+}
+
+size_t ParamStore::find(const std::string& name) const {
+    const auto it = index_.find(name);
+    return it == index_.end() ? npos : it->second;
+}
+
+std::vector<Tensor> ParamStore::grad_tensors() const {
+    if (trainable_.empty()) return {};
+    bool uniform = true;
+    for (size_t i : trainable_) uniform = uniform && specs_[i].dtype == specs_[trainable_[0]].dtype;
+    if (uniform) return {grads_.flat(specs_[trainable_[0]].dtype)};  // padding between entries is zero
+    std::vector<Tensor> out;
+    for (size_t i : trainable_) out.push_back(grad_views_[i]);
+    return out;
+}
+
+void ParamStore::zero_grads() {
+    for (const Tensor& t : grad_tensors()) be_->zero(t);
+}
+
+int64_t ParamStore::numel(bool trainable_only) const {
+    int64_t n = 0;
+    for (const ParamSpec& s : specs_)
+        if (s.trainable || !trainable_only) n += s.shape.numel();
+    return n;
+}
+
+void ParamStore::init(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32) {
+    Rng rng(seed);
+    std::vector<float> v;
+    for (size_t i = 0; i < specs_.size(); i++) {
+        const ParamSpec& s = specs_[i];
+        v.assign(size_t(s.shape.numel()), 0.0f);
+        if (s.init.kind == Init::Ones)
+            for (auto& x : v) x = 1.0f;
+        else if (s.init.kind == Init::Normal)
+            for (auto& x : v) x = float(rng.normal() * s.init.std);
+        if (on_f32) on_f32(i, v.data());
+        write_f32(i, v.data());
+    }
+}
+
+std::vector<float> ParamStore::read_f32(size_t i) const {
+    const Tensor t = params_[i];
+    std::vector<uint8_t> raw(t.nbytes());
+    be_->download(raw.data(), t);
+    std::vector<float> v(size_t(t.numel()));
+    convert_to_f32(v.data(), raw.data(), t.dtype, v.size());
+    return v;
+}
+
+void ParamStore::write_f32(size_t i, const float* host) {
+    const Tensor t = params_[i];
+    if (t.dtype == DType::F32) return be_->upload(t, host);
+    std::vector<uint8_t> raw(t.nbytes());
+    convert_from_f32(raw.data(), t.dtype, host, size_t(t.numel()));
+    be_->upload(t, raw.data());
+}
+
+}  // namespace anvil

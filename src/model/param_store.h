@@ -1,0 +1,76 @@
+// The parameter store: every parameter of a model as a named entry (its Hugging Face name) with a shape, a
+// dtype, a trainable flag and an init rule. Parameters live in one arena; gradients in another that holds
+// only the trainable entries (a frozen entry has no gradient and costs no gradient memory). The optimizer
+// keeps its moments and master weights the same way (train/optimizer.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+
+namespace anvil {
+
+enum class Init : uint8_t { Zeros, Ones, Normal };
+struct InitRule {
+    Init kind = Init::Zeros;
+    double std = 0.0;  // Normal: N(0, std)
+};
+
+struct ParamSpec {
+    std::string name;  // the Hugging Face name, e.g. "transformer.h.3.attn.c_attn.weight"
+    Shape shape;
+    DType dtype = DType::F32;
+    bool trainable = true;
+    InitRule init;
+    bool decay = false;  // AdamW's weight decay applies (matrices and embeddings)
+    int layer = -1;      // the block it belongs to; -1 for embeddings, the final norm and the head
+};
+
+class ParamStore {
+public:
+    static constexpr size_t npos = size_t(-1);
+
+    ParamStore() = default;
+    ParamStore(Backend& backend, std::vector<ParamSpec> specs);
+
+    Backend& backend() const { return *be_; }
+    size_t size() const { return specs_.size(); }
+    const ParamSpec& spec(size_t i) const { return specs_[i]; }
+    const std::vector<ParamSpec>& specs() const { return specs_; }
+    Tensor param(size_t i) const { return params_[i]; }
+    Tensor grad(size_t i) const { return grad_views_[i]; }  // empty for a frozen entry
+    // The entry called `name`, or npos.
+    size_t find(const std::string& name) const;
+    // Indices of the trainable entries, in store order (the optimizer's slots).
+    const std::vector<size_t>& trainable() const { return trainable_; }
+    // The gradient arena as few tensors as possible (one when every gradient has one dtype), for the
+    // global norm. Empty when nothing is trainable.
+    std::vector<Tensor> grad_tensors() const;
+    void zero_grads();
+    int64_t numel(bool trainable_only = false) const;
+    size_t param_bytes() const { return params_.bytes(); }
+    size_t grad_bytes() const { return grads_.bytes(); }
+
+    // Draws every entry's initial values on the host in f32 (store order, one seeded stream: the same seed
+    // gives the same weights on any backend), rounds them to the entry's dtype and uploads them. `on_f32`
+    // (optional) sees each entry's f32 values first (the optimizer's master copy).
+    void init(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32 = {});
+    // One entry through the host in f32.
+    std::vector<float> read_f32(size_t i) const;
+    void write_f32(size_t i, const float* host);
+
+private:
+    Backend* be_ = nullptr;
+    std::vector<ParamSpec> specs_;
+    Arena params_, grads_;
+    std::vector<Tensor> grad_views_;
+    std::vector<size_t> trainable_;
+    std::unordered_map<std::string, size_t> index_;
+};
+
+}  // namespace anvil

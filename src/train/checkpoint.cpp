@@ -1,0 +1,149 @@
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "io/fs.h"
+#include "io/json_text.h"
+#include "io/safetensors.h"
+#include "model/model_io.h"
+#include "train/run_setup.h"
+
+namespace anvil {
+
+namespace fsys = std::filesystem;
+
+namespace {
+
+int checkpoint_step(const std::string& dir) {
+    const std::string p = dir + "/trainer_state.json";
+    if (!file_exists(p)) return -1;
+    return read_json_file(p).value("step", -1);
+}
+
+std::vector<int64_t> dims(const Shape& s) {
+    return {s.dims.begin(), s.dims.begin() + s.ndim};
+}
+
+std::string shape_str(const Shape& s) {
+    return s.str();
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& dir, const char* flag) {
+    ANVIL_CHECK(dir_exists(dir), "{} {}: no such directory", flag, dir);
+    if (file_exists(dir + "/trainer_state.json")) return dir;
+    std::string best;
+    int best_step = -1;
+    for (const auto& e : fsys::directory_iterator(dir)) {
+        if (!e.is_directory()) continue;
+        const std::string name = e.path().filename().string();
+        if (name != "final" && !name.starts_with("checkpoint-")) continue;
+        if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos) continue;
+        const int s = checkpoint_step(e.path().string());
+        if (s > best_step) {
+            best_step = s;
+            best = e.path().string();
+        }
+    }
+    ANVIL_CHECK(!best.empty(),
+                "{} {}: no training checkpoint here (a directory with trainer_state.json, or a run directory "
+                "holding checkpoint-N or final)",
+                flag, dir);
+    return best;
+}
+
+ResumePoint read_resume_point(const std::string& resume_arg) {
+    ResumePoint r;
+    r.dir = resolve_checkpoint(resume_arg);
+    r.state = read_json_file(r.dir + "/trainer_state.json");
+    r.config = read_model_config(r.dir);
+    return r;
+}
+
+void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt) {
+    std::vector<StMeta> metas;
+    std::vector<Tensor> src;
+    for (size_t i : store.trainable()) {
+        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
+        src.push_back(opt.m(i));
+        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
+        src.push_back(opt.v(i));
+    }
+    write_safetensors_streamed(dir + "/optimizer.safetensors", metas,
+                               [&](size_t k, void* dst) { store.backend().download(dst, src[k]); });
+}
+
+void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt) {
+    const std::string path = dir + "/optimizer.safetensors";
+    ANVIL_CHECK(file_exists(path),
+                "{}: missing; --resume needs a training checkpoint (it holds the optimizer state), or use --init "
+                "to start a new run from the weights",
+                path);
+    SafetensorsReader st(path);
+    for (size_t i : store.trainable()) {
+        for (int k = 0; k < 2; k++) {
+            const std::string name = (k == 0 ? "exp_avg." : "exp_avg_sq.") + store.spec(i).name;
+            const StEntry* e = st.find(name);
+            ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
+            ANVIL_CHECK(e->shape == dims(store.spec(i).shape) && e->known && e->dtype == DType::F32,
+                        "{}: tensor \"{}\" must be F32 of shape {}", path, name, shape_str(store.spec(i).shape));
+            store.backend().upload(k == 0 ? opt.m(i) : opt.v(i), st.raw(*e));
+        }
+    }
+}
+
+nlohmann::json scaler_to_json(const LossScaler& s) {
+    return {{"scale", s.scale}, {"good_steps", s.good}};
+}
+
+void scaler_from_json(const nlohmann::json& state, LossScaler& s) {
+    if (!s.enabled || !state.contains("loss_scale")) return;
+    s.scale = state["loss_scale"].value("scale", s.scale);
+    s.good = state["loss_scale"].value("good_steps", 0);
+}
+
+namespace {
+// Keeps the newest `keep` checkpoint-N directories of `out` (temporaries never count).
+void drop_old_checkpoints(const std::string& out, int keep) {
+    if (keep <= 0) return;
+    std::vector<std::pair<int, std::string>> ckpts;
+    for (const auto& e : fsys::directory_iterator(out)) {
+        const std::string n = e.path().filename().string();
+        if (!e.is_directory() || !n.starts_with("checkpoint-") || n.find('.') != std::string::npos) continue;
+        ckpts.emplace_back(std::atoi(n.c_str() + 11), e.path().string());
+    }
+    std::sort(ckpts.begin(), ckpts.end());
+    for (size_t i = 0; i + size_t(keep) < ckpts.size(); i++) {
+        std::error_code ec;
+        fsys::remove_all(ckpts[i].second, ec);
+    }
+}
+}  // namespace
+
+void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
+    const TrainOptions& o = run.opts;
+    const std::string dir = o.out + "/" + name;
+    const std::string tmp = temp_dir_for(dir);
+    make_dirs(tmp);
+    const AdamW& opt = *run.opt;
+    write_model_dir(tmp, *run.model, {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
+                    [&](size_t i, float* dst) { opt.weights_f32(i, dst); });
+    run.tok->save(tmp);
+    write_optimizer_state(tmp, run.model->params(), opt);
+    nlohmann::json state = {
+        {"step", step},
+        {"options", options_to_json(o)},
+        {"data",
+         {{"path", o.data},
+          {"fingerprint", fmt::format("{:016x}", run.data.fingerprint)},
+          {"train_tokens", run.data.train.size()}}},
+    };
+    if (run.trainer->scaler().enabled) state["loss_scale"] = scaler_to_json(run.trainer->scaler());
+    write_file_atomic(tmp + "/trainer_state.json", json_text(state, 2) + "\n");
+    replace_dir(tmp, dir);
+    drop_old_checkpoints(o.out, o.keep_checkpoints);
+}
+
+}  // namespace anvil

@@ -1,0 +1,65 @@
+// The options of a training run (the `anvil train` flags) and their JSON form in trainer_state.json.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace anvil {
+
+struct TrainOptions {
+    // data and model sources
+    std::string data;       // empty = the embedded synthetic instruction set
+    std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
+    std::string text_field = "text";
+    std::string prompt_template = "alpaca";  // alpaca or compact (see render_prompt)
+    std::string init;                        // start from this HF GPT-2 model directory
+    std::string resume;                      // continue this training checkpoint (or run directory)
+    std::string out;                         // run directory (default runs/<timestamp>)
+    double val_fraction = 0.1;
+    // model shape (new models only)
+    int layers = 4, heads = 4, dim = 128;
+    int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
+    std::string attention = "auto";  // CUDA attention: auto, gemm or flash
+    int seq = 0;                     // 0 = the model's context (128 for a new model)
+    // optimisation
+    int batch = 8, grad_accum = 1, steps = 1000;
+    bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation
+    int global_batch = 0;      // sequences per optimizer step with --batch auto (0 = 64)
+    std::string memory_limit;  // --memory-limit: pretend the device has this much memory ("2G", "512M")
+    float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    std::string lr_schedule = "cosine";
+    int warmup = 0;
+    uint64_t seed = 1337;
+    bool shuffle = true;
+    // reporting and checkpoints
+    int eval_every = 0;    // 0 = only at the end
+    int eval_batches = 0;  // 0 = the whole validation split
+    int eval_examples = 200;
+    int log_every = 10;
+    int save_every = 0;  // 0 = only at the end
+    int keep_checkpoints = 2;
+    // execution
+    std::string device = "cpu";
+    std::string precision =
+        "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
+    bool recompute = false;  // recompute layer norms and GELU in the backward (less memory)
+    int threads = 0;
+    bool profile = false;  // time every backend op and print the table at the end
+    // instruments
+    std::string price_per_hour;  // dollars per hour or a preset name
+    double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)
+    std::string bench;           // or: the matmul rate from an `anvil bench --json` file
+    double monitor_interval = 0.5;
+    bool tensorboard = true;  // write TensorBoard event files into the run directory
+    bool embedded = false;    // set when running the embedded default
+};
+
+nlohmann::json options_to_json(const TrainOptions& o);
+void options_from_json(const nlohmann::json& j, TrainOptions& o);
+
+// The embedded default: what `anvil train` with no --data runs.
+TrainOptions embedded_default_options();
+
+}  // namespace anvil

@@ -1,0 +1,273 @@
+#include "train/run.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+
+#include "core/progress.h"
+#include "data/prefetch.h"
+#include "io/fs.h"
+#include "io/json_text.h"
+#include "io/tensorboard.h"
+#include "train/evaluate.h"
+#include "train/instruments.h"
+#include "train/run_setup.h"
+#include "train/schedule.h"
+
+namespace anvil {
+
+namespace {
+
+// The only process-wide state: set by SIGINT/SIGTERM so the loop can save a checkpoint and stop cleanly.
+std::atomic<bool> g_stop{false};
+// A second signal exits at once: a step that never ends must still be stoppable.
+extern "C" void on_stop_signal(int) {
+    if (g_stop) std::_Exit(130);
+    g_stop = true;
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+class MetricsLog {
+public:
+    explicit MetricsLog(const std::string& path) : f_(path, std::ios::app) {
+        ANVIL_CHECK(f_.good(), "{}: cannot open for writing", path);
+    }
+    void write(const nlohmann::json& j) {
+        f_ << json_text(j) << '\n';
+        f_.flush();
+    }
+
+private:
+    std::ofstream f_;
+};
+
+// Every numeric field of a metrics record as a TensorBoard scalar, grouped by what it measures.
+void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
+    for (const auto& [key, value] : rec.items()) {
+        if (!value.is_number() || key == "step") continue;
+        std::string group = "train";
+        if (key.starts_with("val_"))
+            group = "val";
+        else if (key.starts_with("gpu_") || key.starts_with("cpu_") || key == "rss_mb" || key == "peak_mem_mb")
+            group = "system";
+        else if (key.ends_with("_ms") || key == "tokens_per_s" || key == "mfu")
+            group = "perf";
+        else if (key.find("cost") != std::string::npos || key.find("usd") != std::string::npos)
+            group = "cost";
+        tb.scalar(group + "/" + key, value.get<double>(), step);
+    }
+    tb.flush();
+}
+
+class TrainingLoop {
+public:
+    TrainingLoop(RunSetup& run, Clock::time_point start)
+        : run_(run),
+          o_(run.opts),
+          t_start_(start),
+          instruments_(o_, *run.model),
+          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed), run.model->backend(), o_.batch,
+                  o_.seq, o_.grad_accum, run.start_step),
+          sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, o_.lr_schedule == "cosine"},
+          metrics_(o_.out + "/metrics.jsonl"),
+          bar_("train", o_.steps, o_.log_every, "steps") {
+        if (o_.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(o_.out);
+    }
+    int run();
+
+private:
+    void one_step(int step);
+    void log(const nlohmann::json& rec, int done, bool force);
+    int finish(int steps_done, bool interrupted);
+    void report(nlohmann::json& summary, double tokens_per_s);
+
+    RunSetup& run_;
+    const TrainOptions& o_;
+    Clock::time_point t_start_;
+    RunInstruments instruments_;
+    Prefetcher loader_;
+    LrSchedule sched_;
+    MetricsLog metrics_;
+    Progress bar_;
+    std::unique_ptr<TensorBoardWriter> tensorboard_;
+    double train_time_ = 0.0, wait_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
+    int64_t trained_tokens_ = 0;
+    int skipped_ = 0;
+};
+
+int TrainingLoop::run() {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    int step = run_.start_step;
+    bool interrupted = false;
+    for (; step < o_.steps; step++) {
+        one_step(step);
+        const int done = step + 1;
+        if (o_.save_every > 0 && done % o_.save_every == 0 && done < o_.steps)
+            save_checkpoint(run_, done, fmt::format("checkpoint-{}", done));
+        if (g_stop) {
+            interrupted = true;
+            step++;
+            break;
+        }
+    }
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    return finish(step, interrupted);
+}
+
+// One optimizer step, its metrics record, the progress line, and --eval-every's validation.
+void TrainingLoop::one_step(int step) {
+    const int B = o_.batch, T = o_.seq, accum = o_.grad_accum;
+    const auto t0 = Clock::now();
+    double waited = 0.0;
+    const StepBatch batch = loader_.acquire(step, &waited);
+    AdamWArgs args;
+    args.lr = sched_.at(step);
+    args.beta1 = o_.beta1;
+    args.beta2 = o_.beta2;
+    args.eps = o_.eps;
+    args.step = step + 1;
+    args.max_grad_norm = o_.grad_clip;
+    const StepStats st = run_.trainer->step(batch, accum, B, T, args);
+    loader_.release();
+    const double dt = seconds_since(t0);
+    train_time_ += dt;
+    wait_time_ += waited;
+    trained_tokens_ += int64_t(B) * T * accum;
+    const double tok_s = double(B) * T * accum / dt, elapsed = seconds_since(t_start_);
+    step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
+    const LossScaler& scaler = run_.trainer->scaler();
+    if (!st.finite) {
+        skipped_++;
+        std::fprintf(stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
+                     std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
+                     scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
+    }
+    last_loss_ = st.loss;
+    const int done = step + 1;
+    nlohmann::json rec = {{"step", done},
+                          {"loss", st.loss},
+                          {"lr", args.lr},
+                          {"grad_norm", st.grad_norm},
+                          {"tokens_per_s", tok_s},
+                          {"step_ms", dt * 1e3},
+                          {"data_wait_ms", waited * 1e3},
+                          {"fwd_bwd_ms", st.fwd_bwd_s * 1e3},
+                          {"optimizer_ms", st.optimizer_s * 1e3},
+                          {"elapsed_s", elapsed}};
+    if (!st.finite) rec["skipped"] = true;
+    if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
+    instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
+    const bool eval_now = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps &&
+                          run_.data.val.size() > 1;
+    if (eval_now) rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches).loss;
+    log(rec, done, eval_now || !st.finite);
+    bar_.update(done, fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
+                          instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {
+    if (!(force || done % o_.log_every == 0 || done == o_.steps)) return;
+    metrics_.write(rec);
+    if (tensorboard_) write_scalars(*tensorboard_, rec, done);
+}
+
+int TrainingLoop::finish(int step, bool interrupted) {
+    const std::string final_dir = interrupted ? fmt::format("checkpoint-{}", step) : "final";
+    save_checkpoint(run_, step, final_dir);
+    if (interrupted) {
+        bar_.finish(fmt::format("interrupted at step {}; continue with: anvil train --resume {}/{}", step, o_.out,
+                                final_dir));
+        return 130;
+    }
+    const double tokens_per_s = train_time_ > 0 ? double(trained_tokens_) / train_time_ : 0.0;
+    bar_.finish(fmt::format("done: {} steps, loss {:.4f}, {:.0f} tok/s", step, last_loss_, tokens_per_s));
+    if (run_.profiler) {
+        std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
+                     run_.profiler->report().c_str());
+        write_file_atomic(o_.out + "/profile.json", json_text(run_.profiler->report_json(), 1) + "\n");
+    }
+    nlohmann::json summary = {{"steps", step},
+                              {"train_loss", last_loss_},
+                              {"tokens_per_s", tokens_per_s},
+                              {"data_wait_share", train_time_ > 0 ? wait_time_ / train_time_ : 0.0},
+                              {"micro_batch", o_.batch},
+                              {"grad_accum", o_.grad_accum},
+                              {"trained_tokens", trained_tokens_},
+                              {"skipped_steps", skipped_},
+                              {"params", run_.model->params().numel()},
+                              {"trainable_params", run_.model->params().numel(true)},
+                              {"model_dir", o_.out + "/final"}};
+    report(summary, tokens_per_s);
+    write_file_atomic(o_.out + "/summary.json", json_text(summary, 2) + "\n");
+    return 0;
+}
+
+// Held-out loss, exact match with samples, MFU, cost, data wait and throughput: printed and in the summary.
+void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
+    Model& model = *run_.model;
+    if (run_.data.val.size() > 1) {
+        const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0);
+        summary["val_loss"] = v.loss;
+        summary["val_ppl"] = v.ppl;
+        std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
+    }
+    if (!run_.data.val_examples.empty()) {
+        const ExactMatchResult em = exact_match(model, *run_.tok, parse_template(o_.prompt_template),
+                                                run_.data.val_examples, o_.eval_examples, 5);
+        summary["exact_match"] = em.accuracy();
+        summary["exact_match_n"] = em.total;
+        std::printf("exact match: %.1f%% (%d of %d held-out examples)\n", 100.0 * em.accuracy(), em.correct,
+                    em.total);
+        nlohmann::json samples = nlohmann::json::array();
+        for (const auto& s : em.samples) {
+            std::printf("  %s %s | %s -> %s (expected %s)\n", s.correct ? "ok  " : "MISS",
+                        s.example.instruction.c_str(), s.example.input.c_str(), s.got.c_str(),
+                        s.example.output.c_str());
+            samples.push_back({{"instruction", s.example.instruction},
+                               {"input", s.example.input},
+                               {"expected", s.example.output},
+                               {"got", s.got}});
+        }
+        summary["samples"] = samples;
+    }
+    summary["wall_s"] = seconds_since(t_start_);
+    instruments_.add_summary(summary, tokens_per_s, summary["wall_s"].get<double>(), double(trained_tokens_));
+    if (!run_.batch_search.empty()) summary["batch_search"] = run_.batch_search;
+    if (summary.contains("mfu"))
+        std::printf("MFU: %.1f%% (peak %.2f TFLOP/s: %s)\n", 100 * summary["mfu"].get<double>(),
+                    summary["peak_tflops"].get<double>(), instruments_.peak_source().c_str());
+    if (summary.contains("cost_usd"))
+        std::printf("cost: $%.4f ($%.4f per million tokens at $%.2f/h)\n", summary["cost_usd"].get<double>(),
+                    summary["cost_per_million_tokens"].get<double>(), summary["price_per_hour"].get<double>());
+    std::printf("data wait: %.3f%% of step time (background loader)\n",
+                100.0 * summary["data_wait_share"].get<double>());
+    std::printf("throughput: %.0f tokens/s; wall time %s; model in %s/final\n", tokens_per_s,
+                format_duration(summary["wall_s"].get<double>()).c_str(), o_.out.c_str());
+}
+
+}  // namespace
+
+int run_train(TrainOptions o, const ResumePoint* resume) {
+    const auto t_start = Clock::now();
+    RunSetup run = setup_run(o, resume);
+    const Model& model = *run.model;
+    std::fprintf(stderr, "anvil: %s\n", model.backend().describe().c_str());
+    std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
+                 double(model.params().numel()) / 1e6, o.precision.c_str());
+    std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
+                 run.data.train.size(), run.data.val.size(), run.data.records);
+    std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", o.batch, o.seq,
+                 o.grad_accum, o.steps, o.out.c_str());
+    TrainingLoop loop(run, t_start);
+    return loop.run();
+}
+
+}  // namespace anvil
