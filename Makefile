@@ -2,7 +2,7 @@
 # Both install missing system packages first (scripts/deps.sh) and build in Release.
 #   make run ARGS="--steps 200"     pass flags to `anvil train`
 #   make CUDA=OFF                   build without the CUDA backend (default AUTO: when nvcc is found)
-#   make bench                      CPU training throughput against PyTorch
+#   make bench                      CPU training throughput against PyTorch, then every op's rate
 
 MAKEFLAGS += --no-print-directory
 
@@ -37,6 +37,7 @@ test: build
 
 bench: build
 	/usr/bin/python3 bench/cpu_train_bench.py --anvil $(BUILD)/anvil --json $(BUILD)/cpu_train_bench.json
+	$(BUILD)/bench/anvil_op_bench --device cpu
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, from the bundle scripts/gpu_bundle.sh made here (carry .gpu-run):
-#   bash bench/gpu_session.sh tests   GPU tests, then compute-sanitizer memcheck and racecheck on the op tests
-#   bash bench/gpu_session.sh bench   the GPT-2 124M training benchmark (bench/gpu_train_bench.py)
+#   bash bench/gpu_session.sh tests   GPU tests, then compute-sanitizer memcheck, racecheck, synccheck and
+#                                     initcheck on the op tests
+#   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench), then the GPT-2
+#                                     124M training benchmark (bench/gpu_train_bench.py)
 # Writes few files under $OUT (the device tool returns at most 8).
 set -uo pipefail
 what=${1:-tests}
@@ -22,15 +24,16 @@ cat "$out/device.txt"
 case "$what" in
   tests)
     "$root/bin/anvil_gpu_tests" --gtest_output="json:$out/gpu_tests.json" 2>&1 | tee "$out/gpu_tests.log"
-    for tool in memcheck racecheck; do
+    for tool in memcheck racecheck synccheck initcheck; do
       echo "== compute-sanitizer --tool $tool"
       timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
-        --gtest_filter='CudaOps*:CudaBackend*' 2>&1 | tail -n 40
+        --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*' 2>&1 | tail -n 40
       echo "exit status ${PIPESTATUS[0]}"
     done > "$out/sanitizers.log" 2>&1
     tail -n 12 "$out/sanitizers.log"
     ;;
   bench)
+    "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2 2>&1 | tee "$out/op_bench.txt"
     python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --shared-bench "$root/torch_gpt2_bench.py" --out "$out" "${@:2}"
     ;;

@@ -66,7 +66,12 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
 // ---- Norm ---------------------------------------------------------------------------------------------
 
 Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable)
-    : reg_(&reg), name_(name), recomputable_(recomputable) {
+    : reg_(&reg),
+      name_(name),
+      out_(name + ".out"),
+      mean_(name + ".mean"),
+      rstd_(name + ".rstd"),
+      recomputable_(recomputable) {
     w_ = reg.add({name + ".weight", {dim}, DType::F32, true, {Init::Ones, 0.0}, false, layer});
     b_ = reg.add({name + ".bias", {dim}, DType::F32, true, {Init::Zeros, 0.0}, false, layer});
 }
@@ -74,20 +79,19 @@ Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool
 void Norm::plan(ActPlan& plan) const {
     const int64_t C = reg_->specs[w_].shape[0];
     // block norms share one output buffer when it is recomputed
-    plan.add(name_ + ".out", {C}, reg_->dtype, recomputable_ ? Keep::Recomputable : Keep::Saved, "norm.out");
-    plan.add(name_ + ".mean", {}, DType::F32, Keep::Saved, "norm.mean");
-    plan.add(name_ + ".rstd", {}, DType::F32, Keep::Saved, "norm.rstd");
+    plan.add(out_, {C}, reg_->dtype, recomputable_ ? Keep::Recomputable : Keep::Saved, "norm.out");
+    plan.add(mean_, {}, DType::F32, Keep::Saved, "norm.mean");
+    plan.add(rstd_, {}, DType::F32, Keep::Saved, "norm.rstd");
 }
 
 void Norm::forward(const Pass& p, Tensor in) const {
     const ParamStore& s = *reg_->store;
-    p.be.layernorm_fwd(out(p), p.act(name_ + ".mean"), p.act(name_ + ".rstd"), in, s.param(w_), s.param(b_));
+    p.be.layernorm_fwd(out(p), p.act(mean_), p.act(rstd_), in, s.param(w_), s.param(b_));
 }
 
 void Norm::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const ParamStore& s = *reg_->store;
-    p.be.layernorm_bwd(din, s.grad(w_), s.grad(b_), dout, in, s.param(w_), p.act(name_ + ".mean"),
-                       p.act(name_ + ".rstd"));
+    p.be.layernorm_bwd(din, s.grad(w_), s.grad(b_), dout, in, s.param(w_), p.act(mean_), p.act(rstd_));
 }
 
 // ---- Embedding ----------------------------------------------------------------------------------------
@@ -121,6 +125,9 @@ Attention::Attention(ParamRegistry& reg, const std::string& prefix, int dim, int
                      double proj_std)
     : reg_(&reg),
       prefix_(prefix),
+      qkv_buf_(prefix + ".qkv"),
+      y_buf_(prefix + ".y"),
+      saved_buf_(prefix + ".saved"),
       dim_(dim),
       heads_(heads),
       qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer),
@@ -131,10 +138,10 @@ void Attention::plan(ActPlan& plan) const {
     const int64_t C = dim_;
     const Backend& be = reg_->store->backend();
     const AttnDims d{plan.max_B(), plan.max_T(), heads_, dim_ / heads_};
-    plan.add(prefix_ + ".qkv", {3 * C}, a, Keep::Saved, "attn.qkv");
-    plan.add(prefix_ + ".y", {C}, a, Keep::Saved, "attn.y");  // attention output, before the projection
+    plan.add(qkv_buf_, {3 * C}, a, Keep::Saved, "attn.qkv");
+    plan.add(y_buf_, {C}, a, Keep::Saved, "attn.y");  // attention output, before the projection
     if (plan.mode() != ActMode::Decode)
-        plan.add_flat(prefix_ + ".saved", int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "attn.saved");
+        plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "attn.saved");
     plan.add("attn.dy", {C}, a, Keep::Backward);
     plan.add("attn.dqkv", {3 * C}, a, Keep::Backward);
     plan.add_flat("attn.scratch", int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
@@ -143,24 +150,23 @@ void Attention::plan(ActPlan& plan) const {
 }
 
 void Attention::forward(const Pass& p, Tensor out, Tensor in, int layer) const {
-    const Tensor qkv = p.act(prefix_ + ".qkv"), y = p.act(prefix_ + ".y");
+    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     qkv_.forward(p, qkv, in);
     if (p.cache) {
         ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence at a time, got a batch of {}", p.B);
         const Tensor q2 = qkv.view(Shape{p.T, 3 * int64_t(dim_)}), y2 = y.view(Shape{p.T, int64_t(dim_)});
         p.be.attention_cached(y2, q2, p.cache->k(layer), p.cache->v(layer), p.pos0, heads_);
     } else {
-        p.be.attention_fwd(y, p.acts.get(prefix_ + ".saved", p.B, p.T), qkv, heads_);
+        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
     }
     proj_.forward(p, out, y);
 }
 
 void Attention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
-    const Tensor qkv = p.act(prefix_ + ".qkv"), y = p.act(prefix_ + ".y");
+    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     const Tensor dy = p.act("attn.dy"), dqkv = p.act("attn.dqkv");
     proj_.backward(p, dy, dout, y);
-    p.be.attention_bwd(dqkv, p.acts.get("attn.scratch", p.B, p.T), dy, qkv, y,
-                       p.acts.get(prefix_ + ".saved", p.B, p.T), heads_);
+    p.be.attention_bwd(dqkv, p.act("attn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_);
     qkv_.backward(p, din, dqkv, in);
 }
 
@@ -170,27 +176,29 @@ Mlp::Mlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int
          double proj_std)
     : reg_(&reg),
       prefix_(prefix),
+      pre_buf_(prefix + ".pre"),
+      act_buf_(prefix + ".act"),
       hidden_(hidden),
       fc_(reg, prefix + ".c_fc", dim, hidden, WLayout::InOut, true, {Init::Normal, std}, layer),
       proj_(reg, prefix + ".c_proj", hidden, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer) {}
 
 void Mlp::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
-    plan.add(prefix_ + ".pre", {hidden_}, a, Keep::Saved, "mlp.pre");         // before the GELU
-    plan.add(prefix_ + ".act", {hidden_}, a, Keep::Recomputable, "mlp.act");  // after it
+    plan.add(pre_buf_, {hidden_}, a, Keep::Saved, "mlp.pre");         // before the GELU
+    plan.add(act_buf_, {hidden_}, a, Keep::Recomputable, "mlp.act");  // after it
     plan.add("mlp.dpre", {hidden_}, a, Keep::Backward);
     fc_.plan(plan);
     proj_.plan(plan);
 }
 
 void Mlp::forward(const Pass& p, Tensor out, Tensor in) const {
-    const Tensor act = p.act(prefix_ + ".act");
-    fc_.forward(p, act, in, p.act(prefix_ + ".pre"));
+    const Tensor act = p.act(act_buf_);
+    fc_.forward(p, act, in, p.act(pre_buf_));
     proj_.forward(p, out, act);
 }
 
 void Mlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
-    const Tensor pre = p.act(prefix_ + ".pre"), act = p.act(prefix_ + ".act"), dpre = p.act("mlp.dpre");
+    const Tensor pre = p.act(pre_buf_), act = p.act(act_buf_), dpre = p.act("mlp.dpre");
     if (p.acts.recompute()) p.be.gelu_fwd(act, pre);
     proj_.backward(p, dpre, dout, act, pre);
     fc_.backward(p, din, dpre, in);

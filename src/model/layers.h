@@ -97,13 +97,13 @@ public:
     // recomputable: the backward may recompute the output (block norms) instead of keeping it.
     Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable);
     void plan(ActPlan& plan) const;
-    Tensor out(const Pass& p) const { return p.act(name_ + ".out"); }
+    Tensor out(const Pass& p) const { return p.act(out_); }
     void forward(const Pass& p, Tensor in) const;
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din accumulates
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string name_;
+    std::string name_, out_, mean_, rstd_;  // activation buffer names, made once
     size_t w_ = 0, b_ = 0;
     bool recomputable_ = false;
 };
@@ -138,7 +138,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string prefix_;
+    std::string prefix_, qkv_buf_, y_buf_, saved_buf_;
     int dim_ = 0, heads_ = 0;
     Linear qkv_, proj_;
 };
@@ -157,7 +157,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string prefix_;
+    std::string prefix_, pre_buf_, act_buf_;
     int hidden_ = 0;
     Linear fc_, proj_;
 };

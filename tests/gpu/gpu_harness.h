@@ -60,28 +60,6 @@ inline std::vector<uint8_t> bytes(Backend& be, const Tensor& t) {
     return raw;
 }
 
-// |got - want| <= rtol * |want| + atol_frac * max|want| for every element; NaN never passes. The absolute
-// part is relative to the tensor's scale so sums that cancel to near zero are judged fairly.
-struct Tol {
-    double rtol, atol_frac;
-};
-inline Tol tol_for(DType dt) {
-    switch (dt) {
-        case DType::BF16:
-            return {1.6e-2, 8e-3};  // 8 mantissa bits: one rounding is 2^-9 relative
-        case DType::F16:
-            return {4e-3, 2e-3};  // 11 bits
-        default:
-            return {2e-5, 2e-6};  // f32: only the summation order differs
-    }
-}
-inline ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want, Tol t,
-                                        const std::string& what) {
-    double scale = 0.0;
-    for (float x : want) scale = std::max(scale, double(std::abs(x)));
-    return all_close(got, want, t.rtol, std::max(t.atol_frac * scale, 1e-30), what);
-}
-
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& p) {
     return std::string(dtype_name(p.param));
 }

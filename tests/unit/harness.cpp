@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace anvil::test {
@@ -11,6 +12,18 @@ uint64_t test_seed() {
     }();
     return seed;
 }
+
+namespace {
+// Prints the run's seed before the first test: a failure seen once can be replayed.
+class SeedReport : public ::testing::Environment {
+public:
+    void SetUp() override {
+        std::printf("random inputs from seed %llu (ANVIL_TEST_SEED=%llu replays them)\n",
+                    (unsigned long long)test_seed(), (unsigned long long)test_seed());
+    }
+};
+[[maybe_unused]] ::testing::Environment* const kSeedReport = ::testing::AddGlobalTestEnvironment(new SeedReport);
+}  // namespace
 
 ::testing::AssertionResult all_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
                                      double atol, const std::string& what) {

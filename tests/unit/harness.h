@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -66,6 +67,28 @@ inline std::vector<float> randn(std::mt19937_64& g, size_t n, float scale = 1.0f
 ::testing::AssertionResult check_grad(std::vector<float>& x, const std::vector<float>& grad,
                                       const std::function<double()>& loss, const std::string& what,
                                       double eps, double rtol, double atol, std::vector<size_t> indices = {});
+
+// |got - want| <= rtol * |want| + atol_frac * max|want| for every element; NaN never passes. The absolute
+// part is relative to the tensor's scale so sums that cancel to near zero are judged fairly.
+struct Tol {
+    double rtol, atol_frac;
+};
+inline Tol tol_for(DType dt) {
+    switch (dt) {
+        case DType::BF16:
+            return {1.6e-2, 8e-3};  // 8 mantissa bits: one rounding is 2^-9 relative
+        case DType::F16:
+            return {4e-3, 2e-3};  // 11 bits
+        default:
+            return {2e-5, 2e-6};  // f32: only the summation order differs
+    }
+}
+inline ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want, Tol t,
+                                        const std::string& what) {
+    double scale = 0.0;
+    for (float x : want) scale = std::max(scale, double(std::abs(x)));
+    return all_close(got, want, t.rtol, std::max(t.atol_frac * scale, 1e-30), what);
+}
 
 // sum(out .* r) in double: the objective whose gradient wrt out is r.
 inline double dot(const std::vector<float>& out, const std::vector<float>& r) {

@@ -332,6 +332,29 @@ TEST(Model, CachedGenerationMatchesFullForward) {
     EXPECT_GE(rebuilt, 1) << "the test must reach the cache rebuild";
 }
 
+// fp16's loss scale multiplies the gradients by a power of two and divides it out again: the step, and the
+// gradient norm it reports, are those of the unscaled gradients (scale 1024 against none, on the CPU).
+TEST(Trainer, LossScaleLeavesTheStepAndItsNormUnchanged) {
+    StepStats st[2];
+    std::vector<std::vector<float>> w[2];
+    for (int r = 0; r < 2; r++) {
+        TinyRun run(21);
+        AdamW opt(run.model->params(), 0.1f);
+        Trainer trainer(*run.model, opt);
+        if (r == 1) trainer.scaler().enabled = true, trainer.scaler().scale = 1024.0f;
+        AdamWArgs args;
+        args.lr = 1e-2f;
+        args.max_grad_norm = 1.0f;
+        st[r] = trainer.step({run.tok.data(), run.tgt.data(), run.valid()}, 1, run.B, run.T, args);
+        w[r] = all_params(run.model->params());
+    }
+    EXPECT_EQ(st[1].loss_scale, 1024.0f);
+    EXPECT_EQ(st[0].loss, st[1].loss);
+    EXPECT_EQ(st[0].grad_norm, st[1].grad_norm) << "the logged norm must not carry the loss scale";
+    EXPECT_GT(st[0].grad_norm, 0.0);
+    EXPECT_EQ(w[0], w[1]);
+}
+
 TEST(Sampling, TopKAndTopP) {
     std::vector<float> logits = {0.0f, 5.0f, 4.0f, -3.0f};
     Rng rng(1);

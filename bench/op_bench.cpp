@@ -1,0 +1,56 @@
+// The op table's third mode (tests/ops/op_cases.h): every backend op's time at a model's sizes, with
+// GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest.
+//   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
+// `make bench` runs it on the CPU at `make bench`'s model (4 layers, width 256, context 128, batch 8).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../tests/ops/op_cases.h"
+
+int main(int argc, char** argv) {
+    using namespace anvil;
+    using namespace anvil::test;
+    std::string device = "cpu", precision = "fp32", sizes = "bench";
+    int reps = 20, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--device")
+            device = v;
+        else if (k == "--dtype")
+            precision = v;
+        else if (k == "--sizes")
+            sizes = v;
+        else if (k == "--reps")
+            reps = std::atoi(v.c_str());
+        else if (k == "--threads")
+            threads = std::atoi(v.c_str());
+        else {
+            std::fprintf(stderr, "anvil_op_bench: unknown flag %s; see the comment at the top of op_bench.cpp\n",
+                         k.c_str());
+            return 2;
+        }
+    }
+    try {
+        DType dt;
+        ANVIL_CHECK(dtype_from_precision(precision, &dt), "--dtype {}: use fp32, bf16 or fp16", precision);
+        ANVIL_CHECK(sizes == "bench" || sizes == "gpt2", "--sizes {}: use bench or gpt2", sizes);
+        auto be = make_backend({device == "cuda" ? Device::CUDA : Device::CPU, threads, 0});
+        std::printf("%s, %s, %s sizes, mean of %d runs after a warm-up\n", be->describe().c_str(), precision.c_str(),
+                    sizes.c_str(), reps);
+        std::printf("%-52s %10s %10s %10s %10s\n", "op", "fwd ms", "bwd ms", "GFLOP/s", "GB/s");
+        for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
+            if (dt != DType::F32 && !c.low_precision) continue;
+            const OpTiming t = time_case(c, *be, dt, reps);
+            const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
+            const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
+                                                 : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
+            std::printf("%-52s %10.3f %10s %s\n", c.name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "anvil_op_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,439 @@
+// The op table: every Backend op as a case (op_cases.h). Host references are written from the op contract
+// in backend/backend.h, in double.
+#include <cmath>
+
+#include "op_cases.h"
+
+namespace anvil::test {
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Arg arg(std::string name, Shape s, Role role) {
+    Arg a;
+    a.name = std::move(name);
+    a.shape = s;
+    a.role = role;
+    return a;
+}
+Arg in(std::string name, Shape s, float scale = 1.0f, bool diff = true) {
+    Arg a = arg(std::move(name), s, Role::In);
+    a.scale = scale;
+    a.diff = diff;
+    return a;
+}
+Arg out(std::string name, Shape s, bool loss = true) {
+    Arg a = arg(std::move(name), s, Role::Out);
+    a.loss = loss;
+    return a;
+}
+Arg grad(std::string name, Shape s, bool accumulates) {
+    Arg a = arg(std::move(name), s, Role::GradIn);
+    a.accumulates = accumulates;
+    return a;
+}
+Arg ids(std::string name, Shape s, int lo, int hi) {
+    Arg a = arg(std::move(name), s, Role::Int);
+    a.int_min = lo;
+    a.int_max = hi;
+    a.f32 = true;
+    return a;
+}
+Arg f32(Arg a) {
+    a.f32 = true;
+    return a;
+}
+
+double gelu(double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Causal self-attention in double: qkv (B, T, 3C) -> (B, T, C).
+Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH) {
+    const int HS = C / NH;
+    Vec out(size_t(B) * T * C);
+    std::vector<double> p(static_cast<size_t>(T));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float* q = &qkv[(size_t(b) * T + t) * 3 * C + size_t(h) * HS];
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float* k = &qkv[(size_t(b) * T + j) * 3 * C + C + size_t(h) * HS];
+                    double s = 0;
+                    for (int d = 0; d < HS; d++) s += double(q[d]) * k[d];
+                    p[size_t(j)] = s / std::sqrt(double(HS));
+                    mx = std::max(mx, p[size_t(j)]);
+                }
+                for (int j = 0; j <= t; j++) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+                for (int d = 0; d < HS; d++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++)
+                        o += p[size_t(j)] / sum * qkv[(size_t(b) * T + j) * 3 * C + 2 * C + size_t(h) * HS + d];
+                    out[(size_t(b) * T + t) * C + size_t(h) * HS + d] = float(o);
+                }
+            }
+    return out;
+}
+
+// out (N, OC) = x (N, C) @ W + b, W (C, OC) or (OC, C)
+Vec ref_matmul(const Vec& x, const Vec& w, const Vec* b, int N, int C, int OC, WLayout layout) {
+    Vec out(size_t(N) * OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? (*b)[size_t(o)] : 0.0;
+            for (int c = 0; c < C; c++)
+                s += double(x[size_t(n) * C + c]) *
+                     w[layout == WLayout::InOut ? size_t(c) * OC + o : size_t(o) * C + c];
+            out[size_t(n) * OC + o] = float(s);
+        }
+    return out;
+}
+
+OpCase embedding(const OpSizes& s, int C, bool frozen_wte) {
+    OpCase c;
+    c.name = fmt::format("embedding C={}{}", C, frozen_wte ? " (frozen token table)" : "");
+    c.args = {ids("tokens", {s.B, s.T}, 0, s.V), in("wte", {s.Vp, C}, 1.0f, !frozen_wte), in("wpe", {s.T, C}),
+              out("out", {s.B, s.T, C}), grad("dwpe", {s.T, C}, true)};
+    if (!frozen_wte) c.args.push_back(grad("dwte", {s.Vp, C}, true));
+    c.forward = [](Backend& be, const Args& a) { be.embedding_fwd(a["out"], a["tokens"], a["wte"], a["wpe"]); };
+    c.backward = [frozen_wte](Backend& be, const Args& a) {
+        be.embedding_bwd(frozen_wte ? Tensor{} : a["dwte"], a["dwpe"], a["dout"], a["tokens"]);
+    };
+    const int B = s.B, T = s.T;
+    c.reference = [B, T, C](const HostArgs& h, HostArgs& want) {
+        Vec o(size_t(B) * T * C);
+        for (int i = 0; i < B * T; i++)
+            for (int k = 0; k < C; k++)
+                o[size_t(i) * C + k] = h.at("wte")[size_t(h.at("tokens")[size_t(i)]) * C + k] +
+                                       h.at("wpe")[size_t(i % T) * C + k];
+        want["out"] = o;
+    };
+    return c;
+}
+
+OpCase layernorm(const OpSizes& s, int C, bool frozen) {
+    OpCase c;
+    const int N = s.B * s.T;
+    c.name = fmt::format("layernorm C={}{}", C, frozen ? " (frozen gain and bias)" : "");
+    Arg x = in("x", {N, C}, 2.0f);
+    x.offset = 0.5f;  // rows with a nonzero mean
+    c.args = {x, in("w", {C}, 1.0f, !frozen), in("b", {C}, 1.0f, !frozen), out("out", {N, C}),
+              f32(out("mean", {N}, false)), f32(out("rstd", {N}, false)), grad("dx", {N, C}, true)};
+    if (!frozen) c.args.insert(c.args.end(), {grad("dw", {C}, true), grad("db", {C}, true)});
+    c.forward = [](Backend& be, const Args& a) {
+        be.layernorm_fwd(a["out"], a["mean"], a["rstd"], a["x"], a["w"], a["b"]);
+    };
+    c.backward = [frozen](Backend& be, const Args& a) {
+        be.layernorm_bwd(a["dx"], frozen ? Tensor{} : a["dw"], frozen ? Tensor{} : a["db"], a["dout"], a["x"], a["w"],
+                         a["mean"], a["rstd"]);
+    };
+    c.reference = [N, C](const HostArgs& h, HostArgs& want) {
+        Vec o(size_t(N) * C);
+        for (int n = 0; n < N; n++) {
+            double m = 0, v = 0;
+            for (int k = 0; k < C; k++) m += h.at("x")[size_t(n) * C + k];
+            m /= C;
+            for (int k = 0; k < C; k++) v += std::pow(h.at("x")[size_t(n) * C + k] - m, 2);
+            const double r = 1.0 / std::sqrt(v / C + 1e-5);
+            for (int k = 0; k < C; k++)
+                o[size_t(n) * C + k] = float((h.at("x")[size_t(n) * C + k] - m) * r * h.at("w")[size_t(k)] +
+                                             h.at("b")[size_t(k)]);
+        }
+        want["out"] = o;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
+OpCase matmul(const OpSizes& s, int OC, WLayout layout, bool bias, bool frozen_w) {
+    OpCase c;
+    const int N = s.B * s.T, C = s.C;
+    c.name = fmt::format("matmul {}x{}>{} {}{}{}", N, C, OC, layout == WLayout::InOut ? "W(in,out)" : "W(out,in)",
+                         bias ? " +bias" : "", frozen_w ? " (frozen weight)" : "");
+    const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+    c.args = {in("x", {N, C}), in("w", ws, 0.5f, !frozen_w), out("out", {N, OC}), grad("dx", {N, C}, false)};
+    if (!frozen_w) c.args.push_back(grad("dw", ws, true));
+    if (bias) c.args.insert(c.args.end(), {in("b", {OC}), grad("db", {OC}, true)});
+    c.forward = [layout, bias](Backend& be, const Args& a) {
+        be.matmul_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {});
+    };
+    c.backward = [layout, bias, frozen_w](Backend& be, const Args& a) {
+        be.matmul_bwd(a["dx"], frozen_w ? Tensor{} : a["dw"], bias ? a["db"] : Tensor{}, a["dout"], a["x"], a["w"],
+                      layout, {});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        want["out"] = ref_matmul(h.at("x"), h.at("w"), bias ? &h.at("b") : nullptr, N, C, OC, layout);
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    c.flops = (frozen_w ? 4.0 : 6.0) * N * C * OC;  // forward, input gradient, weight gradient
+    return c;
+}
+
+// The MLP's pattern: h = gelu(x W1 + b1) through the fused epilogue, out = h W2 + b2; the second product's
+// backward takes its input gradient through the GELU.
+OpCase mlp(const OpSizes& s) {
+    OpCase c;
+    const int N = s.B * s.T, C = s.C, H = 4 * s.C;
+    c.name = fmt::format("matmul+gelu MLP {}x{}>{}>{}", N, C, H, C);
+    c.args = {in("x", {N, C}),
+              in("w1", {C, H}, 0.5f),
+              in("b1", {H}),
+              in("w2", {H, C}, 0.5f),
+              in("b2", {C}),
+              out("pre", {N, H}, false),
+              out("h", {N, H}, false),
+              out("out", {N, C}),
+              grad("dpre", {N, H}, false),
+              grad("dx", {N, C}, false),
+              grad("dw1", {C, H}, true),
+              grad("db1", {H}, true),
+              grad("dw2", {H, C}, true),
+              grad("db2", {C}, true)};
+    c.forward = [](Backend& be, const Args& a) {
+        be.matmul_fwd(a["h"], a["x"], a["w1"], WLayout::InOut, a["b1"], a["pre"]);
+        be.matmul_fwd(a["out"], a["h"], a["w2"], WLayout::InOut, a["b2"], {});
+    };
+    c.backward = [](Backend& be, const Args& a) {
+        be.matmul_bwd(a["dpre"], a["dw2"], a["db2"], a["dout"], a["h"], a["w2"], WLayout::InOut, a["pre"]);
+        be.matmul_bwd(a["dx"], a["dw1"], a["db1"], a["dpre"], a["x"], a["w1"], WLayout::InOut, {});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec pre = ref_matmul(h.at("x"), h.at("w1"), &h.at("b1"), N, C, H, WLayout::InOut), act(pre.size());
+        for (size_t i = 0; i < pre.size(); i++) act[i] = float(gelu(pre[i]));
+        want["pre"] = pre;
+        want["h"] = act;
+        want["out"] = ref_matmul(act, h.at("w2"), &h.at("b2"), N, H, C, WLayout::InOut);
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-4;
+    c.flops = 12.0 * N * C * H;
+    return c;
+}
+
+OpCase gelu_case(const OpSizes& s, int n, bool in_place) {
+    OpCase c;
+    c.name = fmt::format("gelu n={}{}", n, in_place ? " (backward in place)" : "");
+    c.args = {in("x", {n}, 2.0f), out("out", {n}), grad("dx", {n}, false)};
+    c.forward = [](Backend& be, const Args& a) { be.gelu_fwd(a["out"], a["x"]); };
+    c.backward = [in_place](Backend& be, const Args& a) {
+        if (!in_place) return be.gelu_bwd(a["dx"], a["dout"], a["x"]);
+        be.convert(a["dx"], a["dout"]);  // a copy, then din = dout * gelu'(x) where din aliases dout
+        be.gelu_bwd(a["dx"], a["dx"], a["x"]);
+    };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        Vec o(h.at("x").size());
+        for (size_t i = 0; i < o.size(); i++) o[i] = float(gelu(h.at("x")[i]));
+        want["out"] = o;
+    };
+    c.fd_eps = 1e-3;
+    (void)s;
+    return c;
+}
+
+OpCase residual(const OpSizes& s) {
+    OpCase c;
+    const int n = s.B * s.T * s.C + 3;  // a tail past the last 16-byte pack
+    c.name = fmt::format("residual n={}", n);
+    c.args = {in("a", {n}), in("b", {n}), out("out", {n})};
+    c.forward = [](Backend& be, const Args& a) { be.residual_fwd(a["out"], a["a"], a["b"]); };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        Vec o(h.at("a").size());
+        for (size_t i = 0; i < o.size(); i++) o[i] = h.at("a")[i] + h.at("b")[i];
+        want["out"] = o;
+    };
+    c.reference_rtol = c.reference_atol = 0;
+    return c;
+}
+
+OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
+    OpCase c;
+    const int C = NH * HS;
+    c.name = fmt::format("attention B={} T={} NH={} HS={}", B, T, NH, HS);
+    const AttnDims d{B, T, NH, HS};
+    Arg saved = out("saved", {1}, false), scratch = out("scratch", {1}, false);
+    saved.elems = [d](const Backend& be) { return int64_t(be.attention_saved_elems(d)); };
+    scratch.elems = [d](const Backend& be) { return int64_t(be.attention_scratch_elems(d)); };
+    saved.compare = scratch.compare = false;  // each backend keeps its own statistics
+    c.args = {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}), saved, scratch, grad("dqkv", {B, T, 3 * C}, false)};
+    c.forward = [NH](Backend& be, const Args& a) { be.attention_fwd(a["out"], a["saved"], a["qkv"], NH); };
+    c.backward = [NH](Backend& be, const Args& a) {
+        be.attention_bwd(a["dqkv"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH);
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) { want["out"] = ref_attention(h.at("qkv"), B, T, C, NH); };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    c.flops = 12.0 * B * double(T) * T * C;
+    c.attention = true;
+    (void)s;
+    return c;
+}
+
+// Generation's incremental attention: a prompt, then one position at a time, appending to the caches.
+OpCase attention_cached(const OpSizes& s) {
+    OpCase c;
+    const int T = std::min(s.T, 40), NH = s.NH, C = s.C, prefill = T / 3;
+    c.name = fmt::format("attention_cached T={} NH={} C={}", T, NH, C);
+    c.args = {in("qkv", {1, T, 3 * C}, 1.0f, false), out("out", {T, C}), out("k", {T, C}, false),
+              out("v", {T, C}, false)};
+    c.forward = [=](Backend& be, const Args& a) {
+        for (int pos = 0; pos < T;) {
+            const int n = pos == 0 ? prefill : 1;
+            Tensor q = a["qkv"], o = a["out"];
+            q.data = static_cast<char*>(q.data) + size_t(pos) * 3 * C * dtype_size(q.dtype);
+            q.shape = Shape{n, 3 * C};
+            o.data = static_cast<char*>(o.data) + size_t(pos) * C * dtype_size(o.dtype);
+            o.shape = Shape{n, C};
+            be.attention_cached(o, q, a["k"], a["v"], pos, NH);
+            pos += n;
+        }
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) { want["out"] = ref_attention(h.at("qkv"), 1, T, C, NH); };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
+OpCase classifier(const OpSizes& s) {
+    OpCase c;
+    const int N = s.B * s.T, V = s.V, Vp = s.Vp;
+    constexpr float kDloss = 0.37f;
+    c.name = fmt::format("classifier N={} V={} (padded to {})", N, V, Vp);
+    Arg losses = f32(out("losses", {N}));
+    losses.seed_const = kDloss;  // the op takes one scalar for d(sum of losses)
+    c.args = {in("logits", {N, Vp}, 3.0f), ids("targets", {N}, -1, V), losses, f32(out("losses2", {N}, false)),
+              grad("dlogits", {N, Vp}, false)};
+    c.forward = [V](Backend& be, const Args& a) { be.classifier(a["losses"], a["logits"], a["targets"], 0.0f, V); };
+    c.backward = [V](Backend& be, const Args& a) {
+        be.convert(a["dlogits"], a["logits"]);  // the op writes the gradient over the logits it is given
+        be.classifier(a["losses2"], a["dlogits"], a["targets"], kDloss, V);
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {  // -log softmax over the real columns
+        Vec l(static_cast<size_t>(N));
+        for (int n = 0; n < N; n++) {
+            const int t = int(h.at("targets")[size_t(n)]);
+            if (t < 0) continue;  // ignored rows lose nothing
+            const float* row = &h.at("logits")[size_t(n) * Vp];
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j < V; j++) mx = std::max(mx, double(row[j]));
+            for (int j = 0; j < V; j++) sum += std::exp(row[j] - mx);
+            l[size_t(n)] = float(mx + std::log(sum) - row[t]);
+        }
+        want["losses"] = l;
+    };
+    c.fd_atol = 1e-3;
+    return c;
+}
+
+OpCase global_norm(const OpSizes& s) {
+    OpCase c;
+    c.name = "global_norm_sq";
+    c.args = {in("g1", {s.B * s.T, s.C}, 1.0f, false), in("g2", {s.C + 5}, 1.0f, false), f32(out("nsq", {1}, false))};
+    c.forward = [](Backend& be, const Args& a) { be.global_norm_sq(a["nsq"], {a["g1"], a["g2"]}); };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        double sum = 0;
+        for (const char* k : {"g1", "g2"})
+            for (float x : h.at(k)) sum += double(x) * x;
+        want["nsq"] = {float(sum)};
+    };
+    c.reference_rtol = 1e-5;
+    return c;
+}
+
+// AdamW as PyTorch computes it, with decoupled decay on one tensor, gradients scaled by 1/8 and clipped.
+OpCase adamw(const OpSizes& s) {
+    OpCase c;
+    const int N = s.B * s.T, C = s.C;
+    c.name = "adamw (with clipping)";
+    auto state = [](std::string n, Shape sh, bool positive) {
+        Arg a = arg(std::move(n), sh, Role::InOut);
+        a.f32 = true;  // the moments are f32 at every precision (the master-weight path: CudaBackend tests)
+        a.scale = 0.1f;
+        a.positive = positive;
+        return a;
+    };
+    const Arg p1 = arg("p1", {N, C}, Role::InOut), p2 = arg("p2", {C}, Role::InOut);
+    c.args = {p1, p2, in("g1", {N, C}, 8.0f, false), in("g2", {C}, 8.0f, false), state("m1", {N, C}, false),
+              state("m2", {C}, false), state("v1", {N, C}, true), state("v2", {C}, true), f32(out("nsq", {1}, false))};
+    struct Hyper {
+        float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.125f, clip = 1.0f;
+        int step = 3;
+    };
+    c.forward = [](Backend& be, const Args& a) {
+        const Hyper hp;
+        be.global_norm_sq(a["nsq"], {a["g1"], a["g2"]});
+        AdamWArgs args;
+        args.lr = hp.lr, args.beta1 = hp.b1, args.beta2 = hp.b2, args.eps = hp.eps, args.step = hp.step;
+        args.grad_scale = hp.scale, args.max_grad_norm = hp.clip;
+        be.adamw({ParamSlot{a["p1"], a["g1"], a["m1"], a["v1"], {}, hp.wd}, ParamSlot{a["p2"], a["g2"], a["m2"], a["v2"], {}, 0.0f}},
+                 args, a["nsq"]);
+    };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        const Hyper hp;
+        double nsq = 0;
+        for (const char* k : {"g1", "g2"})
+            for (float x : h.at(k)) nsq += double(x) * x;
+        const double norm = std::sqrt(nsq) * hp.scale;
+        const double scale = hp.scale * (norm > hp.clip ? hp.clip / (norm + 1e-6) : 1.0);
+        for (const char* k : {"1", "2"}) {
+            Vec p = h.at(std::string("p") + k), m = h.at(std::string("m") + k), v = h.at(std::string("v") + k);
+            const Vec& g = h.at(std::string("g") + k);
+            const double wd = k[0] == '1' ? hp.wd : 0.0;
+            for (size_t i = 0; i < p.size(); i++) {
+                const double gi = g[i] * scale;
+                const double mi = hp.b1 * m[i] + (1 - hp.b1) * gi, vi = hp.b2 * v[i] + (1 - hp.b2) * gi * gi;
+                const double bc1 = 1 - std::pow(hp.b1, hp.step), bc2 = 1 - std::pow(hp.b2, hp.step);
+                p[i] = float(p[i] * (1 - hp.lr * wd) - hp.lr * (mi / bc1) / (std::sqrt(vi / bc2) + hp.eps));
+                m[i] = float(mi), v[i] = float(vi);
+            }
+            want[std::string("p") + k] = p, want[std::string("m") + k] = m, want[std::string("v") + k] = v;
+        }
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-6;
+    c.low_precision = false;
+    return c;
+}
+
+OpCase convert(const OpSizes& s) {
+    OpCase c;
+    const int n = s.B * s.T * s.C + 7;
+    c.name = fmt::format("convert n={} from f32", n);
+    c.args = {f32(in("x", {n}, 100.0f, false)), out("y", {n}, false)};
+    c.forward = [](Backend& be, const Args& a) { be.convert(a["y"], a["x"]); };
+    c.reference = [](const HostArgs& h, HostArgs& want) { want["y"] = h.at("x"); };
+    c.reference_rtol = c.reference_atol = 0;
+    return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> op_cases(const OpSizes& s) {
+    const int N = s.B * s.T;
+    std::vector<OpCase> t = {
+        embedding(s, s.C, false),
+        embedding(s, s.C * 5 / 8 + 1, false),  // a width that is not a whole number of 16-byte packs
+        embedding(s, s.C, true),
+        layernorm(s, s.C, false),
+        layernorm(s, s.C + 1, false),
+        layernorm(s, s.C, true),
+        matmul(s, 3 * s.C, WLayout::InOut, true, false),
+        matmul(s, s.C + 8, WLayout::OutIn, false, false),
+        matmul(s, s.Vp, WLayout::OutIn, false, false),  // the tied classifier's product
+        matmul(s, 4 * s.C, WLayout::InOut, true, true),
+        mlp(s),
+        gelu_case(s, N * 4 * s.C, false),
+        gelu_case(s, N * 4 * s.C + 5, true),
+        residual(s),
+        attention(s, s.B, s.T, s.NH, s.C / s.NH),
+        attention_cached(s),
+        classifier(s),
+        global_norm(s),
+        adamw(s),
+        convert(s),
+    };
+    if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
+        t.push_back(attention(s, 1, 70, 2, 16));
+        t.push_back(attention(s, 2, 33, 1, 80));
+    }
+    return t;
+}
+
+}  // namespace anvil::test
