@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "src/io/tensorboard.pb.h"
+#include "io/tensorboard.pb.h"
 
 namespace anvil {
 

@@ -56,8 +56,6 @@ def check_layers(failures):
                 continue
             n += 1
             target = m.group(1)
-            if target == "src":  # generated into the build tree (protobuf): src/io/tensorboard.pb.h
-                target = "io"
             if target.startswith("backend/") and target not in ALLOWED:
                 target = "backend"
             if target not in ok:
