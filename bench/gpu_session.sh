@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, from the bundle scripts/gpu_bundle.sh made here (carry .gpu-run):
 #   bash bench/gpu_session.sh tests   GPU tests, then compute-sanitizer memcheck, racecheck, synccheck and
-#                                     initcheck on the op tests
+#                                     initcheck on the op tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench), then the GPT-2
 #                                     124M training benchmark (bench/gpu_train_bench.py)
 # Writes few files under $OUT (the device tool returns at most 8).
@@ -31,6 +31,9 @@ case "$what" in
       echo "exit status ${PIPESTATUS[0]}"
     done > "$out/sanitizers.log" 2>&1
     tail -n 12 "$out/sanitizers.log"
+    # transformers and peft are on this machine: checkpoints and adapters both ways
+    ANVIL_BIN="$root/bin/anvil" ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py \
+      2>&1 | tee "$out/hf_interop.log"
     ;;
   bench)
     "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2 2>&1 | tee "$out/op_bench.txt"

@@ -11,12 +11,13 @@ archs=${1:-90}
 build=build-gpu-bundle
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON -DANVIL_CUDA_ARCHS="$archs" \
   -DANVIL_MARCH=x86-64-v3 > "$build.configure.log"
-cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests anvil_op_bench
+cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests anvil_op_bench anvil_logits_dump
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/gpt2"
-cp "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" "$stage/bin/"
+cp "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" "$build/tests/anvil_logits_dump" \
+  "$stage/bin/"
 # every shared library but glibc's own, the C++/GCC runtime (newer on the device) and CUDA's
 ldd "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

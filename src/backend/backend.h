@@ -112,8 +112,13 @@ public:
     // causally over positions 0..its own. out (Tq,C).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
 
-    // out = a + b, elementwise
+    // out = a + b, elementwise (out may alias a)
     virtual void residual_fwd(Tensor out, Tensor a, Tensor b) = 0;
+    // x *= s, elementwise, in place
+    virtual void scale(Tensor x, float s) = 0;
+    // out = in * keep / (1 - p), keep from dropout_mask.h's hash of (seed, element): one seed, one mask, on
+    // every backend. Its own backward: the same call on the gradient. out may alias in; p in [0, 1).
+    virtual void dropout(Tensor out, Tensor in, float p, uint64_t seed) = 0;
 
     // Fused softmax + cross-entropy over logits (N,V) against targets (N) i32 (-1 = ignored row).
     // losses (N) f32 gets -log p[target] (0 for ignored rows). If dloss != 0, logits is overwritten with

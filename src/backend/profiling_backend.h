@@ -98,6 +98,12 @@ public:
     void residual_fwd(Tensor o, Tensor a, Tensor b) override {
         timed("residual_fwd", o.nbytes() + a.nbytes() + b.nbytes(), [&] { in_.residual_fwd(o, a, b); });
     }
+    void scale(Tensor x, float s) override {
+        timed("scale", 2 * x.nbytes(), [&] { in_.scale(x, s); });
+    }
+    void dropout(Tensor o, Tensor i, float p, uint64_t seed) override {
+        timed("dropout", o.nbytes() + i.nbytes(), [&] { in_.dropout(o, i, p, seed); });
+    }
     void classifier(Tensor l, Tensor lg, Tensor t, float d, int v) override {
         timed("classifier", lg.nbytes() * (d != 0.0f ? 2 : 1) + l.nbytes() + t.nbytes(),
               [&] { in_.classifier(l, lg, t, d, v); });

@@ -19,7 +19,10 @@ namespace {
 struct ModelFlags {
     InferenceOptions o;
     void add(CLI::App* sub) {
-        sub->add_option("--model", o.model_dir, "model directory (or a run directory: its final/)")->required();
+        sub->add_option("--model", o.model_dir,
+                        "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
+            ->required();
+        sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
         sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
         sub->add_option("--template", o.prompt_template,
                         "prompt template (default: the one the model was trained with, else alpaca)")

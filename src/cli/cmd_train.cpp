@@ -52,6 +52,14 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
     if (sub.get_option("--init")->count() && given.init != init)
         fail("--init {}: the run being resumed started from {}; drop the flag (the weights come from {})",
              given.init, init.empty() ? std::string("a random initialisation") : init, ckpt);
+    const int rank = stored.value("lora_rank", 0);
+    if (sub.get_option("--lora-rank")->count() && given.lora_rank != rank)
+        fail("--lora-rank {}: the run being resumed {}; the adapters cannot change when resuming (drop the flag)",
+             given.lora_rank, rank > 0 ? fmt::format("has rank {}", rank) : std::string("fine-tunes every weight"));
+    const std::string adapter = stored.value("adapter", std::string());
+    if (sub.get_option("--adapter")->count() && given.adapter != adapter)
+        fail("--adapter {}: the run being resumed {}; its weights come from {} (drop the flag)", given.adapter,
+             adapter.empty() ? std::string("did not start from an adapter") : "started from " + adapter, ckpt);
 }
 
 }  // namespace
@@ -71,7 +79,25 @@ Command add_train(CLI::App& app) {
                     "prompt template for instruction records: alpaca or compact")
         ->capture_default_str()
         ->check(CLI::IsMember({"alpaca", "compact"}));
-    sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory");
+    sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory (LoRA's base)");
+    sub->add_option("--lora-rank", o->lora_rank,
+                    "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "
+                    "fine-tuning)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--lora-alpha", o->lora_alpha, "LoRA's alpha: the update is scaled by alpha / rank")
+        ->capture_default_str()
+        ->check(pos);
+    sub->add_option("--lora-targets", o->lora_targets,
+                    "comma-separated layer names LoRA adapts, matched at the end of a name as PEFT does (c_attn, "
+                    "c_proj, c_fc; default c_attn)");
+    sub->add_option("--lora-dropout", o->lora_dropout, "dropout on the adapters' input while training")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.99));
+    sub->add_flag("--rslora", o->rslora, "rank-stabilised LoRA: scale by alpha / sqrt(rank)");
+    sub->add_option("--adapter", o->adapter,
+                    "continue training this PEFT LoRA adapter directory (its base: --init, else the adapter's "
+                    "base_model_name_or_path)");
     sub->add_option("--resume", o->resume, "continue a run from its checkpoint (or run) directory");
     sub->add_option("--out", o->out, "run directory (default runs/<date>-<time>)");
     sub->add_option("--val-fraction", o->val_fraction, "hold out this fraction from the end of the data")
@@ -212,7 +238,6 @@ Command add_train(CLI::App& app) {
                              merged["batch"].get<int>(), merged["grad_accum"].get<int>());
             }
             merged["resume"] = o->resume;
-            merged["init"] = "";
             options_from_json(merged, opts);
         } else if (!any_data_flag) {
             // The embedded default; explicit flags still override its settings.

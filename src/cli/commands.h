@@ -23,6 +23,9 @@ Command add_data(CLI::App& app);
 Command add_doctor(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);
+Command add_lora(CLI::App& app);
+// `train`: the flags a sweep's grid may vary
+Command add_sweep(CLI::App& app, const CLI::App& train);
 
 // Validators with messages a person can read (CLI11's numeric ranges print the type's limits).
 extern const CLI::Validator kPositive;     // "must be a positive number"

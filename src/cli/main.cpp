@@ -11,9 +11,11 @@ int main(int argc, char** argv) {
     app.require_subcommand(1, 1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
     using namespace anvil::cli;
-    const std::vector<Command> cmds = {add_train(app),    add_eval(app),      add_generate(app),
-                                       add_tokenize(app), add_tokenizer(app), add_data(app),
-                                       add_doctor(app),   add_bench(app),     add_plot(app)};
+    std::vector<Command> cmds = {add_train(app),    add_eval(app),      add_generate(app),
+                                 add_tokenize(app), add_tokenizer(app), add_data(app),
+                                 add_doctor(app),   add_bench(app),     add_plot(app),
+                                 add_lora(app)};
+    cmds.push_back(add_sweep(app, *cmds[0].app));
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
         for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];

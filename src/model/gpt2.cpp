@@ -97,7 +97,8 @@ constexpr double kStd = 0.02;
 
 }  // namespace
 
-const ModelFamily kGpt2Family = {"gpt2", from_hf, to_hf, num_params, position_params, make};
+// PEFT's default target for GPT-2 is the fused q, k, v projection
+const ModelFamily kGpt2Family = {"gpt2", from_hf, to_hf, num_params, position_params, make, "c_attn"};
 
 // ---- the block ----------------------------------------------------------------------------------------
 
@@ -176,7 +177,7 @@ void Gpt2Model::forward(Activations& acts, const ForwardPass& f) {
                 f.pos0 + f.T, config_.n_ctx);
     ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
                 "forward: gradients need targets and training activations");
-    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache};
+    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache, f.seed};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
     Tensor x = encoded;
@@ -187,6 +188,7 @@ void Gpt2Model::forward(Activations& acts, const ForwardPass& f) {
     head(p, x, f);
     last_B_ = f.B;
     last_T_ = f.T;
+    last_seed_ = f.seed;
     have_grad_logits_ = f.dloss != 0.0f;
 }
 
@@ -207,7 +209,7 @@ void Gpt2Model::head(const Pass& p, Tensor x, const ForwardPass& f) {
 
 void Gpt2Model::backward(Activations& acts, BackwardHooks* hooks) {
     ANVIL_CHECK(have_grad_logits_, "backward: call forward with a nonzero dloss first");
-    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr};
+    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr, last_seed_};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     lm_head_.backward(p, dln, p.act("logits"), ln_f_.out(p));  // the logits hold d(loss)/d(logits)
     be_.zero(dres);
@@ -220,6 +222,13 @@ void Gpt2Model::backward(Activations& acts, BackwardHooks* hooks) {
     emb_.backward(p, dres, p.act("tokens"));
     if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
     have_grad_logits_ = false;
+}
+
+std::vector<Linear*> Gpt2Model::linears() {
+    std::vector<Linear*> out;
+    for (Gpt2Block& b : blocks_)
+        for (Linear* l : {&b.attn.qkv(), &b.attn.proj(), &b.mlp.up(), &b.mlp.down()}) out.push_back(l);
+    return out;
 }
 
 std::string Gpt2Model::canonical_name(const std::string& file_name) const {

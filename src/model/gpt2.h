@@ -42,6 +42,8 @@ public:
     void forward(Activations& acts, const ForwardPass& f) override;
     void backward(Activations& acts, BackwardHooks* hooks) override;
     std::string canonical_name(const std::string& file_name) const override;
+    std::vector<Linear*> linears() override;
+    WLayout linear_layout() const override { return WLayout::InOut; }  // Conv1D
     bool ignorable_tensor(const std::string& file_name) const override;
     Gpt2Block& block(int l) { return blocks_[size_t(l)]; }
 

@@ -21,10 +21,10 @@ KvCache::KvCache(Allocator& alloc, int layers, int max_T, int kv_dim, DType dtyp
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
                InitRule init, int layer)
-    : reg_(&reg), name_(name), layout_(layout) {
+    : reg_(&reg), name_(name), in_(in), out_(out), layer_(layer), layout_(layout) {
     const Shape ws = layout == WLayout::InOut ? Shape{in, out} : Shape{out, in};
-    w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer});
-    if (bias) b_ = reg.add({name + ".bias", {out}, DType::F32, true, {Init::Zeros, 0.0}, false, layer});
+    w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false});
+    if (bias) b_ = reg.add({name + ".bias", {out}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false});
 }
 
 Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout) {
@@ -33,14 +33,15 @@ Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout) {
     l.name_ = reg.specs[weight].name;
     l.w_ = weight;
     l.layout_ = layout;
+    const Shape& ws = reg.specs[weight].shape;
+    l.in_ = int(layout == WLayout::InOut ? ws[0] : ws[1]);
+    l.out_ = int(layout == WLayout::InOut ? ws[1] : ws[0]);
+    l.layer_ = reg.specs[weight].layer;
     return l;
 }
 
 void Linear::plan(ActPlan& plan) const {
-    if (adapter_) {
-        const Shape& ws = reg_->specs[w_].shape;
-        adapter_->plan(plan, name_, int(layout_ == WLayout::InOut ? ws[1] : ws[0]));
-    }
+    if (adapter_) adapter_->plan(plan, name_, out_);
 }
 
 void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
@@ -72,8 +73,8 @@ Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool
       mean_(name + ".mean"),
       rstd_(name + ".rstd"),
       recomputable_(recomputable) {
-    w_ = reg.add({name + ".weight", {dim}, DType::F32, true, {Init::Ones, 0.0}, false, layer});
-    b_ = reg.add({name + ".bias", {dim}, DType::F32, true, {Init::Zeros, 0.0}, false, layer});
+    w_ = reg.add({name + ".weight", {dim}, DType::F32, true, {Init::Ones, 0.0}, false, layer, false});
+    b_ = reg.add({name + ".bias", {dim}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false});
 }
 
 void Norm::plan(ActPlan& plan) const {
@@ -99,8 +100,8 @@ void Norm::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
 Embedding::Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab,
                      int n_ctx, int dim, double std)
     : reg_(&reg) {
-    wte_ = reg.add({tokens, {vocab, dim}, DType::F32, true, {Init::Normal, std}, true, -1});
-    wpe_ = reg.add({positions, {n_ctx, dim}, DType::F32, true, {Init::Normal, std}, true, -1});
+    wte_ = reg.add({tokens, {vocab, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
+    wpe_ = reg.add({positions, {n_ctx, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
 }
 
 void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {

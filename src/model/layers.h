@@ -43,6 +43,7 @@ struct Pass {
     int B, T;
     int pos0 = 0;               // position of the first token
     KvCache* cache = nullptr;   // decoding: attention appends to and reads from it
+    uint64_t seed = 0;          // this pass's randomness (dropout masks), the same in its backward
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }
 };
 
@@ -73,6 +74,9 @@ public:
     void set_adapter(std::shared_ptr<const LinearAdapter> a) { adapter_ = std::move(a); }
     const std::string& name() const { return name_; }
     size_t weight_index() const { return w_; }
+    int in_features() const { return in_; }
+    int out_features() const { return out_; }
+    int layer() const { return layer_; }
 
     void plan(ActPlan& plan) const;
     // With pre_gelu: pre_gelu = in @ W + b and out = gelu(pre_gelu).
@@ -85,6 +89,7 @@ private:
     const ParamRegistry* reg_ = nullptr;
     std::string name_;
     size_t w_ = 0, b_ = ParamStore::npos;
+    int in_ = 0, out_ = 0, layer_ = -1;
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;
     std::shared_ptr<const LinearAdapter> adapter_;

@@ -39,11 +39,18 @@ Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), confi
 }
 
 void Model::allocate_params() {
+    std::function<void()> attach;
+    if (options_.lora.enabled()) {
+        if (options_.lora.targets.empty())
+            options_.lora.targets = {model_family(config_.model_type).default_lora_targets};
+        attach = add_lora(reg_, linears(), options_.lora);
+    }
     std::set<std::string> frozen(options_.frozen.begin(), options_.frozen.end());
     for (ParamSpec& s : reg_.specs)
         if (frozen.erase(s.name)) s.trainable = false;
     ANVIL_CHECK(frozen.empty(), "cannot freeze \"{}\": the model has no parameter of that name", *frozen.begin());
     store_ = ParamStore(be_, reg_.specs);
+    if (attach) attach();
 }
 
 std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMode mode) const {

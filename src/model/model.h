@@ -17,6 +17,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/lora.h"
 #include "model/param_store.h"
 
 namespace anvil {
@@ -29,6 +30,7 @@ struct ForwardPass {
     bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
     float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)
+    uint64_t seed = 0;          // the pass's randomness (LoRA dropout), reused by its backward
 };
 
 // Called by backward() as gradients complete: on_layer_grads_ready(l) once per block, l = n_layers-1 .. 0,
@@ -46,6 +48,8 @@ struct ModelOptions {
     bool recompute = false;    // recompute norms and activations in the backward instead of keeping them
     // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
     std::vector<std::string> frozen;
+    // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.
+    LoraOptions lora;
 };
 
 class Model {
@@ -56,6 +60,11 @@ public:
     ParamStore& params() { return store_; }
     const ParamStore& params() const { return store_; }
     DType dtype() const { return options_.dtype; }
+    const ModelOptions& options() const { return options_; }
+    bool has_adapters() const { return options_.lora.enabled(); }
+    // The linear layers adapters may attach to (LoRA's targets match their names), and their weight layout.
+    virtual std::vector<Linear*> linears() = 0;
+    virtual WLayout linear_layout() const = 0;
     bool recompute() const { return options_.recompute; }
     int n_layers() const { return config_.n_layer; }
 
@@ -105,6 +114,7 @@ protected:
     // The forward's logits were replaced by their gradient: backward() may run.
     bool have_grad_logits_ = false;
     int last_B_ = 0, last_T_ = 0;
+    uint64_t last_seed_ = 0;
 };
 
 // A model family, registered by Hugging Face's model_type.
@@ -115,6 +125,7 @@ struct ModelFamily {
     int64_t (*num_params)(const ModelConfig& c);
     int64_t (*position_params)(const ModelConfig& c);  // learned position tables (left out of FLOPs)
     std::unique_ptr<Model> (*make)(Backend& be, const ModelConfig& c, const ModelOptions& o);
+    const char* default_lora_targets;  // PEFT's default target_modules for the family
 };
 const ModelFamily* find_model_family(const std::string& model_type);  // nullptr when unknown
 const ModelFamily& model_family(const std::string& model_type);       // throws when unknown

@@ -96,6 +96,7 @@ void load_model_weights(const std::string& dir, Model& model,
     std::vector<float> f32;
     for (size_t i = 0; i < store.size(); i++) {
         const ParamSpec& s = store.spec(i);
+        if (s.adapter) continue;  // adapters come from their own files (lora.h)
         ANVIL_CHECK(found[i], "{}: tensor \"{}\" is missing; the weights do not match a model of {}", dir, s.name,
                     model.config().str());
         const StEntry& e = *found[i];
@@ -121,12 +122,17 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
     write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
     const ParamStore& store = model.params();
     std::vector<StMeta> metas;
-    for (const ParamSpec& s : store.specs()) metas.push_back({s.name, DType::F32, dims(s.shape)});
+    std::vector<size_t> idx;  // the base model's entries (adapters are saved apart)
+    for (size_t i = 0; i < store.size(); i++)
+        if (!store.spec(i).adapter) {
+            metas.push_back({store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
+            idx.push_back(i);
+        }
     write_safetensors_streamed(
         dir + "/model.safetensors", metas,
-        [&](size_t i, void* dst) {
-            if (weight_f32) return weight_f32(i, static_cast<float*>(dst));
-            const std::vector<float> v = store.read_f32(i);
+        [&](size_t k, void* dst) {
+            if (weight_f32) return weight_f32(idx[k], static_cast<float*>(dst));
+            const std::vector<float> v = store.read_f32(idx[k]);
             std::copy(v.begin(), v.end(), static_cast<float*>(dst));
         },
         {{"format", "pt"}});

@@ -50,15 +50,26 @@ int64_t ParamStore::numel(bool trainable_only) const {
 }
 
 void ParamStore::init(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32) {
+    init_entries(seed, false, on_f32);
+}
+
+void ParamStore::init_adapters(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32) {
+    init_entries(seed, true, on_f32);
+}
+
+void ParamStore::init_entries(uint64_t seed, bool adapters_only, const std::function<void(size_t, const float*)>& on_f32) {
     Rng rng(seed);
     std::vector<float> v;
     for (size_t i = 0; i < specs_.size(); i++) {
         const ParamSpec& s = specs_[i];
+        if (adapters_only && !s.adapter) continue;
         v.assign(size_t(s.shape.numel()), 0.0f);
         if (s.init.kind == Init::Ones)
             for (auto& x : v) x = 1.0f;
         else if (s.init.kind == Init::Normal)
             for (auto& x : v) x = float(rng.normal() * s.init.std);
+        else if (s.init.kind == Init::Uniform)
+            for (auto& x : v) x = float((2.0 * rng.uniform() - 1.0) * s.init.std);
         if (on_f32) on_f32(i, v.data());
         write_f32(i, v.data());
     }

@@ -15,10 +15,10 @@
 
 namespace anvil {
 
-enum class Init : uint8_t { Zeros, Ones, Normal };
+enum class Init : uint8_t { Zeros, Ones, Normal, Uniform };
 struct InitRule {
     Init kind = Init::Zeros;
-    double std = 0.0;  // Normal: N(0, std)
+    double std = 0.0;  // Normal: N(0, std); Uniform: U(-std, std)
 };
 
 struct ParamSpec {
@@ -29,6 +29,7 @@ struct ParamSpec {
     InitRule init;
     bool decay = false;  // AdamW's weight decay applies (matrices and embeddings)
     int layer = -1;      // the block it belongs to; -1 for embeddings, the final norm and the head
+    bool adapter = false;  // an adapter's (LoRA), saved apart from the base model
 };
 
 class ParamStore {
@@ -60,11 +61,14 @@ public:
     // gives the same weights on any backend), rounds them to the entry's dtype and uploads them. `on_f32`
     // (optional) sees each entry's f32 values first (the optimizer's master copy).
     void init(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32 = {});
+    // The same for the adapter entries only (a base model's weights are loaded instead), from their own stream.
+    void init_adapters(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32 = {});
     // One entry through the host in f32.
     std::vector<float> read_f32(size_t i) const;
     void write_f32(size_t i, const float* host);
 
 private:
+    void init_entries(uint64_t seed, bool adapters_only, const std::function<void(size_t, const float*)>& on_f32);
     Backend* be_ = nullptr;
     std::vector<ParamSpec> specs_;
     Arena params_, grads_;

@@ -58,7 +58,14 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
     ResumePoint r;
     r.dir = resolve_checkpoint(resume_arg);
     r.state = read_json_file(r.dir + "/trainer_state.json");
-    r.config = read_model_config(r.dir);
+    r.adapter = file_exists(r.dir + "/adapter_config.json") && !file_exists(r.dir + "/config.json");
+    if (!r.adapter) {
+        r.config = read_model_config(r.dir);
+        return r;
+    }
+    const std::string base = r.state.value("options", nlohmann::json::object()).value("init", std::string());
+    ANVIL_CHECK(!base.empty(), "--resume {}: a LoRA checkpoint whose trainer_state.json names no base (--init)", r.dir);
+    r.config = read_model_config(base);
     return r;
 }
 
@@ -128,8 +135,12 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
     const AdamW& opt = *run.opt;
-    write_model_dir(tmp, *run.model, {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
-                    [&](size_t i, float* dst) { opt.weights_f32(i, dst); });
+    const auto weights = [&](size_t i, float* dst) { opt.weights_f32(i, dst); };
+    if (run.model->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
+        write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(), weights);
+    else
+        write_model_dir(tmp, *run.model, {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
+                        weights);
     run.tok->save(tmp);
     write_optimizer_state(tmp, run.model->params(), opt);
     nlohmann::json state = {

@@ -24,7 +24,8 @@ std::string resolve_checkpoint(const std::string& dir, const char* flag = "--res
 struct ResumePoint {
     std::string dir;
     nlohmann::json state;
-    ModelConfig config;
+    ModelConfig config;    // of the model being trained (a LoRA run's: its base's)
+    bool adapter = false;  // the checkpoint holds a LoRA adapter; the base is the run's --init
 };
 ResumePoint read_resume_point(const std::string& resume_arg);
 

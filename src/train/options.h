@@ -13,7 +13,7 @@ struct TrainOptions {
     std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
     std::string text_field = "text";
     std::string prompt_template = "alpaca";  // alpaca or compact (see render_prompt)
-    std::string init;                        // start from this HF GPT-2 model directory
+    std::string init;                        // start from this HF GPT-2 model directory (the base, with LoRA)
     std::string resume;                      // continue this training checkpoint (or run directory)
     std::string out;                         // run directory (default runs/<timestamp>)
     double val_fraction = 0.1;
@@ -22,6 +22,12 @@ struct TrainOptions {
     int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
     std::string attention = "auto";  // CUDA attention: auto, gemm or flash
     int seq = 0;                     // 0 = the model's context (128 for a new model)
+    // LoRA (PEFT's LoraConfig): adapters on the targeted linear layers of the --init base, all else frozen
+    int lora_rank = 0;  // 0 = full fine-tuning
+    float lora_alpha = 8.0f, lora_dropout = 0.0f;
+    std::string lora_targets;  // comma-separated module-name suffixes (empty: the family's default, c_attn)
+    bool rslora = false;
+    std::string adapter;  // continue training this PEFT adapter directory
     // optimisation
     int batch = 8, grad_accum = 1, steps = 1000;
     bool batch_auto = false;   // --batch auto: search the micro-batch, keep global_batch via accumulation

@@ -103,7 +103,7 @@ RunDirLock::RunDirLock(RunDirLock&& o) noexcept {
 
 RunDirLock& RunDirLock::operator=(RunDirLock&& o) noexcept {
     if (this != &o) {
-        this->~RunDirLock();
+        release();
         fd_ = o.fd_;
         path_ = std::move(o.path_);
         o.fd_ = -1;
@@ -112,6 +112,10 @@ RunDirLock& RunDirLock::operator=(RunDirLock&& o) noexcept {
 }
 
 RunDirLock::~RunDirLock() {
+    release();
+}
+
+void RunDirLock::release() {
     if (fd_ < 0) return;
     ::unlink(path_.c_str());  // while still locked: a waiting process then locks a fresh file
     ::close(fd_);

@@ -28,6 +28,7 @@ public:
     ~RunDirLock();
 
 private:
+    void release();
     int fd_ = -1;
     std::string path_;
 };

@@ -17,6 +17,28 @@ namespace fsys = std::filesystem;
 namespace {
 
 constexpr int kEmbeddedExamples = 20000;
+
+struct ModelSource {
+    std::string base, adapter;
+    LoraOptions lora;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i <= s.size() && !s.empty()) {
+        const size_t j = std::min(s.find(',', i), s.size());
+        if (j > i) out.push_back(s.substr(i, j - i));
+        i = j + 1;
+    }
+    return out;
+}
+
+std::string join_list(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+}
 // A new model's vocabulary is padded to a multiple of this (llm.c and nanoGPT pad GPT-2's 50257 to 50304):
 // aligned classifier rows for the matrix products. The same on every device, so a model's shape never
 // depends on where it was trained. The extra rows are never sampled and learn to stay unlikely.
@@ -33,10 +55,43 @@ std::string hex(uint64_t x) {
     return fmt::format("{:016x}", x);
 }
 
-// The run directory, locked for this process, with what a crashed save left cleaned up.
-void open_out_dir(TrainOptions& o, const ResumePoint* resume, RunSetup& r) {
+// Where a run's weights come from: a new model (nothing), a base model directory (--init, or the checkpoint
+// of a full run being resumed), and for LoRA an adapter (--adapter, or the checkpoint of a LoRA run).
+ModelSource model_source(TrainOptions& o, const ResumePoint* resume) {
+    ModelSource s;
+    s.lora.rank = o.lora_rank;
+    s.lora.alpha = o.lora_alpha;
+    s.lora.dropout = o.lora_dropout;
+    s.lora.rslora = o.rslora;
+    s.lora.targets = split_list(o.lora_targets);
+    if (!o.adapter.empty() && !(resume && resume->adapter)) {
+        const PeftAdapter a = read_peft_config(o.adapter);
+        ANVIL_CHECK(o.lora_rank == 0 || o.lora_rank == a.lora.rank,
+                    "--lora-rank {}: the adapter {} has rank {}; drop the flag to continue it", o.lora_rank, o.adapter,
+                    a.lora.rank);
+        s.lora = a.lora;
+        s.adapter = o.adapter;
+        if (o.init.empty()) o.init = a.base_model;
+        o.lora_rank = a.lora.rank, o.lora_alpha = a.lora.alpha, o.lora_dropout = a.lora.dropout;
+        o.rslora = a.lora.rslora, o.lora_targets = join_list(a.lora.targets);
+    }
+    if (resume && resume->adapter) {
+        ANVIL_CHECK(s.lora.enabled(), "--resume {}: the checkpoint holds a LoRA adapter but the run's options have "
+                    "no --lora-rank", resume->dir);
+        s.adapter = resume->dir;
+    }
+    s.base = resume && !resume->adapter ? resume->dir : o.init;
+    ANVIL_CHECK(!s.lora.enabled() || !s.base.empty(),
+                "--lora-rank {}: LoRA adapts a pretrained model; give its directory with --init BASE", o.lora_rank);
+    return s;
+}
+
+// The run directory, locked for this process, with what a crashed save left cleaned up. Returns whether this
+// call created it.
+bool open_out_dir(TrainOptions& o, const ResumePoint* resume, RunSetup& r) {
     if (resume && o.out.empty()) o.out = fsys::path(resume->dir).parent_path().string();
     if (o.out.empty()) o.out = resume ? "." : default_out_dir();
+    const bool created = !dir_exists(o.out);
     make_dirs(o.out);
     // From here on this process owns the directory: a second one is refused before it writes anything.
     r.lock = RunDirLock(o.out, resume ? "--resume" : "--out");
@@ -44,7 +99,11 @@ void open_out_dir(TrainOptions& o, const ResumePoint* resume, RunSetup& r) {
                 "--out {}: already holds a run; continue it with --resume {} or choose another --out", o.out, o.out);
     if (const std::string cleaned = clean_stale_temporaries(o.out); !cleaned.empty())
         std::fprintf(stderr, "anvil: %s: %s\n", o.out.c_str(), cleaned.c_str());
+    return created;
 }
+
+// Builds the run in a directory this call created: a bad option found on the way leaves nothing behind.
+void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume);
 
 // Tokenizer: the flag wins; otherwise a prepared data directory's; otherwise the model's; else bytes.
 std::unique_ptr<Tokenizer> choose_tokenizer(const TrainOptions& o, const std::string& model_src,
@@ -121,21 +180,24 @@ DType run_dtype(TrainOptions& o, Device device) {
     return dtype;
 }
 
-// Model and optimizer, with weights from the source directory or a seeded initialisation.
-void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const std::string& model_src) {
+// Model and optimizer, with weights from the sources (base, adapter) or a seeded initialisation.
+void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src) {
     Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.recompute = o.recompute;
+    mo.lora = src.lora;
     r.model = make_model(be, cfg, mo);
     r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay);
     AdamW& opt = *r.opt;
     const auto master = [&](size_t i, const float* f32) { opt.set_master(i, f32); };  // before any rounding
-    if (!model_src.empty())
-        load_model_weights(model_src, *r.model, master);
-    else
+    if (src.base.empty())
         r.model->params().init(o.seed, master);
-    r.trainer = std::make_unique<Trainer>(*r.model, opt);
+    else if (src.lora.enabled())
+        r.model->params().init_adapters(o.seed, master);  // A Kaiming-uniform, B zero
+    if (!src.base.empty()) load_model_weights(src.base, *r.model, master);
+    if (!src.adapter.empty()) load_peft_weights(src.adapter, *r.model, master);
+    r.trainer = std::make_unique<Trainer>(*r.model, opt, o.seed);
 }
 
 void search_batch(RunSetup& r, TrainOptions& o) {
@@ -183,19 +245,35 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
 RunSetup setup_run(TrainOptions& o, const ResumePoint* resume) {
     refuse_multi_process_launch();
     RunSetup r;
-    open_out_dir(o, resume, r);
-    const std::string model_src = resume ? resume->dir : o.init;
+    const bool created = open_out_dir(o, resume, r);
+    try {
+        build_run(r, o, resume);
+    } catch (...) {
+        if (created) {
+            r = RunSetup();  // releases the lock and every file first
+            std::error_code ec;
+            fsys::remove_all(o.out, ec);
+        }
+        throw;
+    }
+    return r;
+}
+
+namespace {
+
+void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume) {
+    const ModelSource src = model_source(o, resume);
     nlohmann::json src_config;
     ModelConfig cfg;
-    if (!model_src.empty()) cfg = read_model_config(model_src, &src_config);
-    r.tok = choose_tokenizer(o, model_src, src_config);
+    if (!src.base.empty()) cfg = read_model_config(src.base, &src_config);
+    r.tok = choose_tokenizer(o, src.base, src_config);
     r.data = load_data(o, *r.tok);
-    if (model_src.empty()) cfg = new_model_config(o, *r.tok);
+    if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
     r.backend = make_run_backend(o.device, o.threads, o.attention);
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
-    build_model(r, o, cfg, model_src);
+    build_model(r, o, cfg, src);
     if (o.batch_auto) {
         ANVIL_CHECK(!resume, "--batch auto: a resumed run keeps the batch it chose; drop the flag");
         search_batch(r, o);
@@ -203,29 +281,48 @@ RunSetup setup_run(TrainOptions& o, const ResumePoint* resume) {
     r.model->reserve(o.batch, o.seq, true);
     if (resume) restore_state(r, o, *resume);
     r.opts = o;
-    return r;
 }
+
+}  // namespace
 
 std::string resolve_model_dir(const std::string& path) {
     ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
-    if (file_exists(path + "/config.json")) return path;
-    if (file_exists(path + "/final/config.json")) return path + "/final";
+    for (const std::string& d : {path, path + "/final"})
+        if (file_exists(d + "/config.json") || file_exists(d + "/adapter_config.json")) return d;
     return resolve_checkpoint(path, "--model");
+}
+
+bool is_adapter_dir(const std::string& dir) {
+    return file_exists(dir + "/adapter_config.json") && !file_exists(dir + "/config.json");
 }
 
 InferenceSetup setup_inference(const InferenceOptions& o) {
     InferenceSetup l;
-    const std::string dir = resolve_model_dir(o.model_dir);
+    std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
+    if (is_adapter_dir(dir)) {  // a LoRA run's directory: its base, plus the adapter
+        ANVIL_CHECK(adapter.empty(), "--model {} is itself an adapter; give its base with --model and it with "
+                    "--adapter", dir);
+        adapter = dir;
+        dir = resolve_model_dir(read_peft_config(adapter).base_model);
+    }
     nlohmann::json raw;
     const ModelConfig cfg = read_model_config(dir, &raw);
     l.tok = o.tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(o.tokenizer);
-    l.prompt = parse_template(!o.prompt_template.empty() ? o.prompt_template
-                                                         : raw.value("anvil_template", std::string("alpaca")));
+    std::string tmpl = raw.value("anvil_template", std::string("alpaca"));
+    if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
+        tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
+    l.prompt = parse_template(!o.prompt_template.empty() ? o.prompt_template : tmpl);
     ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size, "--tokenizer: {} ids do not fit the model's vocabulary of {}",
                 l.tok->vocab_size(), cfg.vocab_size);
     l.backend = make_run_backend(o.device, o.threads, "auto");
-    l.model = make_model(*l.backend, cfg);
+    ModelOptions mo;
+    if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;
+    l.model = make_model(*l.backend, cfg, mo);
+    if (!adapter.empty()) read_peft_config(adapter, l.model.get());  // the layout check needs the model
     load_model_weights(dir, *l.model);
+    if (!adapter.empty()) load_peft_weights(adapter, *l.model);
+    l.base_dir = dir;
+    l.adapter_dir = adapter;
     return l;
 }
 

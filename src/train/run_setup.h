@@ -45,6 +45,7 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
 // A model directory loaded for evaluation or generation.
 struct InferenceOptions {
     std::string model_dir;        // a model directory, a run directory (its final/) or a checkpoint's parent
+    std::string adapter;          // a PEFT LoRA adapter on it
     std::string tokenizer;        // override the checkpoint's
     std::string prompt_template;  // override the one the model was trained with
     std::string device = "cpu";
@@ -55,10 +56,13 @@ struct InferenceSetup {
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<Model> model;
     PromptTemplate prompt = PromptTemplate::Alpaca;
+    std::string base_dir, adapter_dir;  // where the weights came from
 };
 InferenceSetup setup_inference(const InferenceOptions& o);
-// A model directory from a user path: the directory itself if it has config.json, else a run directory's
-// final/ or newest checkpoint.
+// A model directory from a user path: the directory itself if it has config.json (or is an adapter), else a
+// run directory's final/ or newest checkpoint.
 std::string resolve_model_dir(const std::string& path);
+// A PEFT adapter directory (adapter_config.json, no config.json of its own).
+bool is_adapter_dir(const std::string& dir);
 
 }  // namespace anvil

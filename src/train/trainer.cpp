@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/rng.h"
+
 namespace anvil {
 
 namespace {
@@ -32,7 +34,7 @@ float* LossBuffer::reserve(Backend& be, size_t n) {
     return static_cast<float*>(buf_.data());
 }
 
-Trainer::Trainer(Model& model, AdamW& opt) : model_(model), opt_(opt) {
+Trainer::Trainer(Model& model, AdamW& opt, uint64_t seed) : model_(model), opt_(opt), seed_(seed) {
     TensorTable t;
     t.add("norm_sq", {1}, DType::F32);
     scalars_ = Arena(model.backend(), t);
@@ -40,7 +42,7 @@ Trainer::Trainer(Model& model, AdamW& opt) : model_(model), opt_(opt) {
     scaler_.scale = scaler_.enabled ? 65536.0f : 1.0f;
 }
 
-StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T) {
+StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, int64_t step) {
     const auto t0 = Clock::now();
     Backend& be = model_.backend();
     const size_t per = size_t(B) * T;
@@ -57,6 +59,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T) {
     f.targets = true;
     f.dloss = dloss;
     for (int m = 0; m < accum; m++) {
+        f.seed = Rng(seed_ ^ (uint64_t(step) << 20) ^ uint64_t(m)).next_u64();
         be.upload(model_.tokens(B, T), batch.tokens + size_t(m) * per);
         be.upload(model_.targets(B, T), batch.targets + size_t(m) * per);
         model_.forward(f);
@@ -72,7 +75,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T) {
 }
 
 StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args) {
-    StepStats r = gradients(batch, accum, B, T);
+    StepStats r = gradients(batch, accum, B, T, args.step);
     const auto t0 = Clock::now();
     Backend& be = model_.backend();
     const Tensor norm_sq = scalars_[0];

@@ -42,7 +42,9 @@ private:
 
 class Trainer {
 public:
-    Trainer(Model& model, AdamW& opt);
+    // `seed` varies what randomness the passes use (LoRA dropout's masks): each micro-batch of each step gets
+    // its own, derived from (seed, step, micro-batch), so a resumed run draws what the uninterrupted one did.
+    Trainer(Model& model, AdamW& opt, uint64_t seed = 0);
     Model& model() { return model_; }
     AdamW& optimizer() { return opt_; }
     LossScaler& scaler() { return scaler_; }
@@ -51,7 +53,7 @@ public:
 
     // Gradients of the step's `accum` micro-batches of (B, T) into the model's gradients; returns the loss.
     // The per-token losses are copied to the host as the device gets to them; the host waits once, at the end.
-    StepStats gradients(const StepBatch& batch, int accum, int B, int T);
+    StepStats gradients(const StepBatch& batch, int accum, int B, int T, int64_t step = 0);
     // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
     // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite.
     StepStats step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args);
@@ -63,6 +65,7 @@ private:
     LossBuffer losses_;
     LossScaler scaler_;
     BackwardHooks* hooks_ = nullptr;
+    uint64_t seed_;
 };
 
 // Builds step `step`'s micro-batches from `batcher` into tokens/targets (for callers without a Prefetcher).

@@ -4,6 +4,10 @@
 
 #include "op_cases.h"
 
+#include <gtest/gtest.h>
+
+#include "backend/dropout_mask.h"
+
 namespace anvil::test {
 
 namespace {
@@ -246,6 +250,48 @@ OpCase residual(const OpSizes& s) {
     return c;
 }
 
+OpCase scale_case(const OpSizes& s) {
+    OpCase c;
+    const int n = s.B * s.T * s.C + 3;
+    c.name = fmt::format("scale n={}", n);
+    constexpr float kS = -0.375f;
+    c.args = {in("x", {n}, 1.0f, false), out("y", {n})};
+    c.forward = [](Backend& be, const Args& a) {
+        be.convert(a["y"], a["x"]);  // the op works in place
+        be.scale(a["y"], kS);
+    };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        Vec y = h.at("x");
+        for (float& v : y) v *= kS;
+        want["y"] = y;
+    };
+    return c;
+}
+
+// Its own backward: the same mask on the gradient. The mask is a hash of (seed, element) on every backend.
+OpCase dropout_case(const OpSizes& s) {
+    OpCase c;
+    const int n = s.B * s.T * 4 * s.C + 5;
+    constexpr float kP = 0.3f;
+    constexpr uint64_t kSeed = 0x1234abcd5678ull;
+    c.name = fmt::format("dropout p={} n={}", kP, n);
+    c.args = {in("x", {n}), out("y", {n}), grad("dx", {n}, false)};
+    c.forward = [](Backend& be, const Args& a) { be.dropout(a["y"], a["x"], kP, kSeed); };
+    c.backward = [](Backend& be, const Args& a) { be.dropout(a["dx"], a["dy"], kP, kSeed); };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        Vec y = h.at("x");
+        size_t kept = 0;
+        for (size_t i = 0; i < y.size(); i++) {
+            const bool keep = dropout_keep(kSeed, i, dropout_threshold(kP));
+            y[i] = keep ? y[i] / (1.0f - kP) : 0.0f;
+            kept += keep;
+        }
+        EXPECT_NEAR(double(kept) / double(y.size()), 1.0 - kP, 0.01) << "the mask keeps 1 - p of the elements";
+        want["y"] = y;
+    };
+    return c;
+}
+
 OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
     OpCase c;
     const int C = NH * HS;
@@ -422,6 +468,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         gelu_case(s, N * 4 * s.C, false),
         gelu_case(s, N * 4 * s.C + 5, true),
         residual(s),
+        scale_case(s),
+        dropout_case(s),
         attention(s, s.B, s.T, s.NH, s.C / s.NH),
         attention_cached(s),
         classifier(s),

@@ -90,23 +90,34 @@ def make_params():
     return {k: v.float().requires_grad_(True) for k, v in p.items()}
 
 
-def forward(p, idx):
+def forward(p, idx, lora=None):
+    """GPT-2 on parameters p (HF names). lora: {module name: (A (r, in), B (out, r), scaling)} adds
+    scaling * (x A^T) B^T to that Conv1D's output, as PEFT's LoRA does."""
     B, T = idx.shape
     hs = C // NH
+    lora = lora or {}
+
+    def linear(x, name):
+        y = x @ p[name + ".weight"] + p[name + ".bias"]
+        if name in lora:
+            a, b, s = lora[name]
+            y = y + s * ((x @ a.T) @ b.T)
+        return y
+
     x = p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][:T]
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for l in range(L):
-        g = lambda n: p[f"transformer.h.{l}.{n}"]
+        g = lambda n: p[f"transformer.h.{l}.{n}"]  # noqa: E731
         h = F.layer_norm(x, (C,), g("ln_1.weight"), g("ln_1.bias"), 1e-5)
-        qkv = h @ g("attn.c_attn.weight") + g("attn.c_attn.bias")
+        qkv = linear(h, f"transformer.h.{l}.attn.c_attn")
         q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ g("attn.c_proj.weight") + g("attn.c_proj.bias")
+        x = x + linear(y, f"transformer.h.{l}.attn.c_proj")
         h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)
-        h = F.gelu(h @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias"), approximate="tanh")
-        x = x + h @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
+        h = F.gelu(linear(h, f"transformer.h.{l}.mlp.c_fc"), approximate="tanh")
+        x = x + linear(h, f"transformer.h.{l}.mlp.c_proj")
     x = F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5)
     return x @ p["transformer.wte.weight"].T
 
@@ -170,13 +181,14 @@ def lr_at(step, lr, warmup, total, min_frac):
     return lr * min_frac + coeff * (lr - lr * min_frac)
 
 
-def step_loss(p, ids, score, step, B, T, accum):
+def step_loss(p, ids, score, step, B, T, accum, lora=None):
     micro = [batch(ids, score, step * accum + m, B, T) for m in range(accum)]
     count = sum(int((y >= 0).sum()) for _, y in micro)
     assert count > 0, f"step {step} has no target tokens: the scenario is misconfigured"
     total = 0
     for x, y in micro:
-        total = total + F.cross_entropy(forward(p, x).view(-1, V), y.view(-1), ignore_index=-1, reduction="sum")
+        total = total + F.cross_entropy(forward(p, x, lora).view(-1, V), y.view(-1), ignore_index=-1,
+                                        reduction="sum")
     return total / count
 
 

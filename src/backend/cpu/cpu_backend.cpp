@@ -12,6 +12,7 @@
 #include <new>
 
 #include "backend/cpu/ops.h"
+#include "backend/dropout_mask.h"
 #include "backend/op_checks.h"
 #include "backend/cpu/host_info.h"
 
@@ -197,6 +198,25 @@ void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
     const int64_t n = out.numel();
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+}
+
+void CpuBackend::scale(Tensor x, float s) {
+    float* p = x.f32();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) p[i] *= s;
+}
+
+void CpuBackend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
+    expect_same_numel(out, in, "dropout");
+    ANVIL_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got {}", p);
+    float* o = out.f32();
+    const float* x = in.f32();
+    const int64_t n = out.numel();
+    const uint32_t threshold = dropout_threshold(p);
+    const float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) o[i] = dropout_keep(seed, uint64_t(i), threshold) ? x[i] * keep_scale : 0.0f;
 }
 
 void CpuBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {

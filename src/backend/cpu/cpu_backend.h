@@ -45,6 +45,8 @@ public:
                        int NH) override;
     void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
     void residual_fwd(Tensor out, Tensor a, Tensor b) override;
+    void scale(Tensor x, float s) override;
+    void dropout(Tensor out, Tensor in, float p, uint64_t seed) override;
     void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) override;
     void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
     void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;

@@ -255,6 +255,16 @@ void CudaBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
     cuda::residual(ctx_, out, a, b);
 }
 
+void CudaBackend::scale(Tensor x, float s) {
+    cuda::scale(ctx_, x, s);
+}
+
+void CudaBackend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
+    expect_same_numel(out, in, "dropout");
+    ANVIL_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got {}", p);
+    cuda::dropout(ctx_, out, in, p, seed);
+}
+
 void CudaBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
     check_classifier(losses, logits, targets, vocab_real);
     cuda::classifier(ctx_, losses, logits, targets, dloss, vocab_real);

@@ -1,11 +1,12 @@
-// Elementwise ops (dtype conversion, residual add, GELU forward and backward) with 16-byte accesses, and the
-// deterministic column sum used for bias gradients.
+// Elementwise ops (dtype conversion, residual add, GELU forward and backward with 16-byte accesses; scale,
+// dropout), and the deterministic column sum used for bias gradients.
 #include <cuda_fp8.h>
 
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/dropout_mask.h"
 
 namespace anvil::cuda {
 
@@ -114,6 +115,18 @@ __global__ void colsum_finish_kernel(T* out, const float* partial, int C) {
     out[c] = from_f<T>(t);
 }
 
+template <typename T>
+__global__ void scale_kernel(T* x, size_t n, float s) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        x[i] = from_f<T>(to_f(x[i]) * s);
+}
+
+template <typename T>
+__global__ void dropout_kernel(T* out, const T* in, size_t n, uint64_t seed, uint32_t threshold, float keep_scale) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        out[i] = dropout_keep(seed, i, threshold) ? from_f<T>(to_f(in[i]) * keep_scale) : from_f<T>(0.0f);
+}
+
 // Values in [-1, 1) from a hash of the index: random bits would make NaN and Inf for float types.
 template <typename T>
 __global__ void fill_uniform_kernel(T* p, size_t n, uint32_t seed) {
@@ -176,6 +189,27 @@ void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in) {
     dispatch(din.dtype, [&](auto tag) {
         using T = decltype(tag);
         gelu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), n);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void scale(const Ctx& c, Tensor x, float s) {
+    const size_t n = size_t(x.numel());
+    if (n == 0) return;
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        scale_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(x.ptr<T>(), n, s);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed) {
+    const size_t n = size_t(out.numel());
+    if (n == 0) return;
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        dropout_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), in.ptr<T>(), n, seed,
+                                                                 dropout_threshold(p), 1.0f / (1.0f - p));
         CUDA_LAUNCH_CHECK();
     });
 }

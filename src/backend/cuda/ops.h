@@ -33,6 +33,8 @@ void convert(const Ctx& c, Tensor dst, Tensor src);
 void residual(const Ctx& c, Tensor out, Tensor a, Tensor b);
 void gelu_fwd(const Ctx& c, Tensor out, Tensor in);
 void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in);
+void scale(const Ctx& c, Tensor x, float s);
+void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed);
 // out (C) += column sums of in (rows, C); deterministic (fixed partial order)
 void colsum_accumulate(const Ctx& c, Tensor out, Tensor in);
 // n values of `type` (f32, bf16, f16, fp8 e4m3) in [-1, 1) from a hash of (index, seed): benchmark inputs

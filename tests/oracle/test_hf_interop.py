@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""anvil and the Hugging Face ecosystem, both ways, where transformers and peft are importable (the GPU
+machine has them; elsewhere this test skips with a notice, exit 77):
+
+  1. an anvil GPT-2 checkpoint loads with transformers.GPT2LMHeadModel.from_pretrained, logits within 1e-4;
+  2. a checkpoint transformers saved (random init) trains in anvil, and its logits match before training;
+  3. an anvil LoRA adapter loads with peft.PeftModel.from_pretrained, logits within 1e-4;
+  4. an adapter PEFT saved (non-zero A and B) loads in anvil (anvil_logits_dump --adapter), logits within 1e-4.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    import transformers
+    import peft
+except ImportError as e:
+    print(f"SKIPPED: the Hugging Face interop test needs torch, transformers and peft ({e}); "
+          "they are on the GPU machine, not in Debian")
+    sys.exit(77)
+
+ANVIL = os.environ["ANVIL_BIN"]
+LOGITS = os.environ["ANVIL_LOGITS_DUMP"]
+TOL = 1e-4
+IDS = [72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 33, 10, 65, 66, 67]
+
+
+def anvil_logits(model_dir, adapter="-"):
+    r = subprocess.run([LOGITS, model_dir, adapter, ",".join(map(str, IDS))], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"FAILED: anvil_logits_dump {model_dir} {adapter}: {r.stderr}")
+    return torch.tensor(json.loads(r.stdout))
+
+
+def hf_logits(model):
+    with torch.no_grad():
+        return model(torch.tensor([IDS])).logits[0].float()
+
+
+def compare(a, b, what, failures):
+    err = float((a - b).abs().max() / b.abs().max())
+    print(f"{what}: max |difference| / max |logit| = {err:.2e}")
+    if not err <= TOL:
+        failures.append(f"{what}: {err:.2e}")
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.txt")
+        open(data, "w").write(" ".join(["alpha beta gamma delta", "GPU tensor 42"] * 3000))
+        run = os.path.join(tmp, "run")
+        common = ["--data", data, "--threads", "2", "--vocab", "257"]
+        subprocess.run([ANVIL, "train", *common, "--out", run, "--steps", "20", "--layers", "2", "--heads", "2",
+                        "--dim", "64", "--seq", "64"], check=True, capture_output=True)
+        base = os.path.join(run, "final")
+        # 1. anvil -> transformers
+        hf = transformers.GPT2LMHeadModel.from_pretrained(base).eval()
+        compare(anvil_logits(base), hf_logits(hf), "anvil checkpoint in transformers", failures)
+        # 2. transformers -> anvil
+        cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, n_positions=64, vocab_size=257)
+        fresh = transformers.GPT2LMHeadModel(cfg).eval()
+        hf_dir = os.path.join(tmp, "hf")
+        fresh.save_pretrained(hf_dir, safe_serialization=True)
+        compare(anvil_logits(hf_dir), hf_logits(fresh), "transformers checkpoint in anvil", failures)
+        r = subprocess.run([ANVIL, "train", *common, "--init", hf_dir, "--tokenizer", "byte", "--out",
+                            os.path.join(tmp, "from_hf"), "--steps", "5", "--seq", "64"], capture_output=True, text=True)
+        if r.returncode != 0:
+            failures.append(f"anvil could not train from the transformers checkpoint: {r.stderr[-300:]}")
+        # 3. anvil LoRA -> peft
+        lora_run = os.path.join(tmp, "lora")
+        subprocess.run([ANVIL, "train", *common, "--init", base, "--lora-rank", "4", "--lora-targets", "c_attn,c_fc",
+                        "--lr", "1e-2", "--out", lora_run, "--steps", "20", "--seq", "64"], check=True,
+                       capture_output=True)
+        adapter = os.path.join(lora_run, "final")
+        pm = peft.PeftModel.from_pretrained(transformers.GPT2LMHeadModel.from_pretrained(base), adapter).eval()
+        compare(anvil_logits(base, adapter), hf_logits(pm), "anvil adapter in peft", failures)
+        # 4. peft -> anvil: an adapter PEFT saved, non-zero A and B
+        lc = peft.LoraConfig(r=2, lora_alpha=5, target_modules=["c_proj"], fan_in_fan_out=True, task_type="CAUSAL_LM")
+        pm2 = peft.get_peft_model(transformers.GPT2LMHeadModel.from_pretrained(base), lc)
+        with torch.no_grad():
+            for n, t in pm2.named_parameters():
+                if "lora_" in n:
+                    t.copy_(0.1 * torch.randn_like(t))
+        peft_dir = os.path.join(tmp, "peft_adapter")
+        pm2.save_pretrained(peft_dir)
+        compare(anvil_logits(base, peft_dir), hf_logits(pm2.eval()), "peft adapter in anvil", failures)
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("PASSED: checkpoints and adapters move between anvil and Hugging Face both ways")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

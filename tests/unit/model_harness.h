@@ -1,0 +1,97 @@
+// A tiny GPT-2 for model-level tests: a fixed batch with some ignored targets, its loss and gradients through
+// the model seam, and finite-difference checks of every trainable entry.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "harness.h"
+#include "model/model.h"
+
+namespace anvil::test {
+
+inline ModelConfig tiny() {
+    ModelConfig c;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 8;
+    c.n_ctx = 8;
+    c.vocab_size = 11;
+    return c;
+}
+
+inline std::vector<std::vector<float>> all_params(const ParamStore& s) {
+    std::vector<std::vector<float>> v;
+    for (size_t i = 0; i < s.size(); i++) v.push_back(s.read_f32(i));
+    return v;
+}
+inline void set_all_params(ParamStore& s, const std::vector<std::vector<float>>& v) {
+    for (size_t i = 0; i < s.size(); i++) s.write_f32(i, v[i].data());
+}
+
+struct TinyRun {
+    std::unique_ptr<Backend> be = make_backend({Device::CPU, 2, 0});
+    std::unique_ptr<Model> model;
+    int B = 2, T = 6;
+    std::vector<int32_t> tok, tgt;
+    explicit TinyRun(uint64_t seed, ModelOptions mo = {}, ModelConfig c = tiny()) {
+        model = make_model(*be, c, mo);
+        model->params().init(seed);
+        model->reserve(B, T, true);
+        std::mt19937_64 g(seed);
+        for (int i = 0; i < B * T; i++) {
+            tok.push_back(int32_t(g() % uint64_t(c.vocab_size)));
+            tgt.push_back(i % 5 == 3 ? -1 : int32_t(g() % uint64_t(c.vocab_size)));  // some ignored targets
+        }
+    }
+    int valid() const {
+        int v = 0;
+        for (int32_t t : tgt) v += t >= 0;
+        return v;
+    }
+    // Mean loss over valid targets; with grad=true also leaves gradients in the store.
+    double loss(bool grad, BackwardHooks* hooks = nullptr) {
+        be->upload(model->tokens(B, T), tok.data());
+        be->upload(model->targets(B, T), tgt.data());
+        if (grad) model->zero_grads();
+        ForwardPass f;
+        f.B = B;
+        f.T = T;
+        f.targets = true;
+        f.dloss = grad ? 1.0f / float(valid()) : 0.0f;
+        model->forward(f);
+        if (grad) model->backward(hooks);
+        const std::vector<float> l = download(*be, model->losses(B, T));
+        double s = 0.0;
+        for (float x : l) s += x;
+        return s / valid();
+    }
+    // Perturbs every parameter so each path carries signal (GPT-2's init makes some paths tiny).
+    void shake(uint64_t seed, float scale) {
+        auto p = all_params(model->params());
+        std::mt19937_64 g(seed);
+        for (auto& t : p)
+            for (auto& x : t) x += scale * std::normal_distribution<float>(0.0f, 1.0f)(g);
+        set_all_params(model->params(), p);
+    }
+    // Finite differences of the loss against every trainable entry's analytic gradient (a sample of each).
+    void check_gradients(uint64_t seed) {
+        loss(true);
+        ParamStore& s = model->params();
+        auto params = all_params(s);
+        std::mt19937_64 g(seed);
+        for (size_t i : s.trainable()) {
+            const std::vector<float> grad = download(*be, s.grad(i));
+            std::vector<size_t> idx;  // a sample of coordinates per tensor keeps the test fast
+            for (size_t k = 0; k < 12; k++) idx.push_back(size_t(g() % params[i].size()));
+            auto f = [&] {
+                set_all_params(s, params);
+                return loss(false);
+            };
+            EXPECT_TRUE(check_grad(params[i], grad, f, s.spec(i).name, 2e-3, 3e-2, 3e-4, idx));
+        }
+        set_all_params(s, params);
+    }
+};
+
+}  // namespace anvil::test
