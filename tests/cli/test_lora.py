@@ -128,6 +128,9 @@ def main():
         bad(["train", *common, "--lora-rank", "4", "--lora-targets", "q_proj", "--steps", "2"],
             "transformer.h.0.attn.c_attn", "a target naming no layer lists the layers")
         bad(["train", *common, "--lora-rank", "64", "--steps", "2"], "--lora-rank 64", "a rank larger than the layer")
+        r = run(["train", *common, "--lora-rank", "-2", "--steps", "2", "--out", os.path.join(d, "neg")])
+        check(r.returncode == 2 and "--lora-rank" in r.stderr and not os.path.exists(os.path.join(d, "neg")),
+              "a negative rank is refused on the command line", f)
         bad(["train", "--data", data, "--lora-rank", "4", "--steps", "2"], "--init", "LoRA without a base")
         other = os.path.join(d, "other_base")
         run(["train", "--data", data, "--out", other, "--steps", "2", "--layers", "2", "--heads", "2", "--dim", "16",
