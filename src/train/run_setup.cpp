@@ -39,10 +39,12 @@ std::string join_list(const std::vector<std::string>& v) {
     for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
     return s;
 }
-// A new model's vocabulary is padded to a multiple of this (llm.c and nanoGPT pad GPT-2's 50257 to 50304):
-// aligned classifier rows for the matrix products. The same on every device, so a model's shape never
-// depends on where it was trained. The extra rows are never sampled and learn to stay unlikely.
-constexpr int kVocabMultiple = 64;
+// A new model's vocabulary of at least kPadFrom ids is padded to a multiple of kVocabMultiple (llm.c and
+// nanoGPT pad GPT-2's 50257 to 50304): aligned classifier rows for the matrix products, where the classifier
+// is a large share of the step. The same on every device, so a model's shape never depends on where it was
+// trained. The extra rows are never sampled and learn to stay unlikely. Small vocabularies (bytes) are kept
+// as they are: their classifier costs little, and the extra rows would only change the initialisation.
+constexpr int kVocabMultiple = 64, kPadFrom = 1024;
 
 std::string default_out_dir() {
     const std::time_t now = std::time(nullptr);
@@ -143,7 +145,9 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     ANVIL_CHECK(o.vocab == 0 || o.vocab >= tok_vocab,
                 "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)", o.vocab,
                 tok_vocab, tok_vocab);
-    c.vocab_size = o.vocab > 0 ? o.vocab : (tok_vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+    c.vocab_size = o.vocab > 0            ? o.vocab
+                   : tok_vocab < kPadFrom ? tok_vocab
+                                          : (tok_vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
     if (o.vocab == 0 && c.vocab_size != tok_vocab)
         std::fprintf(stderr, "anvil: vocabulary padded from %d to %d rows, a multiple of %d (--vocab sets it)\n",
                      tok_vocab, c.vocab_size, kVocabMultiple);

@@ -3,6 +3,7 @@
 metrics.jsonl, an HF-style model directory), eval, and generate (seeded, greedy, KV-cached)."""
 import json
 import os
+import random
 import struct
 import sys
 
@@ -51,8 +52,8 @@ def main():
         (n,) = struct.unpack("<Q", raw[:8])
         header = json.loads(raw[8:8 + n])
         check(header["transformer.h.0.attn.c_attn.weight"]["shape"] == [128, 384], "c_attn is Conv1D (in, out)", f)
-        check(header["transformer.wte.weight"]["shape"] == [320, 128],
-              "wte is (vocab, width), the byte vocabulary's 257 ids padded to a multiple of 64", f)
+        check(header["transformer.wte.weight"]["shape"] == [257, 128],
+              "wte is (vocab, width): the byte vocabulary's 257 ids (a small vocabulary is not padded)", f)
         check("lm_head.weight" not in header, "lm_head is tied, not stored", f)
         for name in ("optimizer.safetensors", "trainer_state.json"):
             check(os.path.exists(os.path.join(final, name)), f"final/ holds {name} (resumable)", f)
@@ -88,10 +89,19 @@ def main():
         run(["train", "--data", data, "--out", out3, "--steps", "2", "--vocab", "400", *TINY], check=True)
         cfg = json.load(open(os.path.join(out3, "final", "config.json")))
         check(cfg["vocab_size"] == 400, "--vocab 400: config.json says 400 rows", f)
-        out4 = os.path.join(d, "exact")
-        run(["train", "--data", data, "--out", out4, "--steps", "2", "--vocab", "257", *TINY], check=True)
+        # a large vocabulary is padded to a multiple of 64 on every device (a BPE with 1100 ids -> 1152 rows)
+        rng = random.Random(5)
+        varied = os.path.join(d, "varied.txt")
+        with open(varied, "w") as fh:
+            fh.write(" ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 7)))
+                              for _ in range(30000)))
+        tok = os.path.join(d, "tok")
+        run(["tokenizer", "train", "--in", varied, "--vocab-size", "1100", "--out", tok], check=True)
+        out4 = os.path.join(d, "bpe")
+        r = run(["train", "--data", varied, "--tokenizer", tok, "--out", out4, "--steps", "2", *TINY], check=True)
         cfg = json.load(open(os.path.join(out4, "final", "config.json")))
-        check(cfg["vocab_size"] == 257, "--vocab 257: no padding", f)
+        check(cfg["vocab_size"] == 1152 and "padded from 1100 to 1152" in r.stderr,
+              f"a 1100-id vocabulary is padded to 1152 rows ({cfg['vocab_size']})", f)
         r = run(["generate", "--model", out3, "--prompt", "alpha", "--max-new-tokens", "60", "--temperature", "2.0",
                  "--seed", "5"], check=True)
         check(r.returncode == 0 and r.stdout.startswith("alpha"), "a padded model samples only the tokenizer's ids", f)
