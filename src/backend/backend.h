@@ -1,4 +1,4 @@
-// The backend seam: every op the GPT-2 model needs, forward and backward, behind one interface.
+// The backend seam: every op the model families need (GPT-2, Llama), forward and backward, behind one interface.
 //
 // The CPU backend (src/backend/cpu) is the specification: plain loops plus BLAS, f32 only. The CUDA
 // backend (src/backend/cuda) implements the same contract with its own kernels and libraries and is
@@ -74,7 +74,7 @@ public:
     virtual void set_memory_limit(size_t bytes) = 0;
 
     // ---- ops ------------------------------------------------------------------------------------
-    // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C)
+    // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C) or empty (no positions)
     virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
     // dwte += scatter(dout by tokens); dwpe += sum over B of dout. Deterministic.
     virtual void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
@@ -84,6 +84,11 @@ public:
     // din += ..., dw += ..., db += ...
     virtual void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                Tensor mean, Tensor rstd) = 0;
+
+    // RMSNorm: out (N,C) = in * rstd * w, rstd (N) f32 = 1 / sqrt(mean(in^2) + eps)
+    virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) = 0;
+    // din += ..., dw += ... (skipped when empty)
+    virtual void rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) = 0;
 
     // out (N,OC) = in (N,C) @ W + bias, W (C,OC) for InOut or (OC,C) for OutIn; bias may be empty.
     // If pre_gelu is given, pre_gelu = in @ W + bias and out = gelu(pre_gelu) (fused epilogue).
@@ -99,6 +104,19 @@ public:
     virtual void gelu_fwd(Tensor out, Tensor in) = 0;
     virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;  // din = dout * gelu'(in); may alias
 
+    // Rotary position embedding (Hugging Face's rotate_half layout), in place on x (B,T,H*HS): for i < HS/2 the
+    // pair (x_i, x_{i+HS/2}) of every head turns by the angle (pos0 + t) * inv_freq[i], inv_freq (HS/2) f32.
+    // inverse turns it back: the backward, applied to the gradient.
+    virtual void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) = 0;
+    // SwiGLU: out = silu(gate) * up, elementwise; the backward overwrites dgate and dup.
+    virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
+    virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
+    // Grouped-query heads into the packed layout: qkv (N, (NH + 2 KH) HS) = [q | k | v] from q (N, NH HS) and
+    // k, v (N, KVH HS). KH is the width of qkv: KVH (the cache's layout) or NH, every key/value head repeated
+    // NH/KVH times (the layout attention_fwd takes). The backward overwrites dq, dk, dv, summing the repeats.
+    virtual void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) = 0;
+    virtual void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) = 0;
+
     // Causal self-attention. qkv (B,T,3C) packs q, k, v, each (B,T,NH,HS). out (B,T,C).
     // `saved` keeps what the backward needs (its size is backend-defined, see attention_saved_elems).
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
@@ -107,9 +125,10 @@ public:
     // dqkv (B,T,3C) overwritten.
     virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                                int NH) = 0;
-    // Incremental attention for generation (one sequence). qkv (Tq,3C) holds the new positions
-    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT,C), then each new query attends
-    // causally over positions 0..its own. out (Tq,C).
+    // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions
+    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT, KVH HS), then each new query attends
+    // causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH for
+    // GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
 
     // out = a + b, elementwise (out may alias a)

@@ -14,8 +14,9 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
 EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
     ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
     const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(wte.dim(1)), int(wte.dim(0))};
-    ANVIL_CHECK(d.T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}", d.T,
-                wpe.dim(0));
+    ANVIL_CHECK(wpe.empty() || d.T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}",
+                d.T, wpe.dim(0));
+    ANVIL_CHECK(wpe.empty() || wpe.dim(1) == d.C, "embedding: wpe {} for width {}", wpe.shape.str(), d.C);
     expect_shape(out, {d.B, d.T, d.C}, "embedding out");
     return d;
 }
@@ -94,6 +95,64 @@ AttnShape check_attention(const Tensor& qkv, int NH) {
     const AttnShape s{int(qkv.dim(0)), int(qkv.dim(1)), int(qkv.dim(2) / 3), NH};
     ANVIL_CHECK(NH > 0 && s.C % NH == 0, "attention: {} channels do not split into {} heads", s.C, NH);
     return s;
+}
+
+RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w) {
+    const RowDims d{int(rows(in)), int(cols(in))};
+    ANVIL_CHECK(out.numel() == in.numel() && rstd.numel() == d.N && w.numel() == d.C && rstd.dtype == DType::F32,
+                "rmsnorm: shapes out {} rstd {} in {} w {}", out.shape.str(), rstd.shape.str(), in.shape.str(),
+                w.shape.str());
+    return d;
+}
+
+RowDims check_rmsnorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,
+                          const Tensor& rstd) {
+    const RowDims d{int(rows(in)), int(cols(in))};
+    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() && rstd.numel() == d.N &&
+                    (dw.empty() || dw.numel() == d.C),
+                "rmsnorm backward: shapes din {} dout {} in {} dw {}", din.shape.str(), dout.shape.str(),
+                in.shape.str(), dw.shape.str());
+    return d;
+}
+
+RopeDims check_rope(const Tensor& x, const Tensor& inv_freq, int H) {
+    ANVIL_CHECK(x.shape.ndim >= 2 && H > 0 && cols(x) % H == 0, "rope: x {} does not split into {} heads",
+                x.shape.str(), H);
+    const int HS = int(cols(x) / H);
+    ANVIL_CHECK(HS % 2 == 0 && inv_freq.numel() == HS / 2 && inv_freq.dtype == DType::F32,
+                "rope: head size {} needs an even size and {} f32 frequencies, got {}", HS, HS / 2,
+                inv_freq.shape.str());
+    const int T = x.shape.ndim >= 3 ? int(x.dim(x.shape.ndim - 2)) : int(rows(x));
+    return {int(rows(x) / T), T, H, HS};
+}
+
+HeadDims check_qkv_pack(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int NH) {
+    ANVIL_CHECK(NH > 0 && cols(q) % NH == 0, "qkv_pack: q {} does not split into {} heads", q.shape.str(), NH);
+    const int HS = int(cols(q) / NH);
+    ANVIL_CHECK(k.shape == v.shape && cols(k) % HS == 0 && rows(k) == rows(q) && rows(qkv) == rows(q),
+                "qkv_pack: q {} k {} v {} qkv {}", q.shape.str(), k.shape.str(), v.shape.str(), qkv.shape.str());
+    const int KVH = int(cols(k) / HS);
+    const int64_t rest = cols(qkv) - cols(q);
+    ANVIL_CHECK(KVH > 0 && NH % KVH == 0 && rest % (2 * HS) == 0, "qkv_pack: {} heads and {} key/value heads",
+                NH, KVH);
+    const int KH = int(rest / (2 * HS));
+    ANVIL_CHECK(KH == KVH || KH == NH, "qkv_pack: qkv {} holds {} key/value heads; give {} or {}", qkv.shape.str(),
+                KH, KVH, NH);
+    return {int(rows(q)), NH, KVH, KH, HS};
+}
+
+CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache, const Tensor& vcache,
+                                  int pos0, int NH) {
+    const int Tq = int(rows(qkv));
+    const int64_t KC = cols(kcache), qc = cols(qkv) - 2 * KC;
+    ANVIL_CHECK(NH > 0 && qc > 0 && qc % NH == 0 && kcache.shape == vcache.shape,
+                "attention_cached: qkv {} and caches {} do not fit {} heads", qkv.shape.str(), kcache.shape.str(), NH);
+    const int HS = int(qc / NH);
+    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached: cache width {} for head size {}", KC, HS);
+    ANVIL_CHECK(rows(out) == Tq && cols(out) == qc, "attention_cached: out {} for ({}, {})", out.shape.str(), Tq, qc);
+    ANVIL_CHECK(pos0 >= 0 && pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
+                pos0 + Tq - 1, kcache.dim(0));
+    return {Tq, int(KC / HS), HS};
 }
 
 ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tensor& targets, int vocab_real) {

@@ -46,6 +46,27 @@ struct AttnShape {
 // qkv (B,T,3C) and an output-like tensor (B,T,C) or (B,T,3C) for dqkv
 AttnShape check_attention(const Tensor& qkv, int NH);
 
+RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w);
+RowDims check_rmsnorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,
+                          const Tensor& rstd);
+
+struct RopeDims {
+    int B, T, H, HS;  // x (B, T, H * HS)
+};
+RopeDims check_rope(const Tensor& x, const Tensor& inv_freq, int H);
+
+struct HeadDims {
+    int N, NH, KVH, KH, HS;  // qkv (N, (NH + 2 KH) HS), KH = KVH or NH
+};
+HeadDims check_qkv_pack(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int NH);
+
+struct CachedDims {
+    int Tq, KVH, HS;
+};
+// qkv (Tq, (NH + 2 KVH) HS), caches (maxT, KVH HS), out (Tq, NH HS)
+CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache, const Tensor& vcache,
+                                  int pos0, int NH);
+
 struct ClsDims {
     int N, Vp;
 };

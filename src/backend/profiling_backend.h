@@ -67,6 +67,31 @@ public:
                   m.nbytes() + r.nbytes(),
               [&] { in_.layernorm_bwd(di, dw, db, d, i, w, m, r); });
     }
+    void rmsnorm_fwd(Tensor o, Tensor r, Tensor i, Tensor w, float eps) override {
+        timed("rmsnorm_fwd", i.nbytes() + o.nbytes() + w.nbytes() + r.nbytes(),
+              [&] { in_.rmsnorm_fwd(o, r, i, w, eps); });
+    }
+    void rmsnorm_bwd(Tensor di, Tensor dw, Tensor d, Tensor i, Tensor w, Tensor r) override {
+        timed("rmsnorm_bwd", d.nbytes() + i.nbytes() + 2 * di.nbytes() + w.nbytes() + 2 * dw.nbytes() + r.nbytes(),
+              [&] { in_.rmsnorm_bwd(di, dw, d, i, w, r); });
+    }
+    void rope(Tensor x, Tensor f, int h, int pos0, bool inv) override {
+        timed("rope", 2 * x.nbytes(), [&] { in_.rope(x, f, h, pos0, inv); });
+    }
+    void swiglu_fwd(Tensor o, Tensor g, Tensor u) override {
+        timed("swiglu_fwd", o.nbytes() + g.nbytes() + u.nbytes(), [&] { in_.swiglu_fwd(o, g, u); });
+    }
+    void swiglu_bwd(Tensor dg, Tensor du, Tensor d, Tensor g, Tensor u) override {
+        timed("swiglu_bwd", dg.nbytes() + du.nbytes() + d.nbytes() + g.nbytes() + u.nbytes(),
+              [&] { in_.swiglu_bwd(dg, du, d, g, u); });
+    }
+    void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int nh) override {
+        timed("qkv_pack", qkv.nbytes() + q.nbytes() + k.nbytes() + v.nbytes(), [&] { in_.qkv_pack(qkv, q, k, v, nh); });
+    }
+    void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int nh) override {
+        timed("qkv_unpack", dqkv.nbytes() + dq.nbytes() + dk.nbytes() + dv.nbytes(),
+              [&] { in_.qkv_unpack(dq, dk, dv, dqkv, nh); });
+    }
     void matmul_fwd(Tensor o, Tensor i, Tensor w, WLayout l, Tensor b, Tensor pg) override {
         timed(matmul_name(pg.empty() ? "matmul_fwd" : "matmul_fwd+gelu", o, i).c_str(), 0,
               [&] { in_.matmul_fwd(o, i, w, l, b, pg); });

@@ -41,13 +41,18 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
     const std::pair<const char*, std::pair<int, int>> arch[] = {{"layers", {given.layers, c.n_layer}},
                                                                 {"heads", {given.heads, c.n_head}},
                                                                 {"dim", {given.dim, c.n_embd}},
-                                                                {"vocab", {given.vocab, c.vocab_size}}};
+                                                                {"vocab", {given.vocab, c.vocab_size}},
+                                                                {"kv-heads", {given.kv_heads, c.kv_heads()}},
+                                                                {"ffn-dim", {given.ffn_dim, c.ffn()}}};
     for (const auto& [flag, v] : arch)
         if (sub.get_option(std::string("--") + flag)->count() && v.first != v.second)
             fail(
                 "--{} {}: the checkpoint {} has --{} {}; the architecture cannot change when resuming (drop "
                 "the flag or give {})",
                 flag, v.first, ckpt, flag, v.second, v.second);
+    if (sub.get_option("--arch")->count() && given.arch != c.model_type)
+        fail("--arch {}: the checkpoint {} is a {} model; the architecture cannot change when resuming (drop the flag "
+             "or give {})", given.arch, ckpt, c.model_type, c.model_type);
     const std::string init = stored.value("init", std::string());
     if (sub.get_option("--init")->count() && given.init != init)
         fail("--init {}: the run being resumed started from {}; drop the flag (the weights come from {})",
@@ -103,9 +108,21 @@ Command add_train(CLI::App& app) {
     sub->add_option("--val-fraction", o->val_fraction, "hold out this fraction from the end of the data")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));
+    sub->add_option("--arch", o->arch, "model family of a new model: gpt2 or llama (--init: from its config.json)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"gpt2", "llama"}));
     sub->add_option("--layers", o->layers, "transformer layers")->capture_default_str()->check(pos);
     sub->add_option("--heads", o->heads, "attention heads")->capture_default_str()->check(pos);
-    sub->add_option("--dim", o->dim, "model width (n_embd)")->capture_default_str()->check(pos);
+    sub->add_option("--dim", o->dim, "model width (n_embd, hidden_size)")->capture_default_str()->check(pos);
+    sub->add_option("--kv-heads", o->kv_heads,
+                    "llama: key/value heads, grouped-query attention (default: --heads)")
+        ->check(pos);
+    sub->add_option("--ffn-dim", o->ffn_dim, "llama: MLP width, intermediate_size (default: 8/3 of --dim, to 64)")
+        ->check(pos);
+    sub->add_option("--rope-theta", o->rope_theta, "llama: rotary base, rope_theta (default 10000)")->check(pos);
+    sub->add_option("--norm-eps", o->norm_eps, "llama: RMSNorm epsilon, rms_norm_eps (default 1e-6)")
+        ->check(CLI::Range(1e-12, 0.1));
+    sub->add_flag("--tie-embeddings", o->tie_embeddings, "llama: the output layer shares the token embedding");
     sub->add_option("--vocab", o->vocab,
                     "embedding rows (default: the tokenizer's vocabulary); pad to a multiple of 64 or 128 "
                     "for faster matrix products, e.g. 50304 for GPT-2's 50257")
@@ -176,6 +193,10 @@ Command add_train(CLI::App& app) {
     sub->add_option("--save-every", o->save_every, "checkpoint every N steps (0 = at the end only)")
         ->capture_default_str()
         ->check(nonneg);
+    sub->add_option("--max-shard-size", o->max_shard_size,
+                    "largest weight file of a saved model; larger models are sharded as Hugging Face does "
+                    "(model-0000N-of-0000M.safetensors and an index)")
+        ->capture_default_str();
     sub->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoint-N directories to keep (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
@@ -238,6 +259,9 @@ Command add_train(CLI::App& app) {
                              merged["batch"].get<int>(), merged["grad_accum"].get<int>());
             }
             merged["resume"] = o->resume;
+            // A run directory that was copied or moved continues where its checkpoint now is, not where it
+            // was first written (that directory may be another run by now); --out still chooses.
+            if (sub->get_option("--out")->count() == 0) merged["out"] = "";
             options_from_json(merged, opts);
         } else if (!any_data_flag) {
             // The embedded default; explicit flags still override its settings.

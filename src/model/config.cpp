@@ -23,18 +23,27 @@ void ModelConfig::validate(const std::string& where) const {
     ANVIL_CHECK(n_embd > 0, "{}: the width must be positive, got {}", where, n_embd);
     ANVIL_CHECK(n_ctx > 0, "{}: the context length must be positive, got {}", where, n_ctx);
     ANVIL_CHECK(vocab_size > 0, "{}: the vocabulary size must be positive, got {}", where, vocab_size);
-    ANVIL_CHECK(n_embd % n_head == 0,
+    ANVIL_CHECK(head_dim > 0 || n_embd % n_head == 0,
                 "{}: width {} does not divide into {} heads; pick a width that is a multiple of the head count",
                 where, n_embd, n_head);
-    ANVIL_CHECK(n_head % kv_heads() == 0, "{}: {} heads do not share {} key/value heads evenly", where, n_head,
-                kv_heads());
+    ANVIL_CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0,
+                "{}: {} heads do not share {} key/value heads evenly; the key/value heads must divide the heads",
+                where, n_head, kv_heads());
+    ANVIL_CHECK(ffn_dim >= 0 && head_dim >= 0, "{}: the MLP width and head size must be positive", where);
+    ANVIL_CHECK(model_type == "gpt2" || head_size() % 2 == 0,
+                "{}: head size {} is odd; rotary embeddings rotate pairs of channels", where, head_size());
+    ANVIL_CHECK(rope_theta > 0 && norm_eps > 0 && norm_eps < 1, "{}: rope_theta {} and norm eps {} must be positive",
+                where, rope_theta, norm_eps);
     ANVIL_CHECK(n_layer <= 1024 && n_embd <= 65536 && n_ctx <= 1 << 20 && vocab_size <= 1 << 24,
                 "{}: model size out of range ({})", where, str());
 }
 
 std::string ModelConfig::str() const {
-    return fmt::format("{} {} layers, {} heads, width {}, context {}, vocab {}", model_type, n_layer, n_head,
-                       n_embd, n_ctx, vocab_size);
+    std::string s = fmt::format("{} {} layers, {} heads, width {}, context {}, vocab {}", model_type, n_layer,
+                                n_head, n_embd, n_ctx, vocab_size);
+    if (model_type != "gpt2")
+        s += fmt::format(", {} key/value heads, MLP {}{}", kv_heads(), ffn(), tie_embeddings ? ", tied head" : "");
+    return s;
 }
 
 nlohmann::json config_to_hf_json(const ModelConfig& c, const nlohmann::json& extra) {

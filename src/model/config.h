@@ -9,6 +9,14 @@
 
 namespace anvil {
 
+// Llama 3.1's rotary frequency scaling (rope_scaling with rope_type "llama3"), or plain "linear" scaling.
+struct RopeScaling {
+    std::string type;  // "" (none), "llama3", "linear"
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int original_max_position_embeddings = 8192;
+    bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
     std::string model_type = "gpt2";
     int n_layer = 4;
@@ -17,8 +25,16 @@ struct ModelConfig {
     int n_embd = 128;
     int n_ctx = 128;       // maximum sequence length (HF: n_positions / max_position_embeddings)
     int vocab_size = 257;  // rows of the token embedding; the tokenizer's ids must be below it
+    // Rotary families (Llama); GPT-2 has a 4x GELU MLP, learned positions, LayerNorm eps 1e-5 and a tied head.
+    int ffn_dim = 0;   // the MLP's hidden width (HF intermediate_size); 0 = 4 * n_embd
+    int head_dim = 0;  // 0 = n_embd / n_head
+    double rope_theta = 10000.0;
+    double norm_eps = 1e-5;
+    bool tie_embeddings = true;
+    RopeScaling rope_scaling;
 
-    int head_size() const { return n_embd / n_head; }
+    int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+    int ffn() const { return ffn_dim > 0 ? ffn_dim : 4 * n_embd; }
     int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
     // Every parameter, a tied matrix once.
     int64_t num_params() const;
@@ -29,7 +45,9 @@ struct ModelConfig {
     void validate(const std::string& where) const;
     bool same_shape(const ModelConfig& o) const {
         return model_type == o.model_type && n_layer == o.n_layer && n_head == o.n_head &&
-               kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx && vocab_size == o.vocab_size;
+               kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx && vocab_size == o.vocab_size &&
+               ffn() == o.ffn() && head_size() == o.head_size() && rope_theta == o.rope_theta &&
+               norm_eps == o.norm_eps && tie_embeddings == o.tie_embeddings && rope_scaling == o.rope_scaling;
     }
     std::string str() const;
 };

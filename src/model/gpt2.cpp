@@ -100,135 +100,23 @@ constexpr double kStd = 0.02;
 // PEFT's default target for GPT-2 is the fused q, k, v projection
 const ModelFamily kGpt2Family = {"gpt2", from_hf, to_hf, num_params, position_params, make, "c_attn"};
 
-// ---- the block ----------------------------------------------------------------------------------------
-
-Gpt2Block::Gpt2Block(ParamRegistry& reg, const ModelConfig& c, int layer)
-    : ln_1(reg, layer_prefix(layer) + ".ln_1", c.n_embd, layer, true),
-      attn(reg, layer_prefix(layer) + ".attn", c.n_embd, c.n_head, layer, kStd, kStd / std::sqrt(2.0 * c.n_layer)),
-      ln_2(reg, layer_prefix(layer) + ".ln_2", c.n_embd, layer, true),
-      mlp(reg, layer_prefix(layer) + ".mlp", c.n_embd, 4 * c.n_embd, layer, kStd,
-          kStd / std::sqrt(2.0 * c.n_layer)),
-      layer_(layer),
-      dim_(c.n_embd),
-      dtype_(reg.dtype),
-      res2_(layer_prefix(layer) + ".res2"),
-      res3_(layer_prefix(layer) + ".res3") {}
-
-void Gpt2Block::plan(ActPlan& plan) const {
-    const int64_t C = dim_;
-    const DType a = dtype_;
-    ln_1.plan(plan);
-    attn.plan(plan);
-    ln_2.plan(plan);
-    mlp.plan(plan);
-    plan.add(res2_, {C}, a, Keep::Saved, "block.res2");
-    plan.add(res3_, {C}, a, Keep::Saved, "block.res3");
-    plan.add("block.proj", {C}, a, Keep::Scratch);
-}
-
-void Gpt2Block::forward(const Pass& p, Tensor in) const {
-    const Tensor proj = p.act("block.proj"), res2 = p.act(res2_);
-    ln_1.forward(p, in);
-    attn.forward(p, proj, ln_1.out(p), layer_);
-    p.be.residual_fwd(res2, in, proj);
-    ln_2.forward(p, res2);
-    mlp.forward(p, proj, ln_2.out(p));
-    p.be.residual_fwd(out(p), res2, proj);
-}
-
-void Gpt2Block::backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const {
-    const Tensor res2 = p.act(res2_);
-    // MLP half: dres holds d(out) = d(res2) through the residual
-    if (p.acts.recompute()) ln_2.forward(p, res2);
-    mlp.backward(p, dln, dres, ln_2.out(p));
-    ln_2.backward(p, dres, dln, res2);
-    // attention half: dres holds d(res2) = d(in) through the residual
-    if (p.acts.recompute()) ln_1.forward(p, in);
-    attn.backward(p, dln, dres, ln_1.out(p));
-    ln_1.backward(p, dres, dln, in);
-}
-
 // ---- the model ----------------------------------------------------------------------------------------
 
-Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) : Model(be, c, o) {
+Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) : DecoderModel(be, c, o) {
     emb_ = Embedding(reg_, "transformer.wte.weight", "transformer.wpe.weight", c.vocab_size, c.n_ctx, c.n_embd,
                      kStd);
-    blocks_.reserve(size_t(c.n_layer));
-    for (int l = 0; l < c.n_layer; l++) blocks_.emplace_back(reg_, c, l);
-    ln_f_ = Norm(reg_, "transformer.ln_f", c.n_embd, -1, false);
+    const double proj_std = kStd / std::sqrt(2.0 * c.n_layer);  // GPT-2's scaled init of the residual projections
+    for (int l = 0; l < c.n_layer; l++) {
+        const std::string h = layer_prefix(l);
+        blocks_.push_back(std::make_unique<Gpt2Block>(
+            h, c.n_embd, reg_.dtype, [&] { return Norm(reg_, h + ".ln_1", c.n_embd, l, true); },
+            [&] { return Attention(reg_, h + ".attn", c.n_embd, c.n_head, l, kStd, proj_std); },
+            [&] { return Norm(reg_, h + ".ln_2", c.n_embd, l, true); },
+            [&] { return Mlp(reg_, h + ".mlp", c.n_embd, 4 * c.n_embd, l, kStd, proj_std); }));
+    }
+    norm_ = Norm(reg_, "transformer.ln_f", c.n_embd, -1, false);
     lm_head_ = Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn);
     allocate_params();
-}
-
-void Gpt2Model::plan(ActPlan& plan) const {
-    const int64_t C = config_.n_embd, V = config_.vocab_size;
-    const DType a = options_.dtype;
-    plan.add("encoded", {C}, a, Keep::Saved);
-    for (const Gpt2Block& b : blocks_) b.plan(plan);
-    ln_f_.plan(plan);
-    lm_head_.plan(plan);
-    plan.add("logits", {V}, a, Keep::Saved);
-    plan.add("d.res", {C}, a, Keep::Backward);
-    plan.add("d.ln", {C}, a, Keep::Backward);
-}
-
-void Gpt2Model::forward(Activations& acts, const ForwardPass& f) {
-    ANVIL_CHECK(f.pos0 + f.T <= config_.n_ctx, "sequence length {} is longer than the model's context {}",
-                f.pos0 + f.T, config_.n_ctx);
-    ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
-                "forward: gradients need targets and training activations");
-    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache, f.seed};
-    const Tensor encoded = p.act("encoded");
-    emb_.forward(p, encoded, p.act("tokens"));
-    Tensor x = encoded;
-    for (const Gpt2Block& b : blocks_) {
-        b.forward(p, x);
-        x = b.out(p);
-    }
-    head(p, x, f);
-    last_B_ = f.B;
-    last_T_ = f.T;
-    last_seed_ = f.seed;
-    have_grad_logits_ = f.dloss != 0.0f;
-}
-
-// Final norm, logits, and the loss: over every position, or (last_logits) over each row's last one.
-void Gpt2Model::head(const Pass& p, Tensor x, const ForwardPass& f) {
-    Pass q = p;
-    if (f.last_logits) {
-        ANVIL_CHECK(f.B == 1 && !f.targets, "last_logits: one sequence, no targets");
-        x = x.slice0(0).slice0(f.T - 1).view(Shape{1, 1, config_.n_embd});
-        q.T = 1;
-    }
-    ln_f_.forward(q, x);
-    const Tensor logits = q.act("logits");
-    lm_head_.forward(q, logits, ln_f_.out(q));
-    if (f.targets)
-        be_.classifier(q.act("losses"), logits, q.act("targets"), f.dloss, config_.vocab_size);
-}
-
-void Gpt2Model::backward(Activations& acts, BackwardHooks* hooks) {
-    ANVIL_CHECK(have_grad_logits_, "backward: call forward with a nonzero dloss first");
-    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr, last_seed_};
-    const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
-    lm_head_.backward(p, dln, p.act("logits"), ln_f_.out(p));  // the logits hold d(loss)/d(logits)
-    be_.zero(dres);
-    ln_f_.backward(p, dres, dln, blocks_.back().out(p));
-    for (int l = config_.n_layer - 1; l >= 0; l--) {
-        const Tensor in = l == 0 ? p.act("encoded") : blocks_[size_t(l - 1)].out(p);
-        blocks_[size_t(l)].backward(p, dres, dln, in);
-        if (hooks) hooks->on_layer_grads_ready(l);
-    }
-    emb_.backward(p, dres, p.act("tokens"));
-    if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
-    have_grad_logits_ = false;
-}
-
-std::vector<Linear*> Gpt2Model::linears() {
-    std::vector<Linear*> out;
-    for (Gpt2Block& b : blocks_)
-        for (Linear* l : {&b.attn.qkv(), &b.attn.proj(), &b.mlp.up(), &b.mlp.down()}) out.push_back(l);
-    return out;
 }
 
 std::string Gpt2Model::canonical_name(const std::string& file_name) const {

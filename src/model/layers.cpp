@@ -1,5 +1,9 @@
 #include "model/layers.h"
 
+#include <cmath>
+
+#include "backend/op_checks.h"
+
 namespace anvil {
 
 size_t ParamRegistry::add(ParamSpec s) {
@@ -66,32 +70,38 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
 
 // ---- Norm ---------------------------------------------------------------------------------------------
 
-Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable)
+Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable, NormKind kind,
+           float eps)
     : reg_(&reg),
       name_(name),
       out_(name + ".out"),
       mean_(name + ".mean"),
       rstd_(name + ".rstd"),
-      recomputable_(recomputable) {
+      recomputable_(recomputable),
+      kind_(kind),
+      eps_(eps) {
     w_ = reg.add({name + ".weight", {dim}, DType::F32, true, {Init::Ones, 0.0}, false, layer, false});
-    b_ = reg.add({name + ".bias", {dim}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false});
+    if (kind == NormKind::Layer)
+        b_ = reg.add({name + ".bias", {dim}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false});
 }
 
 void Norm::plan(ActPlan& plan) const {
     const int64_t C = reg_->specs[w_].shape[0];
     // block norms share one output buffer when it is recomputed
     plan.add(out_, {C}, reg_->dtype, recomputable_ ? Keep::Recomputable : Keep::Saved, "norm.out");
-    plan.add(mean_, {}, DType::F32, Keep::Saved, "norm.mean");
+    if (kind_ == NormKind::Layer) plan.add(mean_, {}, DType::F32, Keep::Saved, "norm.mean");
     plan.add(rstd_, {}, DType::F32, Keep::Saved, "norm.rstd");
 }
 
 void Norm::forward(const Pass& p, Tensor in) const {
     const ParamStore& s = *reg_->store;
+    if (kind_ == NormKind::Rms) return p.be.rmsnorm_fwd(out(p), p.act(rstd_), in, s.param(w_), eps_);
     p.be.layernorm_fwd(out(p), p.act(mean_), p.act(rstd_), in, s.param(w_), s.param(b_));
 }
 
 void Norm::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const ParamStore& s = *reg_->store;
+    if (kind_ == NormKind::Rms) return p.be.rmsnorm_bwd(din, s.grad(w_), dout, in, s.param(w_), p.act(rstd_));
     p.be.layernorm_bwd(din, s.grad(w_), s.grad(b_), dout, in, s.param(w_), p.act(mean_), p.act(rstd_));
 }
 
@@ -101,11 +111,13 @@ Embedding::Embedding(ParamRegistry& reg, const std::string& tokens, const std::s
                      int n_ctx, int dim, double std)
     : reg_(&reg) {
     wte_ = reg.add({tokens, {vocab, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
-    wpe_ = reg.add({positions, {n_ctx, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
+    if (!positions.empty())
+        wpe_ = reg.add({positions, {n_ctx, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
 }
 
 void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
     const ParamStore& s = *reg_->store;
+    if (wpe_ == ParamStore::npos) return p.be.embedding_fwd(out, tokens, s.param(wte_), {});
     Tensor wpe = s.param(wpe_);  // positions pos0.. : the table from row pos0 on
     ANVIL_CHECK(p.pos0 + p.T <= wpe.dim(0), "position {} is past the model's context {}", p.pos0 + p.T - 1,
                 wpe.dim(0));
@@ -117,7 +129,7 @@ void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
 void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {
     ANVIL_ASSERT(p.pos0 == 0);
     const ParamStore& s = *reg_->store;
-    p.be.embedding_bwd(s.grad(wte_), s.grad(wpe_), dout, tokens);
+    p.be.embedding_bwd(s.grad(wte_), wpe_ == ParamStore::npos ? Tensor{} : s.grad(wpe_), dout, tokens);
 }
 
 // ---- Attention ----------------------------------------------------------------------------------------
@@ -131,6 +143,7 @@ Attention::Attention(ParamRegistry& reg, const std::string& prefix, int dim, int
       saved_buf_(prefix + ".saved"),
       dim_(dim),
       heads_(heads),
+      layer_(layer),
       qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer),
       proj_(reg, prefix + ".c_proj", dim, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer) {}
 
@@ -150,13 +163,13 @@ void Attention::plan(ActPlan& plan) const {
     proj_.plan(plan);
 }
 
-void Attention::forward(const Pass& p, Tensor out, Tensor in, int layer) const {
+void Attention::forward(const Pass& p, Tensor out, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     qkv_.forward(p, qkv, in);
     if (p.cache) {
         ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence at a time, got a batch of {}", p.B);
         const Tensor q2 = qkv.view(Shape{p.T, 3 * int64_t(dim_)}), y2 = y.view(Shape{p.T, int64_t(dim_)});
-        p.be.attention_cached(y2, q2, p.cache->k(layer), p.cache->v(layer), p.pos0, heads_);
+        p.be.attention_cached(y2, q2, p.cache->k(layer_), p.cache->v(layer_), p.pos0, heads_);
     } else {
         p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
     }
@@ -203,6 +216,155 @@ void Mlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     if (p.acts.recompute()) p.be.gelu_fwd(act, pre);
     proj_.backward(p, dpre, dout, act, pre);
     fc_.backward(p, din, dpre, in);
+}
+
+}  // namespace anvil
+
+namespace anvil {
+
+// ---- rotary frequencies -------------------------------------------------------------------------------
+
+std::vector<float> rope_inv_freq(int head_size, double theta, const RopeScaling& sc) {
+    const int half = head_size / 2;
+    std::vector<float> f(static_cast<size_t>(half));
+    constexpr double kPi = 3.14159265358979323846;
+    for (int i = 0; i < half; i++) {
+        double inv = 1.0 / std::pow(theta, double(2 * i) / double(head_size));
+        if (sc.type == "linear") {
+            inv /= sc.factor;
+        } else if (sc.type == "llama3") {  // transformers' _compute_llama3_parameters
+            const double old = sc.original_max_position_embeddings;
+            const double low_wavelen = old / sc.low_freq_factor, high_wavelen = old / sc.high_freq_factor;
+            const double wavelen = 2.0 * kPi / inv;
+            if (wavelen > low_wavelen) {
+                inv /= sc.factor;
+            } else if (wavelen >= high_wavelen) {  // between the two: interpolate
+                const double smooth = (old / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
+                inv = (1.0 - smooth) * inv / sc.factor + smooth * inv;
+            }
+        }
+        f[size_t(i)] = float(inv);
+    }
+    return f;
+}
+
+// ---- RotaryAttention ----------------------------------------------------------------------------------
+
+RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int kv_heads,
+                                 int head_size, int layer, double std)
+    : reg_(&reg),
+      qkv_buf_(prefix + ".qkv"),
+      y_buf_(prefix + ".y"),
+      saved_buf_(prefix + ".saved"),
+      heads_(heads),
+      kv_heads_(kv_heads),
+      hs_(head_size),
+      layer_(layer),
+      q_(reg, prefix + ".q_proj", dim, heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
+      k_(reg, prefix + ".k_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
+      v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
+      o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, false, {Init::Normal, std}, layer) {}
+
+void RotaryAttention::plan(ActPlan& plan) const {
+    const DType a = reg_->dtype;
+    const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_, C = q_.in_features();
+    // decoding packs the cache's kv_heads; a full pass repeats them for attention_fwd's layout
+    const int64_t KH = plan.mode() == ActMode::Decode ? kv_heads_ : heads_;
+    const Backend& be = reg_->store->backend();
+    const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_};
+    plan.add("rattn.q", {QC}, a, Keep::Scratch);
+    plan.add("rattn.k", {KC}, a, Keep::Scratch);
+    plan.add("rattn.v", {KC}, a, Keep::Scratch);
+    plan.add(qkv_buf_, {QC + 2 * KH * hs_}, a, Keep::Saved, "rattn.qkv");
+    plan.add(y_buf_, {QC}, a, Keep::Saved, "rattn.y");
+    if (plan.mode() != ActMode::Decode)
+        plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "rattn.saved");
+    plan.add("rattn.dy", {QC}, a, Keep::Backward);
+    plan.add("rattn.dqkv", {3 * QC}, a, Keep::Backward);
+    plan.add("rattn.dq", {QC}, a, Keep::Backward);
+    plan.add("rattn.dk", {KC}, a, Keep::Backward);
+    plan.add("rattn.dv", {KC}, a, Keep::Backward);
+    plan.add("rattn.dx", {C}, a, Keep::Backward);
+    plan.add_flat("rattn.scratch", int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
+    for (const Linear* l : {&q_, &k_, &v_, &o_}) l->plan(plan);
+}
+
+void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
+    const Tensor q = p.act("rattn.q"), k = p.act("rattn.k"), v = p.act("rattn.v");
+    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
+    q_.forward(p, q, in);
+    k_.forward(p, k, in);
+    v_.forward(p, v, in);
+    p.be.rope(q, inv_freq_, heads_, p.pos0, false);
+    p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);
+    p.be.qkv_pack(qkv, q, k, v, heads_);
+    if (p.cache) {
+        ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence at a time, got a batch of {}", p.B);
+        const Tensor q2 = qkv.view(Shape{p.T, cols(qkv)}), y2 = y.view(Shape{p.T, cols(y)});
+        p.be.attention_cached(y2, q2, p.cache->k(layer_), p.cache->v(layer_), p.pos0, heads_);
+    } else {
+        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
+    }
+    o_.forward(p, out, y);
+}
+
+void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
+    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_), dy = p.act("rattn.dy"), dqkv = p.act("rattn.dqkv");
+    const Tensor dq = p.act("rattn.dq"), dk = p.act("rattn.dk"), dv = p.act("rattn.dv"), dx = p.act("rattn.dx");
+    o_.backward(p, dy, dout, y);
+    p.be.attention_bwd(dqkv, p.act("rattn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_);
+    p.be.qkv_unpack(dq, dk, dv, dqkv, heads_);
+    p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
+    p.be.rope(dk, inv_freq_, kv_heads_, p.pos0, true);
+    q_.backward(p, din, dq, in);
+    k_.backward(p, dx, dk, in);
+    p.be.residual_fwd(din, din, dx);
+    v_.backward(p, dx, dv, in);
+    p.be.residual_fwd(din, din, dx);
+}
+
+// ---- GatedMlp -----------------------------------------------------------------------------------------
+
+GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std)
+    : reg_(&reg),
+      gate_buf_(prefix + ".gate"),
+      up_buf_(prefix + ".up"),
+      act_buf_(prefix + ".act"),
+      dim_(dim),
+      hidden_(hidden),
+      gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer),
+      up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer),
+      down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, false, {Init::Normal, std}, layer) {}
+
+void GatedMlp::plan(ActPlan& plan) const {
+    const DType a = reg_->dtype;
+    plan.add(gate_buf_, {hidden_}, a, Keep::Saved, "gmlp.gate");
+    plan.add(up_buf_, {hidden_}, a, Keep::Saved, "gmlp.up");
+    plan.add(act_buf_, {hidden_}, a, Keep::Recomputable, "gmlp.act");
+    plan.add("gmlp.dact", {hidden_}, a, Keep::Backward);
+    plan.add("gmlp.dgate", {hidden_}, a, Keep::Backward);
+    plan.add("gmlp.dup", {hidden_}, a, Keep::Backward);
+    plan.add("gmlp.dx", {dim_}, a, Keep::Backward);
+    for (const Linear* l : {&gate_, &up_, &down_}) l->plan(plan);
+}
+
+void GatedMlp::forward(const Pass& p, Tensor out, Tensor in) const {
+    const Tensor g = p.act(gate_buf_), u = p.act(up_buf_), act = p.act(act_buf_);
+    gate_.forward(p, g, in);
+    up_.forward(p, u, in);
+    p.be.swiglu_fwd(act, g, u);
+    down_.forward(p, out, act);
+}
+
+void GatedMlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
+    const Tensor g = p.act(gate_buf_), u = p.act(up_buf_), act = p.act(act_buf_);
+    const Tensor dact = p.act("gmlp.dact"), dg = p.act("gmlp.dgate"), du = p.act("gmlp.dup"), dx = p.act("gmlp.dx");
+    if (p.acts.recompute()) p.be.swiglu_fwd(act, g, u);
+    down_.backward(p, dact, dout, act);
+    p.be.swiglu_bwd(dg, du, dact, g, u);
+    gate_.backward(p, din, dg, in);
+    up_.backward(p, dx, du, in);
+    p.be.residual_fwd(din, din, dx);
 }
 
 }  // namespace anvil

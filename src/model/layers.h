@@ -1,7 +1,7 @@
 // Layer objects: the pieces a model is composed of. Each registers its parameters (ParamSpecs) when it is
 // built, names the activation buffers it needs when a pass is planned, and runs its forward and backward
-// through the Backend interface. A model family is a composition of these (gpt2.cpp); new families add
-// layers here (RMSNorm, rotary positions, SwiGLU) rather than new trainers.
+// through the Backend interface. A model family is a composition of these (gpt2.cpp, llama.cpp); a new family
+// adds the layers it lacks here rather than a new trainer.
 #pragma once
 
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/activations.h"
+#include "model/config.h"
 #include "model/param_store.h"
 
 namespace anvil {
@@ -95,12 +96,14 @@ private:
     std::shared_ptr<const LinearAdapter> adapter_;
 };
 
-// LayerNorm (eps 1e-5) with a gain and a bias. RMSNorm joins it as a second kind with the Llama family.
+// LayerNorm (eps 1e-5, a gain and a bias: GPT-2) or RMSNorm (a gain, eps from the config: Llama).
+enum class NormKind : uint8_t { Layer, Rms };
 class Norm {
 public:
     Norm() = default;
     // recomputable: the backward may recompute the output (block norms) instead of keeping it.
-    Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable);
+    Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool recomputable,
+         NormKind kind = NormKind::Layer, float eps = 1e-5f);
     void plan(ActPlan& plan) const;
     Tensor out(const Pass& p) const { return p.act(out_); }
     void forward(const Pass& p, Tensor in) const;
@@ -111,9 +114,11 @@ private:
     std::string name_, out_, mean_, rstd_;  // activation buffer names, made once
     size_t w_ = 0, b_ = 0;
     bool recomputable_ = false;
+    NormKind kind_ = NormKind::Layer;
+    float eps_ = 1e-5f;
 };
 
-// Token embedding (V, C) plus learned positions (n_ctx, C).
+// Token embedding (V, C) plus learned positions (n_ctx, C); `positions` empty: tokens only (rotary models).
 class Embedding {
 public:
     Embedding() = default;
@@ -125,7 +130,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    size_t wte_ = 0, wpe_ = 0;
+    size_t wte_ = 0, wpe_ = ParamStore::npos;
 };
 
 // Causal multi-head self-attention: a fused q, k, v projection, attention, an output projection.
@@ -136,15 +141,16 @@ public:
               double proj_std);
     Linear& qkv() { return qkv_; }
     Linear& proj() { return proj_; }
+    std::vector<Linear*> linears() { return {&qkv_, &proj_}; }
     void plan(ActPlan& plan) const;
-    void forward(const Pass& p, Tensor out, Tensor in, int layer) const;
+    void forward(const Pass& p, Tensor out, Tensor in) const;
     // din (overwritten) from dout
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;
 
 private:
     const ParamRegistry* reg_ = nullptr;
     std::string prefix_, qkv_buf_, y_buf_, saved_buf_;
-    int dim_ = 0, heads_ = 0;
+    int dim_ = 0, heads_ = 0, layer_ = 0;
     Linear qkv_, proj_;
 };
 
@@ -156,6 +162,7 @@ public:
         double proj_std);
     Linear& up() { return fc_; }
     Linear& down() { return proj_; }
+    std::vector<Linear*> linears() { return {&fc_, &proj_}; }
     void plan(ActPlan& plan) const;
     void forward(const Pass& p, Tensor out, Tensor in) const;
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din overwritten
@@ -165,6 +172,48 @@ private:
     std::string prefix_, pre_buf_, act_buf_;
     int hidden_ = 0;
     Linear fc_, proj_;
+};
+
+// Rotary frequencies of a head size: inv_freq[i] = theta^(-2i/HS), with Llama 3.1's or linear scaling.
+std::vector<float> rope_inv_freq(int head_size, double theta, const RopeScaling& scaling);
+
+// Llama's attention: separate q, k, v projections (nn.Linear, no bias), rotary positions on q and k,
+// grouped-query heads (kv_heads key/value heads shared by heads / kv_heads query heads each; the KV cache
+// holds kv_heads), an output projection.
+class RotaryAttention {
+public:
+    RotaryAttention() = default;
+    RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int kv_heads, int head_size,
+                    int layer, double std);
+    void set_rope(Tensor inv_freq) { inv_freq_ = inv_freq; }
+    std::vector<Linear*> linears() { return {&q_, &k_, &v_, &o_}; }
+    void plan(ActPlan& plan) const;
+    void forward(const Pass& p, Tensor out, Tensor in) const;
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din overwritten
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string qkv_buf_, y_buf_, saved_buf_;
+    int heads_ = 0, kv_heads_ = 0, hs_ = 0, layer_ = 0;
+    Linear q_, k_, v_, o_;
+    Tensor inv_freq_;
+};
+
+// Llama's MLP: down(silu(gate(x)) * up(x)), nn.Linear, no bias.
+class GatedMlp {
+public:
+    GatedMlp() = default;
+    GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std);
+    std::vector<Linear*> linears() { return {&gate_, &up_, &down_}; }
+    void plan(ActPlan& plan) const;
+    void forward(const Pass& p, Tensor out, Tensor in) const;
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din overwritten
+
+private:
+    const ParamRegistry* reg_ = nullptr;
+    std::string gate_buf_, up_buf_, act_buf_;
+    int dim_ = 0, hidden_ = 0;
+    Linear gate_, up_, down_;
 };
 
 }  // namespace anvil

@@ -3,11 +3,12 @@
 #include <set>
 
 #include "model/gpt2.h"
+#include "model/llama.h"
 
 namespace anvil {
 
 namespace {
-const ModelFamily* const kFamilies[] = {&kGpt2Family};
+const ModelFamily* const kFamilies[] = {&kGpt2Family, &kLlamaFamily};
 }
 
 const ModelFamily* find_model_family(const std::string& model_type) {
@@ -41,8 +42,13 @@ Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), confi
 void Model::allocate_params() {
     std::function<void()> attach;
     if (options_.lora.enabled()) {
-        if (options_.lora.targets.empty())
-            options_.lora.targets = {model_family(config_.model_type).default_lora_targets};
+        if (options_.lora.targets.empty()) {  // "q_proj,v_proj"
+            std::string t = model_family(config_.model_type).default_lora_targets;
+            for (size_t i = 0, j; i < t.size(); i = j + 1) {
+                j = std::min(t.find(',', i), t.size());
+                options_.lora.targets.push_back(t.substr(i, j - i));
+            }
+        }
         attach = add_lora(reg_, linears(), options_.lora);
     }
     std::set<std::string> frozen(options_.frozen.begin(), options_.frozen.end());

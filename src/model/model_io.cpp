@@ -117,25 +117,49 @@ void load_model_weights(const std::string& dir, Model& model,
 }
 
 void write_model_dir(const std::string& dir, const Model& model, const nlohmann::json& extra,
-                     const std::function<void(size_t, float*)>& weight_f32) {
-    const nlohmann::json cfg = config_to_hf_json(model.config(), extra);
-    write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+                     const std::function<void(size_t, float*)>& weight_f32, const SaveFormat& format) {
+    ANVIL_CHECK(format.dtype == DType::F32 || format.dtype == DType::BF16 || format.dtype == DType::F16,
+                "model weights are saved as F32, BF16 or F16, not {}", dtype_name(format.dtype));
+    nlohmann::json cfg = config_to_hf_json(model.config(), extra);
+    cfg["torch_dtype"] = format.dtype == DType::F32 ? "float32" : format.dtype == DType::BF16 ? "bfloat16" : "float16";
     const ParamStore& store = model.params();
-    std::vector<StMeta> metas;
-    std::vector<size_t> idx;  // the base model's entries (adapters are saved apart)
-    for (size_t i = 0; i < store.size(); i++)
-        if (!store.spec(i).adapter) {
-            metas.push_back({store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
-            idx.push_back(i);
+    // the base model's entries (adapters are saved apart), cut into shards in store order
+    std::vector<std::vector<size_t>> shards(1);
+    uint64_t shard_bytes = 0, total = 0;
+    for (size_t i = 0; i < store.size(); i++) {
+        if (store.spec(i).adapter) continue;
+        const uint64_t bytes = uint64_t(store.spec(i).shape.numel()) * dtype_size(format.dtype);
+        if (!shards.back().empty() && shard_bytes + bytes > format.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+        shards.back().push_back(i);
+        shard_bytes += bytes;
+        total += bytes;
+    }
+    const size_t n = shards.size();
+    nlohmann::json weight_map = nlohmann::json::object();
+    std::vector<float> f32;
+    for (size_t k = 0; k < n; k++) {
+        const std::string file =
+            n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
+        std::vector<StMeta> metas;
+        for (size_t i : shards[k]) {
+            metas.push_back({store.spec(i).name, format.dtype, dims(store.spec(i).shape)});
+            weight_map[store.spec(i).name] = file;
         }
-    write_safetensors_streamed(
-        dir + "/model.safetensors", metas,
-        [&](size_t k, void* dst) {
-            if (weight_f32) return weight_f32(idx[k], static_cast<float*>(dst));
-            const std::vector<float> v = store.read_f32(idx[k]);
-            std::copy(v.begin(), v.end(), static_cast<float*>(dst));
-        },
-        {{"format", "pt"}});
+        write_safetensors_streamed(
+            dir + "/" + file, metas,
+            [&](size_t m, void* dst) {
+                const size_t i = shards[k][m];
+                f32.resize(size_t(store.spec(i).shape.numel()));
+                if (weight_f32) weight_f32(i, f32.data());
+                else f32 = store.read_f32(i);
+                convert_from_f32(dst, format.dtype, f32.data(), f32.size());
+            },
+            {{"format", "pt"}});
+    }
+    if (n > 1)
+        write_file_atomic(dir + "/model.safetensors.index.json",
+                          nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+    write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
 }
 
 }  // namespace anvil

@@ -22,10 +22,18 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = null
 void load_model_weights(const std::string& dir, Model& model,
                         const std::function<void(size_t, const float*)>& on_f32 = {});
 
-// Writes config.json and model.safetensors (F32) into `dir` (which must exist). `extra` holds anvil's own
-// config keys; `weight_f32(i, dst)` fills parameter i's f32 values (the optimizer's master copy), default:
-// the parameters themselves.
+// How a model directory is written: the tensors' dtype (F32, BF16 or F16) and the largest shard. A model
+// larger than one shard is written as Hugging Face does: model-00001-of-0000N.safetensors ... plus
+// model.safetensors.index.json naming each tensor's file.
+struct SaveFormat {
+    DType dtype = DType::F32;
+    uint64_t max_shard_bytes = uint64_t(5) << 30;  // transformers' default max_shard_size, 5 GB
+};
+
+// Writes config.json and the weights into `dir` (which must exist). `extra` holds anvil's own config keys;
+// `weight_f32(i, dst)` fills parameter i's f32 values (the optimizer's master copy), default: the parameters
+// themselves.
 void write_model_dir(const std::string& dir, const Model& model, const nlohmann::json& extra,
-                     const std::function<void(size_t, float*)>& weight_f32 = {});
+                     const std::function<void(size_t, float*)>& weight_f32 = {}, const SaveFormat& format = {});
 
 }  // namespace anvil

@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include "train/autobatch.h"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -140,7 +142,7 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
         write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(), weights);
     else
         write_model_dir(tmp, *run.model, {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
-                        weights);
+                        weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
     run.tok->save(tmp);
     write_optimizer_state(tmp, run.model->params(), opt);
     nlohmann::json state = {

@@ -18,7 +18,13 @@ struct TrainOptions {
     std::string out;                         // run directory (default runs/<timestamp>)
     double val_fraction = 0.1;
     // model shape (new models only)
+    std::string arch = "gpt2";  // the family: gpt2 or llama
     int layers = 4, heads = 4, dim = 128;
+    // llama: key/value heads (0 = heads), MLP width (0 = the family's), rope theta and RMSNorm eps (0 = the
+    // family's: 10000, 1e-6), a head tied to the embedding
+    int kv_heads = 0, ffn_dim = 0;
+    double rope_theta = 0, norm_eps = 0;
+    bool tie_embeddings = false;
     int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
     std::string attention = "auto";  // CUDA attention: auto, gemm or flash
     int seq = 0;                     // 0 = the model's context (128 for a new model)
@@ -46,6 +52,7 @@ struct TrainOptions {
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;
+    std::string max_shard_size = "5G";  // model weights in shards of at most this size (Hugging Face's layout)
     // execution
     std::string device = "cpu";
     std::string precision =

@@ -136,7 +136,20 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok) {
 
 ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     ModelConfig c;
-    c.model_type = "gpt2";
+    ANVIL_CHECK(find_model_family(o.arch), "--arch {}: anvil implements {}", o.arch, known_model_types());
+    c.model_type = o.arch;
+    if (o.arch == "gpt2") {
+        ANVIL_CHECK(o.kv_heads == 0 && o.ffn_dim == 0 && o.rope_theta == 0 && o.norm_eps == 0 && !o.tie_embeddings,
+                    "--kv-heads, --ffn-dim, --rope-theta, --norm-eps and --tie-embeddings shape a Llama model; add "
+                    "--arch llama (GPT-2 has a 4x MLP, learned positions and a tied head)");
+    } else {
+        c.n_kv_head = o.kv_heads;
+        // Llama's MLP is about 8/3 of the width, rounded up to a multiple of 64 when not given
+        c.ffn_dim = o.ffn_dim > 0 ? o.ffn_dim : (8 * o.dim / 3 + 63) / 64 * 64;
+        c.rope_theta = o.rope_theta > 0 ? o.rope_theta : 10000.0;
+        c.norm_eps = o.norm_eps > 0 ? o.norm_eps : 1e-6;
+        c.tie_embeddings = o.tie_embeddings;
+    }
     c.n_layer = o.layers;
     c.n_head = o.heads;
     c.n_embd = o.dim;
@@ -151,7 +164,7 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     if (o.vocab == 0 && c.vocab_size != tok_vocab)
         std::fprintf(stderr, "anvil: vocabulary padded from %d to %d rows, a multiple of %d (--vocab sets it)\n",
                      tok_vocab, c.vocab_size, kVocabMultiple);
-    c.validate("--layers/--heads/--dim/--seq/--vocab");
+    c.validate("--layers/--heads/--kv-heads/--dim/--seq/--vocab");
     return c;
 }
 
@@ -169,6 +182,7 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
     ANVIL_CHECK(o.lr > 0.0f && std::isfinite(o.lr), "--lr {} must be a positive number", o.lr);
     ANVIL_CHECK(o.warmup >= 0 && o.log_every > 0 && o.eval_every >= 0 && o.save_every >= 0,
                 "--warmup, --eval-every and --save-every must not be negative, --log-every must be positive");
+    parse_bytes(o.max_shard_size, "--max-shard-size");  // a bad size fails now, not at the first save
     ANVIL_CHECK(o.lr_schedule == "cosine" || o.lr_schedule == "constant",
                 "--lr-schedule {}: use cosine or constant", o.lr_schedule);
 }

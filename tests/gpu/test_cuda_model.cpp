@@ -10,13 +10,21 @@
 namespace anvil::test {
 namespace {
 
-ModelConfig small() {
+// GPT-2, or Llama with grouped-query attention (4 heads, 2 key/value heads) and an untied head.
+ModelConfig small(const std::string& family = "gpt2") {
     ModelConfig c;
+    c.model_type = family;
     c.n_layer = 2;
     c.n_head = 4;
     c.n_embd = 64;
     c.n_ctx = 64;
     c.vocab_size = 96;
+    if (family == "llama") {
+        c.n_kv_head = 2;
+        c.ffn_dim = 160;
+        c.norm_eps = 1e-6;
+        c.tie_embeddings = false;
+    }
     return c;
 }
 
@@ -51,12 +59,13 @@ struct TrainRun {
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<Trainer> trainer;
     float loss_scale;
-    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false, LoraOptions lora = {}) {
+    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false, LoraOptions lora = {},
+             const ModelConfig& cfg = small()) {
         ModelOptions mo;
         mo.dtype = dt;
         mo.recompute = recompute;
         mo.lora = lora;
-        model = make_model(be, small(), mo);
+        model = make_model(be, cfg, mo);
         opt = std::make_unique<AdamW>(model->params(), 0.1f);
         model->params().init(seed, [&](size_t i, const float* f32) { opt->set_master(i, f32); });
         model->reserve(B, T, true);
@@ -96,13 +105,15 @@ protected:
     Backends be;
 };
 
-class CudaModelAttention : public CudaModel, public ::testing::WithParamInterface<AttentionImpl> {};
+class CudaModelAttention : public CudaModel,
+                           public ::testing::WithParamInterface<std::tuple<AttentionImpl, const char*>> {};
 
 TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
     const int B = 3, T = 48;
-    const Batches data(B, T, small().vocab_size, 1, test_seed());
-    auto gpu_be = make_backend({Device::CUDA, 0, 0, GetParam()});
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T), gpu(*gpu_be, DType::F32, 7, B, T);
+    const ModelConfig cfg = small(std::get<1>(GetParam()));
+    const Batches data(B, T, cfg.vocab_size, 1, test_seed());
+    auto gpu_be = make_backend({Device::CUDA, 0, 0, std::get<0>(GetParam())});
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, false, {}, cfg), gpu(*gpu_be, DType::F32, 7, B, T, false, {}, cfg);
     const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
@@ -121,23 +132,29 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, CudaModelAttention,
-                         ::testing::Values(AttentionImpl::Gemm, AttentionImpl::Flash), [](const auto& p) {
-                             return std::string(p.param == AttentionImpl::Gemm ? "gemm" : "flash");
+                         ::testing::Combine(::testing::Values(AttentionImpl::Gemm, AttentionImpl::Flash),
+                                            ::testing::Values("gpt2", "llama")),
+                         [](const auto& p) {
+                             return std::string(std::get<0>(p.param) == AttentionImpl::Gemm ? "gemm_" : "flash_") +
+                                    std::get<1>(p.param);
                          });
 
 // 40 AdamW steps from the same weights on the same batches: bf16 (and fp16 with a loss scale of 1024)
 // stay within a few percent of the fp32 loss at every step, and all of them learn.
-TEST_F(CudaModel, LowPrecisionTracksFp32) {
+class CudaModelFamily : public CudaModel, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaModelFamily, LowPrecisionTracksFp32) {
     const int B = 4, T = 64, steps = 40;
-    const Batches data(B, T, small().vocab_size, steps, test_seed());
+    const ModelConfig cfg = small(GetParam());
+    const Batches data(B, T, cfg.vocab_size, steps, test_seed());
     std::vector<double> curve[3];
     const DType dts[3] = {DType::F32, DType::BF16, DType::F16};
     for (int r = 0; r < 3; r++) {
-        TrainRun run(*be.gpu, dts[r], 11, B, T);
+        TrainRun run(*be.gpu, dts[r], 11, B, T, false, {}, cfg);
         for (int s = 0; s < steps; s++) curve[r].push_back(run.step(data.step(s), B, T, s));
     }
     for (int r = 0; r < 3; r++) {
-        SCOPED_TRACE(std::string(dtype_name(dts[r])));
+        SCOPED_TRACE(std::string(GetParam()) + " " + std::string(dtype_name(dts[r])));
         EXPECT_LT(curve[r].back(), 0.6 * curve[r].front()) << "did not learn";
         if (r == 0) continue;
         double worst = 0.0;
@@ -147,10 +164,12 @@ TEST_F(CudaModel, LowPrecisionTracksFp32) {
                 std::max(worst, std::abs(curve[r][size_t(s)] - curve[0][size_t(s)]) / curve[0][size_t(s)]);
         }
         EXPECT_LT(worst, 0.05) << "largest relative gap to the fp32 loss curve";
-        std::printf("%s vs fp32: largest relative loss gap %.4f over %d steps (final %.4f vs %.4f)\n",
+        std::printf("%s %s vs fp32: largest relative loss gap %.4f over %d steps (final %.4f vs %.4f)\n", GetParam(),
                     std::string(dtype_name(dts[r])).c_str(), worst, steps, curve[r].back(), curve[0].back());
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Family, CudaModelFamily, ::testing::Values("gpt2", "llama"));
 
 // Every kernel is deterministic (no atomics in a reduction), so two runs repeat bit for bit: the basis of
 // exact resume on the GPU.

@@ -117,6 +117,137 @@ OpCase embedding(const OpSizes& s, int C, bool frozen_wte) {
     return c;
 }
 
+// Token embedding alone (rotary models: no position table).
+OpCase embedding_tokens(const OpSizes& s, int C) {
+    OpCase c;
+    c.name = fmt::format("embedding C={} (no positions)", C);
+    c.args = {ids("tokens", {s.B, s.T}, 0, s.V), in("wte", {s.Vp, C}), out("out", {s.B, s.T, C}),
+              grad("dwte", {s.Vp, C}, true)};
+    c.forward = [](Backend& be, const Args& a) { be.embedding_fwd(a["out"], a["tokens"], a["wte"], {}); };
+    c.backward = [](Backend& be, const Args& a) { be.embedding_bwd(a["dwte"], {}, a["dout"], a["tokens"]); };
+    const int N = s.B * s.T;
+    c.reference = [N, C](const HostArgs& h, HostArgs& want) {
+        Vec o(size_t(N) * C);
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < C; k++) o[size_t(i) * C + k] = h.at("wte")[size_t(h.at("tokens")[size_t(i)]) * C + k];
+        want["out"] = o;
+    };
+    return c;
+}
+
+OpCase rmsnorm(const OpSizes& s, int C, bool frozen) {
+    OpCase c;
+    const int N = s.B * s.T;
+    constexpr float kEps = 1e-6f;
+    c.name = fmt::format("rmsnorm C={}{}", C, frozen ? " (frozen gain)" : "");
+    Arg x = in("x", {N, C}, 2.0f);
+    x.offset = 0.5f;
+    Arg w = in("w", {C}, 0.5f, !frozen);
+    w.offset = 1.0f;
+    c.args = {x, w, out("out", {N, C}), f32(out("rstd", {N}, false)), grad("dx", {N, C}, true)};
+    if (!frozen) c.args.push_back(grad("dw", {C}, true));
+    c.forward = [](Backend& be, const Args& a) { be.rmsnorm_fwd(a["out"], a["rstd"], a["x"], a["w"], kEps); };
+    c.backward = [frozen](Backend& be, const Args& a) {
+        be.rmsnorm_bwd(a["dx"], frozen ? Tensor{} : a["dw"], a["dout"], a["x"], a["w"], a["rstd"]);
+    };
+    c.reference = [N, C](const HostArgs& h, HostArgs& want) {
+        Vec o(size_t(N) * C);
+        for (int n = 0; n < N; n++) {
+            double ms = 0;
+            for (int k = 0; k < C; k++) ms += std::pow(h.at("x")[size_t(n) * C + k], 2);
+            const double r = 1.0 / std::sqrt(ms / C + kEps);
+            for (int k = 0; k < C; k++)
+                o[size_t(n) * C + k] = float(h.at("x")[size_t(n) * C + k] * r * h.at("w")[size_t(k)]);
+        }
+        want["out"] = o;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
+// Rotary embedding on (B, T, H*HS) at positions pos0..; its backward is the inverse rotation of the gradient.
+OpCase rope_case(const OpSizes& s, int H, int HS, int pos0) {
+    OpCase c;
+    c.name = fmt::format("rope H={} HS={} pos0={}", H, HS, pos0);
+    Arg f = f32(in("inv_freq", {HS / 2}, 0.3f, false));
+    f.positive = true;
+    c.args = {in("x", {s.B, s.T, H * HS}), f, out("y", {s.B, s.T, H * HS}), grad("dx", {s.B, s.T, H * HS}, false)};
+    c.forward = [=](Backend& be, const Args& a) {
+        be.convert(a["y"], a["x"]);  // the op works in place
+        be.rope(a["y"], a["inv_freq"], H, pos0, false);
+    };
+    c.backward = [=](Backend& be, const Args& a) {
+        be.convert(a["dx"], a["dy"]);
+        be.rope(a["dx"], a["inv_freq"], H, pos0, true);
+    };
+    const int B = s.B, T = s.T;
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec y = h.at("x");
+        const int half = HS / 2;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int hh = 0; hh < H; hh++)
+                    for (int i = 0; i < half; i++) {
+                        const size_t o = ((size_t(b) * T + t) * H + hh) * HS;
+                        const double a = double(float(pos0 + t) * h.at("inv_freq")[size_t(i)]);
+                        const double x1 = h.at("x")[o + i], x2 = h.at("x")[o + i + half];
+                        y[o + i] = float(x1 * std::cos(a) - x2 * std::sin(a));
+                        y[o + i + half] = float(x2 * std::cos(a) + x1 * std::sin(a));
+                    }
+        want["y"] = y;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
+OpCase swiglu(const OpSizes& s) {
+    OpCase c;
+    const int n = s.B * s.T * 3 * s.C + 5;
+    c.name = fmt::format("swiglu n={}", n);
+    c.args = {in("gate", {n}, 2.0f), in("up", {n}), out("out", {n}), grad("dgate", {n}, false), grad("dup", {n}, false)};
+    c.forward = [](Backend& be, const Args& a) { be.swiglu_fwd(a["out"], a["gate"], a["up"]); };
+    c.backward = [](Backend& be, const Args& a) {
+        be.swiglu_bwd(a["dgate"], a["dup"], a["dout"], a["gate"], a["up"]);
+    };
+    c.reference = [](const HostArgs& h, HostArgs& want) {
+        Vec o(h.at("gate").size());
+        for (size_t i = 0; i < o.size(); i++) {
+            const double g = h.at("gate")[i];
+            o[i] = float(g / (1.0 + std::exp(-g)) * h.at("up")[i]);
+        }
+        want["out"] = o;
+    };
+    c.fd_eps = 1e-3;
+    return c;
+}
+
+// Grouped-query heads into attention's layout: NH query heads, KVH key/value heads, packed as KH heads.
+OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand) {
+    OpCase c;
+    const int N = s.B * s.T, HS = s.C / s.NH, KH = expand ? NH : KVH;
+    c.name = fmt::format("qkv_pack NH={} KVH={}{}", NH, KVH, expand ? " (repeated)" : "");
+    c.args = {in("q", {N, NH * HS}), in("k", {N, KVH * HS}), in("v", {N, KVH * HS}),
+              out("qkv", {N, (NH + 2 * KH) * HS}), grad("dq", {N, NH * HS}, false), grad("dk", {N, KVH * HS}, false),
+              grad("dv", {N, KVH * HS}, false)};
+    c.forward = [NH](Backend& be, const Args& a) { be.qkv_pack(a["qkv"], a["q"], a["k"], a["v"], NH); };
+    c.backward = [NH](Backend& be, const Args& a) { be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["dqkv"], NH); };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        const int W = (NH + 2 * KH) * HS, group = KH / KVH;
+        Vec o(size_t(N) * W);
+        for (int n = 0; n < N; n++)
+            for (int hh = 0; hh < NH + 2 * KH; hh++)
+                for (int d = 0; d < HS; d++) {
+                    const char* src = hh < NH ? "q" : hh < NH + KH ? "k" : "v";
+                    const int sh = hh < NH ? hh : (hh < NH + KH ? hh - NH : hh - NH - KH) / group;
+                    const int sw = hh < NH ? NH : KVH;
+                    o[size_t(n) * W + size_t(hh) * HS + d] = h.at(src)[(size_t(n) * sw + sh) * HS + d];
+                }
+        want["qkv"] = o;
+    };
+    c.reference_rtol = c.reference_atol = 0;
+    return c;
+}
+
 OpCase layernorm(const OpSizes& s, int C, bool frozen) {
     OpCase c;
     const int N = s.B * s.T;
@@ -314,26 +445,37 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
     return c;
 }
 
-// Generation's incremental attention: a prompt, then one position at a time, appending to the caches.
-OpCase attention_cached(const OpSizes& s) {
+// Generation's incremental attention: a prompt, then one position at a time, appending to the caches. With
+// KVH < NH, grouped-query: the caches hold KVH heads.
+OpCase attention_cached(const OpSizes& s, int KVH) {
     OpCase c;
-    const int T = std::min(s.T, 40), NH = s.NH, C = s.C, prefill = T / 3;
-    c.name = fmt::format("attention_cached T={} NH={} C={}", T, NH, C);
-    c.args = {in("qkv", {1, T, 3 * C}, 1.0f, false), out("out", {T, C}), out("k", {T, C}, false),
-              out("v", {T, C}, false)};
+    const int T = std::min(s.T, 40), NH = s.NH, C = s.C, prefill = T / 3, HS = C / NH, KC = KVH * HS;
+    const int W = C + 2 * KC;
+    c.name = fmt::format("attention_cached T={} NH={} KVH={} C={}", T, NH, KVH, C);
+    c.args = {in("qkv", {1, T, W}, 1.0f, false), out("out", {T, C}), out("k", {T, KC}, false),
+              out("v", {T, KC}, false)};
     c.forward = [=](Backend& be, const Args& a) {
         for (int pos = 0; pos < T;) {
             const int n = pos == 0 ? prefill : 1;
             Tensor q = a["qkv"], o = a["out"];
-            q.data = static_cast<char*>(q.data) + size_t(pos) * 3 * C * dtype_size(q.dtype);
-            q.shape = Shape{n, 3 * C};
+            q.data = static_cast<char*>(q.data) + size_t(pos) * W * dtype_size(q.dtype);
+            q.shape = Shape{n, W};
             o.data = static_cast<char*>(o.data) + size_t(pos) * C * dtype_size(o.dtype);
             o.shape = Shape{n, C};
             be.attention_cached(o, q, a["k"], a["v"], pos, NH);
             pos += n;
         }
     };
-    c.reference = [=](const HostArgs& h, HostArgs& want) { want["out"] = ref_attention(h.at("qkv"), 1, T, C, NH); };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec mha(size_t(T) * 3 * C);  // each key/value head repeated for its query heads
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < 3 * C; k++) {
+                const int part = k / C, hh = (k % C) / HS, d = k % HS;
+                const size_t src = part == 0 ? size_t(k) : size_t(C + (part - 1) * KC + (hh / (NH / KVH)) * HS + d);
+                mha[size_t(t) * 3 * C + k] = h.at("qkv")[size_t(t) * W + src];
+            }
+        want["out"] = ref_attention(mha, 1, T, C, NH);
+    };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     return c;
 }
@@ -471,7 +613,18 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         scale_case(s),
         dropout_case(s),
         attention(s, s.B, s.T, s.NH, s.C / s.NH),
-        attention_cached(s),
+        attention_cached(s, s.NH),
+        attention_cached(s, s.NH / 2),
+        embedding_tokens(s, s.C),
+        rmsnorm(s, s.C, false),
+        rmsnorm(s, s.C + 1, false),
+        rmsnorm(s, s.C, true),
+        rope_case(s, s.NH, s.C / s.NH, 0),
+        rope_case(s, 2, 16, 7),
+        swiglu(s),
+        qkv_pack_case(s, s.NH, s.NH / 2, true),
+        qkv_pack_case(s, s.NH, s.NH / 2, false),
+        qkv_pack_case(s, s.NH, s.NH, true),
         classifier(s),
         global_norm(s),
         adamw(s),

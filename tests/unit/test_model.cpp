@@ -1,4 +1,4 @@
-// Model-level checks on a tiny GPT-2 through the model seam (model.h): the whole backward against finite
+// Model-level checks on a tiny GPT-2 (and a tiny Llama) through the model seam (model.h): the whole backward against finite
 // differences, the parameter store (order, shapes, init, frozen entries), the per-layer backward hooks, a
 // linear adapter joining forward and backward, determinism, recomputation, and KV-cached generation against
 // uncached forward passes (through the cache rebuild).
@@ -14,6 +14,18 @@
 
 namespace anvil::test {
 namespace {
+
+ModelConfig tiny_llama(bool tied) {
+    ModelConfig c = tiny();
+    c.model_type = "llama";
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.ffn_dim = 12;
+    c.norm_eps = 1e-6;
+    c.rope_theta = 100.0;  // short wavelengths, so 8 positions turn the pairs well round
+    c.tie_embeddings = tied;
+    return c;
+}
 
 TEST(Model, GradientMatchesFiniteDifferences) {
     TinyRun run(test_seed());
@@ -196,8 +208,8 @@ TEST(Model, LinearAdapterJoinsForwardAndBackward) {
     ASSERT_TRUE(gpt2);
     const double before = run.loss(false);
     // on the MLP's down projection (in 32, out 8): its input gradient is taken through the GELU too
-    gpt2->block(1).mlp.down().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 32, 8, 3, test_seed()));
-    gpt2->block(0).attn.qkv().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
+    gpt2->block(1).ffn.down().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 32, 8, 3, test_seed()));
+    gpt2->block(0).mixer.qkv().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
     run.model->release();
     run.model->reserve(run.B, run.T, true);  // plan again: the adapters add buffers
     EXPECT_NE(run.loss(false), before) << "the adapters change the output";
@@ -207,8 +219,7 @@ TEST(Model, LinearAdapterJoinsForwardAndBackward) {
 
 // Greedy generation with the KV cache equals argmax over full forward passes of the window the generator
 // conditions on, including after the context fills and the cache is rebuilt from its last half.
-TEST(Model, CachedGenerationMatchesFullForward) {
-    ModelConfig c = tiny();
+void cached_generation_matches_full_forward(ModelConfig c) {
     c.n_ctx = 16;
     auto be = make_backend({Device::CPU, 2, 0});
     auto m = make_model(*be, c);
@@ -247,6 +258,70 @@ TEST(Model, CachedGenerationMatchesFullForward) {
         }
     }
     EXPECT_GE(rebuilt, 1) << "the test must reach the cache rebuild";
+}
+
+TEST(Model, CachedGenerationMatchesFullForward) {
+    cached_generation_matches_full_forward(tiny());
+}
+
+// Llama: rotary positions continue from the cache's position; the cache holds the 2 key/value heads.
+TEST(Llama, CachedGenerationMatchesFullForward) {
+    cached_generation_matches_full_forward(tiny_llama(false));
+}
+
+TEST(Llama, GradientMatchesFiniteDifferences) {
+    for (bool tied : {false, true}) {
+        SCOPED_TRACE(tied ? "tied head" : "untied head");
+        TinyRun run(test_seed(), {}, tiny_llama(tied));
+        run.shake(test_seed() + 1, 0.3f);
+        run.check_gradients(test_seed() + 2);
+    }
+}
+
+TEST(Llama, ParamStoreFollowsTransformers) {
+    const ModelConfig c = tiny_llama(false);
+    auto be = make_backend({Device::CPU, 1, 0});
+    auto m = make_model(*be, c);
+    const ParamStore& s = m->params();
+    EXPECT_EQ(s.numel(), c.num_params());
+    ASSERT_EQ(s.size(), size_t(1 + 9 * c.n_layer + 2));
+    EXPECT_EQ(s.spec(0).name, "model.embed_tokens.weight");
+    EXPECT_EQ(s.spec(1).name, "model.layers.0.input_layernorm.weight");
+    EXPECT_EQ(s.spec(2).name, "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_EQ(s.spec(2).shape, (Shape{8, 8}));  // nn.Linear (out, in)
+    EXPECT_EQ(s.spec(3).name, "model.layers.0.self_attn.k_proj.weight");
+    EXPECT_EQ(s.spec(3).shape, (Shape{4, 8}));  // 2 key/value heads of 2
+    EXPECT_EQ(s.spec(7).name, "model.layers.0.mlp.gate_proj.weight");
+    EXPECT_EQ(s.spec(s.size() - 2).name, "model.norm.weight");
+    EXPECT_EQ(s.spec(s.size() - 1).name, "lm_head.weight");
+    for (size_t i = 0; i < s.size(); i++) EXPECT_EQ(s.spec(i).decay, s.spec(i).shape.ndim >= 2) << s.spec(i).name;
+    auto tied = make_model(*be, tiny_llama(true));
+    EXPECT_EQ(tied->params().size(), s.size() - 1) << "a tied head has no weight of its own";
+    EXPECT_EQ(tied->params().numel(), tiny_llama(true).num_params());
+    // config.json written and read back
+    ModelConfig scaled = c;
+    scaled.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
+    scaled.rope_theta = 500000.0;
+    const ModelConfig back = config_from_hf_json(config_to_hf_json(scaled, {}), "config.json");
+    EXPECT_TRUE(back.same_shape(scaled)) << back.str();
+}
+
+// Llama 3.1's frequency scaling: long wavelengths divided by the factor, short ones kept, the band between
+// interpolated (transformers' _compute_llama3_parameters).
+TEST(Llama, RopeScalingFollowsLlama31) {
+    const RopeScaling sc{"llama3", 8.0, 1.0, 4.0, 8192};
+    const std::vector<float> plain = rope_inv_freq(128, 500000.0, {}), scaled = rope_inv_freq(128, 500000.0, sc);
+    ASSERT_EQ(plain.size(), 64u);
+    EXPECT_FLOAT_EQ(plain[0], 1.0f);
+    EXPECT_FLOAT_EQ(scaled[0], plain[0]);                // wavelength 2 pi: high frequency, kept
+    EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8.0f);       // the longest wavelengths: divided by the factor
+    int between = 0;
+    for (size_t i = 0; i < plain.size(); i++) {
+        EXPECT_LE(scaled[i], plain[i]);
+        EXPECT_GE(scaled[i], plain[i] / 8.0f * (1 - 1e-6f));
+        between += scaled[i] < plain[i] && scaled[i] > plain[i] / 8.0f * (1 + 1e-6f);
+    }
+    EXPECT_GT(between, 0) << "some frequencies lie in the interpolated band";
 }
 
 // fp16's loss scale multiplies the gradients by a power of two and divides it out again: the step, and the

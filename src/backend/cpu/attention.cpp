@@ -89,15 +89,15 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
-void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int C,
-                      int NH) {
-    const int HS = C / NH;
+void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
+                      int KVH, int HS) {
+    const int C = NH * HS, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
     for (int i = 0; i < Tq; i++) {
-        const float* row = qkv + size_t(i) * 3 * C;
-        for (int c = 0; c < C; c++) {
-            kcache[size_t(pos0 + i) * C + c] = row[C + c];
-            vcache[size_t(pos0 + i) * C + c] = row[2 * C + c];
+        const float* row = qkv + size_t(i) * W;
+        for (int c = 0; c < KC; c++) {
+            kcache[size_t(pos0 + i) * KC + c] = row[C + c];
+            vcache[size_t(pos0 + i) * KC + c] = row[C + KC + c];
         }
     }
     const int Tk = pos0 + Tq;
@@ -107,11 +107,12 @@ void attention_cached(float* out, const float* qkv, float* kcache, float* vcache
 #pragma omp for collapse(2) schedule(static)
         for (int i = 0; i < Tq; i++) {
             for (int h = 0; h < NH; h++) {
-                const float* q = qkv + size_t(i) * 3 * C + h * HS;
+                const float* q = qkv + size_t(i) * W + h * HS;
+                const int kh = h / group;
                 const int last = pos0 + i;
                 float mx = -INFINITY;
                 for (int j = 0; j <= last; j++) {
-                    const float* k = kcache + size_t(j) * C + h * HS;
+                    const float* k = kcache + size_t(j) * KC + kh * HS;
                     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
                     for (int d = 0; d < HS; d++) s += q[d] * k[d];
@@ -127,7 +128,7 @@ void attention_cached(float* out, const float* qkv, float* kcache, float* vcache
                 for (int d = 0; d < HS; d++) o[d] = 0.0f;
                 for (int j = 0; j <= last; j++) {
                     const float w = p[size_t(j)] / sum;
-                    const float* v = vcache + size_t(j) * C + h * HS;
+                    const float* v = vcache + size_t(j) * KC + kh * HS;
 #pragma omp simd
                     for (int d = 0; d < HS; d++) o[d] += w * v[d];
                 }

@@ -121,6 +121,43 @@ void CpuBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Te
                             dout.f32(), in.f32(), w.f32(), mean.f32(), rstd.f32(), N, C);
 }
 
+void CpuBackend::rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) {
+    const auto [N, C] = check_rmsnorm(out, rstd, in, w);
+    cpu::rmsnorm_forward(out.f32(), rstd.f32(), in.f32(), w.f32(), N, C, eps);
+}
+
+void CpuBackend::rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
+    const auto [N, C] = check_rmsnorm_bwd(din, dw, dout, in, rstd);
+    cpu::rmsnorm_backward(din.f32(), dw.empty() ? nullptr : dw.f32(), dout.f32(), in.f32(), w.f32(), rstd.f32(), N,
+                          C);
+}
+
+void CpuBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) {
+    const auto [B, T, h, HS] = check_rope(x, inv_freq, H);
+    cpu::rope(x.f32(), inv_freq.f32(), B, T, h, HS, pos0, inverse);
+}
+
+void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
+    expect_same_numel(out, gate, "swiglu");
+    expect_same_numel(gate, up, "swiglu");
+    cpu::swiglu_forward(out.f32(), gate.f32(), up.f32(), size_t(out.numel()));
+}
+
+void CpuBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
+    for (const Tensor* t : {&dgate, &dup, &dout, &up}) expect_same_numel(*t, gate, "swiglu backward");
+    cpu::swiglu_backward(dgate.f32(), dup.f32(), dout.f32(), gate.f32(), up.f32(), size_t(gate.numel()));
+}
+
+void CpuBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
+    const HeadDims d = check_qkv_pack(qkv, q, k, v, NH);
+    cpu::qkv_pack(qkv.f32(), q.f32(), k.f32(), v.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
+}
+
+void CpuBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
+    const HeadDims d = check_qkv_pack(dqkv, dq, dk, dv, NH);
+    cpu::qkv_unpack(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
+}
+
 void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     const float* b = bias.empty() ? nullptr : bias.f32();
@@ -183,10 +220,8 @@ void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor 
 }
 
 void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
-    const int Tq = int(rows(qkv)), C = int(cols(qkv) / 3);
-    ANVIL_CHECK(pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
-                pos0 + Tq, kcache.dim(0));
-    cpu::attention_cached(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), Tq, pos0, C, NH);
+    const CachedDims d = check_attention_cached(out, qkv, kcache, vcache, pos0, NH);
+    cpu::attention_cached(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), d.Tq, pos0, NH, d.KVH, d.HS);
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

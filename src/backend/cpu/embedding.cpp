@@ -1,4 +1,4 @@
-// Token + position embedding. The backward is deterministic: each thread owns a range of channels and
+// Token + position embedding (wpe null: tokens only). The backward is deterministic: each thread owns a range of channels and
 // walks every token in order, so no two threads ever add into the same element.
 #include <omp.h>
 
@@ -18,6 +18,10 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                 continue;
             }
             const float* e = wte + size_t(tok) * C;
+            if (!wpe) {  // no learned positions (rotary models)
+                for (int c = 0; c < C; c++) o[c] = e[c];
+                continue;
+            }
             const float* p = wpe + size_t(t) * C;
 #pragma omp simd
             for (int c = 0; c < C; c++) o[c] = e[c] + p[c];

@@ -37,8 +37,23 @@ void gelu_backward(float* din, const float* dout, const float* in, size_t n);  /
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                         int B, int T, int C, int NH, int threads);  // scratch: threads*T*T floats
-void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int C,
-                      int NH);
+// qkv (Tq, (NH + 2 KVH) HS); caches (maxT, KVH HS): query head h reads key/value head h / (NH / KVH)
+void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
+                      int KVH, int HS);
+
+// rmsnorm.cpp: out (N,C) = in * rstd * w; rstd (N)
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* w, int N, int C, float eps);
+void rmsnorm_backward(float* din, float* dw, const float* dout, const float* in, const float* w, const float* rstd,
+                      int N, int C);  // din accumulates; dw may be null
+
+// rope.cpp: x (B,T,H,HS) rotated in place; qkv packing of grouped-query heads (KH = KVH or NH)
+void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
+void qkv_pack(float* qkv, const float* q, const float* k, const float* v, int N, int NH, int KVH, int KH, int HS);
+void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS);
+
+// swiglu.cpp: out = silu(gate) * up
+void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
 
 // classifier.cpp: fused softmax + cross-entropy, logits (N,Vp), first V columns real
 void classifier(float* losses, float* logits, const int32_t* targets, float dloss, int N, int Vp, int V);

@@ -197,21 +197,26 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
 }
 
 template <typename T>
-__global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, int pos0, int C) {
+// qkv rows (QC + 2 KC): the new keys and values into the caches (maxT, KC)
+__global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, int pos0, int QC, int KC) {
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= size_t(Tq) * C) return;
-    const int i = int(idx / C), c = int(idx % C);
-    kc[size_t(pos0 + i) * C + c] = qkv[size_t(i) * 3 * C + C + c];
-    vc[size_t(pos0 + i) * C + c] = qkv[size_t(i) * 3 * C + 2 * C + c];
+    if (idx >= size_t(Tq) * KC) return;
+    const int i = int(idx / KC), c = int(idx % KC);
+    const size_t row = size_t(i) * (QC + 2 * KC);
+    kc[size_t(pos0 + i) * KC + c] = qkv[row + QC + c];
+    vc[size_t(pos0 + i) * KC + c] = qkv[row + QC + KC + c];
 }
 
-// One warp per (new query, head): online softmax over the cached keys 0..its position.
+// One warp per (new query, head): online softmax over the cached keys 0..its position. Query head h reads
+// key/value head h / group (grouped-query attention; group 1 for GPT-2). qkv rows (QC + 2 KC), out rows QC.
 template <typename T, int D>
-__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, int pos0, int C, int HS,
-                                   float scale) {
+__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, int pos0, int QC, int KC,
+                                   int HS, int group, float scale) {
     __shared__ float q[D];
     const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = pos0 + i;
-    for (int d = lane; d < D; d += 32) q[d] = d < HS ? to_f(qkv[size_t(i) * 3 * C + size_t(h) * HS + d]) : 0.0f;
+    const size_t kv_off = size_t(h / group) * HS;
+    for (int d = lane; d < D; d += 32)
+        q[d] = d < HS ? to_f(qkv[size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d]) : 0.0f;
     __syncwarp();
     float m = -INFINITY, l = 0.0f, o[D / 32];
 #pragma unroll
@@ -221,7 +226,7 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
         float s = -INFINITY;
         if (key <= last) {
             s = 0.0f;
-            for (int d = 0; d < HS; d++) s += q[d] * to_f(kc[size_t(key) * C + size_t(h) * HS + d]);
+            for (int d = 0; d < HS; d++) s += q[d] * to_f(kc[size_t(key) * KC + kv_off + d]);
             s *= scale;
         }
         const float m_new = fmaxf(m, warp_max(s));
@@ -234,7 +239,7 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
 #pragma unroll
             for (int j = 0; j < D / 32; j++) {
                 const int d = lane + 32 * j;
-                if (d < HS) o[j] += pk * to_f(vc[size_t(k0 + kk) * C + size_t(h) * HS + d]);
+                if (d < HS) o[j] += pk * to_f(vc[size_t(k0 + kk) * KC + kv_off + d]);
             }
         }
         m = m_new;
@@ -242,7 +247,7 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
 #pragma unroll
     for (int j = 0; j < D / 32; j++) {
         const int d = lane + 32 * j;
-        if (d < HS) out[size_t(i) * C + size_t(h) * HS + d] = from_f<T>(o[j] / l);
+        if (d < HS) out[size_t(i) * QC + size_t(h) * HS + d] = from_f<T>(o[j] / l);
     }
 }
 
@@ -308,15 +313,17 @@ void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout,
 }
 
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
-    const int C = int(qkv.shape[qkv.shape.ndim - 1] / 3), Tq = int(qkv.numel() / (3 * C)), HS = C / NH;
+    // shapes checked by the backend (check_attention_cached)
+    const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[kcache.shape.ndim - 1]);
+    const int QC = W - 2 * KC, Tq = int(qkv.numel() / W), HS = QC / NH, group = NH / (KC / HS);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
-        launch(kv_cache_write_kernel<T>, size_t(Tq) * C, 256, c.stream, kcache.ptr<T>(), vcache.ptr<T>(),
-               qkv.ptr<T>(), Tq, pos0, C);
+        launch(kv_cache_write_kernel<T>, size_t(Tq) * KC, 256, c.stream, kcache.ptr<T>(), vcache.ptr<T>(),
+               qkv.ptr<T>(), Tq, pos0, QC, KC);
         dispatch_head(HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
             attn_cached_kernel<T, D><<<dim3(Tq, NH), 32, 0, c.stream>>>(out.ptr<T>(), qkv.ptr<T>(), kcache.ptr<T>(),
-                                                                        vcache.ptr<T>(), pos0, C, HS,
+                                                                        vcache.ptr<T>(), pos0, QC, KC, HS, group,
                                                                         1.0f / std::sqrt(float(HS)));
             CUDA_LAUNCH_CHECK();
         });

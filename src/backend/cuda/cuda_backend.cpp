@@ -173,6 +173,42 @@ void CudaBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, T
     cuda::layernorm_bwd(ctx_, din, dw, db, dout, in, w, mean, rstd);
 }
 
+void CudaBackend::rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) {
+    check_rmsnorm(out, rstd, in, w);
+    cuda::rmsnorm_fwd(ctx_, out, rstd, in, w, eps);
+}
+
+void CudaBackend::rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
+    check_rmsnorm_bwd(din, dw, dout, in, rstd);
+    cuda::rmsnorm_bwd(ctx_, din, dw, dout, in, w, rstd);
+}
+
+void CudaBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) {
+    const RopeDims d = check_rope(x, inv_freq, H);
+    cuda::rope(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos0, inverse);
+}
+
+void CudaBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
+    expect_same_numel(out, gate, "swiglu");
+    expect_same_numel(gate, up, "swiglu");
+    cuda::swiglu_fwd(ctx_, out, gate, up);
+}
+
+void CudaBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
+    for (const Tensor* t : {&dgate, &dup, &dout, &up}) expect_same_numel(*t, gate, "swiglu backward");
+    cuda::swiglu_bwd(ctx_, dgate, dup, dout, gate, up);
+}
+
+void CudaBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
+    const HeadDims d = check_qkv_pack(qkv, q, k, v, NH);
+    cuda::qkv_pack(ctx_, qkv, q, k, v, d.N, d.NH, d.KVH, d.KH, d.HS);
+}
+
+void CudaBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
+    const HeadDims d = check_qkv_pack(dqkv, dq, dk, dv, NH);
+    cuda::qkv_unpack(ctx_, dq, dk, dv, dqkv, d.N, d.NH, d.KVH, d.KH, d.HS);
+}
+
 void CudaBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     cuda::matmul_fwd(ctx_, out, in, w, layout, bias, pre_gelu);
@@ -243,9 +279,7 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
 }
 
 void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
-    const int Tq = int(rows(qkv));
-    ANVIL_CHECK(pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
-                pos0 + Tq, kcache.dim(0));
+    check_attention_cached(out, qkv, kcache, vcache, pos0, NH);
     cuda::attention_cached(ctx_, out, qkv, kcache, vcache, pos0, NH);
 }
 

@@ -39,6 +39,13 @@ public:
     void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) override;
     void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,
                        Tensor rstd) override;
+    void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) override;
+    void rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) override;
+    void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) override;
+    void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override;
+    void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override;
+    void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) override;
+    void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) override;
     void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
     void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
                     Tensor in_pre_gelu) override;

@@ -139,6 +139,27 @@ __global__ void fill_uniform_kernel(T* p, size_t n, uint32_t seed) {
     }
 }
 
+// out = silu(gate) * up
+template <typename T>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, size_t n) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float g = to_f(gate[i]);
+        out[i] = from_f<T>(g / (1.0f + __expf(-g)) * to_f(up[i]));
+    }
+}
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate)
+template <typename T>
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float g = to_f(gate[i]), s = 1.0f / (1.0f + __expf(-g)), d = to_f(dout[i]);
+        dgate[i] = from_f<T>(d * to_f(up[i]) * s * (1.0f + g * (1.0f - s)));
+        dup[i] = from_f<T>(d * g * s);
+    }
+}
+
 unsigned grid_for(size_t n, const Ctx& c) {
     return unsigned(std::min<size_t>((n + 255) / 256, size_t(c.sm_count) * 16));
 }
@@ -189,6 +210,27 @@ void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in) {
     dispatch(din.dtype, [&](auto tag) {
         using T = decltype(tag);
         gelu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), n);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void swiglu_fwd(const Ctx& c, Tensor out, Tensor gate, Tensor up) {
+    const size_t n = size_t(out.numel());
+    if (n == 0) return;
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        swiglu_fwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void swiglu_bwd(const Ctx& c, Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
+    const size_t n = size_t(gate.numel());
+    if (n == 0) return;
+    dispatch(gate.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        swiglu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(dgate.ptr<T>(), dup.ptr<T>(), dout.ptr<T>(),
+                                                                    gate.ptr<T>(), up.ptr<T>(), n);
         CUDA_LAUNCH_CHECK();
     });
 }

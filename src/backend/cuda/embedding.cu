@@ -1,4 +1,4 @@
-// Token + position embedding. The backward is deterministic: the positions are stably sorted by token id
+// Token + position embedding (wpe null: tokens only). The backward is deterministic: the positions are stably sorted by token id
 // (CUB radix sort), and one block per distinct token sums its positions' gradients in position order.
 #include <cub/cub.cuh>
 
@@ -22,9 +22,14 @@ __global__ void embedding_fwd_kernel(T* out, const int32_t* tokens, const T* wte
 #pragma unroll
         for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(__int_as_float(0x7fc00000));
     } else {
-        const Pack<T> e = load16(wte + size_t(tok) * C + c), p = load16(wpe + size_t(t) * C + c);
+        const Pack<T> e = load16(wte + size_t(tok) * C + c);
+        if (wpe) {
+            const Pack<T> p = load16(wpe + size_t(t) * C + c);
 #pragma unroll
-        for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(to_f(e.v[k]) + to_f(p.v[k]));
+            for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(to_f(e.v[k]) + to_f(p.v[k]));
+        } else {  // no learned positions (rotary models)
+            o = e;
+        }
     }
     store16(out + size_t(n) * C + c, o);
 }
@@ -36,7 +41,8 @@ __global__ void embedding_fwd_scalar(T* out, const int32_t* tokens, const T* wte
     if (idx >= size_t(N) * C) return;
     const int n = int(idx / C), c = int(idx % C), tok = tokens[n];
     out[idx] = tok < 0 || tok >= V ? from_f<T>(__int_as_float(0x7fc00000))
-                                   : from_f<T>(to_f(wte[size_t(tok) * C + c]) + to_f(wpe[size_t(n % T_) * C + c]));
+                                   : from_f<T>(to_f(wte[size_t(tok) * C + c]) +
+                                               (wpe ? to_f(wpe[size_t(n % T_) * C + c]) : 0.0f));
 }
 
 // dwpe[t, c] += sum over b of dout[b, t, c], b in order

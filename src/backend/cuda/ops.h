@@ -34,6 +34,8 @@ void residual(const Ctx& c, Tensor out, Tensor a, Tensor b);
 void gelu_fwd(const Ctx& c, Tensor out, Tensor in);
 void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in);
 void scale(const Ctx& c, Tensor x, float s);
+void swiglu_fwd(const Ctx& c, Tensor out, Tensor gate, Tensor up);
+void swiglu_bwd(const Ctx& c, Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up);
 void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed);
 // out (C) += column sums of in (rows, C); deterministic (fixed partial order)
 void colsum_accumulate(const Ctx& c, Tensor out, Tensor in);
@@ -48,6 +50,15 @@ void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor t
 void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
 void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                    Tensor mean, Tensor rstd);
+
+// rmsnorm.cu
+void rmsnorm_fwd(const Ctx& c, Tensor out, Tensor rstd, Tensor in, Tensor w, float eps);
+void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd);
+
+// rope.cu: rotary embeddings on x (B, T, H*HS) in place; grouped-query head packing (KH = KVH or NH)
+void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
+void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS);
+void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH, int HS);
 
 // matmul.cu (cuBLASLt)
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu);

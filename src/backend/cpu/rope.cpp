@@ -1,0 +1,70 @@
+// Rotary position embeddings in Hugging Face's rotate_half layout, and the packing of grouped-query heads into
+// the (q, k, v) layout attention takes.
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+
+namespace anvil::cpu {
+
+// x (B, T, H, HS) in place: for i < HS/2, (x_i, x_{i+HS/2}) rotated by angle (pos0 + t) * inv_freq[i]; the
+// inverse rotation (the backward) turns the other way. The angle is formed in f32, as transformers does.
+void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse) {
+    const int half = HS / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float pos = float(pos0 + t);
+            for (int i = 0; i < half; i++) {
+                const float a = pos * inv_freq[i];
+                const float c = std::cos(a), s = inverse ? -std::sin(a) : std::sin(a);
+                for (int h = 0; h < H; h++) {
+                    float* v = x + ((size_t(b) * T + t) * H + h) * HS;
+                    const float x1 = v[i], x2 = v[i + half];
+                    v[i] = x1 * c - x2 * s;
+                    v[i + half] = x2 * c + x1 * s;
+                }
+            }
+        }
+}
+
+// qkv (N, (NH + 2 KH) HS) from q (N, NH HS), k and v (N, KVH HS); KH is KVH, or NH with every key/value head
+// repeated NH / KVH times (transformers' repeat_kv).
+void qkv_pack(float* qkv, const float* q, const float* k, const float* v, int N, int NH, int KVH, int KH, int HS) {
+    const int group = KH / KVH, W = (NH + 2 * KH) * HS;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* o = qkv + size_t(n) * W;
+        const float* qr = q + size_t(n) * NH * HS;
+        for (int i = 0; i < NH * HS; i++) o[i] = qr[i];
+        for (int h = 0; h < KH; h++) {
+            const float* kr = k + (size_t(n) * KVH + h / group) * HS;
+            const float* vr = v + (size_t(n) * KVH + h / group) * HS;
+            float* ko = o + size_t(NH + h) * HS;
+            float* vo = o + size_t(NH + KH + h) * HS;
+            for (int d = 0; d < HS; d++) ko[d] = kr[d], vo[d] = vr[d];
+        }
+    }
+}
+
+// The backward: dq, dk, dv overwritten; a repeated head's gradients sum into its key/value head.
+void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS) {
+    const int group = KH / KVH, W = (NH + 2 * KH) * HS;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = dqkv + size_t(n) * W;
+        float* qr = dq + size_t(n) * NH * HS;
+        for (int i = 0; i < NH * HS; i++) qr[i] = g[i];
+        for (int h = 0; h < KVH; h++) {
+            float* kr = dk + (size_t(n) * KVH + h) * HS;
+            float* vr = dv + (size_t(n) * KVH + h) * HS;
+            for (int d = 0; d < HS; d++) kr[d] = vr[d] = 0.0f;
+            for (int r = 0; r < group; r++) {
+                const float* kg = g + size_t(NH + h * group + r) * HS;
+                const float* vg = g + size_t(NH + KH + h * group + r) * HS;
+                for (int d = 0; d < HS; d++) kr[d] += kg[d], vr[d] += vg[d];
+            }
+        }
+    }
+}
+
+}  // namespace anvil::cpu

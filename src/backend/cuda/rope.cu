@@ -1,0 +1,88 @@
+// Rotary position embeddings (Hugging Face's rotate_half layout) in place, and the packing of grouped-query
+// heads into attention's (q, k, v) layout. Memory-bound: one thread per element pair or per element.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+namespace anvil::cuda {
+
+namespace {
+
+// x (B*T, H, HS): thread per (row, head, i < HS/2); angle (pos0 + t) * inv_freq[i] in f32
+template <typename T>
+__global__ void rope_kernel(T* x, const float* inv_freq, int rows, int T_, int H, int HS, int pos0, float sign) {
+    const int half = HS / 2;
+    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= size_t(rows) * H * half) return;
+    const int i = int(idx % half);
+    const size_t rh = idx / half;  // row * H + head
+    const int t = int((rh / H) % T_);
+    const float a = float(pos0 + t) * inv_freq[i];
+    float s, c;
+    sincosf(a, &s, &c);
+    s *= sign;
+    T* v = x + rh * HS;
+    const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
+    v[i] = from_f<T>(x1 * c - x2 * s);
+    v[i + half] = from_f<T>(x2 * c + x1 * s);
+}
+
+// qkv (N, (NH + 2 KH) HS) from q, k, v; thread per output element
+template <typename T>
+__global__ void qkv_pack_kernel(T* qkv, const T* q, const T* k, const T* v, int N, int NH, int KVH, int KH, int HS) {
+    const int W = (NH + 2 * KH) * HS;
+    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= size_t(N) * W) return;
+    const int n = int(idx / W), c = int(idx % W), head = c / HS, d = c % HS, group = KH / KVH;
+    T val;
+    if (head < NH) val = q[(size_t(n) * NH + head) * HS + d];
+    else if (head < NH + KH) val = k[(size_t(n) * KVH + (head - NH) / group) * HS + d];
+    else val = v[(size_t(n) * KVH + (head - NH - KH) / group) * HS + d];
+    qkv[idx] = val;
+}
+
+// dq, dk, dv overwritten from dqkv; a key/value head sums its repeats in order; thread per input element
+template <typename T>
+__global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int NH, int KVH, int KH, int HS) {
+    const int W = (NH + 2 * KH) * HS, group = KH / KVH, U = (NH + 2 * KVH) * HS;
+    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= size_t(N) * U) return;
+    const int n = int(idx / U), c = int(idx % U), head = c / HS, d = c % HS;
+    const T* g = dqkv + size_t(n) * W;
+    if (head < NH) {
+        dq[(size_t(n) * NH + head) * HS + d] = g[size_t(head) * HS + d];
+        return;
+    }
+    const bool is_k = head < NH + KVH;
+    const int kh = is_k ? head - NH : head - NH - KVH, base = is_k ? NH : NH + KH;
+    float acc = 0.0f;
+    for (int r = 0; r < group; r++) acc += to_f(g[size_t(base + kh * group + r) * HS + d]);
+    (is_k ? dk : dv)[(size_t(n) * KVH + kh) * HS + d] = from_f<T>(acc);
+}
+
+}  // namespace
+
+void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, int pos0, bool inverse) {
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        launch(rope_kernel<T>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.ptr<T>(), inv_freq.ptr<float>(),
+               B * T_, T_, H, HS, pos0, inverse ? -1.0f : 1.0f);
+    });
+}
+
+void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS) {
+    dispatch(qkv.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        launch(qkv_pack_kernel<T>, size_t(N) * (NH + 2 * KH) * HS, 256, c.stream, qkv.ptr<T>(), q.ptr<T>(),
+               k.ptr<T>(), v.ptr<T>(), N, NH, KVH, KH, HS);
+    });
+}
+
+void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH, int HS) {
+    dispatch(dqkv.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        launch(qkv_unpack_kernel<T>, size_t(N) * (NH + 2 * KVH) * HS, 256, c.stream, dq.ptr<T>(), dk.ptr<T>(),
+               dv.ptr<T>(), dqkv.ptr<T>(), N, NH, KVH, KH, HS);
+    });
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,108 @@
+// The decoder-only skeleton every family shares: token embedding, a stack of pre-norm residual blocks, a final
+// norm, an output layer and the fused loss; and the backward through them, calling the per-layer hooks. A
+// family (gpt2.cpp, llama.cpp) builds the parts: what its blocks are, its norm, whether the head is tied.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+
+namespace anvil {
+
+// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer; the backward takes d(out) in
+// dres and leaves d(in) there (dln is scratch).
+class Block {
+public:
+    virtual ~Block() = default;
+    virtual void plan(ActPlan& plan) const = 0;
+    virtual void forward(const Pass& p, Tensor in) const = 0;
+    virtual Tensor out(const Pass& p) const = 0;
+    virtual void backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const = 0;
+    virtual std::vector<Linear*> linears() = 0;
+};
+
+// The pre-norm residual block both families use: x + mixer(norm1(x)), then + ffn(norm2(.)). A family gives its
+// parts (GPT-2: LayerNorm, fused-qkv attention, GELU MLP; Llama: RMSNorm, rotary GQA attention, SwiGLU); they
+// are built in that order, which is the order their parameters are registered (Hugging Face's order).
+template <class Mixer, class Ffn>
+class PreNormBlock final : public Block {
+public:
+    template <class N1, class M, class N2, class F>
+    PreNormBlock(const std::string& prefix, int dim, DType dtype, N1 make_norm1, M make_mixer, N2 make_norm2,
+                 F make_ffn)
+        : norm1(make_norm1()),
+          mixer(make_mixer()),
+          norm2(make_norm2()),
+          ffn(make_ffn()),
+          dim_(dim),
+          dtype_(dtype),
+          res2_(prefix + ".res2"),
+          res3_(prefix + ".res3") {}
+
+    void plan(ActPlan& plan) const override {
+        norm1.plan(plan);
+        mixer.plan(plan);
+        norm2.plan(plan);
+        ffn.plan(plan);
+        plan.add(res2_, {dim_}, dtype_, Keep::Saved, "block.res2");
+        plan.add(res3_, {dim_}, dtype_, Keep::Saved, "block.res3");
+        plan.add("block.proj", {dim_}, dtype_, Keep::Scratch);
+    }
+    void forward(const Pass& p, Tensor in) const override {
+        const Tensor proj = p.act("block.proj"), res2 = p.act(res2_);
+        norm1.forward(p, in);
+        mixer.forward(p, proj, norm1.out(p));
+        p.be.residual_fwd(res2, in, proj);
+        norm2.forward(p, res2);
+        ffn.forward(p, proj, norm2.out(p));
+        p.be.residual_fwd(out(p), res2, proj);
+    }
+    Tensor out(const Pass& p) const override { return p.act(res3_); }
+    void backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const override {
+        const Tensor res2 = p.act(res2_);
+        // the MLP half: dres holds d(out) = d(res2) through the residual
+        if (p.acts.recompute()) norm2.forward(p, res2);
+        ffn.backward(p, dln, dres, norm2.out(p));
+        norm2.backward(p, dres, dln, res2);
+        // the attention half: dres holds d(res2) = d(in) through the residual
+        if (p.acts.recompute()) norm1.forward(p, in);
+        mixer.backward(p, dln, dres, norm1.out(p));
+        norm1.backward(p, dres, dln, in);
+    }
+    std::vector<Linear*> linears() override {
+        std::vector<Linear*> out = mixer.linears();
+        for (Linear* l : ffn.linears()) out.push_back(l);
+        return out;
+    }
+
+    Norm norm1;
+    Mixer mixer;
+    Norm norm2;
+    Ffn ffn;
+
+private:
+    int64_t dim_;
+    DType dtype_;
+    std::string res2_, res3_;
+};
+
+class DecoderModel : public Model {
+public:
+    using Model::backward;
+    using Model::forward;
+    void forward(Activations& acts, const ForwardPass& f) override;
+    void backward(Activations& acts, BackwardHooks* hooks) override;
+    std::vector<Linear*> linears() override;
+
+protected:
+    DecoderModel(Backend& be, const ModelConfig& c, const ModelOptions& o) : Model(be, c, o) {}
+    void plan(ActPlan& plan) const override;
+
+    Embedding emb_;
+    std::vector<std::unique_ptr<Block>> blocks_;
+    Norm norm_;
+    Linear lm_head_;
+};
+
+}  // namespace anvil
