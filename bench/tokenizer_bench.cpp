@@ -1,6 +1,7 @@
-// Tokenizer throughput: MB/s of text encoded by one thread with GPT-2's BPE, the figure tiktoken publishes
-// (6.4 MB/s on one thread for the GPT-2 tokenizer, read off its README's chart).
-//   anvil_tokenizer_bench VOCAB_DIR [FILES...]
+// Tokenizer throughput: MB/s of text encoded by one thread, the figure tiktoken publishes (6.4 MB/s on one
+// thread for the GPT-2 tokenizer, read off its README's chart). Any tokenizer anvil reads: GPT-2's files, or a
+// tokenizer.json (Llama 3's Split pattern, Llama 2's SentencePiece-style BPE).
+//   anvil_tokenizer_bench TOKENIZER [FILES...]
 // Without files it reads English prose every Debian system has (/usr/share/common-licenses and the
 // copyright files under /usr/share/doc). The first pass warms the piece cache as a long run would; the
 // figure is the median of 5 timed passes.
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        const BpeTokenizer tok = BpeTokenizer::load(argv[1]);
+        const std::unique_ptr<Tokenizer> tp = make_tokenizer(argv[1]);
+        const Tokenizer& tok = *tp;
         std::string corpus;
         if (argc > 2) {
             for (int i = 2; i < argc; i++) corpus += read_file(argv[i]);
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
         const double s = secs[2];
         std::printf("corpus %.2f MB, %zu tokens (%.2f bytes/token)\n", mb, tokens,
                     double(corpus.size()) / double(tokens));
-        std::printf("anvil GPT-2 BPE, 1 thread: %.1f MB/s (median of 5), %.2f M tokens/s\n", mb / s,
+        std::printf("anvil %s, 1 thread: %.1f MB/s (median of 5), %.2f M tokens/s\n", argv[1], mb / s,
                     double(tokens) / s / 1e6);
         std::printf("tiktoken's published figure, 1 thread: 6.4 MB/s -> ratio %.2fx\n", mb / s / 6.4);
         return 0;

@@ -126,7 +126,7 @@ Command add_generate(CLI::App& app) {
         const std::string text = o->instruction.empty()
                                      ? o->prompt
                                      : render_prompt(Example{o->instruction, o->input, ""}, l.prompt);
-        const std::vector<int32_t> prompt = l.tok->encode(text);
+        const std::vector<int32_t> prompt = l.tok->encode_prompt(text);
         SampleOptions s = o->s;
         s.stop_token = o->no_stop ? -1 : l.tok->eot_id();
         s.vocab_real = l.tok->vocab_size();

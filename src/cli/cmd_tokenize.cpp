@@ -14,23 +14,40 @@ Command add_tokenize(CLI::App& app) {
     struct Opts {
         std::string tokenizer, special = "on";
         std::vector<std::string> in;
+        bool decode = false;
     };
     auto o = std::make_shared<Opts>();
-    sub->add_option("--tokenizer", o->tokenizer, "byte, or GPT-2 BPE files (directory or tokenizer.json)")
+    sub->add_option("--tokenizer", o->tokenizer,
+                    "byte, GPT-2 BPE files, or a Hugging Face tokenizer.json (file or directory)")
         ->required();
     sub->add_option("--in", o->in,
                     "input files, one line of ids each (any bytes; invalid UTF-8 reads as U+FFFD)")
         ->required();
-    sub->add_option("--special", o->special, "on: <|endoftext|> in the text is the special token")
+    sub->add_flag("--decode", o->decode, "the other way: each input file holds ids, the text is written out");
+    sub->add_option("--special", o->special, "on: special-token text (<|endoftext|>, <|eot_id|>, </s>) is the token")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
     auto run = [o]() -> int {
         const auto tok = make_tokenizer(o->tokenizer);
-        const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
         for (const std::string& path : o->in) {
             const std::string text = read_file(path);
-            const std::vector<int32_t> ids =
-                bpe && o->special == "on" ? bpe->encode_with_specials(text) : tok->encode(text);
+            if (o->decode) {
+                std::vector<int32_t> ids;
+                size_t pos = 0;
+                while (pos < text.size()) {
+                    char* end = nullptr;
+                    const long v = std::strtol(text.c_str() + pos, &end, 10);
+                    if (end == text.c_str() + pos) break;
+                    ANVIL_CHECK(v >= 0 && v < tok->vocab_size(), "{}: id {} is outside the vocabulary (0..{})", path,
+                                v, tok->vocab_size() - 1);
+                    ids.push_back(int32_t(v));
+                    pos = size_t(end - text.c_str());
+                }
+                const std::string out = tok->decode(ids);
+                std::fwrite(out.data(), 1, out.size(), stdout);
+                continue;
+            }
+            const std::vector<int32_t> ids = o->special == "on" ? tok->encode_with_specials(text) : tok->encode(text);
             std::string out;
             out.reserve(ids.size() * 6);
             for (size_t i = 0; i < ids.size(); i++) {

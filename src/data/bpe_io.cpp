@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/bpe.h"
+#include "data/sp_bpe.h"
 #include "data/utf8.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -101,48 +102,70 @@ BpeTokenizer from_vocab_and_merges(const std::string& vocab_path, const std::str
     return BpeTokenizer(std::move(p.tokens), p.merges, std::move(p.specials), vocab_path);
 }
 
-BpeTokenizer from_tokenizer_json(const std::string& path) {
-    const nlohmann::json j = read_json_file(path);
-    ANVIL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
-                "{}: no \"model\" section; is this a "
-                "Hugging Face tokenizer.json?",
-                path);
+std::string type_of(const nlohmann::json& j) {
+    return j.is_object() ? j.value("type", std::string("?")) : std::string("null");
+}
+
+// The merges list: "a b" strings or ["a", "b"] pairs.
+std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::json& m, const std::string& path) {
+    ANVIL_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model has no merges list", path);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& e : m["merges"]) {
+        const std::string where = path + ": merge " + std::to_string(out.size() + 1);
+        if (e.is_string()) {
+            const std::string s = e.get<std::string>();
+            const size_t sp = s.find(' ', 1);
+            ANVIL_CHECK(sp != std::string::npos, "{}: \"{}\" is not two tokens", where, s);
+            out.push_back({s.substr(0, sp), s.substr(sp + 1)});
+        } else {
+            ANVIL_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
+                        "{}: a merge is \"a b\" or [\"a\", \"b\"]", where);
+            out.push_back({e[0].get<std::string>(), e[1].get<std::string>()});
+        }
+    }
+    return out;
+}
+
+// Byte-level BPE: GPT-2's ByteLevel pre-tokenizer, or a Split pattern followed by ByteLevel(use_regex false).
+BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& path) {
     const auto& m = j["model"];
-    ANVIL_CHECK(m.value("type", std::string()) == "BPE",
-                "{}: model type {} is not supported; anvil reads byte-level "
-                "BPE",
-                path, m.value("type", std::string("(none)")));
-    ANVIL_CHECK(
-        !m.value("byte_fallback", false) && m.value("continuing_subword_prefix", std::string()).empty() &&
-            m.value("end_of_word_suffix", std::string()).empty(),
-        "{}: BPE options (byte_fallback, subword prefixes) that GPT-2's byte-level BPE does not use", path);
+    const auto empty_or_null = [&](const char* k) {
+        return !m.contains(k) || m[k].is_null() || (m[k].is_string() && m[k].get<std::string>().empty());
+    };
+    ANVIL_CHECK(empty_or_null("continuing_subword_prefix") && empty_or_null("end_of_word_suffix"),
+                "{}: BPE subword prefixes and suffixes (WordPiece-style) are not supported", path);
+    ANVIL_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(),
+                "{}: normalizer {} is not supported with a byte-level BPE; anvil reads tokenizers without one (GPT-2, "
+                "Llama 3, Qwen)", path, type_of(j["normalizer"]));
+    std::shared_ptr<const RegexSplit> split;
     if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
         const auto& pt = j["pre_tokenizer"];
-        ANVIL_CHECK(pt.value("type", std::string()) == "ByteLevel",
-                    "{}: pre_tokenizer {} is not supported; anvil "
-                    "reads GPT-2 style ByteLevel tokenizers",
-                    path, pt.value("type", std::string("?")));
-        ANVIL_CHECK(!pt.value("add_prefix_space", false), "{}: add_prefix_space is not supported", path);
+        const std::string type = type_of(pt);
+        if (type == "ByteLevel") {
+            ANVIL_CHECK(!pt.value("add_prefix_space", false), "{}: ByteLevel add_prefix_space is not supported", path);
+            ANVIL_CHECK(pt.value("use_regex", true), "{}: a ByteLevel pre-tokenizer without its regex is not supported",
+                        path);
+        } else {
+            const bool seq = type == "Sequence" && pt.contains("pretokenizers") && pt["pretokenizers"].size() == 2;
+            const nlohmann::json& sp = seq ? pt["pretokenizers"][0] : pt;
+            const nlohmann::json& bl = seq ? pt["pretokenizers"][1] : nlohmann::json();
+            ANVIL_CHECK(seq && type_of(sp) == "Split" && type_of(bl) == "ByteLevel",
+                        "{}: pre_tokenizer {} is not supported; anvil reads ByteLevel, or a Sequence of a Split pattern "
+                        "and ByteLevel (Llama 3 style)", path, type == "Sequence" ? pt.dump().substr(0, 120) : type);
+            ANVIL_CHECK(sp.value("behavior", std::string()) == "Isolated" && !sp.value("invert", false) &&
+                            sp.contains("pattern") && sp["pattern"].contains("Regex"),
+                        "{}: a Split pre-tokenizer must have a Regex pattern, behavior Isolated and invert false", path);
+            ANVIL_CHECK(!bl.value("use_regex", true) && !bl.value("add_prefix_space", false),
+                        "{}: after a Split, ByteLevel must have use_regex false and add_prefix_space false", path);
+            split = std::make_shared<RegexSplit>(sp["pattern"]["Regex"].get<std::string>(), path);
+        }
     }
     Parts p;
     std::unordered_map<std::string, int32_t> by_string;
     read_vocab(m["vocab"], path, p, by_string);
-    ANVIL_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model has no merges list", path);
     size_t r = 0;
-    for (const auto& e : m["merges"]) {
-        r++;
-        const std::string where = path + ": merge " + std::to_string(r);
-        if (e.is_string()) {
-            const std::string s = e.get<std::string>();
-            const size_t sp = s.find(' ');
-            ANVIL_CHECK(sp != std::string::npos, "{}: \"{}\" is not two tokens", where, s);
-            add_merge(s.substr(0, sp), s.substr(sp + 1), where, by_string, p);
-        } else {
-            ANVIL_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
-                        "{}: a merge is \"a b\" or [\"a\", \"b\"]", where);
-            add_merge(e[0].get<std::string>(), e[1].get<std::string>(), where, by_string, p);
-        }
-    }
+    for (const auto& [a, b] : merge_strings(m, path))
+        add_merge(a, b, path + ": merge " + std::to_string(++r), by_string, p);
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
         for (const auto& t : j["added_tokens"]) {
             if (!t.is_object() || !t.contains("content") || !t.contains("id")) continue;
@@ -158,9 +181,143 @@ BpeTokenizer from_tokenizer_json(const std::string& path) {
         const auto eot = by_string.find(std::string(kEndOfText));
         if (eot != by_string.end()) p.specials.push_back({std::string(kEndOfText), eot->second});
     }
-    return BpeTokenizer(std::move(p.tokens), p.merges, std::move(p.specials), path);
+    BpeTokenizer t(std::move(p.tokens), p.merges, std::move(p.specials), path);
+    t.set_split(split);
+    t.set_ignore_merges(m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>());
+    return t;
 }
 
+// SentencePiece-style BPE: the Prepend + Replace normalizer (or Metaspace), byte fallback.
+SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std::string& path) {
+    const auto& m = j["model"];
+    SpBpeTokenizer::Spec s;
+    s.source = path;
+    s.byte_fallback = m.value("byte_fallback", false);
+    s.prepend.clear();
+    const auto one = [&](const nlohmann::json& n) {
+        const std::string type = type_of(n);
+        if (type == "Prepend") {
+            s.prepend = n.value("prepend", std::string());
+        } else if (type == "Replace") {
+            ANVIL_CHECK(n["pattern"].value("String", std::string()) == " " && n.value("content", std::string()) == "\u2581",
+                        "{}: a Replace normalizer other than \" \" -> \"\u2581\" is not supported", path);
+        } else {
+            fail("{}: normalizer {} is not supported; anvil reads SentencePiece-style BPE with the Prepend and Replace "
+                 "normalizers or the Metaspace pre-tokenizer", path, type);
+        }
+    };
+    if (j.contains("normalizer") && j["normalizer"].is_object()) {
+        if (type_of(j["normalizer"]) == "Sequence")
+            for (const auto& n : j["normalizer"]["normalizers"]) one(n);
+        else
+            one(j["normalizer"]);
+    }
+    if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
+        const auto& pt = j["pre_tokenizer"];
+        ANVIL_CHECK(type_of(pt) == "Metaspace", "{}: pre_tokenizer {} is not supported with SentencePiece-style BPE; "
+                    "anvil reads Metaspace or none", path, type_of(pt));
+        ANVIL_CHECK(pt.value("replacement", std::string("\u2581")) == "\u2581", "{}: Metaspace replacement must be \u2581",
+                    path);
+        const std::string scheme = pt.value("prepend_scheme", pt.value("add_prefix_space", true) ? "always" : "never");
+        s.prepend = scheme == "never" ? "" : "\u2581";
+        s.prepend_every_stretch = scheme == "always";
+    }
+    const auto& vocab = m["vocab"];
+    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object", path);
+    s.pieces.assign(vocab.size(), std::string());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        const int64_t id = it.value().get<int64_t>();
+        ANVIL_CHECK(id >= 0 && id < int64_t(vocab.size()) && s.pieces[size_t(id)].empty(),
+                    "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path, vocab.size() - 1,
+                    it.key(), id);
+        s.pieces[size_t(id)] = it.key();
+    }
+    s.merges = merge_strings(m, path);
+    if (j.contains("added_tokens") && j["added_tokens"].is_array())
+        for (const auto& t : j["added_tokens"]) {
+            const std::string text = t.value("content", std::string());
+            const int64_t id = t.value("id", int64_t(-1));
+            ANVIL_CHECK(id >= 0 && !text.empty(), "{}: an added token needs a content and an id", path);
+            if (size_t(id) >= s.pieces.size()) s.pieces.resize(size_t(id) + 1);
+            s.pieces[size_t(id)] = text;
+            s.added.push_back({text, int32_t(id)});
+            s.added_special.push_back(t.value("special", false));
+        }
+    if (m.contains("unk_token") && m["unk_token"].is_string())
+        if (const auto it = vocab.find(m["unk_token"].get<std::string>()); it != vocab.end()) s.unk = it->get<int32_t>();
+    return s;
+}
+
+// tokenizer_config.json's token: "text" or {"content": "text", ...}.
+std::string config_token(const nlohmann::json& c, const char* key) {
+    if (!c.contains(key)) return {};
+    if (c[key].is_string()) return c[key].get<std::string>();
+    if (c[key].is_object()) return c[key].value("content", std::string());
+    return {};
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string path = fs::is_directory(spec, ec) ? (fs::path(spec) / "tokenizer.json").string() : spec;
+    const std::string cfg_path = (fs::path(path).parent_path() / "tokenizer_config.json").string();
+    const std::string text = read_file(path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON ({})", path, e.what());
+    }
+    ANVIL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
+                "{}: no \"model\" section; is this a Hugging Face tokenizer.json?", path);
+    const auto& m = j["model"];
+    ANVIL_CHECK(m.value("type", std::string("BPE")) == "BPE",
+                "{}: model type {} is not supported; anvil reads BPE tokenizers (byte-level, as GPT-2 and Llama 3; or "
+                "SentencePiece-style with byte fallback, as Llama 2)", path, m.value("type", std::string("?")));
+    nlohmann::json cfg = nlohmann::json::object();
+    std::vector<std::pair<std::string, std::string>> files = {{"tokenizer.json", text}};
+    if (fs::is_regular_file(cfg_path, ec)) {
+        cfg = read_json_file(cfg_path);
+        files.push_back({"tokenizer_config.json", read_file(cfg_path)});
+    }
+    const bool sentencepiece = m.value("byte_fallback", false) || type_of(j.value("normalizer", nlohmann::json())) != "null" ||
+                               type_of(j.value("pre_tokenizer", nlohmann::json())) == "Metaspace";
+    // BOS: tokenizer_config.json's add_bos_token, else a TemplateProcessing that starts with a special token
+    const std::string bos_text = config_token(cfg, "bos_token"), eos_text = config_token(cfg, "eos_token");
+    bool add_bos = false;
+    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
+        add_bos = cfg["add_bos_token"].get<bool>();
+    } else if (j.contains("post_processor") && type_of(j["post_processor"]) == "TemplateProcessing") {
+        const auto& single = j["post_processor"]["single"];
+        add_bos = single.is_array() && !single.empty() && single[0].contains("SpecialToken");
+    }
+    std::unique_ptr<Tokenizer> tok;
+    if (sentencepiece) {
+        SpBpeTokenizer::Spec s = sentencepiece_from_json(j, path);
+        auto sp = std::make_unique<SpBpeTokenizer>(std::move(s));
+        sp->set_hf_files(files);
+        tok = std::move(sp);
+    } else {
+        auto bl = std::make_unique<BpeTokenizer>(byte_level_from_json(j, path));
+        bl->set_hf_files(files);
+        tok = std::move(bl);
+    }
+    const int bos = bos_text.empty() ? -1 : tok->special_id(bos_text), eos = eos_text.empty() ? -1 : tok->special_id(eos_text);
+    ANVIL_CHECK(bos_text.empty() || bos >= 0, "{}: bos_token \"{}\" is not a token of {}", cfg_path, bos_text, path);
+    ANVIL_CHECK(eos_text.empty() || eos >= 0, "{}: eos_token \"{}\" is not a token of {}", cfg_path, eos_text, path);
+    if (auto* sp = dynamic_cast<SpBpeTokenizer*>(tok.get())) {
+        sp->set_bos_eos(add_bos ? bos : -1, eos);
+    } else {
+        static_cast<BpeTokenizer*>(tok.get())->set_bos_eos(add_bos ? bos : -1, eos);
+    }
+    ANVIL_CHECK(tok->eot_id() >= 0, "{}: no end-of-text token: give eos_token in {} (or the tokenizer has none of "
+                "<|endoftext|>)", path, cfg_path);
+    return tok;
+}
+
+namespace {
 }  // namespace
 
 std::string bytes_to_vocab_string(std::string_view bytes) {
@@ -190,7 +347,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
             "--tokenizer {}: give a directory with encoder.json + vocab.bpe or vocab.json + merges.txt, or "
             "a tokenizer.json file",
             path);
-        return from_tokenizer_json(path);
+        return byte_level_from_json(read_json_file(path), path);
     }
     ANVIL_CHECK(fs::is_directory(path, ec),
                 "--tokenizer {}: no such file or directory; GPT-2's vocabulary comes with "
@@ -198,7 +355,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
                 path);
     const auto has = [&](const char* f) { return fs::is_regular_file(fs::path(path) / f, ec); };
     const auto at = [&](const char* f) { return (fs::path(path) / f).string(); };
-    if (has("tokenizer.json")) return from_tokenizer_json(at("tokenizer.json"));
+    if (has("tokenizer.json")) return byte_level_from_json(read_json_file(at("tokenizer.json")), at("tokenizer.json"));
     if (has("vocab.json") && has("merges.txt"))
         return from_vocab_and_merges(at("vocab.json"), at("merges.txt"));
     if (has("encoder.json") && has("vocab.bpe"))
@@ -209,6 +366,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
 }
 
 void BpeTokenizer::save(const std::string& dir) const {
+    if (!hf_files_.empty()) {  // read from a tokenizer.json: the files themselves, as they were
+        for (const auto& [name, contents] : hf_files_) write_file_atomic(dir + "/" + name, contents);
+        return;
+    }
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     std::vector<bool> special(tokens_.size(), false);
     for (const auto& [text, id] : specials_) special[size_t(id)] = true;

@@ -102,6 +102,7 @@ Record parse_record(const std::string& line, const std::string& where, const std
 void append_record(TokenStream& s, const Record& r, const Tokenizer& tok, PromptTemplate tmpl) {
     const size_t first = s.size();
     uint8_t out_flag = kInLoss;
+    if (tok.bos_id() >= 0) s.append_one(tok.bos_id(), 0);  // never a target: nothing predicts it
     if (r.instruction) {
         s.append(tok.encode(render_prompt(r.ex, tmpl)), 0);
         out_flag = kInLoss | kNeedsPrompt;

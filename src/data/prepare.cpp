@@ -195,7 +195,7 @@ int run_prepare(const PrepareOptions& o) {
             Item& it = batch[i];
             const RawRecord& r = it.rec;
             if (r.instruction) {
-                std::vector<int32_t> p = tok->encode(render_prompt(r.ex, tmpl)),
+                std::vector<int32_t> p = tok->encode_prompt(render_prompt(r.ex, tmpl)),
                                      out = tok->encode(r.ex.output);
                 it.ids = p;
                 it.flags.assign(p.size(), 0);
@@ -210,8 +210,11 @@ int run_prepare(const PrepareOptions& o) {
                 }
             } else {
                 it.ids = bpe ? bpe->encode(r.text) : tok->encode(r.text);
+                const bool bos = tok->bos_id() >= 0 && it.starts_record;
+                if (bos) it.ids.insert(it.ids.begin(), tok->bos_id());
                 if (!it.open_text) it.ids.push_back(eot);
                 it.flags.assign(it.ids.size(), kInLoss);
+                if (bos) it.flags[0] = 0;  // never a target
                 if (ngram > 0) it.ngrams = ngram_hashes(it.ids, ngram);
             }
         }

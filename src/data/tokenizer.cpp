@@ -28,6 +28,10 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     if (spec == "byte") return std::make_unique<ByteTokenizer>();
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if ((fs::is_regular_file(spec, ec) && spec.ends_with(".json")) || fs::is_regular_file(spec + "/tokenizer.json", ec))
+        return load_tokenizer_json(spec);
     return std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
 }
 
@@ -38,8 +42,7 @@ std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const std::string& dir, cons
     std::error_code ec;
     const bool has_files = fs::exists(dir + "/tokenizer.json", ec) || fs::exists(dir + "/vocab.json", ec) ||
                            fs::exists(dir + "/encoder.json", ec);
-    if (kind == "bpe" || (kind.empty() && has_files))
-        return std::make_unique<BpeTokenizer>(BpeTokenizer::load(dir));
+    if (kind == "bpe" || (kind.empty() && has_files)) return make_tokenizer(dir);
     fail(
         "{}: the checkpoint does not say which tokenizer it was trained with (no \"anvil_tokenizer\" in "
         "config.json and no tokenizer files); pass --tokenizer",

@@ -18,10 +18,24 @@ public:
     virtual ~Tokenizer() = default;
     // Ordinary text: special-token strings inside it are encoded as text, never as the special id.
     virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+    // As encode, but special-token strings in the text (<|endoftext|>, <|eot_id|>, </s>) become their ids, as
+    // transformers does: for templates that spell their markers.
+    virtual std::vector<int32_t> encode_with_specials(std::string_view text) const { return encode(text); }
     virtual std::string decode(const int32_t* ids, size_t n) const = 0;
     std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
     virtual int vocab_size() const = 0;
-    virtual int eot_id() const = 0;
+    virtual int eot_id() const = 0;  // ends every document and record (GPT-2's <|endoftext|>, Llama's EOS)
+    // The beginning-of-sequence token put before every document and record when the tokenizer's config asks
+    // for one (Llama: add_bos_token), or -1.
+    virtual int bos_id() const { return -1; }
+    // A prompt as a model sees it: BOS (when the tokenizer adds one), then the text.
+    std::vector<int32_t> encode_prompt(std::string_view text) const {
+        std::vector<int32_t> ids = encode(text);
+        if (bos_id() >= 0) ids.insert(ids.begin(), bos_id());
+        return ids;
+    }
+    // The id of a special token's text, or -1.
+    virtual int special_id(std::string_view /*text*/) const { return -1; }
     // How a checkpoint's config.json names this tokenizer (anvil_tokenizer key).
     virtual std::string kind() const = 0;
     // Writes whatever files the tokenizer needs into a checkpoint directory.
@@ -39,8 +53,9 @@ public:
     void save(const std::string&) const override {}
 };
 
-// "byte", or a path to GPT-2 BPE vocabulary files (a directory with encoder.json + vocab.bpe or
-// vocab.json + merges.txt or tokenizer.json, or a tokenizer.json file).
+// "byte", or a path to BPE vocabulary files: a directory with encoder.json + vocab.bpe or vocab.json +
+// merges.txt (GPT-2), or a Hugging Face tokenizer.json file or its directory (with tokenizer_config.json):
+// byte-level BPE (GPT-2, Llama 3, Qwen) or SentencePiece-style BPE with byte fallback (Llama 2, Mistral).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 // The tokenizer a checkpoint directory was trained with (its config.json anvil_tokenizer key, else
 // tokenizer files found in the directory).

@@ -52,7 +52,7 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
         max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
     for (int i = 0; i < n; i++) {
         const Example& ex = examples[size_t(i)];
-        const std::vector<int32_t> prompt = tok.encode(render_prompt(ex, tmpl));
+        const std::vector<int32_t> prompt = tok.encode_prompt(render_prompt(ex, tmpl));
         const int expected = int(tok.encode(ex.output).size());
         opt.max_new_tokens = expected + 16;
         std::vector<int32_t> out = gen.generate(prompt, opt);

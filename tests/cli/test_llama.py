@@ -170,6 +170,29 @@ def main():
             drop_tensor.victim = victim
 
         bad_index("tensor_missing", drop_tensor, ["is missing"])
+
+        # 5. tokenizer.json of a kind anvil does not read: the error says which
+        def bad_tokenizer(name, tok, needles):
+            dd = os.path.join(d, name)
+            os.makedirs(dd)
+            json.dump(tok, open(os.path.join(dd, "tokenizer.json"), "w"))
+            t = os.path.join(d, name + ".txt")
+            open(t, "w").write("hello")
+            one_line_error(run(["tokenize", "--tokenizer", dd, "--in", t]), needles, name, f)
+
+        vocab = {"a": 0, "b": 1, "ab": 2}
+        bad_tokenizer("tok_unigram", {"model": {"type": "Unigram", "vocab": [["a", 0.0]]}},
+                      ["tokenizer.json", "Unigram"])
+        bad_tokenizer("tok_pretok", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
+                                     "pre_tokenizer": {"type": "Whitespace"}}, ["tokenizer.json", "Whitespace"])
+        bad_tokenizer("tok_normalizer", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
+                                         "normalizer": {"type": "NFKC"}}, ["tokenizer.json", "NFKC"])
+        bad_tokenizer("tok_bad_regex", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
+                                        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                                            {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated",
+                                             "invert": False},
+                                            {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}},
+                      ["tokenizer.json", "does not compile"])
     return report(f, "PASSED: Llama from the command line")
 
 
