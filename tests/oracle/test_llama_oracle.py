@@ -221,20 +221,8 @@ def full_scenario(tmp, name, c, data, stream, B, T, accum, steps=10, extra=()):
     anvil_losses = train_anvil(os.path.join(tmp, name + "_run"), base, data, B, T, accum, steps, lr, warmup, wd,
                                clip, extra)
     p2 = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
-    decay = [t for t in p2.values() if t.dim() >= 2]
-    no_decay = [t for t in p2.values() if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    torch_losses = []
-    for s in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = o.lr_at(s, lr, warmup, steps, 0.1)
-        opt.zero_grad()
-        lv = step_loss(c, p2, ids, score, s, B, T, accum)
-        lv.backward()
-        torch.nn.utils.clip_grad_norm_(list(p2.values()), clip)
-        opt.step()
-        torch_losses.append(lv.item())
+    torch_losses = o.torch_adamw_losses(p2.values(), lambda s: step_loss(c, p2, ids, score, s, B, T, accum), steps,
+                                        lr, warmup, wd, clip)
     compare_losses(name, anvil_losses, torch_losses, steps, failures)
     return failures
 
@@ -283,17 +271,9 @@ def lora_scenario(tmp, name, c, data, stream, r=4, alpha=8.0, B=3, T=24, accum=2
                                clip, ("--adapter", adir))
     ad2 = {k: (a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)) for k, (a, b) in ad.items()}
     params = [t for ab in ad2.values() for t in ab]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
-    torch_losses = []
-    for st in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = o.lr_at(st, lr, warmup, steps, 0.1)
-        opt.zero_grad()
-        lv = step_loss(c, p, ids, score, st, B, T, accum, {k: (a, b, s) for k, (a, b) in ad2.items()})
-        lv.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-        torch_losses.append(lv.item())
+    torch_losses = o.torch_adamw_losses(
+        params, lambda st: step_loss(c, p, ids, score, st, B, T, accum, {k: (a, b, s) for k, (a, b) in ad2.items()}),
+        steps, lr, warmup, wd, clip, group_decay=False)
     compare_losses(name, anvil_losses, torch_losses, steps, failures)
     return failures
 

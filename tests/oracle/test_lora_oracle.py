@@ -101,17 +101,9 @@ def scenario(tmp, name, data_path, stream, r, alpha, rslora, B=3, T=24, accum=2,
     ad2 = {k: (a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True))
            for k, (a, b) in ad.items()}
     params = [t for ab in ad2.values() for t in ab]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
-    torch_losses = []
-    for st in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = o.lr_at(st, lr, warmup, steps, 0.1)
-        opt.zero_grad()
-        lv = o.step_loss(p, ids, score, st, B, T, accum, {k: (a, b, s) for k, (a, b) in ad2.items()})
-        lv.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-        torch_losses.append(lv.item())
+    torch_losses = o.torch_adamw_losses(
+        params, lambda st: o.step_loss(p, ids, score, st, B, T, accum, {k: (a, b, s) for k, (a, b) in ad2.items()}),
+        steps, lr, warmup, wd, clip, group_decay=False)
     worst = max(o.rel(a, b) for a, b in zip(anvil_losses, torch_losses))
     print(f"[{name}] {steps} AdamW steps: anvil {['%.5f' % x for x in anvil_losses]}")
     print(f"[{name}]                torch {['%.5f' % x for x in torch_losses]}  worst rel {worst:.2e}")

@@ -192,6 +192,29 @@ def step_loss(p, ids, score, step, B, T, accum, lora=None):
     return total / count
 
 
+def torch_adamw_losses(params, loss_at, steps, lr, warmup, wd, clip, group_decay=True):
+    """The losses of `steps` AdamW steps as anvil takes them: the cosine schedule, decay on matrices only
+    (nanoGPT's grouping; every tensor with group_decay False), global-norm clipping. loss_at(step) -> loss."""
+    params = list(params)
+    if group_decay:
+        groups = [{"params": [t for t in params if t.dim() >= 2], "weight_decay": wd},
+                  {"params": [t for t in params if t.dim() < 2], "weight_decay": 0.0}]
+    else:
+        groups = [{"params": params, "weight_decay": wd}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for s in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(s, lr, warmup, steps, 0.1)
+        opt.zero_grad()
+        l = loss_at(s)
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        losses.append(l.item())
+    return losses
+
+
 # ---- the checks ---------------------------------------------------------------------------------------
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
@@ -244,24 +267,9 @@ def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=()):
          "--weight-decay", str(wd), "--grad-clip", str(clip), "--log-every", "1", "--out", out, "--threads", "2",
          *extra])
     anvil_losses = [json.loads(l)["loss"] for l in open(os.path.join(out, "metrics.jsonl"))]
-    p2 = make_params()
-    with torch.no_grad():
-        for k in p2:
-            p2[k].copy_(p[k])
-    decay = [t for t in p2.values() if t.dim() >= 2]
-    no_decay = [t for t in p2.values() if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    torch_losses = []
-    for s in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(s, lr, warmup, steps, 0.1)
-        opt.zero_grad()
-        l = step_loss(p2, ids, score, s, B, T, accum)
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(p2.values()), clip)
-        opt.step()
-        torch_losses.append(l.item())
+    p2 = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
+    torch_losses = torch_adamw_losses(p2.values(), lambda s: step_loss(p2, ids, score, s, B, T, accum), steps, lr,
+                                      warmup, wd, clip)
     worst = max(rel(a, b) for a, b in zip(anvil_losses, torch_losses))
     print(f"[{name}] 10 AdamW steps: anvil {['%.5f' % x for x in anvil_losses]}")
     print(f"[{name}]                 torch {['%.5f' % x for x in torch_losses]}  worst rel {worst:.2e}")
