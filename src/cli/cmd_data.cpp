@@ -17,17 +17,14 @@ Command add_data(CLI::App& app) {
     prep->add_option("--in", o->inputs, "input files: .txt (one document each), .jsonl, .csv")->required();
     prep->add_option("--out", o->out, "output directory (meta.json, shards, report.json, rejects.jsonl)")
         ->required();
-    prep->add_option("--tokenizer", o->tokenizer, "byte, or GPT-2 BPE files (directory or tokenizer.json)")
+    prep->add_option("--tokenizer", o->tokenizer, "byte, GPT-2 BPE files, or a Hugging Face tokenizer.json (file or directory)")
         ->capture_default_str();
     prep->add_option("--format", o->format, "auto (by extension), text, jsonl or csv")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "text", "jsonl", "csv"}));
     prep->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
     prep->add_option("--csv-column", o->csv_column, "CSV column holding plain text")->capture_default_str();
-    prep->add_option("--template", o->prompt_template,
-                     "prompt template for instruction records: alpaca or compact")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"alpaca", "compact"}));
+    add_template_flag(prep, o->prompt_template, "the chosen one is recorded in meta.json")->capture_default_str();
     prep->add_option("--val-fraction", o->val_fraction, "fraction of records for validation")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));

@@ -1,7 +1,10 @@
 // anvil eval and anvil generate: load a model directory, then score data or sample text.
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <memory>
+
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -24,9 +27,7 @@ struct ModelFlags {
             ->required();
         sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
         sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
-        sub->add_option("--template", o.prompt_template,
-                        "prompt template (default: the one the model was trained with, else alpaca)")
-            ->check(CLI::IsMember({"alpaca", "compact"}));
+        add_template_flag(sub, o.prompt_template, "default: the one the model was trained with, else auto");
         sub->add_option("--device", o.device, "cpu, cuda or auto")
             ->capture_default_str()
             ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
@@ -69,7 +70,7 @@ Command add_eval(CLI::App& app) {
         const LossResult loss = evaluate_loss(*l.model, d.train, o->batch, T, o->max_batches);
         nlohmann::json out = {{"loss", loss.loss}, {"ppl", loss.ppl}, {"targets", loss.targets}};
         if (d.jsonl) {
-            const std::vector<Example> ex = read_instruction_jsonl(o->data);
+            const std::vector<Example> ex = read_examples_jsonl(o->data);
             if (!ex.empty()) {
                 const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o->max_examples);
                 out["exact_match"] = em.accuracy();
@@ -91,19 +92,22 @@ Command add_generate(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("generate", "sample text from a model (KV-cached)");
     auto mf = std::make_shared<ModelFlags>();
     struct Opts {
-        std::string prompt, instruction, input;
+        std::string prompt, instruction, input, system;
         SampleOptions s;
-        bool no_stop = false;
+        bool no_stop = false, chat = false;
     };
     auto o = std::make_shared<Opts>();
     o->s.max_new_tokens = 128;
     o->s.temperature = 0.8f;
     mf->add(sub);
-    sub->add_option("--prompt", o->prompt, "text to continue");
+    sub->add_option("--prompt", o->prompt, "text to continue (with --chat: the user's message)");
     sub->add_option("--instruction", o->instruction,
-                    "wrap as an instruction record (with --input) in the prompt "
-                    "template");
+                    "wrap as an instruction record (with --input) in the prompt template");
     sub->add_option("--input", o->input, "input of the instruction record");
+    sub->add_flag("--chat", o->chat,
+                  "a conversation in the model's chat template: the user's turns from --prompt, else one per line "
+                  "of standard input (an empty line or end of input ends it); only the replies are printed");
+    sub->add_option("--system", o->system, "with --chat: a system message before the conversation");
     sub->add_option("--max-new-tokens", o->s.max_new_tokens, "tokens to generate")
         ->capture_default_str()
         ->check(kPositive);
@@ -117,34 +121,65 @@ Command add_generate(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
-    sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text token");
+    sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text and end-of-turn tokens");
     auto run = [mf, o]() -> int {
-        ANVIL_CHECK(!o->prompt.empty() || !o->instruction.empty(),
-                    "give --prompt TEXT or --instruction TEXT");
+        ANVIL_CHECK(o->chat || !o->prompt.empty() || !o->instruction.empty(),
+                    "give --prompt TEXT, --instruction TEXT or --chat");
+        ANVIL_CHECK(!o->chat || o->instruction.empty(), "--chat takes the user's message from --prompt, not --instruction");
+        ANVIL_CHECK(o->chat || o->system.empty(), "--system needs --chat");
         ANVIL_CHECK(o->s.top_p > 0.0f, "--top-p must be greater than 0");
         InferenceSetup l = mf->load();
-        const std::string text = o->instruction.empty()
-                                     ? o->prompt
-                                     : render_prompt(Example{o->instruction, o->input, ""}, l.prompt);
-        const std::vector<int32_t> prompt = l.tok->encode_prompt(text);
+        const Tokenizer& tok = *l.tok;
         SampleOptions s = o->s;
-        s.stop_token = o->no_stop ? -1 : l.tok->eot_id();
-        s.vocab_real = l.tok->vocab_size();
+        if (!o->no_stop) s.stop_tokens = stop_tokens(l.prompt, tok);
+        s.vocab_real = tok.vocab_size();
         Generator gen(*l.model);
-        std::printf("%s", text.c_str());
-        std::vector<int32_t> out;
-        std::string shown;
-        gen.generate(prompt, s, [&](int32_t id) {
-            if (id == l.tok->eot_id() && !o->no_stop) return;
-            out.push_back(id);
-            const std::string all = l.tok->decode(out);  // whole decode: multi-token characters stay intact
-            if (all.size() > shown.size() && all.compare(0, shown.size(), shown) == 0) {
-                std::fwrite(all.data() + shown.size(), 1, all.size() - shown.size(), stdout);
-                std::fflush(stdout);
-                shown = all;
+        // Streams the reply to stdout (whole decodes: multi-token characters stay intact); returns its text.
+        auto reply = [&](const std::vector<int32_t>& prompt) {
+            std::vector<int32_t> out;
+            std::string shown;
+            gen.generate(prompt, s, [&](int32_t id) {
+                if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), id)) return;
+                out.push_back(id);
+                const std::string all = tok.decode(out);
+                if (all.size() > shown.size() && all.compare(0, shown.size(), shown) == 0) {
+                    std::fwrite(all.data() + shown.size(), 1, all.size() - shown.size(), stdout);
+                    std::fflush(stdout);
+                    shown = all;
+                }
+            });
+            std::printf("\n");
+            std::fflush(stdout);
+            return tok.decode(out);
+        };
+        if (!o->chat) {
+            if (o->instruction.empty()) {
+                std::printf("%s", o->prompt.c_str());
+                reply(tok.encode_prompt(o->prompt));
+            } else {
+                const Example ex{o->instruction, o->input, "", {}};
+                std::printf("%s", render_text(ex, l.prompt, tok, true).c_str());
+                reply(prompt_tokens(ex, l.prompt, tok));
             }
-        });
-        std::printf("\n");
+            return 0;
+        }
+        std::fprintf(stderr, "anvil: chat template %s\n", template_name(l.prompt));
+        Example conv;
+        if (!o->system.empty()) conv.messages.push_back({Role::System, o->system});
+        const bool tty = isatty(fileno(stdin)) && o->prompt.empty();
+        for (;;) {
+            std::string user = o->prompt;
+            if (user.empty()) {
+                if (tty) std::fprintf(stderr, "> ");
+                std::string line;
+                if (!std::getline(std::cin, line) || line.empty()) break;
+                if (!line.empty() && line.back() == '\r') line.pop_back();
+                user = line;
+            }
+            conv.messages.push_back({Role::User, user});
+            conv.messages.push_back({Role::Assistant, reply(prompt_tokens(conv, l.prompt, tok))});
+            if (!o->prompt.empty()) break;
+        }
         return 0;
     };
     return {sub, run};

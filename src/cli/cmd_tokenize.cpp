@@ -5,16 +5,18 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/bpe.h"
+#include "data/dataset.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil::cli {
 
 Command add_tokenize(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("tokenize", "print the token ids of a file, separated by spaces");
     struct Opts {
-        std::string tokenizer, special = "on";
+        std::string tokenizer, special = "on", prompt_template;
         std::vector<std::string> in;
-        bool decode = false;
+        bool decode = false, records = false;
     };
     auto o = std::make_shared<Opts>();
     sub->add_option("--tokenizer", o->tokenizer,
@@ -24,11 +26,30 @@ Command add_tokenize(CLI::App& app) {
                     "input files, one line of ids each (any bytes; invalid UTF-8 reads as U+FFFD)")
         ->required();
     sub->add_flag("--decode", o->decode, "the other way: each input file holds ids, the text is written out");
+    sub->add_flag("--records", o->records,
+                  "each input is JSONL of instruction or chat records: print one JSON object per record with the "
+                  "template, the record's ids, its loss mask (1 = target) and the generation prompt's ids");
+    add_template_flag(sub, o->prompt_template, "with --records; default auto");
     sub->add_option("--special", o->special, "on: special-token text (<|endoftext|>, <|eot_id|>, </s>) is the token")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
     auto run = [o]() -> int {
         const auto tok = make_tokenizer(o->tokenizer);
+        if (o->records) {
+            const PromptTemplate t = choose_template(o->prompt_template, *tok);
+            for (const std::string& path : o->in)
+                for (const Example& e : read_examples_jsonl(path)) {
+                    const TokenStream r = record_tokens(e, t, *tok);
+                    std::vector<int> mask(r.size());
+                    for (size_t i = 0; i < r.size(); i++) mask[i] = (r.flags[i] & kInLoss) ? 1 : 0;
+                    const nlohmann::ordered_json j = {{"template", template_name(t)},
+                                                      {"ids", r.ids},
+                                                      {"targets", mask},
+                                                      {"prompt", prompt_tokens(e, t, *tok)}};
+                    std::printf("%s\n", json_text(j).c_str());
+                }
+            return 0;
+        }
         for (const std::string& path : o->in) {
             const std::string text = read_file(path);
             if (o->decode) {

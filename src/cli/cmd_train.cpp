@@ -76,14 +76,12 @@ Command add_train(CLI::App& app) {
     const auto& pos = kPositive;
     const auto& nonneg = kNonNegative;
     sub->add_option("--data", o->data,
-                    "training data: text file, or .jsonl of {\"text\"} or "
-                    "{\"instruction\",\"input\",\"output\"} records (default: the embedded synthetic set)");
+                    "training data: text file, .jsonl of {\"text\"}, {\"instruction\",\"input\",\"output\"} or "
+                    "{\"messages\":[{\"role\",\"content\"}]} records, or a `data prepare` directory (default: the "
+                    "embedded synthetic set)");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer: byte (default for new models)");
     sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
-    sub->add_option("--template", o->prompt_template,
-                    "prompt template for instruction records: alpaca or compact")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"alpaca", "compact"}));
+    add_template_flag(sub, o->prompt_template, "the chosen one is stored in the checkpoint")->capture_default_str();
     sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory (LoRA's base)");
     sub->add_option("--lora-rank", o->lora_rank,
                     "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "

@@ -31,6 +31,9 @@ Command add_sweep(CLI::App& app, const CLI::App& train);
 extern const CLI::Validator kPositive;     // "must be a positive number"
 extern const CLI::Validator kNonNegative;  // "must be zero or more"
 
+// --template / --chat-template NAME: how instruction and chat records are rendered (data/chat.h).
+CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note);
+
 // The --json flag every command with a machine-readable result has: bare `--json` prints JSON to stdout
 // instead of the text; `--json FILE` prints the text and writes the JSON to FILE (atomically). `dest` is
 // "" (not given), "-" (stdout) or the file.

@@ -26,6 +26,16 @@ CLI::Validator number_check(bool allow_zero) {
 const CLI::Validator kPositive = number_check(false);
 const CLI::Validator kNonNegative = number_check(true);
 
+CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note) {
+    return sub
+        ->add_option("--template,--chat-template", dest,
+                     "how instruction {\"instruction\",\"input\",\"output\"} and chat {\"messages\"} records are "
+                     "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>) or auto "
+                     "(llama3 or chatml when the tokenizer has their special tokens, else alpaca); " +
+                         default_note)
+        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml"}));
+}
+
 CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {
     // A value is optional: bare --json stores "-" (stdout).
     return sub

@@ -4,46 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/records.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 
 namespace anvil {
-
-PromptTemplate parse_template(const std::string& name) {
-    if (name == "alpaca") return PromptTemplate::Alpaca;
-    if (name == "compact") return PromptTemplate::Compact;
-    fail("--template {}: unknown prompt template; use alpaca or compact", name);
-}
-
-const char* template_name(PromptTemplate t) {
-    return t == PromptTemplate::Alpaca ? "alpaca" : "compact";
-}
-
-std::string render_prompt(const Example& e, PromptTemplate t) {
-    if (t == PromptTemplate::Compact) {
-        std::string p = e.instruction + "\n";
-        if (!e.input.empty()) p += e.input + "\n";
-        return p + "=> ";
-    }
-    if (e.input.empty())
-        return "Below is an instruction that describes a task. Write a response that appropriately completes "
-               "the request.\n\n### Instruction:\n" +
-               e.instruction + "\n\n### Response:\n";
-    return "Below is an instruction that describes a task, paired with an input that provides further "
-           "context. "
-           "Write a response that appropriately completes the request.\n\n### Instruction:\n" +
-           e.instruction + "\n\n### Input:\n" + e.input + "\n\n### Response:\n";
-}
-
-void TokenStream::append(const std::vector<int32_t>& t, uint8_t flag) {
-    ids.insert(ids.end(), t.begin(), t.end());
-    flags.insert(flags.end(), t.size(), flag);
-}
-
-void TokenStream::append_one(int32_t id, uint8_t flag) {
-    ids.push_back(id);
-    flags.push_back(flag);
-}
 
 uint64_t fingerprint(const TokenView& v) {
     uint64_t h = 1469598103934665603ull;
@@ -60,62 +25,39 @@ bool is_jsonl_path(const std::string& p) {
     return p.ends_with(".jsonl") || p.ends_with(".json");
 }
 
-struct Record {
-    bool instruction = false;
-    Example ex;
-    std::string text;
-};
-
-// One JSONL line into a record; errors carry file:line.
-Record parse_record(const std::string& line, const std::string& where, const std::string& text_field) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: invalid JSON ({}); fix or remove the line", where, e.what());
-    }
-    ANVIL_CHECK(j.is_object(), "{}: each line must be a JSON object", where);
-    Record r;
-    if (j.contains("instruction") || j.contains("output")) {
-        for (const char* k : {"instruction", "output"})
-            ANVIL_CHECK(j.contains(k) && j[k].is_string(),
-                        "{}: instruction record without a string \"{}\" field", where, k);
-        ANVIL_CHECK(!j.contains("input") || j["input"].is_string() || j["input"].is_null(),
-                    "{}: \"input\" must be a string", where);
-        r.instruction = true;
-        r.ex.instruction = j["instruction"].get<std::string>();
-        r.ex.output = j["output"].get<std::string>();
-        if (j.contains("input") && j["input"].is_string()) r.ex.input = j["input"].get<std::string>();
-        ANVIL_CHECK(!r.ex.output.empty(), "{}: empty \"output\"; nothing to learn from this record", where);
-        return r;
-    }
-    ANVIL_CHECK(j.contains(text_field),
-                "{}: record has neither a \"{}\" field nor the instruction schema "
-                "{{\"instruction\", \"input\", \"output\"}}; pick the text field with --text-field",
-                where, text_field);
-    ANVIL_CHECK(j[text_field].is_string(), "{}: field \"{}\" must be a string", where, text_field);
-    r.text = j[text_field].get<std::string>();
-    ANVIL_CHECK(!r.text.empty(), "{}: field \"{}\" is empty", where, text_field);
-    return r;
+// One JSONL line into a record (the parser `data prepare` uses); a rejected line is an error naming file:line.
+RawRecord parse_record(const std::string& line, const std::string& file, size_t lineno,
+                       const std::string& text_field) {
+    RawRecord r = parse_jsonl_line(line, file, lineno, text_field);
+    if (r.reject.empty()) return r;
+    const std::string where = file + ":" + std::to_string(lineno);
+    if (r.reject_kind == "bad_json") fail("{}: invalid JSON ({}); fix or remove the line", where, r.reject);
+    if (r.reject_kind == "not_object") fail("{}: each line must be a JSON object", where);
+    if (r.reject_kind == "missing_field" && !r.reject.ends_with("\"instruction\"") &&
+        !r.reject.ends_with("\"output\""))
+        fail("{}: record has neither a \"{}\" field nor the instruction schema {{\"instruction\", \"input\", "
+             "\"output\"}} nor chat \"messages\"; pick the text field with --text-field",
+             where, text_field);
+    if (r.reject_kind == "missing_field") fail("{}: instruction record with {}", where, r.reject);
+    fail("{}: {}", where, r.reject);
 }
 
-void append_record(TokenStream& s, const Record& r, const Tokenizer& tok, PromptTemplate tmpl) {
-    const size_t first = s.size();
-    uint8_t out_flag = kInLoss;
-    if (tok.bos_id() >= 0) s.append_one(tok.bos_id(), 0);  // never a target: nothing predicts it
-    if (r.instruction) {
-        s.append(tok.encode(render_prompt(r.ex, tmpl)), 0);
-        out_flag = kInLoss | kNeedsPrompt;
-        s.append(tok.encode(r.ex.output), out_flag);
-    } else {
-        s.append(tok.encode(r.text), kInLoss);
+void append_record(TokenStream& s, const RawRecord& r, const Tokenizer& tok, PromptTemplate tmpl) {
+    if (r.example) {
+        const TokenStream rec = record_tokens(r.ex, tmpl, tok);
+        s.ids.insert(s.ids.end(), rec.ids.begin(), rec.ids.end());
+        s.flags.insert(s.flags.end(), rec.flags.begin(), rec.flags.end());
+        return;
     }
-    s.append_one(tok.eot_id(), out_flag);
+    const size_t first = s.size();
+    if (tok.bos_id() >= 0) s.append_one(tok.bos_id(), 0);  // never a target: nothing predicts it
+    s.append(tok.encode(r.text), kInLoss);
+    s.append_one(tok.eot_id(), kInLoss);
     s.flags[first] |= kRecordStart;
 }
 
 template <typename F>
-void for_each_line(const std::string& path, const std::string& content, F&& f) {
+void for_each_line(const std::string& content, F&& f) {
     size_t pos = 0, lineno = 0;
     while (pos < content.size()) {
         size_t nl = content.find('\n', pos);
@@ -123,7 +65,7 @@ void for_each_line(const std::string& path, const std::string& content, F&& f) {
         lineno++;
         std::string line = content.substr(pos, nl - pos);
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") != std::string::npos) f(line, path + ":" + std::to_string(lineno));
+        if (line.find_first_not_of(" \t") != std::string::npos) f(line, lineno);
         pos = nl + 1;
     }
 }
@@ -163,9 +105,9 @@ Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOp
         return d;
     }
     d.jsonl = true;
-    std::vector<Record> records;
-    for_each_line(path, content, [&](const std::string& line, const std::string& where) {
-        records.push_back(parse_record(line, where, opts.text_field));
+    std::vector<RawRecord> records;
+    for_each_line(content, [&](const std::string& line, size_t lineno) {
+        records.push_back(parse_record(line, path, lineno, opts.text_field));
     });
     ANVIL_CHECK(!records.empty(), "{}: no records (only blank lines)", path);
     d.records = records.size();
@@ -179,31 +121,34 @@ Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOp
             append_record(st->train, records[i], tok, opts.prompt);
         } else {
             append_record(st->val, records[i], tok, opts.prompt);
-            if (records[i].instruction) d.val_examples.push_back(records[i].ex);
+            if (records[i].example) d.val_examples.push_back(records[i].ex);
         }
     }
     finish(d, st);
     return d;
 }
 
-std::vector<Example> read_instruction_jsonl(const std::string& path) {
+std::vector<Example> read_examples_jsonl(const std::string& path) {
     const std::string content = read_file(path);
     ANVIL_CHECK(!content.empty(), "{}: file is empty", path);
     std::vector<Example> out;
-    for_each_line(path, content, [&](const std::string& line, const std::string& where) {
-        Record r = parse_record(line, where, "text");
-        if (r.instruction) out.push_back(std::move(r.ex));
+    for_each_line(content, [&](const std::string& line, size_t lineno) {
+        RawRecord r = parse_record(line, path, lineno, "text");
+        if (r.example) out.push_back(std::move(r.ex));
     });
     return out;
 }
 
-void write_instruction_jsonl(const std::string& path, const std::vector<Example>& examples) {
+nlohmann::ordered_json example_json(const Example& e) {
+    if (!e.chat()) return {{"instruction", e.instruction}, {"input", e.input}, {"output", e.output}};
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const Message& m : e.messages) msgs.push_back({{"role", role_name(m.role)}, {"content", m.content}});
+    return {{"messages", std::move(msgs)}};
+}
+
+void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples) {
     std::string out;
-    for (const auto& e : examples) {
-        const nlohmann::ordered_json j = {
-            {"instruction", e.instruction}, {"input", e.input}, {"output", e.output}};
-        out += json_text(j) + "\n";
-    }
+    for (const auto& e : examples) out += json_text(example_json(e)) + "\n";
     write_file_atomic(path, out);
 }
 

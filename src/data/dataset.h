@@ -1,9 +1,9 @@
 // Training data as token streams, with the loss mask that instruction tuning needs.
 //
 // Inputs: a plain text file (the whole file is one document), or JSONL with one record per line:
-// {"text": ...} (field chosen by --text-field) or the instruction schema {"instruction", "input", "output"}
-// rendered through a prompt template (render_prompt) with only the output and the end-of-text token in
-// the loss. Records end with the end-of-text token. The validation split is the last --val-fraction of the
+// {"text": ...} (field chosen by --text-field), the instruction schema {"instruction", "input", "output"} or
+// chat records {"messages": [{"role", "content"}, ...]}, rendered through a template (data/chat.h) with only
+// the answers in the loss. Records end with the end-of-text token. The validation split is the last --val-fraction of the
 // records (JSONL) or of the tokens (text).
 #pragma once
 
@@ -13,38 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "data/chat.h"
 #include "data/token_view.h"
 #include "data/tokenizer.h"
 
 namespace anvil {
-
-struct Example {
-    std::string instruction, input, output;
-};
-
-// Prompt templates: everything the model sees before the output; the output follows, then end-of-text.
-//  alpaca   Stanford Alpaca's prompts:
-//           "Below is an instruction that describes a task, paired with an input that provides further
-//           context. Write a response that appropriately completes the request.\n\n### Instruction:\n
-//           {instruction}\n\n### Input:\n{input}\n\n### Response:\n"; without input: "Below is an
-//           instruction that describes a task. Write a response that appropriately completes the
-//           request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
-//  compact  "{instruction}\n{input}\n=> " (the input line left out when input is empty): for small
-//           byte-level models, where every prompt byte costs a token
-enum class PromptTemplate : uint8_t { Alpaca, Compact };
-PromptTemplate parse_template(const std::string& name);  // throws naming the flag
-const char* template_name(PromptTemplate t);
-std::string render_prompt(const Example& e, PromptTemplate t);
-
-struct TokenStream {
-    std::vector<int32_t> ids;
-    std::vector<uint8_t> flags;  // TokenFlag bits
-    size_t size() const { return ids.size(); }
-    void append(const std::vector<int32_t>& t, uint8_t flag);
-    void append_one(int32_t id, uint8_t flag);
-    TokenView view() const { return TokenView({TokenSegment{ids.data(), 4, flags.data(), -1, ids.size()}}); }
-    operator TokenView() const { return view(); }
-};
 
 // FNV-1a over ids and flags: identifies a training split (a resumed run checks it).
 uint64_t fingerprint(const TokenView& v);
@@ -75,8 +48,9 @@ nlohmann::json read_prepared_meta(const std::string& dir);
 std::unique_ptr<Tokenizer> tokenizer_for_prepared(const std::string& dir);  // the one it was prepared with
 Dataset open_prepared(const std::string& dir, const Tokenizer& tok);
 
-// Reads a JSONL file of instruction records (for eval); errors name file and line.
-std::vector<Example> read_instruction_jsonl(const std::string& path);
-void write_instruction_jsonl(const std::string& path, const std::vector<Example>& examples);
+// Reads the instruction and chat records of a JSONL file (for exact match); errors name file and line.
+std::vector<Example> read_examples_jsonl(const std::string& path);
+void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples);
+nlohmann::ordered_json example_json(const Example& e);  // the record as it is written
 
 }  // namespace anvil

@@ -42,8 +42,12 @@ uint64_t hash_bytes(std::string_view s, uint64_t h = 1469598103934665603ull) {
     return mix64(h);
 }
 uint64_t content_hash(const RawRecord& r) {
-    if (!r.instruction) return hash_bytes(r.text);
-    return hash_bytes(r.ex.output, hash_bytes(r.ex.input, hash_bytes(r.ex.instruction) ^ 0x1f) ^ 0x1e);
+    if (!r.example) return hash_bytes(r.text);
+    if (!r.ex.chat())
+        return hash_bytes(r.ex.output, hash_bytes(r.ex.input, hash_bytes(r.ex.instruction) ^ 0x1f) ^ 0x1e);
+    uint64_t h = 0x1d;
+    for (const Message& m : r.ex.messages) h = hash_bytes(m.content, h ^ uint64_t(m.role)) ^ 0x1c;
+    return h;
 }
 std::string where(const RawRecord& r) {
     return r.file + ":" + std::to_string(r.line);
@@ -113,7 +117,7 @@ int run_prepare(const PrepareOptions& o) {
         ANVIL_CHECK(o.overwrite, "--out {}: already exists; choose another directory or pass --overwrite",
                     o.out);
     const auto tok = make_tokenizer(o.tokenizer);
-    const PromptTemplate tmpl = parse_template(o.prompt_template);
+    const PromptTemplate tmpl = choose_template(o.prompt_template, *tok);
     const double train_end = 1.0 - o.val_fraction - o.test_fraction, val_end = o.val_fraction;
     RecordOptions ro{parse_format(o.format), o.text_field, o.csv_column, {train_end, train_end + val_end}};
     bool any_records_format = false, any_text_format = false;
@@ -123,6 +127,9 @@ int run_prepare(const PrepareOptions& o) {
         any_records_format |= !text;
         any_text_format |= text;
     }
+    if (any_records_format)
+        std::printf("template %s for instruction and chat records (%s)\n", template_name(tmpl),
+                    template_reason(o.prompt_template, tmpl).c_str());
 
     const std::string tmp = temp_dir_for(o.out);
     make_dirs(tmp);
@@ -194,18 +201,18 @@ int run_prepare(const PrepareOptions& o) {
         for (size_t i = 0; i < batch.size(); i++) {
             Item& it = batch[i];
             const RawRecord& r = it.rec;
-            if (r.instruction) {
-                std::vector<int32_t> p = tok->encode_prompt(render_prompt(r.ex, tmpl)),
-                                     out = tok->encode(r.ex.output);
-                it.ids = p;
-                it.flags.assign(p.size(), 0);
-                it.ids.insert(it.ids.end(), out.begin(), out.end());
-                it.ids.push_back(eot);
-                it.flags.resize(it.ids.size(), kInLoss | kNeedsPrompt);
-                it.flags[0] |= kRecordStart;
-                if (ngram > 0) {  // within the input and the output (instructions are often shared)
+            if (r.example) {
+                TokenStream rec = record_tokens(r.ex, tmpl, *tok);
+                it.ids = std::move(rec.ids);
+                it.flags = std::move(rec.flags);
+                if (ngram > 0 && r.ex.chat()) {  // within the answers (system prompts are often shared)
+                    std::vector<int32_t> answers;
+                    for (size_t k = 0; k < it.ids.size(); k++)
+                        if (it.flags[k] & kInLoss) answers.push_back(it.ids[k]);
+                    it.ngrams = ngram_hashes(answers, ngram);
+                } else if (ngram > 0) {  // within the input and the output (instructions are often shared)
                     it.ngrams = ngram_hashes(tok->encode(r.ex.input), ngram);
-                    const auto g = ngram_hashes(out, ngram);
+                    const auto g = ngram_hashes(tok->encode(r.ex.output), ngram);
                     it.ngrams.insert(it.ngrams.end(), g.begin(), g.end());
                 }
             } else {
@@ -231,12 +238,7 @@ int run_prepare(const PrepareOptions& o) {
                 train_ngrams.insert(train_ngrams.end(), it.ngrams.begin(), it.ngrams.end());
             } else {
                 held_out.push_back({it.split, where(it.rec), ch, std::move(it.ngrams)});
-                if (it.rec.instruction)
-                    examples[it.split - 1]
-                        << json_text(nlohmann::ordered_json{{"instruction", it.rec.ex.instruction},
-                                                            {"input", it.rec.ex.input},
-                                                            {"output", it.rec.ex.output}})
-                        << '\n';
+                if (it.rec.example) examples[it.split - 1] << json_text(example_json(it.rec.ex)) << '\n';
             }
         }
         batch.clear();
@@ -292,8 +294,7 @@ int run_prepare(const PrepareOptions& o) {
                     it.split =
                         u < o.val_fraction ? kVal : (u < o.val_fraction + o.test_fraction ? kTest : kTrain);
                 }
-                batch_bytes +=
-                    r.text.size() + r.ex.output.size() + r.ex.input.size() + r.ex.instruction.size();
+                batch_bytes += r.bytes;
                 it.rec = std::move(r);
                 batch.push_back(std::move(it));
                 if (batch.size() >= 4096 || batch_bytes >= (8u << 20)) flush();
@@ -394,7 +395,7 @@ int run_prepare(const PrepareOptions& o) {
         {"format", "anvil-shards"},
         {"version", 1},
         {"tokenizer", {{"kind", tok->kind()}, {"vocab_size", tok->vocab_size()}, {"eot", eot}}},
-        {"template", o.prompt_template},
+        {"template", template_name(tmpl)},
         {"seed", o.seed},
         {"fingerprint", fmt::format("{:016x}", fp)},
         {"splits", report["splits"]},

@@ -21,7 +21,7 @@ struct PrepareOptions {
     std::string tokenizer = "byte";
     std::string format = "auto";
     std::string text_field = "text", csv_column = "text";
-    std::string prompt_template = "alpaca";
+    std::string prompt_template = "auto";  // data/chat.h
     double val_fraction = 0.05, test_fraction = 0.0;
     uint64_t seed = 1337;
     bool dedup = true;

@@ -62,7 +62,7 @@ Dataset open_prepared(const std::string& dir, const Tokenizer& tok) {
     d.fingerprint = std::stoull(meta.value("fingerprint", std::string("0")), nullptr, 16);
     if (file_exists(dir + "/val_examples.jsonl")) {
         const std::string ex = read_file(dir + "/val_examples.jsonl");
-        if (!ex.empty()) d.val_examples = read_instruction_jsonl(dir + "/val_examples.jsonl");
+        if (!ex.empty()) d.val_examples = read_examples_jsonl(dir + "/val_examples.jsonl");
     }
     d.storage = st;
     return d;

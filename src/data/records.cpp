@@ -43,7 +43,7 @@ void fill_from_fields(RawRecord& r, const std::function<const std::string*(const
         if (!ins) return reject(r, "missing_field", "missing field \"instruction\"");
         if (!out) return reject(r, "missing_field", "missing field \"output\"");
         if (out->empty()) return reject(r, "empty_text", "empty \"output\"");
-        r.instruction = true;
+        r.example = true;
         r.ex.instruction = *ins;
         r.ex.output = *out;
         if (const std::string* in = field("input")) r.ex.input = *in;
@@ -250,6 +250,31 @@ void read_text(const std::string& path, const std::vector<double>& cuts,
 
 }  // namespace
 
+namespace {
+// {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+void parse_chat(RawRecord& r, const nlohmann::json& msgs) {
+    if (!msgs.is_array()) return reject(r, "bad_chat", "\"messages\" must be an array of {\"role\", \"content\"}");
+    std::vector<Message> m;
+    for (size_t i = 0; i < msgs.size(); i++) {
+        const nlohmann::json& x = msgs[i];
+        if (!x.is_object() || !x.contains("role") || !x.contains("content"))
+            return reject(r, "bad_chat", fmt::format("message {}: not an object with \"role\" and \"content\"", i + 1));
+        if (!x["role"].is_string() || !x["content"].is_string())
+            return reject(r, "bad_chat", fmt::format("message {}: \"role\" and \"content\" must be strings", i + 1));
+        Role role;
+        const std::string name = x["role"].get<std::string>();
+        if (!parse_role(name, &role))
+            return reject(r, "bad_chat",
+                          fmt::format("message {}: unknown role \"{}\"; use system, user or assistant", i + 1, name));
+        m.push_back({role, x["content"].get<std::string>()});
+        if (!utf8::valid(m.back().content)) return reject(r, "invalid_utf8", "invalid UTF-8 in a message");
+    }
+    if (const std::string why = chat_problem(m); !why.empty()) return reject(r, "bad_chat", why);
+    r.example = true;
+    r.ex.messages = std::move(m);
+}
+}  // namespace
+
 RawRecord parse_jsonl_line(const std::string& line, const std::string& file, size_t lineno,
                            const std::string& text_field) {
     RawRecord r;
@@ -268,6 +293,10 @@ RawRecord parse_jsonl_line(const std::string& line, const std::string& file, siz
     }
     if (!j.is_object()) {
         reject(r, "not_object", "the line is JSON but not an object");
+        return r;
+    }
+    if (j.contains("messages")) {
+        parse_chat(r, j["messages"]);
         return r;
     }
     std::vector<std::pair<std::string, std::string>> strings;

@@ -27,8 +27,8 @@ struct RecordOptions {
 struct RawRecord {
     std::string file;
     size_t line = 0;  // where the record starts (1-based)
-    bool instruction = false;
-    Example ex;        // instruction records
+    bool example = false;  // an instruction or chat record, in `ex`
+    Example ex;
     std::string text;  // text records, or a chunk of a text file
     // Text files arrive in chunks: `chunk_end` is the chunk's end as a fraction of the file (0..1];
     // the last chunk has last_chunk set. JSONL/CSV records are whole (chunk_end = -1).
@@ -38,7 +38,7 @@ struct RawRecord {
     uint64_t bytes = 0;        // the record's size in its file (a JSONL line, a CSV row, a text chunk)
     // A record is a JSONL line, a CSV row or a chunk of a text file (about 1 MiB, cut where tokenization is
     // unaffected). Rejected records: a short kind (bad_json, not_object, missing_field, not_string, empty_text,
-    // invalid_utf8, bad_csv) and a message.
+    // invalid_utf8, bad_csv, bad_chat) and a message.
     std::string reject_kind, reject;
 };
 
@@ -48,7 +48,8 @@ void for_each_record(const std::string& path, const RecordOptions& opts,
                      const std::function<void(RawRecord&)>& f,
                      const std::function<void(uint64_t)>& progress = {});
 
-// One JSONL line -> record (the parser the JSONL reader and the fuzz target share).
+// One JSONL line -> record: {"messages": [...]} (a chat), {"instruction", "input", "output"}, or the text
+// field (the parser `data prepare`, the in-memory loader and the fuzz target share).
 RawRecord parse_jsonl_line(const std::string& line, const std::string& file, size_t lineno,
                            const std::string& text_field);
 

@@ -58,4 +58,21 @@ private:
     std::vector<size_t> starts_;
 };
 
+// A token stream in memory: ids and their flags.
+struct TokenStream {
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> flags;  // TokenFlag bits
+    size_t size() const { return ids.size(); }
+    void append(const std::vector<int32_t>& t, uint8_t flag) {
+        ids.insert(ids.end(), t.begin(), t.end());
+        flags.insert(flags.end(), t.size(), flag);
+    }
+    void append_one(int32_t id, uint8_t flag) {
+        ids.push_back(id);
+        flags.push_back(flag);
+    }
+    TokenView view() const { return TokenView({TokenSegment{ids.data(), 4, flags.data(), -1, ids.size()}}); }
+    operator TokenView() const { return view(); }
+};
+
 }  // namespace anvil

@@ -91,7 +91,8 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
         const int32_t next = sample_token(logits, opt, rng);
         out.push_back(next);
         if (on_token) on_token(next);
-        if (next == opt.stop_token || i + 1 == opt.max_new_tokens) break;
+        const bool stop = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
+        if (stop || i + 1 == opt.max_new_tokens) break;
         ctx.push_back(next);
         if (pos == n_ctx) {  // full: rebuild the cache from the most recent half of the context
             const int keep = n_ctx / 2;

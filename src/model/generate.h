@@ -20,7 +20,7 @@ struct SampleOptions {
     int top_k = 0;             // 0 = off
     float top_p = 1.0f;        // 1 = off
     uint64_t seed = 1337;
-    int stop_token = -1;  // stop after emitting this id (end-of-text); -1 = never
+    std::vector<int32_t> stop_tokens;  // stop after emitting one of these (end-of-text, end of turn)
     int vocab_real =
         0;  // sample only ids below this (the tokenizer's, when the model's vocabulary is padded)
 };

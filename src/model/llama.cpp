@@ -66,24 +66,25 @@ double get_number(const nlohmann::json& j, const char* key, double dflt, const s
     return j[key].get<double>();
 }
 
-RopeScaling rope_scaling(const nlohmann::json& j, const std::string& path) {
+// `key`: rope_scaling (transformers 4) or rope_parameters (transformers 5, which holds rope_theta too).
+RopeScaling rope_scaling(const nlohmann::json& j, const char* key, const std::string& path) {
     RopeScaling s;
-    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return s;
-    const nlohmann::json& r = j["rope_scaling"];
-    ANVIL_CHECK(r.is_object(), "{}: \"rope_scaling\" must be an object or null", path);
+    if (!j.contains(key) || j[key].is_null()) return s;
+    const nlohmann::json& r = j[key];
+    ANVIL_CHECK(r.is_object(), "{}: \"{}\" must be an object or null", path, key);
     const std::string type = r.value("rope_type", r.value("type", std::string("default")));
     if (type == "default") return s;
     ANVIL_CHECK(type == "llama3" || type == "linear",
-                "{}: rope_scaling type \"{}\" is not supported; anvil implements \"llama3\" and \"linear\"", path, type);
+                "{}: {} type \"{}\" is not supported; anvil implements \"llama3\" and \"linear\"", path, key, type);
     s.type = type;
     s.factor = get_number(r, "factor", 0.0, path);
-    ANVIL_CHECK(s.factor > 0, "{}: rope_scaling needs a positive \"factor\"", path);
+    ANVIL_CHECK(s.factor > 0, "{}: {} needs a positive \"factor\"", path, key);
     if (type == "llama3") {
         s.low_freq_factor = get_number(r, "low_freq_factor", 1.0, path);
         s.high_freq_factor = get_number(r, "high_freq_factor", 4.0, path);
         s.original_max_position_embeddings = get_int(r, "original_max_position_embeddings", path);
-        ANVIL_CHECK(s.high_freq_factor > s.low_freq_factor, "{}: rope_scaling high_freq_factor must exceed "
-                    "low_freq_factor", path);
+        ANVIL_CHECK(s.high_freq_factor > s.low_freq_factor, "{}: {} high_freq_factor must exceed low_freq_factor",
+                    path, key);
     }
     return s;
 }
@@ -108,9 +109,11 @@ ModelConfig from_hf(const nlohmann::json& j, const std::string& path) {
                 path, c.n_head, c.n_kv_head);
     if (c.n_kv_head == c.n_head) c.n_kv_head = 0;
     c.rope_theta = get_number(j, "rope_theta", 10000.0, path);
+    const bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();  // transformers 5's form
+    if (v5) c.rope_theta = get_number(j["rope_parameters"], "rope_theta", c.rope_theta, path);
     c.norm_eps = get_number(j, "rms_norm_eps", 1e-6, path);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.rope_scaling = rope_scaling(j, path);
+    c.rope_scaling = rope_scaling(j, v5 ? "rope_parameters" : "rope_scaling", path);
     const std::string act = j.value("hidden_act", std::string("silu"));
     ANVIL_CHECK(act == "silu", "{}: hidden_act \"{}\" is not supported; Llama's MLP uses silu", path, act);
     for (const char* k : {"attention_bias", "mlp_bias"})

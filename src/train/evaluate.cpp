@@ -46,24 +46,24 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
     ExactMatchResult r;
     SampleOptions opt;
     opt.temperature = 0.0f;
-    opt.stop_token = tok.eot_id();
+    opt.stop_tokens = stop_tokens(tmpl, tok);
     opt.vocab_real = tok.vocab_size();
     const int n =
         max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
     for (int i = 0; i < n; i++) {
         const Example& ex = examples[size_t(i)];
-        const std::vector<int32_t> prompt = tok.encode_prompt(render_prompt(ex, tmpl));
-        const int expected = int(tok.encode(ex.output).size());
+        const std::vector<int32_t> prompt = prompt_tokens(ex, tmpl, tok);
+        const int expected = int(tok.encode(ex.answer()).size());
         opt.max_new_tokens = expected + 16;
         std::vector<int32_t> out = gen.generate(prompt, opt);
-        if (!out.empty() && out.back() == tok.eot_id()) out.pop_back();
+        if (!out.empty() && std::count(opt.stop_tokens.begin(), opt.stop_tokens.end(), out.back())) out.pop_back();
         const std::string got = tok.decode(out);
-        const bool ok = got == ex.output;
+        const bool ok = got == ex.answer();
         r.total++;
         r.correct += ok;
         // the report shows one example per instruction first, and the first misses
         const bool new_kind = std::none_of(r.samples.begin(), r.samples.end(), [&](const AnswerSample& s) {
-            return s.example.instruction == ex.instruction;
+            return s.example.question() == ex.question();
         });
         const bool first_miss = !ok && std::none_of(r.samples.begin(), r.samples.end(),
                                                     [](const AnswerSample& s) { return !s.correct; });

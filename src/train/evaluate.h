@@ -31,7 +31,8 @@ struct ExactMatchResult {
     std::vector<AnswerSample> samples;  // the first few, for the report
 };
 
-// Greedy answers to each example's prompt, compared character for character with its output.
+// Greedy answers to each example's prompt (data/chat.h), compared character for character with its answer
+// (the output, or a chat's final assistant turn).
 ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
                              const std::vector<Example>& examples, int max_examples, int keep_samples = 3);
 

@@ -220,7 +220,7 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
         std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
     }
     if (!run_.data.val_examples.empty()) {
-        const ExactMatchResult em = exact_match(model, *run_.tok, parse_template(o_.prompt_template),
+        const ExactMatchResult em = exact_match(model, *run_.tok, choose_template(o_.prompt_template, *run_.tok),
                                                 run_.data.val_examples, o_.eval_examples, 5);
         summary["exact_match"] = em.accuracy();
         summary["exact_match_n"] = em.total;
@@ -229,11 +229,11 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
         nlohmann::json samples = nlohmann::json::array();
         for (const auto& s : em.samples) {
             std::printf("  %s %s | %s -> %s (expected %s)\n", s.correct ? "ok  " : "MISS",
-                        s.example.instruction.c_str(), s.example.input.c_str(), s.got.c_str(),
-                        s.example.output.c_str());
-            samples.push_back({{"instruction", s.example.instruction},
+                        s.example.question().c_str(), s.example.input.c_str(), s.got.c_str(),
+                        s.example.answer().c_str());
+            samples.push_back({{"instruction", s.example.question()},
                                {"input", s.example.input},
-                               {"expected", s.example.output},
+                               {"expected", s.example.answer()},
                                {"got", s.got}});
         }
         summary["samples"] = samples;

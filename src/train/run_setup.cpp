@@ -120,7 +120,7 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok) {
     if (o.data.empty()) {
         o.embedded = true;
         o.data = o.out + "/data.jsonl";
-        if (!file_exists(o.data)) write_instruction_jsonl(o.data, synthetic_examples(kEmbeddedExamples, o.seed));
+        if (!file_exists(o.data)) write_examples_jsonl(o.data, synthetic_examples(kEmbeddedExamples, o.seed));
         std::fprintf(stderr,
                      "anvil: embedded default: %d synthetic instruction records (reversal, sorting, uppercasing) "
                      "in %s\n",
@@ -131,7 +131,14 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok) {
         o.prompt_template = read_prepared_meta(o.data).value("template", o.prompt_template);
         return open_prepared(o.data, tok);
     }
-    return load_dataset(o.data, tok, DataOptions{o.val_fraction, o.text_field, parse_template(o.prompt_template)});
+    const PromptTemplate t = choose_template(o.prompt_template, tok);
+    const std::string reason = template_reason(o.prompt_template, t);
+    o.prompt_template = template_name(t);  // what the checkpoint records, resolved
+    Dataset d = load_dataset(o.data, tok, DataOptions{o.val_fraction, o.text_field, t});
+    if (d.jsonl && !o.embedded)
+        std::fprintf(stderr, "anvil: template %s for instruction and chat records (%s)\n", template_name(t),
+                     reason.c_str());
+    return d;
 }
 
 ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
@@ -326,10 +333,10 @@ InferenceSetup setup_inference(const InferenceOptions& o) {
     nlohmann::json raw;
     const ModelConfig cfg = read_model_config(dir, &raw);
     l.tok = o.tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(o.tokenizer);
-    std::string tmpl = raw.value("anvil_template", std::string("alpaca"));
+    std::string tmpl = raw.value("anvil_template", std::string("auto"));
     if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
         tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
-    l.prompt = parse_template(!o.prompt_template.empty() ? o.prompt_template : tmpl);
+    l.prompt = choose_template(!o.prompt_template.empty() ? o.prompt_template : tmpl, *l.tok);
     ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size, "--tokenizer: {} ids do not fit the model's vocabulary of {}",
                 l.tok->vocab_size(), cfg.vocab_size);
     l.backend = make_run_backend(o.device, o.threads, "auto");

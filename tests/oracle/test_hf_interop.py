@@ -5,7 +5,12 @@ machine has them; elsewhere this test skips with a notice, exit 77):
   1. an anvil GPT-2 checkpoint loads with transformers.GPT2LMHeadModel.from_pretrained, logits within 1e-4;
   2. a checkpoint transformers saved (random init) trains in anvil, and its logits match before training;
   3. an anvil LoRA adapter loads with peft.PeftModel.from_pretrained, logits within 1e-4;
-  4. an adapter PEFT saved (non-zero A and B) loads in anvil (anvil_logits_dump --adapter), logits within 1e-4.
+  4. an adapter PEFT saved (non-zero A and B) loads in anvil (anvil_logits_dump --adapter), logits within 1e-4;
+  5. an anvil Llama checkpoint (grouped-query attention, Llama 3.1 rope scaling, written as shards) loads with
+     transformers.LlamaForCausalLM.from_pretrained, logits within 1e-4; its bf16 copy (lora merge --dtype bf16)
+     loads too;
+  6. a LlamaForCausalLM checkpoint transformers saved (random init) gives anvil the same logits and trains;
+  7. an anvil LoRA adapter on that Llama loads with peft, logits within 1e-4.
 """
 import json
 import os
@@ -45,6 +50,50 @@ def compare(a, b, what, failures):
     print(f"{what}: max |difference| / max |logit| = {err:.2e}")
     if not err <= TOL:
         failures.append(f"{what}: {err:.2e}")
+
+
+def llama(tmp, data, failures):
+    common = ["--data", data, "--threads", "2", "--vocab", "257", "--seq", "64"]
+    run = os.path.join(tmp, "llama")
+    subprocess.run([ANVIL, "train", *common, "--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                    "--dim", "64", "--steps", "20", "--max-shard-size", "100K", "--out", run], check=True,
+                   capture_output=True)
+    base = os.path.join(run, "final")
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    # 5. anvil -> transformers, with Llama 3.1 rope scaling written into the config (anvil reads it back too)
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 16}
+    cfg["rope_theta"] = 500000.0
+    json.dump(cfg, open(os.path.join(base, "config.json"), "w"), indent=2)
+    hf = transformers.LlamaForCausalLM.from_pretrained(base).float().eval()
+    compare(anvil_logits(base), hf_logits(hf), "anvil Llama checkpoint (GQA, llama3 rope, sharded) in transformers",
+            failures)
+    merged = os.path.join(tmp, "llama_bf16")
+    lora_run = os.path.join(tmp, "llama_lora")
+    subprocess.run([ANVIL, "train", *common, "--init", base, "--lora-rank", "4", "--lora-targets",
+                    "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--lr", "1e-2", "--out", lora_run,
+                    "--steps", "20"], check=True, capture_output=True)
+    adapter = os.path.join(lora_run, "final")
+    # 7. anvil LoRA on Llama -> peft
+    pm = peft.PeftModel.from_pretrained(transformers.LlamaForCausalLM.from_pretrained(base).float(),
+                                        adapter).eval()
+    compare(anvil_logits(base, adapter), hf_logits(pm), "anvil Llama adapter in peft", failures)
+    subprocess.run([ANVIL, "lora", "merge", "--model", base, "--adapter", adapter, "--dtype", "bf16", "--out",
+                    merged], check=True, capture_output=True)
+    hb = transformers.LlamaForCausalLM.from_pretrained(merged).float().eval()
+    compare(anvil_logits(merged), hf_logits(hb), "anvil bf16 merged Llama in transformers", failures)
+    # 6. transformers -> anvil
+    lc = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=1, max_position_embeddings=64, vocab_size=257,
+                                  rms_norm_eps=1e-5, tie_word_embeddings=False)
+    fresh = transformers.LlamaForCausalLM(lc).eval()
+    hf_dir = os.path.join(tmp, "hf_llama")
+    fresh.save_pretrained(hf_dir, safe_serialization=True)
+    compare(anvil_logits(hf_dir), hf_logits(fresh), "transformers Llama checkpoint in anvil", failures)
+    r = subprocess.run([ANVIL, "train", *common, "--init", hf_dir, "--tokenizer", "byte", "--out",
+                        os.path.join(tmp, "from_hf_llama"), "--steps", "5"], capture_output=True, text=True)
+    if r.returncode != 0:
+        failures.append(f"anvil could not train from the transformers Llama checkpoint: {r.stderr[-300:]}")
 
 
 def main():
@@ -88,6 +137,7 @@ def main():
         peft_dir = os.path.join(tmp, "peft_adapter")
         pm2.save_pretrained(peft_dir)
         compare(anvil_logits(base, peft_dir), hf_logits(pm2.eval()), "peft adapter in anvil", failures)
+        llama(tmp, data, failures)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -8,7 +8,13 @@ tokenizer, an independent encoder (run with node). For every sample of a mixed c
 scripts, emoji, runs of spaces and newlines, special-token text) and seeded random strings:
   1. anvil's ids (`anvil tokenize`, special-token text matched) equal transformers.js's
      (encode(text, {add_special_tokens: false}));
-  2. decode(encode(x)) == x (`anvil tokenize --decode`) for every sample without special-token text.
+  2. decode(encode(x)) == x (`anvil tokenize --decode`) for every sample without special-token text;
+  3. a Llama trained with a tokenizer.json keeps its files, evaluates, and on chat data says which template it
+     chose and answers `generate --chat`;
+  4. chat templates: anvil's rendering of chat records (`anvil tokenize --records`) equals transformers.js's
+     apply_chat_template, token for token: Llama 3's own chat_template from its tokenizer_config.json, and ChatML
+     (Qwen's template) on the Llama 3 tokenizer with two reserved special tokens renamed <|im_start|>/<|im_end|>;
+     the loss mask covers exactly each assistant turn after its header, through its end-of-turn token.
 Skips with exit 77 when node/npm are missing or the registry cannot be reached.
 """
 import json
@@ -74,6 +80,131 @@ def corpus(seed):
 
 
 SPECIAL_TEXT = ("<|", "</s>", "<s>", "<unk>")
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+          "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+CHAT_NODE = r"""
+const fs = require("fs");
+const { TokenizerLoader } = require("@lenml/tokenizers");
+const [, , dir, chatsFile, template] = process.argv;
+const tok = TokenizerLoader.fromPreTrained({
+    tokenizerJSON: JSON.parse(fs.readFileSync(dir + "/tokenizer.json", "utf8")),
+    tokenizerConfig: JSON.parse(fs.readFileSync(dir + "/tokenizer_config.json", "utf8")) });
+const opts = template ? { chat_template: template } : {};
+const out = JSON.parse(fs.readFileSync(chatsFile, "utf8")).map(m => ({
+    full: tok.apply_chat_template(m, { ...opts, tokenize: true, return_tensor: false, add_generation_prompt: false }),
+    prompt: tok.apply_chat_template(m.slice(0, -1), { ...opts, tokenize: true, return_tensor: false,
+                                                      add_generation_prompt: true }) }));
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def chats():
+    """Conversations for the template check: system or not, several turns, scripts, code, spaces inside."""
+    c = [
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"}],
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"},
+         {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3*3?"},
+         {"role": "assistant", "content": "9."}],
+        [{"role": "user", "content": "Write a loop.\n\n```python\nfor i in range(3):\n    print(i)\n```"},
+         {"role": "assistant", "content": "```c\nfor (int i = 0; i < 3; i++) printf(\"%d\\n\", i);\n```"}],
+        [{"role": "system", "content": "Réponds en français."}, {"role": "user", "content": "日本語で？ 😀"},
+         {"role": "assistant", "content": "Bien sûr — 日本語です。 👍"}],
+        [{"role": "user", "content": "Spaces   inside   and\ttabs"}, {"role": "assistant", "content": "Kept   as\tthey are"}],
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+         {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}, {"role": "assistant", "content": "f"}],
+    ]
+    # Llama 3's template trims every message; these check that anvil does too
+    llama3_only = [
+        [{"role": "user", "content": "  padded question \n"}, {"role": "assistant", "content": "\n padded answer  "}],
+    ]
+    return c, llama3_only
+
+
+def assistant_spans(ids, header, end):
+    """Indices of the assistant turns' tokens: after each `header` (a run of ids) through the next `end` id."""
+    out, i = set(), 0
+    while i < len(ids):
+        if ids[i:i + len(header)] == header:
+            j = i + len(header)
+            while j < len(ids) and ids[j] != end:
+                out.add(j)
+                j += 1
+            if j < len(ids):
+                out.add(j)
+            i = j
+        i += 1
+    return out
+
+
+def check_chat_templates(root, tmp, failures):
+    llama3 = os.path.join(root, "node_modules", "@lenml", "tokenizer-llama3", "models")
+    # a ChatML tokenizer: Llama 3's with two reserved special tokens renamed
+    chatml_dir = os.path.join(tmp, "chatml_tok")
+    os.makedirs(chatml_dir, exist_ok=True)
+    tj = json.load(open(os.path.join(llama3, "tokenizer.json")))
+    names = {"<|reserved_special_token_0|>": "<|im_start|>", "<|reserved_special_token_1|>": "<|im_end|>"}
+    for t in tj["added_tokens"]:
+        t["content"] = names.get(t["content"], t["content"])
+    json.dump(tj, open(os.path.join(chatml_dir, "tokenizer.json"), "w"))
+    tc = json.load(open(os.path.join(llama3, "tokenizer_config.json")))
+    for v in tc.get("added_tokens_decoder", {}).values():
+        v["content"] = names.get(v["content"], v["content"])
+    tc.pop("chat_template", None)
+    json.dump(tc, open(os.path.join(chatml_dir, "tokenizer_config.json"), "w"))
+    ids = {t["content"]: t["id"] for t in tj["added_tokens"]}
+    common, llama3_only = chats()
+    script = os.path.join(root, "chat.js")
+    open(script, "w").write(CHAT_NODE)
+    cases = [("llama3", llama3, common + llama3_only, "", None,
+              lambda tok: [ids["<|start_header_id|>"], *tok("assistant"), ids["<|end_header_id|>"], *tok("\n\n")],
+              ids["<|eot_id|>"]),
+             ("chatml", chatml_dir, common, CHATML, "chatml",
+              lambda tok: [ids["<|im_start|>"], *tok("assistant\n")], ids["<|im_end|>"])]
+    for name, tok_dir, convs, template, flag, header_of, end in cases:
+        chats_json = os.path.join(tmp, f"chats_{name}.json")
+        json.dump(convs, open(chats_json, "w"))
+        r = subprocess.run(["node", script, tok_dir, chats_json, template], cwd=root, capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0:
+            failures.append(f"{name}: transformers.js apply_chat_template failed: {r.stderr.strip()[-300:]}")
+            continue
+        want = json.loads(r.stdout)
+        recs = os.path.join(tmp, f"chats_{name}.jsonl")
+        with open(recs, "w") as fh:
+            for m in convs:
+                fh.write(json.dumps({"messages": m}) + "\n")
+        a = subprocess.run([ANVIL, "tokenize", "--tokenizer", tok_dir, "--records", "--in", recs,
+                            *(["--template", flag] if flag else [])], capture_output=True, text=True)
+        if a.returncode != 0:
+            failures.append(f"{name}: anvil tokenize --records failed: {a.stderr.strip()}")
+            continue
+        got = [json.loads(x) for x in a.stdout.splitlines()]
+
+        def tok(text):  # token ids of plain text through anvil (the header's pieces)
+            p = os.path.join(tmp, "piece.txt")
+            open(p, "w").write(text)
+            return [int(x) for x in subprocess.run([ANVIL, "tokenize", "--tokenizer", tok_dir, "--in", p],
+                                                   capture_output=True, text=True).stdout.split()]
+        header = header_of(tok)
+        ok_full = ok_prompt = ok_mask = 0
+        for g, w in zip(got, want):
+            # Llama 3's template writes <|begin_of_text|> itself; this tokenizer.json adds no BOS of its own
+            full_w, prompt_w = w["full"], w["prompt"]
+            if name == "llama3":  # this template always ends with the assistant's header
+                full_w = full_w[:-len(header)] if full_w[-len(header):] == header else full_w
+            ok_full += g["ids"] == full_w
+            ok_prompt += g["prompt"] == prompt_w
+            mask = assistant_spans(g["ids"], header, end)
+            ok_mask += [i for i, t in enumerate(g["targets"]) if t] == sorted(mask) and g["template"] == name
+        n = len(convs)
+        print(f"[chat {name}] records equal apply_chat_template on {ok_full} of {n}, generation prompts on "
+              f"{ok_prompt} of {n}, loss masks on the assistant turns on {ok_mask} of {n}")
+        if not ok_full == ok_prompt == ok_mask == n:
+            failures.append(f"chat template {name}: {ok_full}/{ok_prompt}/{ok_mask} of {n} agree "
+                            f"(first: anvil {got[0]['ids'][:16]} transformers.js {want[0]['full'][:16]})")
+
 
 NODE = r"""
 const fs = require("fs");
@@ -153,6 +284,25 @@ def main():
                            capture_output=True, text=True)
         if e.returncode != 0:
             failures.append(f"eval of that model: {e.stderr.strip()[-300:]}")
+        # a Llama with the Llama 3 tokenizer on chat data: llama3 chosen from the tokenizer, generate --chat answers
+        models = os.path.join(root, "node_modules", "@lenml", "tokenizer-llama3", "models")
+        conv = os.path.join(tmp, "conv.jsonl")
+        with open(conv, "w") as fh:
+            for m in chats()[0] * 4:
+                fh.write(json.dumps({"messages": m}) + "\n")
+        out = os.path.join(tmp, "chatrun")
+        r = subprocess.run([ANVIL, "train", "--arch", "llama", "--tokenizer", models, "--data", conv, "--layers", "1",
+                            "--heads", "2", "--dim", "16", "--seq", "64", "--batch", "2", "--steps", "2", "--threads",
+                            "2", "--eval-examples", "2", "--out", out], capture_output=True, text=True)
+        said = "template llama3 for instruction and chat records (from the tokenizer's special tokens)" in r.stderr
+        g = subprocess.run([ANVIL, "generate", "--model", out, "--chat", "--prompt", "Hi", "--max-new-tokens", "4",
+                            "--threads", "2"], capture_output=True, text=True)
+        ok = r.returncode == 0 and said and g.returncode == 0 and "chat template llama3" in g.stderr
+        print(("ok   " if ok else "FAIL ") + "a Llama on chat data with the Llama 3 tokenizer: llama3 template chosen "
+              "and named, generate --chat answers")
+        if not ok:
+            failures.append(f"chat run with the Llama 3 tokenizer: {r.stderr.strip()[-300:]} {g.stderr.strip()[-200:]}")
+        check_chat_templates(root, tmp, failures)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

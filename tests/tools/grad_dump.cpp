@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
         Trainer trainer(*model, opt);
         ByteTokenizer tok;
         const Dataset d =
-            load_dataset(data, tok, DataOptions{0.0, "text", parse_template(argc >= 8 ? argv[7] : "alpaca")});
+            load_dataset(data, tok, DataOptions{0.0, "text", choose_template(argc >= 8 ? argv[7] : "alpaca", tok)});
         Batcher batcher(d.train, B, T, false, 0);
         std::vector<int32_t> tokens, targets;
         const StepBatch batch = fill_step(batcher, 0, accum, B, T, tokens, targets);

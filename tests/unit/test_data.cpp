@@ -62,22 +62,6 @@ TEST(Dataset, InstructionRecordsMaskThePrompt) {
     fsys::remove(p);
 }
 
-TEST(Dataset, Templates) {
-    const Example with{"Add.", "1+2", "3"}, without{"Say hi.", "", "hi"};
-    EXPECT_EQ(render_prompt(with, PromptTemplate::Compact), "Add.\n1+2\n=> ");
-    EXPECT_EQ(render_prompt(without, PromptTemplate::Compact), "Say hi.\n=> ");
-    EXPECT_EQ(
-        render_prompt(with, PromptTemplate::Alpaca),
-        "Below is an instruction that describes a task, paired with an input that provides further context. "
-        "Write a response that appropriately completes the request.\n\n### Instruction:\nAdd.\n\n### "
-        "Input:\n1+2\n\n### Response:\n");
-    EXPECT_EQ(
-        render_prompt(without, PromptTemplate::Alpaca),
-        "Below is an instruction that describes a task. Write a response that appropriately completes the "
-        "request.\n\n### Instruction:\nSay hi.\n\n### Response:\n");
-    EXPECT_THROW(parse_template("chatml"), Error);
-}
-
 TEST(Dataset, ErrorsNameFileAndLine) {
     ByteTokenizer tok;
     auto expect = [&](const std::string& content, const std::string& needle) {
@@ -91,7 +75,7 @@ TEST(Dataset, ErrorsNameFileAndLine) {
         fsys::remove(p);
     };
     expect("{\"text\":\"ok\"}\n{broken\n", "bad.jsonl:2: invalid JSON");
-    expect("{\"text\":\"ok\"}\n{\"instruction\":\"x\"}\n", ":2: instruction record without");
+    expect("{\"text\":\"ok\"}\n{\"instruction\":\"x\"}\n", ":2: instruction record with missing field \"output\"");
     expect("{\"body\":\"x\"}\n", ":1: record has neither");
     expect("[1,2]\n", ":1: each line must be a JSON object");
     expect("", "file is empty");

@@ -304,6 +304,19 @@ TEST(Llama, ParamStoreFollowsTransformers) {
     scaled.rope_theta = 500000.0;
     const ModelConfig back = config_from_hf_json(config_to_hf_json(scaled, {}), "config.json");
     EXPECT_TRUE(back.same_shape(scaled)) << back.str();
+    // transformers 5 writes rope_theta and the scaling into one rope_parameters object
+    nlohmann::json v5 = config_to_hf_json(scaled, {});
+    v5.erase("rope_theta");
+    v5.erase("rope_scaling");
+    v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
+                             {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                             {"original_max_position_embeddings", 8192}};
+    const ModelConfig back5 = config_from_hf_json(v5, "config.json");
+    EXPECT_TRUE(back5.same_shape(scaled)) << back5.str();
+    EXPECT_EQ(back5.rope_theta, 500000.0);
+    EXPECT_EQ(back5.rope_scaling.type, "llama3");
+    v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+    EXPECT_EQ(config_from_hf_json(v5, "config.json").rope_scaling.type, "");
 }
 
 // Llama 3.1's frequency scaling: long wavelengths divided by the factor, short ones kept, the band between

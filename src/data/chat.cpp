@@ -1,0 +1,283 @@
+#include "data/chat.h"
+
+#include "core/error.h"
+
+namespace anvil {
+
+const char* role_name(Role r) {
+    return r == Role::System ? "system" : r == Role::User ? "user" : "assistant";
+}
+
+bool parse_role(std::string_view name, Role* out) {
+    for (Role r : {Role::System, Role::User, Role::Assistant})
+        if (name == role_name(r)) {
+            *out = r;
+            return true;
+        }
+    return false;
+}
+
+const std::string& Example::answer() const {
+    if (!chat()) return output;
+    static const std::string none;
+    return messages.back().role == Role::Assistant ? messages.back().content : none;
+}
+
+const std::string& Example::question() const {
+    if (!chat()) return instruction;
+    for (size_t i = messages.size(); i-- > 0;)
+        if (messages[i].role == Role::User) return messages[i].content;
+    return messages.front().content;
+}
+
+std::string chat_problem(const std::vector<Message>& messages) {
+    if (messages.empty()) return "\"messages\" is empty";
+    bool assistant = false;
+    for (size_t i = 0; i < messages.size(); i++) {
+        const Message& m = messages[i];
+        if (m.role == Role::System && i > 0)
+            return fmt::format("message {}: a system message must come first", i + 1);
+        if (m.role == Role::Assistant) {
+            if (m.content.find_first_not_of(" \t\r\n") == std::string::npos)
+                return fmt::format("message {}: empty assistant turn; nothing to learn from it", i + 1);
+            assistant = true;
+        }
+    }
+    return assistant ? "" : "no assistant turn; nothing to learn from this record";
+}
+
+const char* template_name(PromptTemplate t) {
+    switch (t) {
+        case PromptTemplate::Alpaca:
+            return "alpaca";
+        case PromptTemplate::Compact:
+            return "compact";
+        case PromptTemplate::Llama3:
+            return "llama3";
+        default:
+            return "chatml";
+    }
+}
+
+namespace {
+
+constexpr const char* kLlama3Specials[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+constexpr const char* kChatmlSpecials[] = {"<|im_start|>", "<|im_end|>"};
+
+template <size_t N>
+const char* missing_special(const Tokenizer& tok, const char* const (&names)[N]) {
+    for (const char* n : names)
+        if (tok.special_id(n) < 0) return n;
+    return nullptr;
+}
+
+int32_t special(const Tokenizer& tok, const char* text) {
+    const int id = tok.special_id(text);
+    ANVIL_CHECK(id >= 0, "the tokenizer has no {} special token", text);
+    return id;
+}
+
+std::string trim(const std::string& s) {
+    const size_t a = s.find_first_not_of(" \t\r\n");
+    if (a == std::string::npos) return "";
+    return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+// The conversation a template renders: a chat's messages, or an instruction record as one user and one
+// assistant turn.
+std::vector<Message> turns_of(const Example& e) {
+    if (e.chat()) return e.messages;
+    std::string user = e.instruction;
+    if (!e.input.empty()) user += "\n\n" + e.input;
+    return {{Role::User, user}, {Role::Assistant, e.output}};
+}
+
+struct SpanWriter {
+    std::vector<ChatSpan> spans;
+    void text(std::string s, bool target = false) {
+        if (!spans.empty() && !spans.back().special && spans.back().target == target)
+            spans.back().text += s;
+        else
+            spans.push_back({false, target, std::move(s), -1});
+    }
+    void token(int32_t id, bool target = false) { spans.push_back({true, target, {}, id}); }
+};
+
+constexpr const char* kAlpacaPreamble =
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.";
+constexpr const char* kAlpacaInputPreamble =
+    "Below is an instruction that describes a task, paired with an input that provides further context. "
+    "Write a "
+    "response that appropriately completes the request.";
+
+// alpaca and compact: plain text, answers end with the end-of-text token.
+void render_plain(const Example& e, PromptTemplate t, const Tokenizer& tok, bool prompt_only, SpanWriter& w) {
+    const bool alpaca = t == PromptTemplate::Alpaca;
+    if (!e.chat()) {
+        if (!alpaca) {
+            w.text(e.instruction + "\n" + (e.input.empty() ? "" : e.input + "\n") + "=> ");
+        } else if (e.input.empty()) {
+            w.text(std::string(kAlpacaPreamble) + "\n\n### Instruction:\n" + e.instruction +
+                   "\n\n### Response:\n");
+        } else {
+            w.text(std::string(kAlpacaInputPreamble) + "\n\n### Instruction:\n" + e.instruction +
+                   "\n\n### Input:\n" + e.input + "\n\n### Response:\n");
+        }
+        if (prompt_only) return;
+        w.text(e.output, true);
+        w.token(tok.eot_id(), true);
+        return;
+    }
+    const std::vector<Message>& m = e.messages;
+    const size_t n = prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
+    size_t i = 0;
+    if (m[0].role == Role::System) {
+        w.text(m[0].content + (alpaca ? "" : "\n"));
+        i = 1;
+    } else if (alpaca) {
+        w.text(kAlpacaPreamble);
+    }
+    for (; i < n; i++) {
+        if (m[i].role == Role::Assistant) {
+            w.text(m[i].content, true);
+            w.token(tok.eot_id(), true);
+        } else if (alpaca) {
+            w.text("\n\n### Instruction:\n" + m[i].content + "\n\n### Response:\n");
+        } else {
+            w.text(m[i].content + "\n=> ");
+        }
+    }
+}
+
+void render_llama3(const std::vector<Message>& m, size_t n, bool prompt_only, const Tokenizer& tok,
+                   SpanWriter& w) {
+    const int32_t sh = special(tok, "<|start_header_id|>"), eh = special(tok, "<|end_header_id|>"),
+                  eot = special(tok, "<|eot_id|>");
+    // the template starts with <|begin_of_text|> itself (tokens_of adds no second one)
+    if (const int bos = tok.special_id("<|begin_of_text|>"); bos >= 0) w.token(bos);
+    auto header = [&](Role r) {
+        w.token(sh);
+        w.text(role_name(r));
+        w.token(eh);
+        w.text("\n\n");
+    };
+    for (size_t i = 0; i < n; i++) {
+        header(m[i].role);
+        const bool target = m[i].role == Role::Assistant;
+        w.text(trim(m[i].content), target);
+        w.token(eot, target);
+    }
+    if (prompt_only) header(Role::Assistant);
+}
+
+void render_chatml(const std::vector<Message>& m, size_t n, bool prompt_only, const Tokenizer& tok,
+                   SpanWriter& w) {
+    const int32_t start = special(tok, "<|im_start|>"), end = special(tok, "<|im_end|>");
+    for (size_t i = 0; i < n; i++) {
+        w.token(start);
+        w.text(std::string(role_name(m[i].role)) + "\n");
+        const bool target = m[i].role == Role::Assistant;
+        w.text(m[i].content, target);
+        w.token(end, target);
+        w.text("\n");
+    }
+    if (prompt_only) {
+        w.token(start);
+        w.text("assistant\n");
+    }
+}
+
+}  // namespace
+
+PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
+    if (name.empty() || name == "auto") {
+        if (!missing_special(tok, kLlama3Specials)) return PromptTemplate::Llama3;
+        if (!missing_special(tok, kChatmlSpecials)) return PromptTemplate::ChatML;
+        return PromptTemplate::Alpaca;
+    }
+    if (name == "alpaca") return PromptTemplate::Alpaca;
+    if (name == "compact") return PromptTemplate::Compact;
+    const char* missing = nullptr;
+    PromptTemplate t;
+    if (name == "llama3") {
+        t = PromptTemplate::Llama3;
+        missing = missing_special(tok, kLlama3Specials);
+    } else if (name == "chatml") {
+        t = PromptTemplate::ChatML;
+        missing = missing_special(tok, kChatmlSpecials);
+    } else {
+        fail("--template {}: unknown template; use auto, alpaca, compact, llama3 or chatml", name);
+    }
+    ANVIL_CHECK(
+        !missing,
+        "--template {}: the tokenizer ({}) has no {} special token; {} needs a tokenizer.json that defines "
+        "it (Llama 3's for llama3, Qwen's or a ChatML fine-tune's for chatml), or use alpaca or compact",
+        name, tok.kind(), missing, name);
+    return t;
+}
+
+std::string template_reason(const std::string& name, PromptTemplate t) {
+    if (!name.empty() && name != "auto") return "as --template asks";
+    if (t == PromptTemplate::Alpaca) return "the tokenizer has no chat special tokens";
+    return "from the tokenizer's special tokens";
+}
+
+std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tokenizer& tok,
+                                   bool prompt_only) {
+    SpanWriter w;
+    if (t == PromptTemplate::Alpaca || t == PromptTemplate::Compact) {
+        render_plain(e, t, tok, prompt_only, w);
+        return std::move(w.spans);
+    }
+    const std::vector<Message> m = turns_of(e);
+    const size_t n = prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
+    if (t == PromptTemplate::Llama3)
+        render_llama3(m, n, prompt_only, tok, w);
+    else
+        render_chatml(m, n, prompt_only, tok, w);
+    return std::move(w.spans);
+}
+
+namespace {
+TokenStream tokens_of(const std::vector<ChatSpan>& spans, const Tokenizer& tok) {
+    TokenStream s;
+    const bool bos_rendered = !spans.empty() && spans[0].special && spans[0].id == tok.bos_id();
+    if (tok.bos_id() >= 0 && !bos_rendered)
+        s.append_one(tok.bos_id(), 0);  // never a target: nothing predicts it
+    for (const ChatSpan& c : spans) {
+        const uint8_t flag = c.target ? uint8_t(kInLoss | kNeedsPrompt) : uint8_t(0);
+        if (c.special)
+            s.append_one(c.id, flag);
+        else if (!c.text.empty())
+            s.append(tok.encode(c.text), flag);
+    }
+    if (s.size()) s.flags[0] |= kRecordStart;
+    return s;
+}
+}  // namespace
+
+TokenStream record_tokens(const Example& e, PromptTemplate t, const Tokenizer& tok) {
+    return tokens_of(render_spans(e, t, tok, false), tok);
+}
+
+std::vector<int32_t> prompt_tokens(const Example& e, PromptTemplate t, const Tokenizer& tok) {
+    return tokens_of(render_spans(e, t, tok, true), tok).ids;
+}
+
+std::string render_text(const Example& e, PromptTemplate t, const Tokenizer& tok, bool prompt_only) {
+    std::string s;
+    for (const ChatSpan& c : render_spans(e, t, tok, prompt_only))
+        if (!c.special || c.id != tok.bos_id()) s += c.special ? tok.decode(&c.id, 1) : c.text;
+    return s;
+}
+
+std::vector<int32_t> stop_tokens(PromptTemplate t, const Tokenizer& tok) {
+    std::vector<int32_t> ids;
+    if (t == PromptTemplate::Llama3) ids.push_back(special(tok, "<|eot_id|>"));
+    if (t == PromptTemplate::ChatML) ids.push_back(special(tok, "<|im_end|>"));
+    if (ids.empty() || ids[0] != tok.eot_id()) ids.push_back(tok.eot_id());
+    return ids;
+}
+
+}  // namespace anvil

@@ -1,0 +1,239 @@
+// Templates and chat records: the rendered text, the loss mask, the generation prompt, the choice of template
+// and the errors for bad chat records.
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/chat.h"
+#include "data/dataset.h"
+#include "harness.h"
+
+namespace anvil::test {
+namespace {
+
+namespace fsys = std::filesystem;
+
+// Bytes 0..255, end-of-text 256, and the Llama 3 / ChatML markers as specials 257..261, BOS 262 (when asked).
+class ChatTokenizer final : public Tokenizer {
+public:
+    explicit ChatTokenizer(bool bos, bool llama3, bool chatml)
+        : bos_(bos), llama3_(llama3), chatml_(chatml) {}
+    using Tokenizer::decode;
+    std::vector<int32_t> encode(std::string_view text) const override { return bytes_.encode(text); }
+    std::string decode(const int32_t* ids, size_t n) const override {
+        std::string s;
+        for (size_t i = 0; i < n; i++)
+            s += ids[i] < 256    ? std::string(1, char(ids[i]))
+                 : ids[i] == 256 ? "<|endoftext|>"
+                                 : kNames[ids[i] - 257];
+        return s;
+    }
+    int vocab_size() const override { return 263; }
+    int eot_id() const override { return 256; }
+    int bos_id() const override { return bos_ ? 262 : -1; }
+    int special_id(std::string_view text) const override {
+        for (int i = 0; i < 6; i++)
+            if (text == kNames[i] && (i < 3 ? llama3_ : i < 5 ? chatml_ : bos_)) return 257 + i;
+        return -1;
+    }
+    std::string kind() const override { return "test"; }
+    void save(const std::string&) const override {}
+
+private:
+    static constexpr const char* kNames[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                             "<|im_start|>",        "<|im_end|>",        "<|begin_of_text|>"};
+    ByteTokenizer bytes_;
+    bool bos_, llama3_, chatml_;
+};
+
+// The call throws anvil's Error with `needle` in its message.
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+    try {
+        f();
+        ADD_FAILURE() << "no error; expected: " << needle;
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+}
+
+Example chat(std::vector<Message> m) {
+    Example e;
+    e.messages = std::move(m);
+    return e;
+}
+
+// The target tokens of a record, decoded.
+std::string targets(const TokenStream& s, const Tokenizer& tok) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < s.size(); i++)
+        if (s.flags[i] & kInLoss) ids.push_back(s.ids[i]);
+    return tok.decode(ids);
+}
+
+const Example kTwoTurns = chat({{Role::System, "Be brief."},
+                                {Role::User, "Hi"},
+                                {Role::Assistant, " Hello. "},
+                                {Role::User, "2+2?"},
+                                {Role::Assistant, "4"}});
+
+TEST(Chat, InstructionTemplatesRenderAsBefore) {
+    ByteTokenizer tok;
+    const Example with{"Add.", "1+2", "3", {}}, without{"Say hi.", "", "hi", {}};
+    EXPECT_EQ(render_text(with, PromptTemplate::Compact, tok, true), "Add.\n1+2\n=> ");
+    EXPECT_EQ(render_text(without, PromptTemplate::Compact, tok, true), "Say hi.\n=> ");
+    EXPECT_EQ(
+        render_text(with, PromptTemplate::Alpaca, tok, true),
+        "Below is an instruction that describes a task, paired with an input that provides further context. "
+        "Write a response that appropriately completes the request.\n\n### Instruction:\nAdd.\n\n### "
+        "Input:\n1+2\n\n### Response:\n");
+    EXPECT_EQ(
+        render_text(without, PromptTemplate::Alpaca, tok, true),
+        "Below is an instruction that describes a task. Write a response that appropriately completes the "
+        "request.\n\n### Instruction:\nSay hi.\n\n### Response:\n");
+    EXPECT_EQ(render_text(with, PromptTemplate::Compact, tok, false), "Add.\n1+2\n=> 3<|endoftext|>");
+    // a one-turn chat is the instruction record without input
+    const Example one = chat({{Role::User, "Say hi."}, {Role::Assistant, "hi"}});
+    for (PromptTemplate t : {PromptTemplate::Alpaca, PromptTemplate::Compact}) {
+        EXPECT_EQ(record_tokens(one, t, tok).ids, record_tokens(without, t, tok).ids) << template_name(t);
+        EXPECT_EQ(record_tokens(one, t, tok).flags, record_tokens(without, t, tok).flags) << template_name(t);
+    }
+}
+
+TEST(Chat, PlainTemplatesRenderConversations) {
+    ByteTokenizer tok;
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Compact, tok, false),
+              "Be brief.\nHi\n=>  Hello. <|endoftext|>2+2?\n=> 4<|endoftext|>");
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Alpaca, tok, true),
+              "Be brief.\n\n### Instruction:\nHi\n\n### Response:\n Hello. <|endoftext|>\n\n### "
+              "Instruction:\n2+2?\n\n"
+              "### Response:\n");
+    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::Alpaca, tok);
+    EXPECT_EQ(targets(r, tok), " Hello. <|endoftext|>4<|endoftext|>");
+}
+
+TEST(Chat, Llama3RendersMetasTemplate) {
+    ChatTokenizer tok(true, true, false);
+    ASSERT_EQ(choose_template("auto", tok), PromptTemplate::Llama3);
+    // Meta-Llama-3-8B-Instruct's chat_template: content trimmed, BOS first, the prompt ends with the header
+    const std::string prompt =
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama3, tok, true), prompt);
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama3, tok, false), prompt + "4<|eot_id|>");
+    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::Llama3, tok);
+    EXPECT_EQ(r.ids[0], 262);  // BOS, once
+    EXPECT_EQ(r.ids[1], 257);
+    EXPECT_EQ(r.flags[0], kRecordStart);
+    EXPECT_EQ(targets(r, tok), "Hello.<|eot_id|>4<|eot_id|>");
+    for (size_t i = 0; i < r.size(); i++)
+        if (r.flags[i] & kInLoss) {
+            EXPECT_EQ(r.flags[i] & kNeedsPrompt, kNeedsPrompt) << i;
+        }
+    // the generation prompt is the record up to the answer, token for token
+    const std::vector<int32_t> p = prompt_tokens(kTwoTurns, PromptTemplate::Llama3, tok);
+    ASSERT_LT(p.size(), r.size());
+    EXPECT_EQ(std::vector<int32_t>(r.ids.begin(), r.ids.begin() + long(p.size())), p);
+    EXPECT_EQ(tok.decode(std::vector<int32_t>(r.ids.begin() + long(p.size()), r.ids.end())), "4<|eot_id|>");
+    EXPECT_EQ(stop_tokens(PromptTemplate::Llama3, tok), (std::vector<int32_t>{259, 256}));
+    // an instruction record is one user turn ("instruction\n\ninput") and one assistant turn
+    const Example inst{"Add.", "1+2", "3", {}};
+    EXPECT_EQ(render_text(inst, PromptTemplate::Llama3, tok, false),
+              "<|start_header_id|>user<|end_header_id|>\n\nAdd.\n\n1+2<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n3<|eot_id|>");
+    // a conversation that ends with the user's turn is a prompt as it is
+    const Example open = chat({{Role::User, "Hi"}});
+    EXPECT_EQ(render_text(open, PromptTemplate::Llama3, tok, true),
+              "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
+              "header_id|>"
+              "\n\n");
+}
+
+TEST(Chat, ChatmlRendersQwensTemplate) {
+    ChatTokenizer tok(false, false, true);
+    ASSERT_EQ(choose_template("", tok), PromptTemplate::ChatML);
+    const std::string prompt =
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n Hello. "
+        "<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n";
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::ChatML, tok, true), prompt);
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::ChatML, tok, false), prompt + "4<|im_end|>\n");
+    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::ChatML, tok);
+    EXPECT_EQ(r.flags[0], kRecordStart);  // no BOS in this tokenizer
+    EXPECT_EQ(targets(r, tok), " Hello. <|im_end|>4<|im_end|>");
+    EXPECT_EQ(stop_tokens(PromptTemplate::ChatML, tok), (std::vector<int32_t>{261, 256}));
+    // special-token text typed in a message stays text
+    const Example sneaky = chat({{Role::User, "<|im_end|>"}, {Role::Assistant, "ok"}});
+    const TokenStream s = record_tokens(sneaky, PromptTemplate::ChatML, tok);
+    EXPECT_EQ(std::count(s.ids.begin(), s.ids.end(), 261),
+              2);  // the user's and the assistant's turn ends only
+}
+
+TEST(Chat, TemplateChoiceAndErrors) {
+    ByteTokenizer bytes;
+    EXPECT_EQ(choose_template("auto", bytes), PromptTemplate::Alpaca);
+    EXPECT_EQ(choose_template("compact", bytes), PromptTemplate::Compact);
+    expect_error([&] { choose_template("llama3", bytes); },
+                 "--template llama3: the tokenizer (byte) has no "
+                 "<|start_header_id|> special token");
+    expect_error([&] { choose_template("chatml", bytes); }, "has no <|im_start|>");
+    expect_error([&] { choose_template("vicuna", bytes); }, "--template vicuna: unknown template");
+    ChatTokenizer both(false, true, true);
+    EXPECT_EQ(choose_template("auto", both), PromptTemplate::Llama3);
+    EXPECT_EQ(choose_template("chatml", both), PromptTemplate::ChatML);
+}
+
+TEST(Chat, BadRecordsAreNamed) {
+    ByteTokenizer tok;
+    auto expect = [&](const std::string& line, const std::string& needle) {
+        const std::string p =
+            (fsys::temp_directory_path() / ("anvil_chat_" + std::to_string(::getpid()) + ".jsonl")).string();
+        std::ofstream(p)
+            << R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})"
+            << "\n"
+            << line << "\n";
+        expect_error(
+            [&] {
+                load_dataset(p, tok, {0.0, "text", PromptTemplate::Alpaca});
+            },
+            p + ":2: " + needle);
+        fsys::remove(p);
+    };
+    expect(R"({"messages":[{"role":"tool","content":"x"},{"role":"assistant","content":"y"}]})",
+           "message 1: unknown role \"tool\"; use system, user or assistant");
+    expect(R"({"messages":[{"role":"system","content":"x"},{"role":"user","content":"y"}]})",
+           "no assistant turn; nothing to learn from this record");
+    expect(
+        R"({"messages":[{"role":"user","content":"x"},{"role":"system","content":"y"},{"role":"assistant","content":"z"}]})",
+        "message 2: a system message must come first");
+    expect(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"  "}]})",
+           "message 2: empty assistant turn");
+    expect(R"({"messages":{"role":"user"}})", "\"messages\" must be an array");
+    expect(R"({"messages":[]})", "\"messages\" is empty");
+    expect(R"({"messages":[{"role":"user","content":["x"]}]})",
+           "message 1: \"role\" and \"content\" must be strings");
+    expect(R"({"messages":[{"role":"user"}]})", "message 1: not an object with \"role\" and \"content\"");
+}
+
+TEST(Chat, ExamplesRoundTripThroughJsonl) {
+    const std::string p =
+        (fsys::temp_directory_path() / ("anvil_ex_" + std::to_string(::getpid()) + ".jsonl")).string();
+    write_examples_jsonl(p, {kTwoTurns, Example{"Add.", "1+2", "3", {}}});
+    const std::vector<Example> back = read_examples_jsonl(p);
+    ASSERT_EQ(back.size(), 2u);
+    ASSERT_EQ(back[0].messages.size(), kTwoTurns.messages.size());
+    for (size_t i = 0; i < back[0].messages.size(); i++) {
+        EXPECT_EQ(back[0].messages[i].role, kTwoTurns.messages[i].role);
+        EXPECT_EQ(back[0].messages[i].content, kTwoTurns.messages[i].content);
+    }
+    EXPECT_EQ(back[0].answer(), "4");
+    EXPECT_EQ(back[0].question(), "2+2?");
+    EXPECT_EQ(back[1].answer(), "3");
+    fsys::remove(p);
+}
+
+}  // namespace
+}  // namespace anvil::test
