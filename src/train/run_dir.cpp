@@ -13,25 +13,12 @@
 #include <regex>
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "io/fs.h"
 
 namespace anvil {
 
 namespace fsys = std::filesystem;
-
-int launched_world_size(std::string* source) {
-    // Open MPI, MPICH/Intel MPI (PMI), PMIx launchers, MVAPICH, and Slurm's srun (a job step's task count).
-    for (const char* var :
-         {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
-        const char* v = std::getenv(var);
-        if (!v || !*v) continue;
-        const int n = std::atoi(v);
-        if (n < 1) continue;
-        if (source) *source = std::string(var) + "=" + v;
-        return n;
-    }
-    return 1;
-}
 
 void refuse_multi_process_launch() {
     std::string source;

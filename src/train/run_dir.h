@@ -6,10 +6,6 @@
 
 namespace anvil {
 
-// The number of processes the launcher started (mpirun, srun, other PMI launchers), from their
-// environment variables; 1 for a plain start. `source` receives the variable that said so.
-int launched_world_size(std::string* source = nullptr);
-
 // Throws when started as one of several processes: each would be an unrelated run writing the same files.
 void refuse_multi_process_launch();
 

@@ -1,0 +1,104 @@
+#include "dist/comm.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+
+namespace anvil {
+
+int launched_world_size(std::string* source) {
+    // Open MPI, MPICH/Intel MPI (PMI), PMIx launchers, MVAPICH, and Slurm's srun (a job step's task count).
+    for (const char* var :
+         {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+        const char* v = std::getenv(var);
+        if (!v || !*v) continue;
+        const int n = std::atoi(v);
+        if (n < 1) continue;
+        if (source) *source = std::string(var) + "=" + v;
+        return n;
+    }
+    return 1;
+}
+
+int launched_local_rank() {
+    for (const char* var :
+         {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"})
+        if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+    return 0;
+}
+
+namespace {
+
+// One process: every collective is the identity.
+class SingleComm final : public Comm {
+public:
+    explicit SingleComm(double timeout_s) { timeout_s_ = timeout_s; }
+    const char* kind() const override { return "single"; }
+    Pending allreduce_sum_start(float*, size_t, const char*) override { return {}; }
+    void wait(Pending) override {}
+    using Comm::allreduce_sum;
+    void allreduce_sum(double*, size_t, const char*) override {}
+    void allgather(const void* mine, size_t bytes, void* all, const char*) override {
+        if (bytes) std::memcpy(all, mine, bytes);
+    }
+    void broadcast(void*, size_t, int, const char*) override {}
+    void barrier(const char*) override {}
+    [[noreturn]] void abort(const std::string& why) override {
+        std::fprintf(stderr, "anvil: error: %s\n", why.c_str());
+        std::exit(1);
+    }
+};
+
+std::string plugin_path() {
+    if (const char* p = std::getenv("ANVIL_MPI_PLUGIN"); p && *p) return p;
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return (ec ? std::filesystem::path(".") : exe.parent_path()) / "libanvil_mpi.so";
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_comm(double timeout_s) {
+    ANVIL_CHECK(timeout_s > 0, "--comm-timeout {}: must be positive (seconds)", timeout_s);
+    std::string source;
+    const int n = launched_world_size(&source);
+    if (n <= 1) return std::make_unique<SingleComm>(timeout_s);
+    const std::string path = plugin_path();
+    // RTLD_GLOBAL: Open MPI loads its own components with dlopen and needs libmpi's symbols visible to them.
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    ANVIL_CHECK(
+        lib,
+        "started as one of {} processes ({}), but the MPI plugin {} cannot be loaded ({}); build anvil with "
+        "Open MPI's headers present (apt-get install libopenmpi-dev, then rebuild) and launch with Open "
+        "MPI's "
+        "mpirun or srun",
+        n, source, path, dlerror());
+    using Create = Comm* (*)(double);
+    auto create = reinterpret_cast<Create>(dlsym(lib, "anvil_mpi_comm_create"));
+    ANVIL_CHECK(create, "{}: not an anvil MPI plugin (no anvil_mpi_comm_create)", path);
+    std::unique_ptr<Comm> c(create(timeout_s));
+    ANVIL_CHECK(c && c->size() == n, "{}: MPI reports {} processes where the launcher said {} ({})", path,
+                c ? c->size() : 0, n, source);
+    return c;  // the library stays loaded for the life of the process (MPI_Finalize runs in the Comm's
+               // destructor)
+}
+
+void check_same(Comm& c, uint64_t value, const std::string& what) {
+    std::vector<uint64_t> all(size_t(c.size()));
+    c.allgather(&value, sizeof value, all.data(), ("the start-up check of " + what).c_str());
+    for (int r = 1; r < c.size(); r++)
+        ANVIL_CHECK(all[size_t(r)] == all[0],
+                    "rank {} differs from rank 0 in {} ({:016x} against {:016x}): every rank must be started "
+                    "with the "
+                    "same flags and see the same data",
+                    r, what, all[size_t(r)], all[0]);
+}
+
+}  // namespace anvil

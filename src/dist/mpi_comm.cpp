@@ -1,0 +1,119 @@
+// The MPI plugin (libanvil_mpi.so): Comm on Open MPI, loaded by make_comm() only when a launcher started
+// several processes. Collectives are MPI's non-blocking ones, completed by polling MPI_Test against the
+// deadline, so a dead or stopped rank turns into an error naming this rank and the collective, then MPI_Abort
+// ends the job.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/comm.h"
+
+namespace anvil {
+namespace {
+
+class MpiComm final : public Comm {
+public:
+    explicit MpiComm(double timeout_s) {
+        int inited = 0;
+        MPI_Initialized(&inited);
+        if (!inited) {
+            int provided = 0;
+            MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+        MPI_Comm_size(MPI_COMM_WORLD, &size_);
+        MPI_Comm local;  // the ranks sharing this machine, for the local rank when the launcher sets none
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+        MPI_Comm_rank(local, &local_rank_);
+        MPI_Comm_free(&local);
+        timeout_s_ = timeout_s;
+    }
+    ~MpiComm() override {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+    }
+    const char* kind() const override { return "mpi"; }
+
+    Pending allreduce_sum_start(float* data, size_t n, const char* what) override {
+        MPI_Request req;
+        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        return track(req, what);
+    }
+    void wait(Pending p) override {
+        if (p.id < 0) return;
+        Open& o = open_[size_t(p.id)];
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int spins = 0;; spins++) {
+            int done = 0;
+            MPI_Test(&o.req, &done, MPI_STATUS_IGNORE);
+            if (done) break;
+            const double waited =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (waited > timeout_s_)
+                abort(o.what + " did not complete within " + std::to_string(int(timeout_s_)) +
+                      " s (--comm-timeout): another rank has died, stalled or is not taking part");
+            if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        o.req = MPI_REQUEST_NULL;
+        o.what.clear();
+    }
+    using Comm::allreduce_sum;
+    void allreduce_sum(double* data, size_t n, const char* what) override {
+        MPI_Request req;
+        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+        wait(track(req, what));
+    }
+    void allgather(const void* mine, size_t bytes, void* all, const char* what) override {
+        MPI_Request req;
+        MPI_Iallgather(mine, count(bytes, what), MPI_BYTE, all, count(bytes, what), MPI_BYTE, MPI_COMM_WORLD,
+                       &req);
+        wait(track(req, what));
+    }
+    void broadcast(void* data, size_t bytes, int root, const char* what) override {
+        MPI_Request req;
+        MPI_Ibcast(data, count(bytes, what), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+        wait(track(req, what));
+    }
+    void barrier(const char* what) override {
+        MPI_Request req;
+        MPI_Ibarrier(MPI_COMM_WORLD, &req);
+        wait(track(req, what));
+    }
+    [[noreturn]] void abort(const std::string& why) override {
+        std::fprintf(stderr, "anvil: rank %d: error: %s\n", rank_, why.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
+    }
+
+private:
+    struct Open {
+        MPI_Request req = MPI_REQUEST_NULL;
+        std::string what;
+    };
+    std::vector<Open> open_;
+
+    int count(size_t n, const char* what) {
+        if (n > size_t(1) << 31) abort(std::string(what) + ": more than 2^31 elements in one collective");
+        return int(n);
+    }
+    Pending track(MPI_Request req, const char* what) {
+        size_t i = 0;
+        while (i < open_.size() && open_[i].req != MPI_REQUEST_NULL) i++;
+        if (i == open_.size()) open_.emplace_back();
+        open_[i] = {req, what};
+        return {int(i)};
+    }
+};
+
+}  // namespace
+}  // namespace anvil
+
+extern "C" anvil::Comm* anvil_mpi_comm_create(double timeout_s) {
+    return new anvil::MpiComm(timeout_s);
+}
