@@ -92,6 +92,11 @@ std::vector<Message> turns_of(const Example& e) {
     return {{Role::User, user}, {Role::Assistant, e.output}};
 }
 
+// How many of the messages a rendering shows: all, or for a prompt all but a final assistant turn (the answer).
+size_t rendered_turns(const std::vector<Message>& m, bool prompt_only) {
+    return prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
+}
+
 struct SpanWriter {
     std::vector<ChatSpan> spans;
     void text(std::string s, bool target = false) {
@@ -130,7 +135,7 @@ void render_plain(const Example& e, PromptTemplate t, const Tokenizer& tok, bool
         return;
     }
     const std::vector<Message>& m = e.messages;
-    const size_t n = prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
+    const size_t n = rendered_turns(m, prompt_only);
     size_t i = 0;
     if (m[0].role == Role::System) {
         w.text(m[0].content + (alpaca ? "" : "\n"));
@@ -231,7 +236,7 @@ std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tok
         return std::move(w.spans);
     }
     const std::vector<Message> m = turns_of(e);
-    const size_t n = prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
+    const size_t n = rendered_turns(m, prompt_only);
     if (t == PromptTemplate::Llama3)
         render_llama3(m, n, prompt_only, tok, w);
     else

@@ -29,17 +29,8 @@ bool is_jsonl_path(const std::string& p) {
 RawRecord parse_record(const std::string& line, const std::string& file, size_t lineno,
                        const std::string& text_field) {
     RawRecord r = parse_jsonl_line(line, file, lineno, text_field);
-    if (r.reject.empty()) return r;
-    const std::string where = file + ":" + std::to_string(lineno);
-    if (r.reject_kind == "bad_json") fail("{}: invalid JSON ({}); fix or remove the line", where, r.reject);
-    if (r.reject_kind == "not_object") fail("{}: each line must be a JSON object", where);
-    if (r.reject_kind == "missing_field" && !r.reject.ends_with("\"instruction\"") &&
-        !r.reject.ends_with("\"output\""))
-        fail("{}: record has neither a \"{}\" field nor the instruction schema {{\"instruction\", \"input\", "
-             "\"output\"}} nor chat \"messages\"; pick the text field with --text-field",
-             where, text_field);
-    if (r.reject_kind == "missing_field") fail("{}: instruction record with {}", where, r.reject);
-    fail("{}: {}", where, r.reject);
+    ANVIL_CHECK(r.reject.empty(), "{}:{}: {}", file, lineno, r.reject);
+    return r;
 }
 
 void append_record(TokenStream& s, const RawRecord& r, const Tokenizer& tok, PromptTemplate tmpl) {

@@ -35,13 +35,14 @@ void reject(RawRecord& r, const char* kind, std::string why) {
 }
 
 // Sets the instruction fields or the text from an object's string fields; rejects with a reason otherwise.
+// `flag` is the option that names the text field (--text-field, --csv-column).
 void fill_from_fields(RawRecord& r, const std::function<const std::string*(const char*)>& field,
-                      bool has_instruction, const std::string& text_field) {
+                      bool has_instruction, const std::string& text_field, const char* flag) {
     if (has_instruction) {
         const std::string* ins = field("instruction");
         const std::string* out = field("output");
-        if (!ins) return reject(r, "missing_field", "missing field \"instruction\"");
-        if (!out) return reject(r, "missing_field", "missing field \"output\"");
+        if (!ins) return reject(r, "missing_field", "instruction record with missing field \"instruction\"");
+        if (!out) return reject(r, "missing_field", "instruction record with missing field \"output\"");
         if (out->empty()) return reject(r, "empty_text", "empty \"output\"");
         r.example = true;
         r.ex.instruction = *ins;
@@ -52,7 +53,11 @@ void fill_from_fields(RawRecord& r, const std::function<const std::string*(const
         return;
     }
     const std::string* t = field(text_field.c_str());
-    if (!t) return reject(r, "missing_field", "missing field \"" + text_field + "\"");
+    if (!t)
+        return reject(r, "missing_field",
+                      fmt::format("record has neither a \"{}\" field nor the instruction schema {{\"instruction\", "
+                                  "\"input\", \"output\"}} nor chat \"messages\"; pick the text field with {}",
+                                  text_field, flag));
     if (t->find_first_not_of(" \t\r\n") == std::string::npos) return reject(r, "empty_text", "empty text");
     if (!utf8::valid(*t)) return reject(r, "invalid_utf8", "invalid UTF-8 in the text");
     r.text = *t;
@@ -132,7 +137,7 @@ extern "C" void csv_row_cb(int, void* data) {
             return nullptr;
         };
         const bool inst = col("instruction") && col("output") && !col(st->opts->csv_column.c_str());
-        fill_from_fields(r, col, inst, st->opts->csv_column);
+        fill_from_fields(r, col, inst, st->opts->csv_column, "--csv-column");
     }
     (*st->f)(r);
 }
@@ -288,11 +293,11 @@ RawRecord parse_jsonl_line(const std::string& line, const std::string& file, siz
         if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
             reject(r, "invalid_utf8", "invalid UTF-8");
         else
-            reject(r, "bad_json", what.substr(what.find(']') + 2));
+            reject(r, "bad_json", "invalid JSON (" + what.substr(what.find(']') + 2) + "); fix or remove the line");
         return r;
     }
     if (!j.is_object()) {
-        reject(r, "not_object", "the line is JSON but not an object");
+        reject(r, "not_object", "each line must be a JSON object");
         return r;
     }
     if (j.contains("messages")) {
@@ -317,7 +322,7 @@ RawRecord parse_jsonl_line(const std::string& line, const std::string& file, siz
         reject(r, "not_string", "field \"" + text_field + "\" is not a string");
         return r;
     }
-    fill_from_fields(r, field, inst, text_field);
+    fill_from_fields(r, field, inst, text_field, "--text-field");
     return r;
 }
 

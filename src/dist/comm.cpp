@@ -27,13 +27,6 @@ int launched_world_size(std::string* source) {
     return 1;
 }
 
-int launched_local_rank() {
-    for (const char* var :
-         {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"})
-        if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
-    return 0;
-}
-
 namespace {
 
 // One process: every collective is the identity.

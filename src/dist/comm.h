@@ -45,10 +45,9 @@ protected:
     double timeout_s_ = 600.0;
 };
 
-// The launcher's view from the environment: world size (1 without a launcher; `source` gets the variable that
-// said so, e.g. "OMPI_COMM_WORLD_SIZE=2") and this process's rank on its machine (0 without a launcher).
+// The launcher's view from the environment: the world size (1 without a launcher; `source` gets the variable
+// that said so, e.g. "OMPI_COMM_WORLD_SIZE=2"). The local rank comes from MPI itself (the ranks sharing a node).
 int launched_world_size(std::string* source = nullptr);
-int launched_local_rank();
 
 // This process's Comm: size 1 without a launcher, else the MPI plugin. `timeout_s` bounds every collective
 // (--comm-timeout). Throws naming what to install when a launcher started several processes and the plugin or

@@ -8,10 +8,11 @@ errors naming the file, line or flag."""
 import json
 import os
 import random
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ONE_LINE_ERROR, TempDir, check, report, run  # noqa: E402
+from common import ANVIL, ONE_LINE_ERROR, TempDir, check, report, run  # noqa: E402
 
 TINY = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "64", "--batch", "4", "--threads", "2"]
 EOT = 256
@@ -123,12 +124,16 @@ def main():
         check(a.returncode == 0 and "chat template compact" in a.stderr and b.returncode == 0 and
               b.stdout.rstrip("\n") == "abcd\n=> " + reply,
               f"generate --chat --prompt answers as the rendered prompt does ({reply!r})", f)
-        import subprocess
-        from common import ANVIL
-        s = subprocess.run([ANVIL, *gen, "--chat", "--system", "Reverse each word."], input="abc\nfed\n\nignored\n",
-                           capture_output=True, text=True, timeout=120)
-        check(s.returncode == 0 and len(s.stdout.splitlines()) == 2,
-              f"generate --chat reads turns from stdin until an empty line ({len(s.stdout.splitlines())} replies)", f)
+        def chat_stdin(text):
+            return subprocess.run([ANVIL, *gen, "--chat", "--system", "Reverse each word."], input=text,
+                                  capture_output=True, text=True, timeout=120)
+        first = run([*gen, "--chat", "--system", "Reverse each word.", "--prompt", "abc"])
+        two = chat_stdin("abc\nfed\n")
+        stopped = chat_stdin("abc\nfed\n\nignored\n")
+        check(two.returncode == 0 and stopped.returncode == 0 and two.stdout.startswith(first.stdout) and
+              len(two.stdout) > len(first.stdout) and stopped.stdout == two.stdout,
+              "generate --chat reads turns from stdin (the first reply as --prompt gives it, then a second) until "
+              "an empty line", f)
         one_line_error(run([*gen, "--chat", "--instruction", "x"]), ["--chat", "--instruction"], "--chat with --instruction", f)
         one_line_error(run([*gen, "--prompt", "x", "--system", "y"]), ["--system", "--chat"], "--system without --chat", f)
 

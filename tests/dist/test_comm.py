@@ -15,6 +15,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+from common import check as check_line, report  # noqa: E402
+
 CHECK = os.environ["ANVIL_COMM_CHECK"]
 PLUGIN = os.environ["ANVIL_MPI_PLUGIN"]
 
@@ -38,9 +41,7 @@ def main():
     failures = []
 
     def check(cond, msg):
-        print(("ok   " if cond else "FAIL ") + msg)
-        if not cond:
-            failures.append(msg)
+        check_line(cond, msg, failures)
 
     r = subprocess.run([CHECK, "basic"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and "rank 0 of 1 (local rank 0, single): ok" in r.stdout,
@@ -63,11 +64,7 @@ def main():
     check(r.returncode != 0 and "the MPI plugin /nonexistent/libanvil_mpi.so cannot be loaded" in r.stderr and
           "libopenmpi-dev" in r.stderr, "a launch without the plugin says what to install")
 
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED: the job's collectives, their deadline and their errors")
-    return 0
+    return report(failures, "PASSED: the job's collectives, their deadline and their errors")
 
 
 if __name__ == "__main__":
