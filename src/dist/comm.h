@@ -46,7 +46,8 @@ protected:
 };
 
 // The launcher's view from the environment: the world size (1 without a launcher; `source` gets the variable
-// that said so, e.g. "OMPI_COMM_WORLD_SIZE=2"). The local rank comes from MPI itself (the ranks sharing a node).
+// that said so, e.g. "OMPI_COMM_WORLD_SIZE=2"). The local rank comes from MPI itself (the ranks sharing a
+// node).
 int launched_world_size(std::string* source = nullptr);
 
 // This process's Comm: size 1 without a launcher, else the MPI plugin. `timeout_s` bounds every collective
