@@ -4,11 +4,12 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "dist/comm.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "monitor/cost.h"
-#include "train/run_setup.h"
 #include "train/run.h"
+#include "train/run_setup.h"
 
 namespace anvil::cli {
 
@@ -51,20 +52,65 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
                 "the flag or give {})",
                 flag, v.first, ckpt, flag, v.second, v.second);
     if (sub.get_option("--arch")->count() && given.arch != c.model_type)
-        fail("--arch {}: the checkpoint {} is a {} model; the architecture cannot change when resuming (drop the flag "
-             "or give {})", given.arch, ckpt, c.model_type, c.model_type);
+        fail(
+            "--arch {}: the checkpoint {} is a {} model; the architecture cannot change when resuming (drop "
+            "the flag "
+            "or give {})",
+            given.arch, ckpt, c.model_type, c.model_type);
     const std::string init = stored.value("init", std::string());
     if (sub.get_option("--init")->count() && given.init != init)
         fail("--init {}: the run being resumed started from {}; drop the flag (the weights come from {})",
              given.init, init.empty() ? std::string("a random initialisation") : init, ckpt);
     const int rank = stored.value("lora_rank", 0);
     if (sub.get_option("--lora-rank")->count() && given.lora_rank != rank)
-        fail("--lora-rank {}: the run being resumed {}; the adapters cannot change when resuming (drop the flag)",
-             given.lora_rank, rank > 0 ? fmt::format("has rank {}", rank) : std::string("fine-tunes every weight"));
+        fail(
+            "--lora-rank {}: the run being resumed {}; the adapters cannot change when resuming (drop the "
+            "flag)",
+            given.lora_rank,
+            rank > 0 ? fmt::format("has rank {}", rank) : std::string("fine-tunes every weight"));
     const std::string adapter = stored.value("adapter", std::string());
     if (sub.get_option("--adapter")->count() && given.adapter != adapter)
-        fail("--adapter {}: the run being resumed {}; its weights come from {} (drop the flag)", given.adapter,
-             adapter.empty() ? std::string("did not start from an adapter") : "started from " + adapter, ckpt);
+        fail(
+            "--adapter {}: the run being resumed {}; its weights come from {} (drop the flag)", given.adapter,
+            adapter.empty() ? std::string("did not start from an adapter") : "started from " + adapter, ckpt);
+}
+
+// A checkpoint of a job with another number of ranks: the global batch (every rank's rows of a step) stays,
+// so each step still trains on the same rows, by scaling accumulation (or, failing that, the per-rank batch),
+// unless --batch or --grad-accum say otherwise.
+void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI::App& sub) {
+    const int then = rp.state.value("world_size", 1), now = launched_world_size();
+    if (then == now) return;
+    const bool lead = launched_rank() == 0;
+    const int batch = merged.value("batch", 1), accum = merged.value("grad_accum", 1);
+    const int global = then * batch * accum;
+    if (sub.get_option("--batch")->count() || sub.get_option("--grad-accum")->count()) {
+        if (lead)
+            std::fprintf(stderr,
+                         "anvil: resuming a %d-rank checkpoint on %d rank%s with the batch given: %d "
+                         "sequences per step (the run had %d)\n",
+                         then, now, now == 1 ? "" : "s",
+                         now * merged.value("batch", 1) * merged.value("grad_accum", 1), global);
+        return;
+    }
+    int b = batch, a = accum;
+    if ((then * accum) % now == 0)
+        a = then * accum / now;
+    else if ((then * batch) % now == 0)
+        b = then * batch / now;
+    else
+        fail(
+            "--resume {}: the {}-rank run's {} sequences per step ({} per rank x {} accumulation) do not "
+            "split "
+            "evenly over {} ranks; give --batch and --grad-accum for this job",
+            rp.dir, then, global, batch, accum, now);
+    merged["batch"] = b;
+    merged["grad_accum"] = a;
+    if (lead)
+        std::fprintf(stderr,
+                     "anvil: resuming a %d-rank checkpoint on %d rank%s: %d x %d accumulation per rank keeps "
+                     "the %d sequences of each step (the same rows)\n",
+                     then, now, now == 1 ? "" : "s", b, a, global);
 }
 
 }  // namespace
@@ -75,38 +121,44 @@ Command add_train(CLI::App& app) {
     auto shuffle = std::make_shared<std::string>("on");
     const auto& pos = kPositive;
     const auto& nonneg = kNonNegative;
-    sub->add_option("--data", o->data,
-                    "training data: text file, .jsonl of {\"text\"}, {\"instruction\",\"input\",\"output\"} or "
-                    "{\"messages\":[{\"role\",\"content\"}]} records, or a `data prepare` directory (default: the "
-                    "embedded synthetic set)");
+    sub->add_option(
+        "--data", o->data,
+        "training data: text file, .jsonl of {\"text\"}, {\"instruction\",\"input\",\"output\"} or "
+        "{\"messages\":[{\"role\",\"content\"}]} records, or a `data prepare` directory (default: the "
+        "embedded synthetic set)");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer: byte (default for new models)");
     sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
-    add_template_flag(sub, o->prompt_template, "the chosen one is stored in the checkpoint")->capture_default_str();
+    add_template_flag(sub, o->prompt_template, "the chosen one is stored in the checkpoint")
+        ->capture_default_str();
     sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory (LoRA's base)");
-    sub->add_option("--lora-rank", o->lora_rank,
-                    "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "
-                    "fine-tuning)")
+    sub->add_option(
+           "--lora-rank", o->lora_rank,
+           "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "
+           "fine-tuning)")
         ->capture_default_str()
         ->check(nonneg);
     sub->add_option("--lora-alpha", o->lora_alpha, "LoRA's alpha: the update is scaled by alpha / rank")
         ->capture_default_str()
         ->check(pos);
-    sub->add_option("--lora-targets", o->lora_targets,
-                    "comma-separated layer names LoRA adapts, matched at the end of a name as PEFT does (c_attn, "
-                    "c_proj, c_fc; default c_attn)");
+    sub->add_option(
+        "--lora-targets", o->lora_targets,
+        "comma-separated layer names LoRA adapts, matched at the end of a name as PEFT does (c_attn, "
+        "c_proj, c_fc; default c_attn)");
     sub->add_option("--lora-dropout", o->lora_dropout, "dropout on the adapters' input while training")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));
     sub->add_flag("--rslora", o->rslora, "rank-stabilised LoRA: scale by alpha / sqrt(rank)");
-    sub->add_option("--adapter", o->adapter,
-                    "continue training this PEFT LoRA adapter directory (its base: --init, else the adapter's "
-                    "base_model_name_or_path)");
+    sub->add_option(
+        "--adapter", o->adapter,
+        "continue training this PEFT LoRA adapter directory (its base: --init, else the adapter's "
+        "base_model_name_or_path)");
     sub->add_option("--resume", o->resume, "continue a run from its checkpoint (or run) directory");
     sub->add_option("--out", o->out, "run directory (default runs/<date>-<time>)");
     sub->add_option("--val-fraction", o->val_fraction, "hold out this fraction from the end of the data")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));
-    sub->add_option("--arch", o->arch, "model family of a new model: gpt2 or llama (--init: from its config.json)")
+    sub->add_option("--arch", o->arch,
+                    "model family of a new model: gpt2 or llama (--init: from its config.json)")
         ->capture_default_str()
         ->check(CLI::IsMember({"gpt2", "llama"}));
     sub->add_option("--layers", o->layers, "transformer layers")->capture_default_str()->check(pos);
@@ -115,12 +167,15 @@ Command add_train(CLI::App& app) {
     sub->add_option("--kv-heads", o->kv_heads,
                     "llama: key/value heads, grouped-query attention (default: --heads)")
         ->check(pos);
-    sub->add_option("--ffn-dim", o->ffn_dim, "llama: MLP width, intermediate_size (default: 8/3 of --dim, to 64)")
+    sub->add_option("--ffn-dim", o->ffn_dim,
+                    "llama: MLP width, intermediate_size (default: 8/3 of --dim, to 64)")
         ->check(pos);
-    sub->add_option("--rope-theta", o->rope_theta, "llama: rotary base, rope_theta (default 10000)")->check(pos);
+    sub->add_option("--rope-theta", o->rope_theta, "llama: rotary base, rope_theta (default 10000)")
+        ->check(pos);
     sub->add_option("--norm-eps", o->norm_eps, "llama: RMSNorm epsilon, rms_norm_eps (default 1e-6)")
         ->check(CLI::Range(1e-12, 0.1));
-    sub->add_flag("--tie-embeddings", o->tie_embeddings, "llama: the output layer shares the token embedding");
+    sub->add_flag("--tie-embeddings", o->tie_embeddings,
+                  "llama: the output layer shares the token embedding");
     sub->add_option("--vocab", o->vocab,
                     "embedding rows (default: the tokenizer's vocabulary); pad to a multiple of 64 or 128 "
                     "for faster matrix products, e.g. 50304 for GPT-2's 50257")
@@ -219,6 +274,12 @@ Command add_train(CLI::App& app) {
            "(anvil's tiled kernels, keeps only the log-sum-exp) or auto (gemm up to 1 GiB per layer)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "gemm", "flash"}));
+    sub->add_option(
+           "--comm-timeout", o->comm_timeout,
+           "multi-process jobs: seconds a collective may wait for the other ranks before the job ends "
+           "with an error")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     sub->add_option("--price-per-hour", o->price_per_hour,
                     "dollars per hour, or a preset: " + price_presets());
     sub->add_option("--peak-tflops", o->peak_tflops,
@@ -256,6 +317,7 @@ Command add_train(CLI::App& app) {
                              "anvil: --batch auto: keeping the batch the run chose (%d x %d accumulation)\n",
                              merged["batch"].get<int>(), merged["grad_accum"].get<int>());
             }
+            keep_global_batch(merged, *resume, *sub);
             merged["resume"] = o->resume;
             // A run directory that was copied or moved continues where its checkpoint now is, not where it
             // was first written (that directory may be another run by now); --out still chooses.

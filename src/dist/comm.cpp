@@ -1,6 +1,7 @@
 #include "dist/comm.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,6 +26,25 @@ int launched_world_size(std::string* source) {
         return n;
     }
     return 1;
+}
+
+int launched_rank() {
+    for (const char* var :
+         {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"})
+        if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+    return 0;
+}
+
+void Comm::quiet_unless_rank0() {
+    if (rank_ == 0 || saved_stderr_ >= 0) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    saved_stderr_ = ::dup(2);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0) return;
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::close(null);
 }
 
 namespace {

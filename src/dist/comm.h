@@ -8,8 +8,11 @@
 // no MPI installed.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -31,6 +34,9 @@ public:
     // In-place sum over the ranks, started now and completed by wait() (overlaps with work in between).
     virtual Pending allreduce_sum_start(float* data, size_t n, const char* what) = 0;
     virtual void wait(Pending p) = 0;
+    // Lets started collectives advance without waiting for them (MPI moves a message on only inside its
+    // calls): the backward calls it between layers.
+    virtual void progress() {}
     void allreduce_sum(float* data, size_t n, const char* what) { wait(allreduce_sum_start(data, n, what)); }
     virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
     // `all` receives size() blocks of `bytes`, rank r's at r * bytes.
@@ -40,15 +46,28 @@ public:
     // Prints "anvil: rank R: error: WHY" and ends every process of the job with status 1.
     [[noreturn]] virtual void abort(const std::string& why) = 0;
 
+    // Ranks other than 0 keep quiet: their stdout and stderr go to /dev/null, except the errors abort()
+    // prints, which still reach the terminal. No-op on rank 0.
+    void quiet_unless_rank0();
+
 protected:
+    // Puts stderr back where it was before quiet_unless_rank0() (abort() calls it before printing).
+    void restore_stderr() {
+        if (saved_stderr_ < 0) return;
+        std::fflush(stderr);
+        ::dup2(saved_stderr_, 2);
+    }
     int rank_ = 0, size_ = 1, local_rank_ = 0;
     double timeout_s_ = 600.0;
+    int saved_stderr_ = -1;
 };
 
 // The launcher's view from the environment: the world size (1 without a launcher; `source` gets the variable
 // that said so, e.g. "OMPI_COMM_WORLD_SIZE=2"). The local rank comes from MPI itself (the ranks sharing a
 // node).
 int launched_world_size(std::string* source = nullptr);
+// This process's rank as the launcher set it (0 without one): for messages before MPI is up.
+int launched_rank();
 
 // This process's Comm: size 1 without a launcher, else the MPI plugin. `timeout_s` bounds every collective
 // (--comm-timeout). Throws naming what to install when a launcher started several processes and the plugin or

@@ -61,6 +61,7 @@ public:
         }
         o.req = MPI_REQUEST_NULL;
         o.what.clear();
+        o.busy = false;
     }
     using Comm::allreduce_sum;
     void allreduce_sum(double* data, size_t n, const char* what) override {
@@ -84,7 +85,15 @@ public:
         MPI_Ibarrier(MPI_COMM_WORLD, &req);
         wait(track(req, what));
     }
+    void progress() override {
+        for (Open& o : open_)
+            if (o.req != MPI_REQUEST_NULL) {
+                int done = 0;
+                MPI_Test(&o.req, &done, MPI_STATUS_IGNORE);  // a completed request becomes MPI_REQUEST_NULL
+            }
+    }
     [[noreturn]] void abort(const std::string& why) override {
+        restore_stderr();
         std::fprintf(stderr, "anvil: rank %d: error: %s\n", rank_, why.c_str());
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -93,8 +102,9 @@ public:
 
 private:
     struct Open {
-        MPI_Request req = MPI_REQUEST_NULL;
+        MPI_Request req = MPI_REQUEST_NULL;  // MPI_REQUEST_NULL once complete (progress() may complete it)
         std::string what;
+        bool busy = false;  // until wait(): the Pending handed out still names this slot
     };
     std::vector<Open> open_;
 
@@ -104,9 +114,9 @@ private:
     }
     Pending track(MPI_Request req, const char* what) {
         size_t i = 0;
-        while (i < open_.size() && open_[i].req != MPI_REQUEST_NULL) i++;
+        while (i < open_.size() && open_[i].busy) i++;
         if (i == open_.size()) open_.emplace_back();
-        open_[i] = {req, what};
+        open_[i] = {req, what, true};
         return {int(i)};
     }
 };

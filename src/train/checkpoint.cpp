@@ -3,6 +3,7 @@
 #include "train/autobatch.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "io/fs.h"
@@ -66,7 +67,8 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
         return r;
     }
     const std::string base = r.state.value("options", nlohmann::json::object()).value("init", std::string());
-    ANVIL_CHECK(!base.empty(), "--resume {}: a LoRA checkpoint whose trainer_state.json names no base (--init)", r.dir);
+    ANVIL_CHECK(!base.empty(),
+                "--resume {}: a LoRA checkpoint whose trainer_state.json names no base (--init)", r.dir);
     r.config = read_model_config(base);
     return r;
 }
@@ -86,10 +88,11 @@ void write_optimizer_state(const std::string& dir, const ParamStore& store, cons
 
 void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt) {
     const std::string path = dir + "/optimizer.safetensors";
-    ANVIL_CHECK(file_exists(path),
-                "{}: missing; --resume needs a training checkpoint (it holds the optimizer state), or use --init "
-                "to start a new run from the weights",
-                path);
+    ANVIL_CHECK(
+        file_exists(path),
+        "{}: missing; --resume needs a training checkpoint (it holds the optimizer state), or use --init "
+        "to start a new run from the weights",
+        path);
     SafetensorsReader st(path);
     for (size_t i : store.trainable()) {
         for (int k = 0; k < 2; k++) {
@@ -97,7 +100,8 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             const StEntry* e = st.find(name);
             ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
             ANVIL_CHECK(e->shape == dims(store.spec(i).shape) && e->known && e->dtype == DType::F32,
-                        "{}: tensor \"{}\" must be F32 of shape {}", path, name, shape_str(store.spec(i).shape));
+                        "{}: tensor \"{}\" must be F32 of shape {}", path, name,
+                        shape_str(store.spec(i).shape));
             store.backend().upload(k == 0 ? opt.m(i) : opt.v(i), st.raw(*e));
         }
     }
@@ -131,22 +135,51 @@ void drop_old_checkpoints(const std::string& out, int keep) {
 }
 }  // namespace
 
+namespace {
+// A hash of every weight the optimizer updates: data-parallel replicas must agree on it bit for bit.
+uint64_t weights_hash(const RunSetup& run) {
+    const ParamStore& store = run.model->params();
+    uint64_t h = 1469598103934665603ull;
+    std::vector<float> w;
+    for (size_t i : store.trainable()) {
+        w.resize(size_t(store.spec(i).shape.numel()));
+        run.opt->weights_f32(i, w.data());
+        for (float x : w) {
+            uint32_t bits;
+            std::memcpy(&bits, &x, sizeof bits);
+            h = (h ^ bits) * 1099511628211ull;
+        }
+    }
+    return h;
+}
+}  // namespace
+
 void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
+    Comm& comm = *run.comm;
+    if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all
+        check_same(comm, weights_hash(run),
+                   fmt::format("the weights at step {} (the replicas drifted apart)", step));
+        if (comm.rank() != 0) return;
+    }
     const TrainOptions& o = run.opts;
     const std::string dir = o.out + "/" + name;
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
     const AdamW& opt = *run.opt;
     const auto weights = [&](size_t i, float* dst) { opt.weights_f32(i, dst); };
-    if (run.model->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
-        write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(), weights);
+    if (run.model
+            ->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
+        write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(),
+                           weights);
     else
-        write_model_dir(tmp, *run.model, {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
+        write_model_dir(tmp, *run.model,
+                        {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
                         weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
     run.tok->save(tmp);
     write_optimizer_state(tmp, run.model->params(), opt);
     nlohmann::json state = {
         {"step", step},
+        {"world_size", comm.size()},
         {"options", options_to_json(o)},
         {"data",
          {{"path", o.data},

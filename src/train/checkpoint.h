@@ -33,7 +33,8 @@ void write_optimizer_state(const std::string& dir, const ParamStore& store, cons
 void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt);
 
 // Writes a full training checkpoint of `run` at `step` to OUT/name atomically, then drops checkpoint-N
-// directories beyond --keep-checkpoints.
+// directories beyond --keep-checkpoints. Every rank of a data-parallel job calls it: they check that their
+// weights agree, then rank 0 writes (trainer_state.json records the world size).
 void save_checkpoint(const RunSetup& run, int step, const std::string& name);
 // The loss scaler's state as trainer_state.json keeps it, and back.
 nlohmann::json scaler_to_json(const LossScaler& s);

@@ -8,7 +8,8 @@
 
 namespace anvil {
 
-LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches) {
+LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches, Comm* comm) {
+    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
     Backend& be = model.backend();
     const std::vector<uint64_t> starts = window_starts(s, T, true);
     int64_t n = eval_batches(starts, B);
@@ -17,7 +18,7 @@ LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t
     std::vector<float> losses(size_t(B) * T);
     double sum = 0.0;
     int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = rank; i < n; i += W) {
         fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
         be.upload(model.tokens(B, T), tokens.data());
         be.upload(model.targets(B, T), targets.data());
@@ -33,6 +34,12 @@ LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t
                 count++;
             }
     }
+    if (W > 1) {
+        double totals[2] = {sum, double(count)};
+        comm->allreduce_sum(totals, 2, "the validation loss's totals");
+        sum = totals[0];
+        count = int64_t(totals[1]);
+    }
     LossResult r;
     r.targets = count;
     r.loss = count ? sum / double(count) : NAN;
@@ -41,7 +48,9 @@ LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t
 }
 
 ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
-                             const std::vector<Example>& examples, int max_examples, int keep_samples) {
+                             const std::vector<Example>& examples, int max_examples, int keep_samples,
+                             Comm* comm) {
+    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
     Generator gen(model);
     ExactMatchResult r;
     SampleOptions opt;
@@ -50,13 +59,14 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
     opt.vocab_real = tok.vocab_size();
     const int n =
         max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
-    for (int i = 0; i < n; i++) {
+    for (int i = rank; i < n; i += W) {
         const Example& ex = examples[size_t(i)];
         const std::vector<int32_t> prompt = prompt_tokens(ex, tmpl, tok);
         const int expected = int(tok.encode(ex.answer()).size());
         opt.max_new_tokens = expected + 16;
         std::vector<int32_t> out = gen.generate(prompt, opt);
-        if (!out.empty() && std::count(opt.stop_tokens.begin(), opt.stop_tokens.end(), out.back())) out.pop_back();
+        if (!out.empty() && std::count(opt.stop_tokens.begin(), opt.stop_tokens.end(), out.back()))
+            out.pop_back();
         const std::string got = tok.decode(out);
         const bool ok = got == ex.answer();
         r.total++;
@@ -69,6 +79,12 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
                                                     [](const AnswerSample& s) { return !s.correct; });
         if (int(r.samples.size()) < keep_samples && (new_kind || first_miss))
             r.samples.push_back({ex, got, ok});
+    }
+    if (W > 1) {
+        double totals[2] = {double(r.total), double(r.correct)};
+        comm->allreduce_sum(totals, 2, "the exact-match counts");
+        r.total = int(totals[0]);
+        r.correct = int(totals[1]);
     }
     return r;
 }

@@ -6,10 +6,10 @@
 
 namespace anvil {
 
-RunInstruments::RunInstruments(const TrainOptions& o, const Model& model)
+RunInstruments::RunInstruments(const TrainOptions& o, const Model& model, int ranks)
     : model_(model),
       flops_per_token_(model.config().flops_per_token(o.seq)),
-      price_(parse_price_per_hour(o.price_per_hour)) {
+      price_(parse_price_per_hour(o.price_per_hour) * ranks) {
     const Backend& be = model.backend();
     const bool gpu = be.device() == Device::CUDA;
     // the peak of the precision the products run in (--precision), not of the device's best one
@@ -28,6 +28,10 @@ RunInstruments::RunInstruments(const TrainOptions& o, const Model& model)
     } else {
         peak_ = quick_cpu_peak_flops();
         peak_source_ = "fp32 BLAS rate measured at start";
+    }
+    if (ranks > 1 && peak_ > 0) {  // the job's peak: every rank's device
+        peak_ *= ranks;
+        peak_source_ += fmt::format(", x {} ranks", ranks);
     }
     sampler_ = std::make_unique<Sampler>(gpu ? 0 : -1, o.monitor_interval);
 }

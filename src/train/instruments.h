@@ -1,5 +1,6 @@
 // What a training run reports about itself beyond the loss: MFU against a stated peak, the hardware sampler
-// (GPU through NVML, the host through /proc), peak memory, and cost.
+// (GPU through NVML, the host through /proc), peak memory, and cost. For a job of several ranks the rates
+// passed in are the job's, the peak and the price every rank's device together.
 #pragma once
 
 #include <memory>
@@ -14,7 +15,7 @@ namespace anvil {
 
 class RunInstruments {
 public:
-    RunInstruments(const TrainOptions& o, const Model& model);
+    RunInstruments(const TrainOptions& o, const Model& model, int ranks = 1);
 
     double mfu(double tokens_per_s) const {
         return peak_ > 0 ? flops_per_token_ * tokens_per_s / peak_ : 0.0;

@@ -13,9 +13,9 @@ struct TrainOptions {
     std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
     std::string text_field = "text";
     std::string prompt_template = "auto";  // auto, alpaca, compact, llama3, chatml (data/chat.h)
-    std::string init;                        // start from this HF GPT-2 model directory (the base, with LoRA)
-    std::string resume;                      // continue this training checkpoint (or run directory)
-    std::string out;                         // run directory (default runs/<timestamp>)
+    std::string init;                      // start from this HF GPT-2 model directory (the base, with LoRA)
+    std::string resume;                    // continue this training checkpoint (or run directory)
+    std::string out;                       // run directory (default runs/<timestamp>)
     double val_fraction = 0.1;
     // model shape (new models only)
     std::string arch = "gpt2";  // the family: gpt2 or llama
@@ -52,14 +52,16 @@ struct TrainOptions {
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;
-    std::string max_shard_size = "5G";  // model weights in shards of at most this size (Hugging Face's layout)
+    std::string max_shard_size =
+        "5G";  // model weights in shards of at most this size (Hugging Face's layout)
     // execution
     std::string device = "cpu";
     std::string precision =
         "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
     bool recompute = false;  // recompute layer norms and GELU in the backward (less memory)
     int threads = 0;
-    bool profile = false;  // time every backend op and print the table at the end
+    bool profile = false;       // time every backend op and print the table at the end
+    double comm_timeout = 600;  // seconds any collective of a multi-process job may take
     // instruments
     std::string price_per_hour;  // dollars per hour or a preset name
     double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)

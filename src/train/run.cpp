@@ -1,5 +1,7 @@
 #include "train/run.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -20,11 +22,17 @@ namespace anvil {
 
 namespace {
 
-// The only process-wide state: set by SIGINT/SIGTERM so the loop can save a checkpoint and stop cleanly.
+// The only process-wide state: set by SIGINT/SIGTERM/SIGUSR1 so the loop can save a checkpoint and stop
+// cleanly. Under mpirun, Ctrl-C reaches the ranks as SIGTERM (after odls_base_sigkill_timeout seconds, and
+// SIGKILL as long again later); mpirun forwards SIGUSR1 at once, as Slurm's --signal=USR1@SECONDS sends it.
 std::atomic<bool> g_stop{false};
 // A second signal exits at once: a step that never ends must still be stoppable.
 extern "C" void on_stop_signal(int) {
-    if (g_stop) std::_Exit(130);
+    if (g_stop) {
+        static const char msg[] = "\nanvil: a second stop signal: exiting now, without a checkpoint\n";
+        [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);  // async-signal-safe
+        std::_Exit(130);
+    }
     g_stop = true;
 }
 
@@ -54,7 +62,8 @@ void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
         std::string group = "train";
         if (key.starts_with("val_"))
             group = "val";
-        else if (key.starts_with("gpu_") || key.starts_with("cpu_") || key == "rss_mb" || key == "peak_mem_mb")
+        else if (key.starts_with("gpu_") || key.starts_with("cpu_") || key == "rss_mb" ||
+                 key == "peak_mem_mb")
             group = "system";
         else if (key.ends_with("_ms") || key == "tokens_per_s" || key == "mfu")
             group = "perf";
@@ -71,12 +80,15 @@ public:
         : run_(run),
           o_(run.opts),
           t_start_(start),
-          instruments_(o_, *run.model),
-          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed), run.model->backend(), o_.batch,
-                  o_.seq, o_.grad_accum, run.start_step),
+          comm_(*run.comm),
+          W_(comm_.size()),
+          instruments_(o_, *run.model, W_),
+          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed, comm_.rank(), W_),
+                  run.model->backend(), o_.batch, o_.seq, o_.grad_accum, run.start_step),
           sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, o_.lr_schedule == "cosine"},
-          metrics_(o_.out + "/metrics.jsonl"),
           bar_("train", o_.steps, o_.log_every, "steps") {
+        if (comm_.rank() != 0) return;  // rank 0 alone writes the run directory
+        metrics_ = std::make_unique<MetricsLog>(o_.out + "/metrics.jsonl");
         if (o_.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(o_.out);
     }
     int run();
@@ -87,23 +99,27 @@ private:
     int finish(int steps_done, bool interrupted);
     void report(nlohmann::json& summary, double tokens_per_s);
 
+    // Every rank's vote: stop after this step (a signal reached one of them).
+    bool stop_requested();
+
     RunSetup& run_;
     const TrainOptions& o_;
     Clock::time_point t_start_;
+    Comm& comm_;
+    const int W_;  // data-parallel ranks
     RunInstruments instruments_;
     Prefetcher loader_;
     LrSchedule sched_;
-    MetricsLog metrics_;
+    std::unique_ptr<MetricsLog> metrics_;
     Progress bar_;
     std::unique_ptr<TensorBoardWriter> tensorboard_;
-    double train_time_ = 0.0, wait_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
+    double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
 };
 
 int TrainingLoop::run() {
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
     int step = run_.start_step;
     bool interrupted = false;
     for (; step < o_.steps; step++) {
@@ -111,15 +127,21 @@ int TrainingLoop::run() {
         const int done = step + 1;
         if (o_.save_every > 0 && done % o_.save_every == 0 && done < o_.steps)
             save_checkpoint(run_, done, fmt::format("checkpoint-{}", done));
-        if (g_stop) {
+        if (stop_requested()) {
             interrupted = true;
             step++;
             break;
         }
     }
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_DFL);
     return finish(step, interrupted);
+}
+
+bool TrainingLoop::stop_requested() {
+    if (W_ == 1) return g_stop;
+    double votes = g_stop ? 1.0 : 0.0;
+    comm_.allreduce_sum(&votes, 1, "the stop check after a step");
+    return votes > 0;
 }
 
 // One optimizer step, its metrics record, the progress line, and --eval-every's validation.
@@ -140,15 +162,18 @@ void TrainingLoop::one_step(int step) {
     const double dt = seconds_since(t0);
     train_time_ += dt;
     wait_time_ += waited;
-    trained_tokens_ += int64_t(B) * T * accum;
-    const double tok_s = double(B) * T * accum / dt, elapsed = seconds_since(t_start_);
+    comm_time_ += st.comm_s;
+    const int64_t step_tokens = int64_t(B) * T * accum * W_;  // every rank's rows
+    trained_tokens_ += step_tokens;
+    const double tok_s = double(step_tokens) / dt, elapsed = seconds_since(t_start_);
     step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
     const LossScaler& scaler = run_.trainer->scaler();
     if (!st.finite) {
         skipped_++;
-        std::fprintf(stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
-                     std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
-                     scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
+        std::fprintf(
+            stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
+            std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
+            scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
     }
     last_loss_ = st.loss;
     const int done = step + 1;
@@ -162,34 +187,40 @@ void TrainingLoop::one_step(int step) {
                           {"fwd_bwd_ms", st.fwd_bwd_s * 1e3},
                           {"optimizer_ms", st.optimizer_s * 1e3},
                           {"elapsed_s", elapsed}};
+    if (W_ > 1) rec["comm_ms"] = st.comm_s * 1e3;
     if (!st.finite) rec["skipped"] = true;
     if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
-    const bool eval_now = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps &&
-                          run_.data.val.size() > 1;
-    if (eval_now) rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches).loss;
+    const bool eval_now =
+        o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps && run_.data.val.size() > 1;
+    if (eval_now)
+        rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &comm_).loss;
     log(rec, done, eval_now || !st.finite);
-    bar_.update(done, fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
-                          instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+    bar_.update(done,
+                fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
+                    instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
 }
 
 void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {
-    if (!(force || done % o_.log_every == 0 || done == o_.steps)) return;
-    metrics_.write(rec);
+    if (!metrics_ || !(force || done % o_.log_every == 0 || done == o_.steps)) return;
+    metrics_->write(rec);
     if (tensorboard_) write_scalars(*tensorboard_, rec, done);
 }
 
 int TrainingLoop::finish(int step, bool interrupted) {
     const std::string final_dir = interrupted ? fmt::format("checkpoint-{}", step) : "final";
     save_checkpoint(run_, step, final_dir);
+    // Every rank goes through the report (the held-out scores are shared work); rank 0 alone writes files,
+    // and the other ranks' output goes nowhere (Comm::quiet_unless_rank0).
+    const bool lead = comm_.rank() == 0;
     if (interrupted) {
-        bar_.finish(fmt::format("interrupted at step {}; continue with: anvil train --resume {}/{}", step, o_.out,
-                                final_dir));
+        bar_.finish(fmt::format("interrupted at step {}; continue with: anvil train --resume {}/{}", step,
+                                o_.out, final_dir));
         return 130;
     }
     const double tokens_per_s = train_time_ > 0 ? double(trained_tokens_) / train_time_ : 0.0;
     bar_.finish(fmt::format("done: {} steps, loss {:.4f}, {:.0f} tok/s", step, last_loss_, tokens_per_s));
-    if (run_.profiler) {
+    if (run_.profiler && lead) {
         std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
                      run_.profiler->report().c_str());
         write_file_atomic(o_.out + "/profile.json", json_text(run_.profiler->report_json(), 1) + "\n");
@@ -205,8 +236,17 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               {"params", run_.model->params().numel()},
                               {"trainable_params", run_.model->params().numel(true)},
                               {"model_dir", o_.out + "/final"}};
+    if (W_ > 1) {
+        summary["world_size"] = W_;
+        summary["per_rank_batch"] = o_.batch;
+        summary["comm_exposed_share"] = train_time_ > 0 ? comm_time_ / train_time_ : 0.0;
+        std::printf(
+            "data parallel: %d ranks, %d sequences per step; waiting on the gradient all-reduce %.1f%% of "
+            "step time\n",
+            W_, W_ * o_.batch * o_.grad_accum, 100.0 * summary["comm_exposed_share"].get<double>());
+    }
     report(summary, tokens_per_s);
-    write_file_atomic(o_.out + "/summary.json", json_text(summary, 2) + "\n");
+    if (lead) write_file_atomic(o_.out + "/summary.json", json_text(summary, 2) + "\n");
     return 0;
 }
 
@@ -214,14 +254,15 @@ int TrainingLoop::finish(int step, bool interrupted) {
 void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
     Model& model = *run_.model;
     if (run_.data.val.size() > 1) {
-        const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0);
+        const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0, &comm_);
         summary["val_loss"] = v.loss;
         summary["val_ppl"] = v.ppl;
         std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
     }
     if (!run_.data.val_examples.empty()) {
-        const ExactMatchResult em = exact_match(model, *run_.tok, choose_template(o_.prompt_template, *run_.tok),
-                                                run_.data.val_examples, o_.eval_examples, 5);
+        const ExactMatchResult em =
+            exact_match(model, *run_.tok, choose_template(o_.prompt_template, *run_.tok),
+                        run_.data.val_examples, o_.eval_examples, 5, &comm_);
         summary["exact_match"] = em.accuracy();
         summary["exact_match_n"] = em.total;
         std::printf("exact match: %.1f%% (%d of %d held-out examples)\n", 100.0 * em.accuracy(), em.correct,
@@ -246,28 +287,56 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
                     summary["peak_tflops"].get<double>(), instruments_.peak_source().c_str());
     if (summary.contains("cost_usd"))
         std::printf("cost: $%.4f ($%.4f per million tokens at $%.2f/h)\n", summary["cost_usd"].get<double>(),
-                    summary["cost_per_million_tokens"].get<double>(), summary["price_per_hour"].get<double>());
+                    summary["cost_per_million_tokens"].get<double>(),
+                    summary["price_per_hour"].get<double>());
     std::printf("data wait: %.3f%% of step time (background loader)\n",
                 100.0 * summary["data_wait_share"].get<double>());
     std::printf("throughput: %.0f tokens/s; wall time %s; model in %s/final\n", tokens_per_s,
                 format_duration(summary["wall_s"].get<double>()).c_str(), o_.out.c_str());
 }
 
-}  // namespace
-
-int run_train(TrainOptions o, const ResumePoint* resume) {
-    const auto t_start = Clock::now();
-    RunSetup run = setup_run(o, resume);
+int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_point t_start) {
+    RunSetup run = setup_run(o, resume, comm);
     const Model& model = *run.model;
     std::fprintf(stderr, "anvil: %s\n", model.backend().describe().c_str());
+    if (comm.size() > 1)
+        std::fprintf(stderr,
+                     "anvil: data parallel over %d ranks (%s), gradients in %d all-reduce buckets of %.1f MB "
+                     "in all\n",
+                     comm.size(), comm.kind(), run.dp->buckets(), double(run.dp->bucket_bytes()) / 1e6);
     std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
                  double(model.params().numel()) / 1e6, o.precision.c_str());
     std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
                  run.data.train.size(), run.data.val.size(), run.data.records);
-    std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", o.batch, o.seq,
-                 o.grad_accum, o.steps, o.out.c_str());
+    if (comm.size() > 1)
+        std::fprintf(stderr,
+                     "anvil: batch %d x %d tokens x %d accumulation per rank, x %d ranks = %d sequences per "
+                     "step, %d steps, out %s\n",
+                     o.batch, o.seq, o.grad_accum, comm.size(), o.batch * o.grad_accum * comm.size(), o.steps,
+                     o.out.c_str());
+    else
+        std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", o.batch,
+                     o.seq, o.grad_accum, o.steps, o.out.c_str());
     TrainingLoop loop(run, t_start);
     return loop.run();
+}
+
+}  // namespace
+
+int run_train(TrainOptions o, const ResumePoint* resume) {
+    const auto t_start = Clock::now();
+    // The job's processes: one without a launcher; under mpirun/srun every rank runs this same function.
+    const std::unique_ptr<Comm> comm = make_comm(o.comm_timeout);
+    if (comm->size() == 1) return train(o, resume, *comm, t_start);
+    comm->quiet_unless_rank0();
+    try {
+        return train(o, resume, *comm, t_start);
+    } catch (const std::bad_alloc&) {
+        comm->abort("out of memory; use a smaller model, batch or --seq");
+    } catch (const std::exception& e) {
+        comm->abort(e.what());  // ends every rank: the others would wait for this one until --comm-timeout
+    }
+    return 1;  // not reached: abort() ends the process
 }
 
 }  // namespace anvil

@@ -13,22 +13,11 @@
 #include <regex>
 
 #include "core/error.h"
-#include "dist/comm.h"
 #include "io/fs.h"
 
 namespace anvil {
 
 namespace fsys = std::filesystem;
-
-void refuse_multi_process_launch() {
-    std::string source;
-    const int n = launched_world_size(&source);
-    ANVIL_CHECK(n <= 1,
-                "started as one of {} processes ({}): anvil train runs as a single process for now, and {} "
-                "copies would be unrelated runs writing the same directory; start it once, without mpirun or "
-                "srun",
-                n, source, n);
-}
 
 namespace {
 std::string host_name() {

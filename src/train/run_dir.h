@@ -1,13 +1,10 @@
-// Guards for a run directory: one process writes it, a multi-process launch is refused until distributed
-// training exists, and what a crashed checkpoint save left behind is cleaned up.
+// Guards for a run directory: one process writes it (rank 0 of a multi-process job), and what a crashed
+// checkpoint save left behind is cleaned up.
 #pragma once
 
 #include <string>
 
 namespace anvil {
-
-// Throws when started as one of several processes: each would be an unrelated run writing the same files.
-void refuse_multi_process_launch();
 
 // An exclusive lock on a run directory, held while the object lives: `DIR/anvil.lock`, locked with flock
 // (released by the kernel when the process dies, even by kill -9) and holding the owner's pid, host and

@@ -69,8 +69,8 @@ ModelSource model_source(TrainOptions& o, const ResumePoint* resume) {
     if (!o.adapter.empty() && !(resume && resume->adapter)) {
         const PeftAdapter a = read_peft_config(o.adapter);
         ANVIL_CHECK(o.lora_rank == 0 || o.lora_rank == a.lora.rank,
-                    "--lora-rank {}: the adapter {} has rank {}; drop the flag to continue it", o.lora_rank, o.adapter,
-                    a.lora.rank);
+                    "--lora-rank {}: the adapter {} has rank {}; drop the flag to continue it", o.lora_rank,
+                    o.adapter, a.lora.rank);
         s.lora = a.lora;
         s.adapter = o.adapter;
         if (o.init.empty()) o.init = a.base_model;
@@ -78,13 +78,16 @@ ModelSource model_source(TrainOptions& o, const ResumePoint* resume) {
         o.rslora = a.lora.rslora, o.lora_targets = join_list(a.lora.targets);
     }
     if (resume && resume->adapter) {
-        ANVIL_CHECK(s.lora.enabled(), "--resume {}: the checkpoint holds a LoRA adapter but the run's options have "
-                    "no --lora-rank", resume->dir);
+        ANVIL_CHECK(s.lora.enabled(),
+                    "--resume {}: the checkpoint holds a LoRA adapter but the run's options have "
+                    "no --lora-rank",
+                    resume->dir);
         s.adapter = resume->dir;
     }
     s.base = resume && !resume->adapter ? resume->dir : o.init;
     ANVIL_CHECK(!s.lora.enabled() || !s.base.empty(),
-                "--lora-rank {}: LoRA adapts a pretrained model; give its directory with --init BASE", o.lora_rank);
+                "--lora-rank {}: LoRA adapts a pretrained model; give its directory with --init BASE",
+                o.lora_rank);
     return s;
 }
 
@@ -98,14 +101,56 @@ bool open_out_dir(TrainOptions& o, const ResumePoint* resume, RunSetup& r) {
     // From here on this process owns the directory: a second one is refused before it writes anything.
     r.lock = RunDirLock(o.out, resume ? "--resume" : "--out");
     ANVIL_CHECK(resume || !file_exists(o.out + "/metrics.jsonl"),
-                "--out {}: already holds a run; continue it with --resume {} or choose another --out", o.out, o.out);
+                "--out {}: already holds a run; continue it with --resume {} or choose another --out", o.out,
+                o.out);
     if (const std::string cleaned = clean_stale_temporaries(o.out); !cleaned.empty())
         std::fprintf(stderr, "anvil: %s: %s\n", o.out.c_str(), cleaned.c_str());
     return created;
 }
 
+// Rank 0 chose the run directory (a default one is named by rank 0's clock): every rank takes its name.
+void share_out_dir(Comm& comm, TrainOptions& o) {
+    if (comm.size() == 1) return;
+    uint64_t n = o.out.size();
+    comm.broadcast(&n, sizeof n, 0, "the run directory's name");
+    o.out.resize(size_t(n));
+    comm.broadcast(o.out.data(), size_t(n), 0, "the run directory's name");
+}
+
+// Every rank must run with rank 0's options: the first rank that differs is named with the options that
+// differ, as flags, on every rank.
+void check_same_options(Comm& comm, const nlohmann::json& mine) {
+    const std::string text = json_text(mine);
+    uint64_t n = text.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(comm.size()));
+    comm.allgather(&n, sizeof n, sizes.data(), "the start-up check of the training options");
+    const size_t width = *std::max_element(sizes.begin(), sizes.end());
+    std::string padded = text;
+    padded.resize(width);
+    std::string all(width * sizes.size(), '\0');
+    comm.allgather(padded.data(), width, all.data(), "the start-up check of the training options");
+    const auto options_of = [&](size_t r) { return nlohmann::json::parse(all.substr(r * width, sizes[r])); };
+    const nlohmann::json first = options_of(0);
+    for (size_t r = 1; r < sizes.size(); r++) {
+        const nlohmann::json other = options_of(r);
+        if (other == first) continue;
+        std::string diff;
+        for (const auto& [key, value] : first.items()) {
+            const nlohmann::json theirs = other.value(key, nlohmann::json());
+            if (theirs == value) continue;
+            std::string flag = "--" + key;
+            std::replace(flag.begin(), flag.end(), '_', '-');
+            diff += fmt::format("{}{} {} (rank 0: {})", diff.empty() ? "" : ", ", flag, theirs.dump(),
+                                value.dump());
+        }
+        fail(
+            "rank {} was started with other options than rank 0: {}; every rank must be given the same flags",
+            r, diff);
+    }
+}
+
 // Builds the run in a directory this call created: a bad option found on the way leaves nothing behind.
-void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume);
+void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& comm);
 
 // Tokenizer: the flag wins; otherwise a prepared data directory's; otherwise the model's; else bytes.
 std::unique_ptr<Tokenizer> choose_tokenizer(const TrainOptions& o, const std::string& model_src,
@@ -116,15 +161,18 @@ std::unique_ptr<Tokenizer> choose_tokenizer(const TrainOptions& o, const std::st
     return make_tokenizer("byte");
 }
 
-Dataset load_data(TrainOptions& o, const Tokenizer& tok) {
+Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
     if (o.data.empty()) {
         o.embedded = true;
         o.data = o.out + "/data.jsonl";
-        if (!file_exists(o.data)) write_examples_jsonl(o.data, synthetic_examples(kEmbeddedExamples, o.seed));
-        std::fprintf(stderr,
-                     "anvil: embedded default: %d synthetic instruction records (reversal, sorting, uppercasing) "
-                     "in %s\n",
-                     kEmbeddedExamples, o.data.c_str());
+        if (comm.rank() == 0 && !file_exists(o.data))
+            write_examples_jsonl(o.data, synthetic_examples(kEmbeddedExamples, o.seed));
+        comm.barrier("the wait for rank 0 to write the embedded data");
+        std::fprintf(
+            stderr,
+            "anvil: embedded default: %d synthetic instruction records (reversal, sorting, uppercasing) "
+            "in %s\n",
+            kEmbeddedExamples, o.data.c_str());
     }
     if (is_prepared_dir(o.data)) {
         // the shards hold prompts rendered with the directory's template
@@ -146,9 +194,10 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     ANVIL_CHECK(find_model_family(o.arch), "--arch {}: anvil implements {}", o.arch, known_model_types());
     c.model_type = o.arch;
     if (o.arch == "gpt2") {
-        ANVIL_CHECK(o.kv_heads == 0 && o.ffn_dim == 0 && o.rope_theta == 0 && o.norm_eps == 0 && !o.tie_embeddings,
-                    "--kv-heads, --ffn-dim, --rope-theta, --norm-eps and --tie-embeddings shape a Llama model; add "
-                    "--arch llama (GPT-2 has a 4x MLP, learned positions and a tied head)");
+        ANVIL_CHECK(
+            o.kv_heads == 0 && o.ffn_dim == 0 && o.rope_theta == 0 && o.norm_eps == 0 && !o.tie_embeddings,
+            "--kv-heads, --ffn-dim, --rope-theta, --norm-eps and --tie-embeddings shape a Llama model; add "
+            "--arch llama (GPT-2 has a 4x MLP, learned positions and a tied head)");
     } else {
         c.n_kv_head = o.kv_heads;
         // Llama's MLP is about 8/3 of the width, rounded up to a multiple of 64 when not given
@@ -163,13 +212,15 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     c.n_ctx = o.seq > 0 ? o.seq : 128;
     const int tok_vocab = tok.vocab_size();
     ANVIL_CHECK(o.vocab == 0 || o.vocab >= tok_vocab,
-                "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)", o.vocab,
-                tok_vocab, tok_vocab);
-    c.vocab_size = o.vocab > 0            ? o.vocab
-                   : tok_vocab < kPadFrom ? tok_vocab
-                                          : (tok_vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+                "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)",
+                o.vocab, tok_vocab, tok_vocab);
+    c.vocab_size = o.vocab > 0 ? o.vocab
+                   : tok_vocab < kPadFrom
+                       ? tok_vocab
+                       : (tok_vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
     if (o.vocab == 0 && c.vocab_size != tok_vocab)
-        std::fprintf(stderr, "anvil: vocabulary padded from %d to %d rows, a multiple of %d (--vocab sets it)\n",
+        std::fprintf(stderr,
+                     "anvil: vocabulary padded from %d to %d rows, a multiple of %d (--vocab sets it)\n",
                      tok_vocab, c.vocab_size, kVocabMultiple);
     c.validate("--layers/--heads/--kv-heads/--dim/--seq/--vocab");
     return c;
@@ -177,8 +228,9 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
 
 void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok) {
     if (o.seq <= 0) o.seq = cfg.n_ctx;
-    ANVIL_CHECK(o.seq <= cfg.n_ctx, "--seq {}: longer than the model's context of {} tokens; use --seq {} or less",
-                o.seq, cfg.n_ctx, cfg.n_ctx);
+    ANVIL_CHECK(o.seq <= cfg.n_ctx,
+                "--seq {}: longer than the model's context of {} tokens; use --seq {} or less", o.seq,
+                cfg.n_ctx, cfg.n_ctx);
     ANVIL_CHECK(tok.vocab_size() <= cfg.vocab_size,
                 "the tokenizer has {} ids but the model's vocabulary is {}; use the tokenizer the model was "
                 "trained with",
@@ -198,7 +250,8 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
 DType run_dtype(TrainOptions& o, Device device) {
     if (o.precision == "auto") o.precision = device == Device::CUDA ? "bf16" : "fp32";
     DType dtype;
-    ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16 or fp16", o.precision);
+    ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16 or fp16",
+                o.precision);
     ANVIL_CHECK(device == Device::CUDA || dtype == DType::F32,
                 "--precision {}: the CPU backend trains in fp32; use --precision fp32, or --device cuda",
                 o.precision);
@@ -225,13 +278,26 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     r.trainer = std::make_unique<Trainer>(*r.model, opt, o.seed);
 }
 
-void search_batch(RunSetup& r, TrainOptions& o) {
-    const int global = o.global_batch > 0 ? o.global_batch : 64;
-    std::fprintf(stderr, "anvil: batch-size search, global batch %d, sequence %d:\n", global, o.seq);
-    const AutoBatch ab = find_batch_size(*r.trainer, r.data.train, o.seq, global, o.shuffle, o.seed);
+void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
+    const int global = o.global_batch > 0 ? o.global_batch : 64, W = comm.size();
+    ANVIL_CHECK(global % W == 0,
+                "--global-batch {}: not a multiple of the {} ranks; each rank trains on an "
+                "equal share",
+                global, W);
+    std::fprintf(stderr, "anvil: batch-size search, global batch %d (%d per rank), sequence %d:\n", global,
+                 global / W, o.seq);
+    const AutoBatch ab = find_batch_size(*r.trainer, r.data.train, o.seq, global / W, o.shuffle, o.seed);
     for (const auto& line : ab.log) std::fprintf(stderr, "  %s\n", line.c_str());
     o.batch = ab.micro;
-    o.grad_accum = ab.accum;
+    if (W > 1) {  // every rank trains with the smallest micro-batch any rank found to fit
+        std::vector<int> all(static_cast<size_t>(W));
+        comm.allgather(&o.batch, sizeof(int), all.data(), "the batch-size search's agreement");
+        o.batch = *std::min_element(all.begin(), all.end());
+        while ((global / W) % o.batch != 0) o.batch--;
+        if (o.batch != ab.micro)
+            std::fprintf(stderr, "anvil: micro-batch %d, the largest every rank fits\n", o.batch);
+    }
+    o.grad_accum = global / W / o.batch;
     o.batch_auto = false;  // what a resumed run (or a re-run) uses
     r.batch_search = ab.log;
 }
@@ -241,10 +307,11 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
     scaler_from_json(rp.state, r.trainer->scaler());
     r.start_step = rp.state.value("step", 0);
     const std::string fp = rp.state.contains("data") ? rp.state["data"].value("fingerprint", "") : "";
-    ANVIL_CHECK(fp.empty() || fp == hex(r.data.fingerprint),
-                "--resume {}: the training data differs from the run's ({} now, {} then); pass the original --data "
-                "{} so the resumed run sees the same batches",
-                rp.dir, hex(r.data.fingerprint), fp, rp.state["data"].value("path", std::string("?")));
+    ANVIL_CHECK(
+        fp.empty() || fp == hex(r.data.fingerprint),
+        "--resume {}: the training data differs from the run's ({} now, {} then); pass the original --data "
+        "{} so the resumed run sees the same batches",
+        rp.dir, hex(r.data.fingerprint), fp, rp.state["data"].value("path", std::string("?")));
     ANVIL_CHECK(r.start_step <= o.steps, "--resume {}: the checkpoint is at step {}, past --steps {}", rp.dir,
                 r.start_step, o.steps);
     std::fprintf(stderr, "anvil: resuming %s at step %d\n", rp.dir.c_str(), r.start_step);
@@ -259,7 +326,8 @@ Device parse_device(const std::string& name) {
     fail("--device {}: unknown device; use cpu, cuda or auto", name);
 }
 
-std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads, const std::string& attention) {
+std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
+                                          const std::string& attention) {
     BackendOptions bo;
     bo.device = parse_device(device);
     bo.threads = threads;
@@ -267,12 +335,13 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
     return make_backend(bo);
 }
 
-RunSetup setup_run(TrainOptions& o, const ResumePoint* resume) {
-    refuse_multi_process_launch();
+RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm) {
     RunSetup r;
-    const bool created = open_out_dir(o, resume, r);
+    r.comm = &comm;
+    const bool created = comm.rank() == 0 && open_out_dir(o, resume, r);
+    share_out_dir(comm, o);
     try {
-        build_run(r, o, resume);
+        build_run(r, o, resume, comm);
     } catch (...) {
         if (created) {
             r = RunSetup();  // releases the lock and every file first
@@ -286,13 +355,13 @@ RunSetup setup_run(TrainOptions& o, const ResumePoint* resume) {
 
 namespace {
 
-void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume) {
+void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& comm) {
     const ModelSource src = model_source(o, resume);
     nlohmann::json src_config;
     ModelConfig cfg;
     if (!src.base.empty()) cfg = read_model_config(src.base, &src_config);
     r.tok = choose_tokenizer(o, src.base, src_config);
-    r.data = load_data(o, *r.tok);
+    r.data = load_data(o, *r.tok, comm);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
     r.backend = make_run_backend(o.device, o.threads, o.attention);
@@ -301,10 +370,16 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume) {
     build_model(r, o, cfg, src);
     if (o.batch_auto) {
         ANVIL_CHECK(!resume, "--batch auto: a resumed run keeps the batch it chose; drop the flag");
-        search_batch(r, o);
+        search_batch(r, o, comm);
     }
     r.model->reserve(o.batch, o.seq, true);
     if (resume) restore_state(r, o, *resume);
+    if (comm.size() > 1) {
+        check_same_options(comm, options_to_json(o));
+        check_same(comm, r.data.fingerprint, "the training data (its fingerprint)");
+        r.dp = std::make_unique<DataParallel>(comm, r.model->params());
+        r.trainer->set_data_parallel(r.dp.get());
+    }
     r.opts = o;
 }
 
@@ -325,8 +400,10 @@ InferenceSetup setup_inference(const InferenceOptions& o) {
     InferenceSetup l;
     std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
     if (is_adapter_dir(dir)) {  // a LoRA run's directory: its base, plus the adapter
-        ANVIL_CHECK(adapter.empty(), "--model {} is itself an adapter; give its base with --model and it with "
-                    "--adapter", dir);
+        ANVIL_CHECK(adapter.empty(),
+                    "--model {} is itself an adapter; give its base with --model and it with "
+                    "--adapter",
+                    dir);
         adapter = dir;
         dir = resolve_model_dir(read_peft_config(adapter).base_model);
     }
@@ -337,8 +414,9 @@ InferenceSetup setup_inference(const InferenceOptions& o) {
     if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
         tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
     l.prompt = choose_template(!o.prompt_template.empty() ? o.prompt_template : tmpl, *l.tok);
-    ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size, "--tokenizer: {} ids do not fit the model's vocabulary of {}",
-                l.tok->vocab_size(), cfg.vocab_size);
+    ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
+                "--tokenizer: {} ids do not fit the model's vocabulary of {}", l.tok->vocab_size(),
+                cfg.vocab_size);
     l.backend = make_run_backend(o.device, o.threads, "auto");
     ModelOptions mo;
     if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;

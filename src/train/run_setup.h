@@ -11,6 +11,7 @@
 #include "backend/profiling_backend.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "dist/comm.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -21,7 +22,8 @@
 namespace anvil {
 
 struct RunSetup {
-    RunDirLock lock;                             // declared first: held until everything else is gone
+    Comm* comm = nullptr;                        // the job's processes (size 1: this one alone)
+    RunDirLock lock;                             // rank 0's; held until everything else is gone
     TrainOptions opts;                           // resolved (out dir, data path, sequence length, batch)
     std::unique_ptr<Backend> backend;            // outlives everything allocated on it
     std::unique_ptr<ProfilingBackend> profiler;  // wraps `backend` with --profile
@@ -29,18 +31,21 @@ struct RunSetup {
     Dataset data;
     std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> opt;
+    std::unique_ptr<DataParallel> dp;  // with more than one rank
     std::unique_ptr<Trainer> trainer;
     int start_step = 0;
     std::vector<std::string> batch_search;  // what --batch auto tried
 };
 
 // Resolves and loads; `o` is updated in place with the resolved values. `resume` is the checkpoint to
-// continue (read once by the caller), or null.
-RunSetup setup_run(TrainOptions& o, const ResumePoint* resume);
+// continue (read once by the caller), or null. Every rank of `comm` calls it: rank 0 alone owns the run
+// directory; the ranks check that they were given the same options and see the same data.
+RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm);
 
 Device parse_device(const std::string& name);
 // The backend for --device/--threads/--attention.
-std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads, const std::string& attention);
+std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
+                                          const std::string& attention);
 
 // A model directory loaded for evaluation or generation.
 struct InferenceOptions {

@@ -48,7 +48,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     const size_t per = size_t(B) * T;
     float* host = losses_.reserve(be, per * size_t(accum));
     StepStats r;
-    r.targets = batch.target_count;
+    r.targets = dp_ ? dp_->total(batch.target_count, "the step's target count") : batch.target_count;
     r.loss_scale = scaler_.scale;
     // With no targets at all the gradient is zero; any nonzero dloss makes the classifier write zeros.
     const float dloss = (r.targets > 0 ? 1.0f / float(r.targets) : 1.0f) * scaler_.scale;
@@ -58,17 +58,25 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     f.T = T;
     f.targets = true;
     f.dloss = dloss;
+    // each rank's rows draw their own randomness
+    const uint64_t seed = seed_ ^ (dp_ ? uint64_t(dp_->rank()) * 0x9e3779b97f4a7c15ull : 0);
     for (int m = 0; m < accum; m++) {
-        f.seed = Rng(seed_ ^ (uint64_t(step) << 20) ^ uint64_t(m)).next_u64();
+        f.seed = Rng(seed ^ (uint64_t(step) << 20) ^ uint64_t(m)).next_u64();
         be.upload(model_.tokens(B, T), batch.tokens + size_t(m) * per);
         be.upload(model_.targets(B, T), batch.targets + size_t(m) * per);
         model_.forward(f);
-        model_.backward(hooks_);
+        if (dp_) dp_->arm(m == accum - 1);
+        model_.backward(dp_);
         be.download_async(host + size_t(m) * per, model_.losses(B, T));
     }
     be.synchronize();
     double sum = 0.0;
     for (size_t i = 0; i < per * size_t(accum); i++) sum += host[i];
+    if (dp_) {
+        dp_->finish();
+        r.comm_s = dp_->exposed_s();
+        sum = dp_->total(sum, "the step's loss");
+    }
     r.loss = r.targets > 0 ? sum / double(r.targets) : 0.0;
     r.fwd_bwd_s = seconds_since(t0);
     return r;

@@ -9,6 +9,7 @@
 
 #include "data/prefetch.h"
 #include "model/model.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 
 namespace anvil {
@@ -23,12 +24,13 @@ struct LossScaler {
 };
 
 struct StepStats {
-    double loss = 0.0;         // mean over the step's target tokens (0 when there are none)
-    int64_t targets = 0;       // target tokens in the step
-    double grad_norm = 0.0;    // global norm of the (unscaled) gradients, before clipping
-    bool finite = true;        // false: the update was skipped
-    float loss_scale = 1.0f;   // the scale this step's gradients were computed with
+    double loss = 0.0;        // mean over the step's target tokens (0 when there are none)
+    int64_t targets = 0;      // target tokens in the step
+    double grad_norm = 0.0;   // global norm of the (unscaled) gradients, before clipping
+    bool finite = true;       // false: the update was skipped
+    float loss_scale = 1.0f;  // the scale this step's gradients were computed with
     double fwd_bwd_s = 0.0, optimizer_s = 0.0;
+    double comm_s = 0.0;  // waiting for the gradient all-reduces after the backward (data parallel)
 };
 
 // Host memory the per-token losses are copied into without stopping the host (page-locked on CUDA).
@@ -48,11 +50,14 @@ public:
     Model& model() { return model_; }
     AdamW& optimizer() { return opt_; }
     LossScaler& scaler() { return scaler_; }
-    // Called after each layer's gradients are complete (data parallelism's all-reduce goes here).
-    void set_hooks(BackwardHooks* hooks) { hooks_ = hooks; }
+    // Data parallelism: this rank's batches are its rows of the global batch; the loss is normalised by the
+    // targets of every rank's rows, the gradients are summed over the ranks during the last micro-batch's
+    // backward, and the loss reported is the global batch's. Null (the default): one process.
+    void set_data_parallel(DataParallel* dp) { dp_ = dp; }
 
     // Gradients of the step's `accum` micro-batches of (B, T) into the model's gradients; returns the loss.
-    // The per-token losses are copied to the host as the device gets to them; the host waits once, at the end.
+    // The per-token losses are copied to the host as the device gets to them; the host waits once, at the
+    // end.
     StepStats gradients(const StepBatch& batch, int accum, int B, int T, int64_t step = 0);
     // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
     // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite.
@@ -64,7 +69,7 @@ private:
     Arena scalars_;  // the global norm's square, on the device
     LossBuffer losses_;
     LossScaler scaler_;
-    BackwardHooks* hooks_ = nullptr;
+    DataParallel* dp_ = nullptr;
     uint64_t seed_;
 };
 

@@ -10,33 +10,26 @@
 Skips (exit 77) where mpirun or the plugin is missing.
 """
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import check as check_line, report  # noqa: E402
+import mpi  # noqa: E402
 
 CHECK = os.environ["ANVIL_COMM_CHECK"]
 PLUGIN = os.environ["ANVIL_MPI_PLUGIN"]
 
 
 def mpirun(n, *args, env=None, timeout=120):
-    cmd = ["mpirun", "-np", str(n), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    e = dict(os.environ, OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none",
-             OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, env=e, timeout=timeout)
+    return mpi.run(n, args, env=env, timeout=timeout)
 
 
 def main():
-    if not shutil.which("mpirun"):
-        print("SKIPPED: mpirun not found (apt-get install openmpi-bin)")
-        return 77
-    if not os.path.exists(PLUGIN):
-        print(f"SKIPPED: {PLUGIN} was not built (apt-get install libopenmpi-dev, then rebuild)")
+    if why := mpi.missing(PLUGIN):
+        print("SKIPPED: " + why)
         return 77
     failures = []
 

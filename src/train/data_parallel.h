@@ -1,0 +1,63 @@
+// Data parallelism on the model seam. Every rank holds the whole model and trains on its own rows of the
+// global batch; the gradients are summed over the ranks as the backward produces them, one all-reduce per
+// layer (a bucket), started from BackwardHooks as soon as that layer's gradients are final on the step's last
+// micro-batch, in the same order on every rank, and waited for before the optimizer. With the loss
+// normalised by the target count of the whole global batch (total_targets), the summed gradient is the one
+// a single process would compute on all the rows, so every rank takes the same optimizer step.
+//
+// On the CPU the collectives are MPI's non-blocking ones on the gradient memory itself, moved on between
+// layers (Comm::progress), so they overlap with the rest of the backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm.h"
+#include "model/model.h"
+
+namespace anvil {
+
+class DataParallel final : public BackwardHooks {
+public:
+    // Throws when the store's gradients cannot be reduced through `comm` (a device other than the CPU).
+    DataParallel(Comm& comm, ParamStore& store);
+    Comm& comm() const { return comm_; }
+    int rank() const { return comm_.rank(); }
+    int world() const { return comm_.size(); }
+
+    // A count summed over the ranks (the step's targets, the held-out set's).
+    int64_t total(int64_t mine, const char* what);
+    double total(double mine, const char* what);
+
+    // Before each micro-batch's backward: only the last one's hooks reduce the gradients.
+    void arm(bool last_micro_batch) { armed_ = last_micro_batch; }
+    void on_layer_grads_ready(int layer) override;
+    // Waits for every bucket: the gradients are then summed over the ranks.
+    void finish();
+
+    // Seconds the last finish() spent waiting (communication the backward did not hide), and the bytes one
+    // step's all-reduces carry per rank.
+    double exposed_s() const { return exposed_s_; }
+    size_t bucket_bytes() const { return bytes_; }
+    int buckets() const { return int(buckets_.size()); }
+
+private:
+    struct Span {
+        float* data;
+        size_t n;
+    };
+    struct Bucket {
+        std::vector<Span> spans;
+        std::string what;  // "the gradient all-reduce of layer 3"
+    };
+    Bucket& bucket(int layer) { return buckets_[size_t(layer + 1)]; }  // [0]: outside the layers
+
+    Comm& comm_;
+    std::vector<Bucket> buckets_;
+    std::vector<Comm::Pending> pending_;
+    bool armed_ = false;
+    double exposed_s_ = 0.0;
+    size_t bytes_ = 0;
+};
+
+}  // namespace anvil

@@ -1,0 +1,31 @@
+"""Helpers for the tests under mpirun: the launch command, its environment (shared memory between the ranks
+of this machine, oversubscribed cores) and the skip when Open MPI or anvil's MPI plugin is missing."""
+import os
+import shutil
+import subprocess
+
+
+def mpirun_cmd(n=None):
+    cmd = ["mpirun", "--oversubscribe"] + (["-np", str(n)] if n else [])
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def mpi_env(extra=None):
+    return dict(os.environ, OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none",
+                OMPI_MCA_rmaps_base_oversubscribe="1", **(extra or {}))
+
+
+def run(n, args, env=None, timeout=120):
+    return subprocess.run(mpirun_cmd(n) + list(args), capture_output=True, text=True, errors="replace",
+                          env=mpi_env(env), timeout=timeout)
+
+
+def missing(plugin):
+    """Why these tests cannot run here (printed as SKIPPED, exit 77), or None."""
+    if not shutil.which("mpirun"):
+        return "mpirun not found (apt-get install openmpi-bin)"
+    if not os.path.exists(plugin):
+        return f"{plugin} was not built (apt-get install libopenmpi-dev, then rebuild)"
+    return None

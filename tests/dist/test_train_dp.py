@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Data-parallel training under `mpirun -np 2 --oversubscribe`, one thread per rank (issue 13's Must show):
+
+  1. two ranks with per-rank batch B train exactly the rows of one process with batch 2B: losses within
+     1e-5 relative at each of 20 steps, shuffle off and on, with accumulation, GPT-2 and Llama, LoRA;
+  2. rank 0 alone writes the run directory (metrics, TensorBoard, checkpoints, summary);
+  3. a 2-rank checkpoint resumes on 2 ranks bit for bit, and on 1 rank (accumulation keeps the global batch)
+     within 1e-5, saying so;
+  4. ranks started with different flags stop at start-up naming the rank that differs;
+  5. a stopped rank (SIGSTOP) ends the job within --comm-timeout + 30 s with an error naming the rank and the
+     collective;
+  6. SIGUSR1 and Ctrl-C (SIGINT) on mpirun stop every rank after a consistent checkpoint, which resumes.
+Skips (exit 77) where mpirun or the MPI plugin is missing.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ANVIL, check as check_line, report, run as anvil_run, text_file, instruction_file  # noqa: E402
+import mpi  # noqa: E402
+from mpi import mpi_env, mpirun_cmd  # noqa: E402
+
+PLUGIN = os.environ.get("ANVIL_MPI_PLUGIN", os.path.join(os.path.dirname(os.path.abspath(ANVIL)), "libanvil_mpi.so"))
+RUN = ["--layers", "2", "--dim", "32", "--threads", "1", "--log-every", "1", "--lr", "3e-3", "--eval-examples", "0"]
+MODEL = RUN + ["--heads", "2", "--seq", "16"]
+
+
+def mpirun(n, args, timeout=300, env=None):
+    return mpi.run(n, [ANVIL, *args], env=env, timeout=timeout)
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def worst(a, b):
+    """The largest relative difference over the steps both have (inf when they share none)."""
+    steps = sorted(set(a) & set(b))
+    return max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=float("inf")), len(steps)
+
+
+def rank_pids(launcher_pid):
+    """{rank: pid} of the anvil processes mpirun started."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env and os.path.basename(ANVIL).encode() in cmd.split(b"\0")[0]:
+            out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return out
+
+
+def wait_for_steps(out, n, proc, limit=60):
+    path = os.path.join(out, "metrics.jsonl")
+    t0 = time.time()
+    while time.time() - t0 < limit and proc.poll() is None:
+        if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def main():
+    if why := mpi.missing(PLUGIN):
+        print("SKIPPED: " + why)
+        return 77
+    tmp = tempfile.mkdtemp(prefix="anvil_dp_")
+    os.chdir(tmp)
+    failures = []
+
+    def check(cond, msg):
+        check_line(cond, msg, failures)
+
+    data = text_file(tmp, n_words=20000)
+    inst = instruction_file(tmp, n=400)
+
+    # 1. two ranks x B == one process x 2B
+    cases = [
+        ("GPT-2, shuffle off", ["--data", data, "--shuffle", "off", "--heads", "2", "--seq", "16"], 2, 1),
+        ("GPT-2, shuffle on, 2 x accumulation", ["--data", data, "--heads", "2", "--seq", "16"], 2, 2),
+        ("Llama (GQA), shuffle on", ["--data", data, "--arch", "llama", "--heads", "4", "--kv-heads", "2", "--seq",
+                                     "16"], 2, 1),
+        ("instruction records (prompt tokens out of the loss)",
+         ["--data", inst, "--shuffle", "off", "--heads", "2", "--seq", "48"], 4, 1),
+    ]
+    for i, (name, args, B, A) in enumerate(cases):
+        tag = str(i)
+        one = anvil_run(["train", *RUN, *args, "--steps", "20", "--batch", str(2 * B), "--grad-accum", str(A),
+                         "--out", "one" + tag], timeout=300)
+        two = mpirun(2, ["train", *RUN, *args, "--steps", "20", "--batch", str(B), "--grad-accum", str(A),
+                         "--out", "two" + tag])
+        if one.returncode or two.returncode:
+            check(False, f"{name}: both runs succeed ({one.stderr[-400:]} {two.stderr[-600:]})")
+            continue
+        d, n = worst(losses("two" + tag), losses("one" + tag))
+        check(n == 20 and d <= 1e-5, f"{name}: 2 ranks x batch {B} equal 1 process x batch {2 * B} over {n} steps "
+              f"(worst relative loss difference {d:.2e})")
+
+    # LoRA: only the adapters are reduced
+    base = "one0/final"
+    lora = ["--init", base, "--lora-rank", "4", "--data", data, "--shuffle", "off", "--threads", "1",
+            "--log-every", "1", "--eval-examples", "0", "--lr", "3e-3", "--steps", "10"]
+    one = anvil_run(["train", *lora, "--batch", "4", "--out", "lora1"], timeout=300)
+    two = mpirun(2, ["train", *lora, "--batch", "2", "--out", "lora2"])
+    if one.returncode or two.returncode:
+        check(False, f"LoRA: both runs succeed ({one.stderr[-400:]} {two.stderr[-600:]})")
+    else:
+        d, n = worst(losses("lora2"), losses("lora1"))
+        check(n == 10 and d <= 1e-5, f"LoRA adapters: 2 ranks equal 1 process over {n} steps ({d:.2e})")
+
+    # 2 and 3: a 2-rank run with checkpoints; rank 0 alone writes
+    args = ["train", *MODEL, "--data", data, "--steps", "20", "--batch", "2", "--save-every", "10",
+            "--keep-checkpoints", "0"]
+    full = mpirun(2, args + ["--out", "full"])
+    check(full.returncode == 0 and "data parallel over 2 ranks (mpi)" in full.stderr,
+          "a 2-rank run with checkpoints" + ("" if full.returncode == 0 else f" ({full.stderr[-400:]})"))
+    files = sorted(os.listdir("full"))
+    tb = [f for f in files if f.startswith("events.out.tfevents")]
+    check(sorted(set(files) - set(tb)) == ["checkpoint-10", "final", "metrics.jsonl", "summary.json"] and
+          len(tb) == 1, f"rank 0 alone writes the run directory ({files})")
+    with open("full/metrics.jsonl") as f:
+        steps = [json.loads(x)["step"] for x in f]
+    check(steps == list(range(1, 21)), f"one metrics line per step, not one per rank ({len(steps)} lines)")
+    with open("full/summary.json") as f:
+        summary = json.load(f)
+    check(summary.get("world_size") == 2 and "comm_exposed_share" in summary,
+          f"the summary says 2 ranks and the exposed communication share ({summary.get('world_size')})")
+    with open("full/final/trainer_state.json") as f:
+        check(json.load(f).get("world_size") == 2, "the checkpoint records the world size")
+
+    same = mpirun(2, ["train", "--resume", "full/checkpoint-10", "--out", "same"])
+    if same.returncode == 0:
+        a, b = losses("same"), losses("full")
+        check(all(a[s] == b[s] for s in range(11, 21)), "a 2-rank checkpoint resumes on 2 ranks bit for bit")
+    else:
+        check(False, f"2-rank resume ({same.stderr[-400:]})")
+    one = anvil_run(["train", "--resume", "full/checkpoint-10", "--out", "on1"], timeout=300)
+    if one.returncode == 0:
+        d, n = worst(losses("on1"), losses("full"))
+        check(n == 10 and d <= 1e-5 and "resuming a 2-rank checkpoint on 1 rank: 2 x 2 accumulation" in one.stderr,
+              f"a 2-rank checkpoint resumes on 1 rank with accumulation 2, saying so ({n} steps, {d:.2e})")
+    else:
+        check(False, f"resume on 1 rank ({one.stderr[-400:]})")
+
+    # 4. ranks that disagree
+    cmd = mpirun_cmd()
+    base_args = ["train", *MODEL, "--data", data, "--steps", "3", "--batch", "2", "--out", "differ"]
+    r = subprocess.run(cmd + ["-np", "1", ANVIL, *base_args, ":", "-np", "1", ANVIL, *base_args, "--seed", "7"],
+                       capture_output=True, text=True, env=mpi_env(), timeout=120)
+    check(r.returncode != 0 and "rank 1 was started with other options than rank 0: --seed 7 (rank 0: 1337)" in r.stderr,
+          f"ranks with different flags stop at start-up naming rank 1 ({r.stderr.strip().splitlines()[:1]})")
+
+    # 5. a stopped rank
+    p = subprocess.Popen(mpirun_cmd(2) + [ANVIL, "train", *MODEL, "--data", data, "--steps", "100000", "--batch", "2",
+                                          "--out", "stall", "--comm-timeout", "5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    if wait_for_steps("stall", 3, p):
+        pids = rank_pids(p.pid)
+        os.kill(pids[1], signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            _, err = p.communicate(timeout=5 + 30 + 10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        took = time.time() - t0
+        if 1 in pids:
+            try:
+                os.kill(pids[1], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        check(p.returncode != 0 and took < 5 + 30 and "anvil: rank 0: error: " in err and
+              "did not complete within 5 s (--comm-timeout)" in err,
+              f"a stopped rank ends the job in {took:.1f} s (exit {p.returncode}), naming rank 0 and the collective "
+              f"({[x for x in err.splitlines() if 'error' in x][:1]})")
+    else:
+        p.kill()
+        check(False, f"the stall run started ({p.communicate()[1][-400:]})")
+
+    # 6. SIGUSR1 and Ctrl-C on the launcher: a consistent checkpoint every rank agreed on, which resumes
+    for sig, name in ((signal.SIGUSR1, "SIGUSR1"), (signal.SIGINT, "Ctrl-C (SIGINT)")):
+        out = "stop_" + name[:4]
+        # (a sparse log: once mpirun starts ending the job it stops reading the ranks' output, and a rank
+        # blocked writing a full pipe could not reach its checkpoint before SIGKILL)
+        quiet = [a if a != "1" or MODEL[i - 1] != "--log-every" else "50" for i, a in enumerate(MODEL)]
+        p = subprocess.Popen(mpirun_cmd(2) + [ANVIL, "train", *quiet, "--data", data, "--steps", "100000",
+                                              "--batch", "2", "--out", out],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+        if not wait_for_steps(out, 2, p):
+            p.kill()
+            check(False, f"{name}: the run started ({p.communicate()[1][-400:]})")
+            continue
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        ckpts = [d for d in os.listdir(out) if d.startswith("checkpoint-")]
+        ok = len(ckpts) == 1 and not os.path.exists(os.path.join(out, "anvil.lock"))
+        if ok:
+            step = int(ckpts[0].split("-")[1])
+            r = mpirun(2, ["train", "--resume", os.path.join(out, ckpts[0]), "--steps", str(step + 2)])
+            ok = r.returncode == 0 and f"resuming {out}/{ckpts[0]} at step {step}" in r.stderr
+        check(ok, f"{name} on mpirun: every rank stops after one checkpoint, which resumes ({ckpts})" +
+              ("" if ok else f" (exit {p.returncode}: {err[-600:]})"))
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return report(failures, "PASSED: data-parallel training under mpirun")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
