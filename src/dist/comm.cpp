@@ -58,6 +58,8 @@ public:
     void wait(Pending) override {}
     using Comm::allreduce_sum;
     void allreduce_sum(double*, size_t, const char*) override {}
+    void reduce_scatter_sum(float*, const std::vector<size_t>&, const char*) override {}
+    void allgather_blocks(float*, const std::vector<size_t>&, const char*) override {}
     void allgather(const void* mine, size_t bytes, void* all, const char*) override {
         if (bytes) std::memcpy(all, mine, bytes);
     }

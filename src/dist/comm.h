@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace anvil {
 
@@ -39,6 +40,11 @@ public:
     virtual void progress() {}
     void allreduce_sum(float* data, size_t n, const char* what) { wait(allreduce_sum_start(data, n, what)); }
     virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
+    // `data` is size() blocks, rank r's of counts[r] floats, one after another. reduce_scatter_sum: this rank's
+    // block becomes the sum over the ranks of their copies of it (the other blocks are left as they were).
+    // allgather_blocks: every block gets the values its rank holds in it.
+    virtual void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, const char* what) = 0;
+    virtual void allgather_blocks(float* data, const std::vector<size_t>& counts, const char* what) = 0;
     // `all` receives size() blocks of `bytes`, rank r's at r * bytes.
     virtual void allgather(const void* mine, size_t bytes, void* all, const char* what) = 0;
     virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;

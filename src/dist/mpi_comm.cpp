@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "dist/comm.h"
@@ -69,6 +70,21 @@ public:
         MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
         wait(track(req, what));
     }
+    void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, const char* what) override {
+        const Blocks b = blocks(counts, what);
+        std::vector<float> mine(counts[size_t(rank_)]);
+        MPI_Request req;
+        MPI_Ireduce_scatter(data, mine.data(), b.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        wait(track(req, what));
+        std::copy(mine.begin(), mine.end(), data + b.displs[size_t(rank_)]);
+    }
+    void allgather_blocks(float* data, const std::vector<size_t>& counts, const char* what) override {
+        const Blocks b = blocks(counts, what);
+        MPI_Request req;
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, b.counts.data(), b.displs.data(), MPI_FLOAT,
+                        MPI_COMM_WORLD, &req);
+        wait(track(req, what));
+    }
     void allgather(const void* mine, size_t bytes, void* all, const char* what) override {
         MPI_Request req;
         MPI_Iallgather(mine, count(bytes, what), MPI_BYTE, all, count(bytes, what), MPI_BYTE, MPI_COMM_WORLD,
@@ -108,6 +124,19 @@ private:
     };
     std::vector<Open> open_;
 
+    struct Blocks {
+        std::vector<int> counts, displs;
+    };
+    Blocks blocks(const std::vector<size_t>& counts, const char* what) {
+        Blocks b;
+        size_t at = 0;
+        for (size_t c : counts) {
+            b.counts.push_back(count(c, what));
+            b.displs.push_back(count(at, what));
+            at += c;
+        }
+        return b;
+    }
     int count(size_t n, const char* what) {
         if (n > size_t(1) << 31) abort(std::string(what) + ": more than 2^31 elements in one collective");
         return int(n);

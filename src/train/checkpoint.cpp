@@ -73,17 +73,30 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
     return r;
 }
 
-void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt) {
+void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt, const float* m_all,
+                           const float* v_all) {
     std::vector<StMeta> metas;
-    std::vector<Tensor> src;
     for (size_t i : store.trainable()) {
         metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
-        src.push_back(opt.m(i));
         metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
-        src.push_back(opt.v(i));
     }
-    write_safetensors_streamed(dir + "/optimizer.safetensors", metas,
-                               [&](size_t k, void* dst) { store.backend().download(dst, src[k]); });
+    const std::vector<size_t>& tr = store.trainable();
+    std::vector<float> other;
+    write_safetensors_streamed(dir + "/optimizer.safetensors", metas, [&](size_t k, void* dst) {
+        const size_t i = tr[k / 2];
+        const size_t n = size_t(store.spec(i).shape.numel());
+        float* out = static_cast<float*>(dst);
+        if (m_all) {  // gathered from every rank's shard
+            const float* src = (k % 2 == 0 ? m_all : v_all) + opt.offset(i);
+            std::copy(src, src + n, out);
+            return;
+        }
+        other.resize(n);
+        if (k % 2 == 0)
+            opt.moments(i, out, other.data());
+        else
+            opt.moments(i, other.data(), out);
+    });
 }
 
 void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt) {
@@ -95,6 +108,7 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
         path);
     SafetensorsReader st(path);
     for (size_t i : store.trainable()) {
+        std::vector<float> mv[2];  // copied: the file's bytes need not be aligned for floats
         for (int k = 0; k < 2; k++) {
             const std::string name = (k == 0 ? "exp_avg." : "exp_avg_sq.") + store.spec(i).name;
             const StEntry* e = st.find(name);
@@ -102,8 +116,10 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             ANVIL_CHECK(e->shape == dims(store.spec(i).shape) && e->known && e->dtype == DType::F32,
                         "{}: tensor \"{}\" must be F32 of shape {}", path, name,
                         shape_str(store.spec(i).shape));
-            store.backend().upload(k == 0 ? opt.m(i) : opt.v(i), st.raw(*e));
+            mv[k].resize(size_t(store.spec(i).shape.numel()));
+            std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
         }
+        opt.set_moments(i, mv[0].data(), mv[1].data());  // the part in this rank's range (ZeRO-1 reshards here)
     }
 }
 
@@ -156,6 +172,17 @@ uint64_t weights_hash(const RunSetup& run) {
 
 void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     Comm& comm = *run.comm;
+    const AdamW& opt = *run.opt;
+    std::vector<float> m_all, v_all;  // ZeRO-1: every rank's range of the moments, gathered
+    if (opt.sharded()) {
+        std::vector<size_t> counts;
+        for (int r = 0; r < comm.size(); r++) counts.push_back(opt.begin(r + 1) - opt.begin(r));
+        for (auto [all, mine] : {std::pair{&m_all, opt.m_range()}, std::pair{&v_all, opt.v_range()}}) {
+            all->assign(opt.layout_floats(), 0.0f);
+            run.model->backend().download(all->data() + opt.begin(comm.rank()), mine);
+            comm.allgather_blocks(all->data(), counts, "the optimizer state's gathering for a checkpoint");
+        }
+    }
     if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all
         check_same(comm, weights_hash(run),
                    fmt::format("the weights at step {} (the replicas drifted apart)", step));
@@ -165,7 +192,6 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     const std::string dir = o.out + "/" + name;
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
-    const AdamW& opt = *run.opt;
     const auto weights = [&](size_t i, float* dst) { opt.weights_f32(i, dst); };
     if (run.model
             ->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
@@ -176,7 +202,8 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
                         {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
                         weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
     run.tok->save(tmp);
-    write_optimizer_state(tmp, run.model->params(), opt);
+    write_optimizer_state(tmp, run.model->params(), opt, opt.sharded() ? m_all.data() : nullptr,
+                          opt.sharded() ? v_all.data() : nullptr);
     nlohmann::json state = {
         {"step", step},
         {"world_size", comm.size()},

@@ -7,6 +7,10 @@
 //
 // On the CPU the collectives are MPI's non-blocking ones on the gradient memory itself, moved on between
 // layers (Comm::progress), so they overlap with the rest of the backward.
+//
+// ZeRO-1 (a sharded AdamW): after the backward one reduce-scatter leaves each rank the summed gradients of its
+// own range of the optimizer's layout; the global norm is summed from the ranges; each rank updates its range;
+// an all-gather then gives every rank every updated weight (through the gradient memory, no longer needed).
 #pragma once
 
 #include <cstdint>
@@ -14,13 +18,15 @@
 
 #include "dist/comm.h"
 #include "model/model.h"
+#include "train/optimizer.h"
 
 namespace anvil {
 
 class DataParallel final : public BackwardHooks {
 public:
     // Throws when the store's gradients cannot be reduced through `comm` (a device other than the CPU).
-    DataParallel(Comm& comm, ParamStore& store);
+    // `opt` sharded over the ranks: ZeRO-1.
+    DataParallel(Comm& comm, ParamStore& store, const AdamW& opt);
     Comm& comm() const { return comm_; }
     int rank() const { return comm_.rank(); }
     int world() const { return comm_.size(); }
@@ -32,8 +38,13 @@ public:
     // Before each micro-batch's backward: only the last one's hooks reduce the gradients.
     void arm(bool last_micro_batch) { armed_ = last_micro_batch; }
     void on_layer_grads_ready(int layer) override;
-    // Waits for every bucket: the gradients are then summed over the ranks.
+    // Waits for every bucket: the gradients are then summed over the ranks (ZeRO-1: this rank's range of them).
     void finish();
+    // The squared global norm of the summed gradients into the device scalar `out`.
+    void global_norm_sq(Tensor out);
+    // After the optimizer's update: ZeRO-1 gives every rank every rank's updated weights.
+    void after_update();
+    bool zero() const { return zero_; }
 
     // Seconds the last finish() spent waiting (communication the backward did not hide), and the bytes one
     // step's all-reduces carry per rank.
@@ -53,6 +64,11 @@ private:
     Bucket& bucket(int layer) { return buckets_[size_t(layer + 1)]; }  // [0]: outside the layers
 
     Comm& comm_;
+    ParamStore& store_;
+    const AdamW& opt_;
+    bool zero_ = false;
+    float* flat_ = nullptr;       // the gradient arena as one f32 vector (ZeRO-1)
+    std::vector<size_t> counts_;  // floats of each rank's range (ZeRO-1)
     std::vector<Bucket> buckets_;
     std::vector<Comm::Pending> pending_;
     bool armed_ = false;

@@ -62,6 +62,7 @@ struct TrainOptions {
     int threads = 0;
     bool profile = false;       // time every backend op and print the table at the end
     double comm_timeout = 600;  // seconds any collective of a multi-process job may take
+    int zero = 0;               // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
     // instruments
     std::string price_per_hour;  // dollars per hour or a preset name
     double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)

@@ -259,14 +259,24 @@ DType run_dtype(TrainOptions& o, Device device) {
 }
 
 // Model and optimizer, with weights from the sources (base, adapter) or a seeded initialisation.
-void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src) {
+void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src, Comm& comm) {
     Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.recompute = o.recompute;
     mo.lora = src.lora;
     r.model = make_model(be, cfg, mo);
-    r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay);
+    ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)", o.zero);
+    if (o.zero == 1 && comm.size() == 1)
+        std::fprintf(stderr, "anvil: warning: --zero 1 with one process: nothing to shard; the optimizer state stays "
+                     "whole\n");
+    const OptShard shard = o.zero == 1 ? OptShard{comm.rank(), comm.size()} : OptShard{};
+    r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay, shard);
+    if (shard.world > 1) {
+        const double whole = 2.0 * double(r.opt->layout_floats()) * sizeof(float) / 1e6;
+        std::fprintf(stderr, "anvil: ZeRO-1: optimizer state %.1f MB per rank (%.1f MB unsharded, 1/%d)\n",
+                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole, comm.size());
+    }
     AdamW& opt = *r.opt;
     const auto master = [&](size_t i, const float* f32) { opt.set_master(i, f32); };  // before any rounding
     if (src.base.empty())
@@ -302,8 +312,17 @@ void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
     r.batch_search = ab.log;
 }
 
-void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
+void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp, int world) {
     load_optimizer_state(rp.dir, r.model->params(), *r.opt);
+    const int then_world = rp.state.value("world_size", 1);
+    const int then_zero = rp.state.value("options", nlohmann::json::object()).value("zero", 0);
+    const auto layout = [](int w, int z) {
+        return z == 1 && w > 1 ? fmt::format("sharded over {} ranks (ZeRO-1)", w) : std::string("whole");
+    };
+    const std::string was = layout(then_world, then_zero), now = layout(world, o.zero);
+    if (was != now)
+        std::fprintf(stderr, "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
+                     was.c_str(), now.c_str());
     scaler_from_json(rp.state, r.trainer->scaler());
     r.start_step = rp.state.value("step", 0);
     const std::string fp = rp.state.contains("data") ? rp.state["data"].value("fingerprint", "") : "";
@@ -367,17 +386,17 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     r.backend = make_run_backend(o.device, o.threads, o.attention);
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
-    build_model(r, o, cfg, src);
+    build_model(r, o, cfg, src, comm);
     if (o.batch_auto) {
         ANVIL_CHECK(!resume, "--batch auto: a resumed run keeps the batch it chose; drop the flag");
         search_batch(r, o, comm);
     }
     r.model->reserve(o.batch, o.seq, true);
-    if (resume) restore_state(r, o, *resume);
+    if (resume) restore_state(r, o, *resume, comm.size());
     if (comm.size() > 1) {
         check_same_options(comm, options_to_json(o));
         check_same(comm, r.data.fingerprint, "the training data (its fingerprint)");
-        r.dp = std::make_unique<DataParallel>(comm, r.model->params());
+        r.dp = std::make_unique<DataParallel>(comm, r.model->params(), *r.opt);
         r.trainer->set_data_parallel(r.dp.get());
     }
     r.opts = o;

@@ -90,10 +90,13 @@ StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWAr
     const std::vector<Tensor> grads = model_.params().grad_tensors();
     if (grads.empty())
         be.zero(norm_sq);
+    else if (dp_)
+        dp_->global_norm_sq(norm_sq);
     else
         be.global_norm_sq(norm_sq, grads);
     args.grad_scale = 1.0f / scaler_.scale;
     opt_.step(args, norm_sq);
+    if (dp_) dp_->after_update();
     float nsq = 0.0f;
     be.download(&nsq, norm_sq);
     r.grad_norm = std::sqrt(double(nsq)) / double(scaler_.scale);  // the norm of the unscaled gradients

@@ -9,7 +9,9 @@
   4. ranks started with different flags stop at start-up naming the rank that differs;
   5. a stopped rank (SIGSTOP) ends the job within --comm-timeout + 30 s with an error naming the rank and the
      collective;
-  6. SIGUSR1 and Ctrl-C (SIGINT) on mpirun stop every rank after a consistent checkpoint, which resumes.
+  6. SIGUSR1 and Ctrl-C (SIGINT) on mpirun stop every rank after a consistent checkpoint, which resumes;
+  7. ZeRO-1 (--zero 1): the same losses as one process, half the optimizer state per rank, its checkpoints
+     resumed on 2 ranks bit for bit and on 1 rank, an unsharded checkpoint resharded, --zero 1 alone warned.
 Skips (exit 77) where mpirun or the MPI plugin is missing.
 """
 import json
@@ -215,6 +217,31 @@ def main():
             ok = r.returncode == 0 and f"resuming {out}/{ckpts[0]} at step {step}" in r.stderr
         check(ok, f"{name} on mpirun: every rank stops after one checkpoint, which resumes ({ckpts})" +
               ("" if ok else f" (exit {p.returncode}: {err[-600:]})"))
+
+    # 7. ZeRO-1
+    zargs = ["train", *MODEL, "--data", data, "--shuffle", "off", "--steps", "20", "--save-every", "10"]
+    one = anvil_run([*zargs, "--batch", "4", "--out", "z_one"], timeout=300)
+    two = mpirun(2, [*zargs, "--batch", "2", "--zero", "1", "--out", "z_two"])
+    if one.returncode or two.returncode:
+        check(False, f"ZeRO-1: both runs succeed ({one.stderr[-300:]} {two.stderr[-600:]})")
+    else:
+        d, n = worst(losses("z_two"), losses("z_one"))
+        check(n == 20 and d <= 1e-5, f"ZeRO-1: 2 ranks x batch 2 equal 1 process x batch 4 over {n} steps ({d:.2e})")
+        line = [x for x in two.stderr.splitlines() if "ZeRO-1: optimizer state" in x]
+        check(len(line) == 1 and "1/2)" in line[0], f"ZeRO-1 prints each rank's share of the optimizer memory ({line})")
+        same = mpirun(2, ["train", "--resume", "z_two/checkpoint-10", "--out", "z_same"])
+        a = losses("z_same") if same.returncode == 0 else {}
+        check(len(a) == 10 and all(a[s] == losses("z_two")[s] for s in a),
+              "a ZeRO-1 checkpoint resumes on 2 ranks bit for bit")
+        r = anvil_run(["train", "--resume", "z_two/checkpoint-10", "--out", "z_on1"], timeout=300)
+        d, n = worst(losses("z_on1"), losses("z_two")) if r.returncode == 0 else (float("inf"), 0)
+        check(n == 10 and d <= 1e-5 and "was sharded over 2 ranks (ZeRO-1) and is now whole: resharded" in r.stderr
+              and "--zero 1 with one process: nothing to shard" in r.stderr,
+              f"a ZeRO-1 checkpoint resumes on 1 rank, resharded and saying so ({n} steps, {d:.2e})")
+        r = mpirun(2, ["train", "--resume", "full/checkpoint-10", "--zero", "1", "--out", "z_from_dp"])
+        d, n = worst(losses("z_from_dp"), losses("full")) if r.returncode == 0 else (float("inf"), 0)
+        check(n == 10 and d <= 1e-5 and "was whole and is now sharded over 2 ranks (ZeRO-1)" in r.stderr,
+              f"an unsharded checkpoint resumes with --zero 1, resharded ({n} steps, {d:.2e})")
 
     shutil.rmtree(tmp, ignore_errors=True)
     return report(failures, "PASSED: data-parallel training under mpirun")

@@ -106,7 +106,7 @@ TEST(Model, FrozenEntriesHaveNoGradientOrOptimizerState) {
     const size_t before = frozen.be->memory_in_use();
     AdamW opt(fs, 0.1f);
     EXPECT_LE(frozen.be->memory_in_use() - before, 2 * (trainable_bytes + kAlign)) << "m and v: trainable only";
-    EXPECT_THROW(opt.m(fs.find("transformer.wte.weight")), Error) << "no moments for a frozen entry";
+    EXPECT_THROW(opt.offset(fs.find("transformer.wte.weight")), Error) << "no moments for a frozen entry";
 
     frozen.loss(true);
     full.loss(true);
@@ -122,6 +122,46 @@ TEST(Model, FrozenEntriesHaveNoGradientOrOptimizerState) {
     const auto w1 = all_params(fs);
     for (size_t i = 0; i < fs.size(); i++)
         EXPECT_EQ(w0[i] == w1[i], fs.grad(i).empty()) << fs.spec(i).name << ": frozen iff unchanged";
+}
+
+// ZeRO-1's optimizer: two ranks' shards, each updating its range of the layout, together update every weight
+// exactly as the whole optimizer does, with half the moment memory each.
+TEST(Model, ShardedAdamWUpdatesTheWholeInPieces) {
+    TinyRun whole(12), r0(12), r1(12);
+    const auto before = all_params(whole.model->params());
+    AdamWArgs args;
+    args.lr = 1e-2f;
+    args.max_grad_norm = 0.5f;
+    std::vector<std::vector<std::vector<float>>> after;
+    std::vector<std::unique_ptr<AdamW>> opts;
+    int part = 0;
+    for (TinyRun* run : {&whole, &r0, &r1}) {
+        const OptShard shard = run == &whole ? OptShard{} : OptShard{part++, 2};
+        opts.push_back(std::make_unique<AdamW>(run->model->params(), 0.1f, shard));
+        run->loss(true);
+        DevTensor nsq(*run->be, {1});
+        run->be->global_norm_sq(nsq, run->model->params().grad_tensors());
+        for (int step = 1; step <= 2; step++) {
+            args.step = step;
+            opts.back()->step(args, nsq);
+        }
+        after.push_back(all_params(run->model->params()));
+    }
+    const AdamW &w = *opts[0], &s0 = *opts[1], &s1 = *opts[2];
+    EXPECT_EQ(s0.begin(0), 0u);
+    EXPECT_EQ(s0.begin(1) % (kAlign / sizeof(float)), 0u) << "a range starts where an arena entry could";
+    EXPECT_EQ(s0.begin(2), w.layout_floats());
+    EXPECT_LE(size_t(s0.m_range().numel()), w.layout_floats() / 2 + kAlign);
+    EXPECT_EQ(size_t(s0.m_range().numel() + s1.m_range().numel()), w.layout_floats());
+    const ParamStore& store = whole.model->params();
+    for (size_t i : store.trainable()) {
+        const size_t o = w.offset(i);
+        for (size_t k = 0; k < after[0][i].size(); k++) {
+            const size_t owner = o + k < s0.begin(1) ? 1 : 2;
+            ASSERT_EQ(after[owner][i][k], after[0][i][k]) << store.spec(i).name << "[" << k << "]";
+            ASSERT_EQ(after[3 - owner][i][k], before[i][k]) << store.spec(i).name << ": not the other rank's";
+        }
+    }
 }
 
 struct Recorder : BackwardHooks {
