@@ -1,4 +1,5 @@
-// The backend seam: every op the model families need (GPT-2, Llama), forward and backward, behind one interface.
+// The backend seam: every op the model families need (GPT-2, Llama), forward and backward, behind one
+// interface.
 //
 // The CPU backend (src/backend/cpu) is the specification: plain loops plus BLAS, f32 only. The CUDA
 // backend (src/backend/cuda) implements the same contract with its own kernels and libraries and is
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/collectives.h"
 #include "core/arena.h"
 #include "core/tensor.h"
 
@@ -104,9 +106,9 @@ public:
     virtual void gelu_fwd(Tensor out, Tensor in) = 0;
     virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;  // din = dout * gelu'(in); may alias
 
-    // Rotary position embedding (Hugging Face's rotate_half layout), in place on x (B,T,H*HS): for i < HS/2 the
-    // pair (x_i, x_{i+HS/2}) of every head turns by the angle (pos0 + t) * inv_freq[i], inv_freq (HS/2) f32.
-    // inverse turns it back: the backward, applied to the gradient.
+    // Rotary position embedding (Hugging Face's rotate_half layout), in place on x (B,T,H*HS): for i < HS/2
+    // the pair (x_i, x_{i+HS/2}) of every head turns by the angle (pos0 + t) * inv_freq[i], inv_freq (HS/2)
+    // f32. inverse turns it back: the backward, applied to the gradient.
     virtual void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) = 0;
     // SwiGLU: out = silu(gate) * up, elementwise; the backward overwrites dgate and dup.
     virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
@@ -126,9 +128,9 @@ public:
     virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                                int NH) = 0;
     // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions
-    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT, KVH HS), then each new query attends
-    // causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH for
-    // GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
+    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT, KVH HS), then each new query
+    // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH
+    // for GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
 
     // out = a + b, elementwise (out may alias a)
@@ -153,6 +155,13 @@ public:
     // norm_sq[0]) exceeds it, by max_grad_norm / (norm + 1e-6). If norm_sq is not finite the update
     // is skipped entirely (nothing is written).
     virtual void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) = 0;
+
+    // ---- a job of several processes -------------------------------------------------------------
+    // Collectives on this backend's memory among the job's ranks (NCCL on CUDA); null where the host's
+    // collectives reach the memory directly (the CPU). Throws saying what to install when they cannot be had.
+    virtual std::unique_ptr<DeviceCollectives> make_collectives(const CollectiveSetup& /*setup*/) {
+        return nullptr;
+    }
 };
 
 // How the CUDA backend computes attention: Gemm (cuBLASLt products on the tensor cores, keeping the (T,T)

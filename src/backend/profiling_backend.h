@@ -72,7 +72,8 @@ public:
               [&] { in_.rmsnorm_fwd(o, r, i, w, eps); });
     }
     void rmsnorm_bwd(Tensor di, Tensor dw, Tensor d, Tensor i, Tensor w, Tensor r) override {
-        timed("rmsnorm_bwd", d.nbytes() + i.nbytes() + 2 * di.nbytes() + w.nbytes() + 2 * dw.nbytes() + r.nbytes(),
+        timed("rmsnorm_bwd",
+              d.nbytes() + i.nbytes() + 2 * di.nbytes() + w.nbytes() + 2 * dw.nbytes() + r.nbytes(),
               [&] { in_.rmsnorm_bwd(di, dw, d, i, w, r); });
     }
     void rope(Tensor x, Tensor f, int h, int pos0, bool inv) override {
@@ -86,7 +87,8 @@ public:
               [&] { in_.swiglu_bwd(dg, du, d, g, u); });
     }
     void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int nh) override {
-        timed("qkv_pack", qkv.nbytes() + q.nbytes() + k.nbytes() + v.nbytes(), [&] { in_.qkv_pack(qkv, q, k, v, nh); });
+        timed("qkv_pack", qkv.nbytes() + q.nbytes() + k.nbytes() + v.nbytes(),
+              [&] { in_.qkv_pack(qkv, q, k, v, nh); });
     }
     void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int nh) override {
         timed("qkv_unpack", dqkv.nbytes() + dq.nbytes() + dk.nbytes() + dv.nbytes(),
@@ -138,6 +140,9 @@ public:
     }
     void adamw(const std::vector<ParamSlot>& s, const AdamWArgs& a, Tensor n) override {
         timed("adamw", adamw_bytes(s), [&] { in_.adamw(s, a, n); });
+    }
+    std::unique_ptr<DeviceCollectives> make_collectives(const CollectiveSetup& s) override {
+        return in_.make_collectives(s);
     }
 
 private:

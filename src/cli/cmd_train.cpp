@@ -274,9 +274,10 @@ Command add_train(CLI::App& app) {
            "(anvil's tiled kernels, keeps only the log-sum-exp) or auto (gemm up to 1 GiB per layer)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "gemm", "flash"}));
-    sub->add_option("--zero", o->zero,
-                    "1: ZeRO-1, shard the AdamW state over the data-parallel ranks (reduce-scatter the gradients, "
-                    "update the own shard, all-gather the weights); 0: every rank keeps all of it")
+    sub->add_option(
+           "--zero", o->zero,
+           "1: ZeRO-1, shard the AdamW state over the data-parallel ranks (reduce-scatter the gradients, "
+           "update the own shard, all-gather the weights); 0: every rank keeps all of it")
         ->capture_default_str()
         ->check(CLI::Range(0, 1));
     sub->add_option(

@@ -4,11 +4,11 @@
 // ends the job.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-#include <algorithm>
 #include <vector>
 
 #include "dist/comm.h"

@@ -38,7 +38,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     AutoBatch r;
     std::vector<int32_t> tokens, targets;
     AdamWArgs zero_lr;
-    zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
+    zero_lr.lr = 0.0f;                           // the weights do not move (p * (1 - 0) - 0)
     const LossScaler scaler = trainer.scaler();  // trial steps leave no trace: moments and scale restored
     double best_tps = 0;
     for (int b = 1; b <= global; b *= 2) {
@@ -51,7 +51,8 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
                 const auto t0 = std::chrono::steady_clock::now();
                 trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets), 1, b, T, zero_lr);
                 be.synchronize();
-                tps = double(b) * T / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                tps = double(b) * T /
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             }
         } catch (const OutOfMemory& e) {
             model.release();

@@ -73,8 +73,8 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
     return r;
 }
 
-void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt, const float* m_all,
-                           const float* v_all) {
+void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt,
+                           const float* m_all, const float* v_all) {
     std::vector<StMeta> metas;
     for (size_t i : store.trainable()) {
         metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
@@ -119,7 +119,8 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             mv[k].resize(size_t(store.spec(i).shape.numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
         }
-        opt.set_moments(i, mv[0].data(), mv[1].data());  // the part in this rank's range (ZeRO-1 reshards here)
+        opt.set_moments(i, mv[0].data(),
+                        mv[1].data());  // the part in this rank's range (ZeRO-1 reshards here)
     }
 }
 

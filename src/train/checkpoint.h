@@ -33,8 +33,8 @@ ResumePoint read_resume_point(const std::string& resume_arg);
 // optimizer's whole layout (AdamW::layout_floats() floats each).
 void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt,
                            const float* m_all = nullptr, const float* v_all = nullptr);
-// Reads the moments of every trainable entry; a sharded optimizer keeps its own range, whatever the world size
-// or sharding of the run that wrote them.
+// Reads the moments of every trainable entry; a sharded optimizer keeps its own range, whatever the world
+// size or sharding of the run that wrote them.
 void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt);
 
 // Writes a full training checkpoint of `run` at `step` to OUT/name atomically, then drops checkpoint-N

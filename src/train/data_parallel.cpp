@@ -7,34 +7,47 @@
 
 namespace anvil {
 
-DataParallel::DataParallel(Comm& comm, ParamStore& store, const AdamW& opt)
+DataParallel::DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool even_alone)
     : comm_(comm), store_(store), opt_(opt), zero_(opt.sharded()) {
-    if (comm.size() == 1) return;  // nothing to reduce
-    ANVIL_CHECK(
-        store.backend().device() == Device::CPU,
-        "data parallelism on {} needs NCCL, which anvil does not drive yet; run the ranks with --device "
-        "cpu, or one process per job on the GPU",
-        device_name(store.backend().device()));
+    if (comm.size() == 1 && !even_alone) return;  // nothing to reduce
+    Backend& be = store.backend();
+    if (be.device() != Device::CPU) {  // device memory: the backend's collectives (NCCL)
+        ANVIL_CHECK(!zero_, "--zero 1: ZeRO-1 runs on the CPU backend for now; drop the flag on {}",
+                    device_name(be.device()));
+        CollectiveSetup cs;
+        cs.rank = comm.rank();
+        cs.size = comm.size();
+        cs.timeout_s = comm.timeout();
+        cs.broadcast_from_rank0 = [&comm](void* data, size_t bytes) {
+            comm.broadcast(data, bytes, 0, "the NCCL unique id's broadcast");
+        };
+        cs.abort = [&comm](const std::string& why) { comm.abort(why); };
+        device_ = be.make_collectives(cs);
+        ANVIL_CHECK(device_, "data parallelism: the {} backend has no collectives", device_name(be.device()));
+    }
     int layers = 0;
     for (size_t i : store.trainable()) layers = std::max(layers, store.spec(i).layer + 1);
     buckets_.resize(size_t(layers) + 1);
     for (int l = -1; l < layers; l++)
         bucket(l).what = l < 0 ? "the gradient all-reduce of the embeddings, final norm and head"
                                : "the gradient all-reduce of layer " + std::to_string(l);
-    // Runs of consecutive trainable entries of one layer are one span of the gradient arena (the padding
-    // between entries is zero and stays zero when summed).
+    // Runs of consecutive trainable entries of one layer and dtype are one span of the gradient arena (the
+    // padding between entries is zero and stays zero when summed).
     const std::vector<size_t>& tr = store.trainable();
     for (size_t k = 0; k < tr.size();) {
         const int layer = store.spec(tr[k]).layer;
+        const DType dt = store.grad(tr[k]).dtype;
         size_t e = k + 1;
-        while (e < tr.size() && store.spec(tr[e]).layer == layer) e++;
-        const Tensor first = store.grad(tr[k]), last = store.grad(tr[e - 1]);
-        ANVIL_CHECK(first.dtype == DType::F32 && last.dtype == DType::F32,
+        while (e < tr.size() && store.spec(tr[e]).layer == layer && store.grad(tr[e]).dtype == dt) e++;
+        ANVIL_CHECK(device_ || dt == DType::F32,
                     "data parallelism over MPI reduces f32 gradients; train with --precision fp32");
-        float* begin = static_cast<float*>(first.data);
-        const float* end = static_cast<const float*>(last.data) + last.numel();
-        bucket(layer).spans.push_back({begin, size_t(end - begin)});
-        bytes_ += size_t(end - begin) * sizeof(float);
+        const Tensor first = store.grad(tr[k]), last = store.grad(tr[e - 1]);
+        const size_t bytes = size_t(static_cast<const char*>(last.data) + last.nbytes() -
+                                    static_cast<const char*>(first.data));
+        Tensor span = first;
+        span.shape = Shape{int64_t(bytes / dtype_size(dt))};
+        bucket(layer).spans.push_back(span);
+        bytes_ += bytes;
         k = e;
     }
     if (!zero_ || tr.empty()) return;
@@ -60,8 +73,13 @@ double DataParallel::total(double mine, const char* what) {
 
 void DataParallel::on_layer_grads_ready(int layer) {
     if (!armed_ || buckets_.empty() || zero_) return;
-    for (const Span& s : bucket(layer).spans)
-        pending_.push_back(comm_.allreduce_sum_start(s.data, s.n, bucket(layer).what.c_str()));
+    for (const Tensor& s : bucket(layer).spans) {
+        if (device_)
+            device_->allreduce_sum_start(s, bucket(layer).what.c_str());
+        else
+            pending_.push_back(
+                comm_.allreduce_sum_start(s.f32(), size_t(s.numel()), bucket(layer).what.c_str()));
+    }
     comm_.progress();
 }
 
@@ -69,6 +87,7 @@ void DataParallel::finish() {
     const auto t0 = std::chrono::steady_clock::now();
     for (const Comm::Pending& p : pending_) comm_.wait(p);
     pending_.clear();
+    if (device_) device_->wait_all();
     if (zero_ && flat_) comm_.reduce_scatter_sum(flat_, counts_, "the gradient reduce-scatter (ZeRO-1)");
     armed_ = false;
     exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -6,11 +6,13 @@
 // a single process would compute on all the rows, so every rank takes the same optimizer step.
 //
 // On the CPU the collectives are MPI's non-blocking ones on the gradient memory itself, moved on between
-// layers (Comm::progress), so they overlap with the rest of the backward.
+// layers (Comm::progress), so they overlap with the rest of the backward. On a GPU they are the backend's
+// (NCCL, f32/bf16/f16 gradients) on a stream of their own, each started after its layer's backward kernels.
 //
-// ZeRO-1 (a sharded AdamW): after the backward one reduce-scatter leaves each rank the summed gradients of its
-// own range of the optimizer's layout; the global norm is summed from the ranges; each rank updates its range;
-// an all-gather then gives every rank every updated weight (through the gradient memory, no longer needed).
+// ZeRO-1 (a sharded AdamW): after the backward one reduce-scatter leaves each rank the summed gradients of
+// its own range of the optimizer's layout; the global norm is summed from the ranges; each rank updates its
+// range; an all-gather then gives every rank every updated weight (through the gradient memory, no longer
+// needed).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +26,10 @@ namespace anvil {
 
 class DataParallel final : public BackwardHooks {
 public:
-    // Throws when the store's gradients cannot be reduced through `comm` (a device other than the CPU).
-    // `opt` sharded over the ranks: ZeRO-1.
-    DataParallel(Comm& comm, ParamStore& store, const AdamW& opt);
+    // Throws when the store's gradients cannot be reduced (MPI on the CPU takes f32; a GPU needs NCCL).
+    // `opt` sharded over the ranks: ZeRO-1. `even_alone`: go through the collectives with one rank too (the
+    // GPU tests run the NCCL path so).
+    DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool even_alone = false);
     Comm& comm() const { return comm_; }
     int rank() const { return comm_.rank(); }
     int world() const { return comm_.size(); }
@@ -38,7 +41,8 @@ public:
     // Before each micro-batch's backward: only the last one's hooks reduce the gradients.
     void arm(bool last_micro_batch) { armed_ = last_micro_batch; }
     void on_layer_grads_ready(int layer) override;
-    // Waits for every bucket: the gradients are then summed over the ranks (ZeRO-1: this rank's range of them).
+    // Waits for every bucket: the gradients are then summed over the ranks (ZeRO-1: this rank's range of
+    // them).
     void finish();
     // The squared global norm of the summed gradients into the device scalar `out`.
     void global_norm_sq(Tensor out);
@@ -53,13 +57,9 @@ public:
     int buckets() const { return int(buckets_.size()); }
 
 private:
-    struct Span {
-        float* data;
-        size_t n;
-    };
     struct Bucket {
-        std::vector<Span> spans;
-        std::string what;  // "the gradient all-reduce of layer 3"
+        std::vector<Tensor> spans;  // runs of the gradient arena
+        std::string what;           // "the gradient all-reduce of layer 3"
     };
     Bucket& bucket(int layer) { return buckets_[size_t(layer + 1)]; }  // [0]: outside the layers
 
@@ -71,6 +71,7 @@ private:
     std::vector<size_t> counts_;  // floats of each rank's range (ZeRO-1)
     std::vector<Bucket> buckets_;
     std::vector<Comm::Pending> pending_;
+    std::unique_ptr<DeviceCollectives> device_;  // NCCL on a GPU; null on the CPU (MPI on host memory)
     bool armed_ = false;
     double exposed_s_ = 0.0;
     size_t bytes_ = 0;

@@ -38,9 +38,9 @@ public:
     const OptShard& shard() const { return shard_; }
     bool sharded() const { return shard_.world > 1; }
     size_t layout_floats() const { return n_; }
-    size_t begin(int rank) const;      // rank's first float; begin(world) == layout_floats()
-    size_t offset(size_t i) const;     // entry i's first float in the layout (i trainable)
-    Tensor m_range() const;            // this rank's moments, (begin(rank+1) - begin(rank)) f32
+    size_t begin(int rank) const;   // rank's first float; begin(world) == layout_floats()
+    size_t offset(size_t i) const;  // entry i's first float in the layout (i trainable)
+    Tensor m_range() const;         // this rank's moments, (begin(rank+1) - begin(rank)) f32
     Tensor v_range() const;
     // Entry i's moments from host f32 values of its whole shape: the part in this rank's range.
     void set_moments(size_t i, const float* m, const float* v);

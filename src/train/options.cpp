@@ -10,9 +10,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     heads, dim, vocab, seq, batch, grad_accum, steps, lr, min_lr_frac, weight_decay, grad_clip, beta1, beta2,
     eps, lr_schedule, warmup, seed, shuffle, eval_every, eval_batches, eval_examples, log_every, save_every,
     keep_checkpoints, device, threads, profile, embedded, batch_auto, global_batch, memory_limit,
-    price_per_hour, peak_tflops, bench, monitor_interval, tensorboard, precision, recompute, attention, lora_rank,
-    lora_alpha, lora_dropout, lora_targets, rslora, adapter, arch, kv_heads, ffn_dim, rope_theta, norm_eps,
-    tie_embeddings, max_shard_size, comm_timeout, zero)
+    price_per_hour, peak_tflops, bench, monitor_interval, tensorboard, precision, recompute, attention,
+    lora_rank, lora_alpha, lora_dropout, lora_targets, rslora, adapter, arch, kv_heads, ffn_dim, rope_theta,
+    norm_eps, tie_embeddings, max_shard_size, comm_timeout, zero)
 
 nlohmann::json options_to_json(const TrainOptions& o) {
     return o;

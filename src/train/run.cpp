@@ -220,10 +220,23 @@ int TrainingLoop::finish(int step, bool interrupted) {
     }
     const double tokens_per_s = train_time_ > 0 ? double(trained_tokens_) / train_time_ : 0.0;
     bar_.finish(fmt::format("done: {} steps, loss {:.4f}, {:.0f} tok/s", step, last_loss_, tokens_per_s));
+    const int steps_run = step - run_.start_step;
     if (run_.profiler && lead) {
         std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
                      run_.profiler->report().c_str());
-        write_file_atomic(o_.out + "/profile.json", json_text(run_.profiler->report_json(), 1) + "\n");
+        nlohmann::json prof = run_.profiler->report_json();
+        if (W_ > 1 && steps_run > 0) {  // not a backend op: the wait for the collectives after the backward
+            const double ms = comm_time_ * 1e3 / steps_run;
+            std::fprintf(stderr,
+                         "gradient all-reduce over %d ranks: %.2f ms per step not hidden by the backward "
+                         "(%.1f%% of step time)\n",
+                         W_, ms, train_time_ > 0 ? 100.0 * comm_time_ / train_time_ : 0.0);
+            prof.push_back({{"op", "gradient all-reduce wait (not a backend op)"},
+                            {"calls", steps_run},
+                            {"total_ms", comm_time_ * 1e3},
+                            {"ms_per_call", ms}});
+        }
+        write_file_atomic(o_.out + "/profile.json", json_text(prof, 1) + "\n");
     }
     nlohmann::json summary = {{"steps", step},
                               {"train_loss", last_loss_},

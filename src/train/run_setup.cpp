@@ -266,16 +266,19 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.recompute = o.recompute;
     mo.lora = src.lora;
     r.model = make_model(be, cfg, mo);
-    ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)", o.zero);
+    ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)",
+                o.zero);
     if (o.zero == 1 && comm.size() == 1)
-        std::fprintf(stderr, "anvil: warning: --zero 1 with one process: nothing to shard; the optimizer state stays "
+        std::fprintf(stderr,
+                     "anvil: warning: --zero 1 with one process: nothing to shard; the optimizer state stays "
                      "whole\n");
     const OptShard shard = o.zero == 1 ? OptShard{comm.rank(), comm.size()} : OptShard{};
     r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay, shard);
     if (shard.world > 1) {
         const double whole = 2.0 * double(r.opt->layout_floats()) * sizeof(float) / 1e6;
         std::fprintf(stderr, "anvil: ZeRO-1: optimizer state %.1f MB per rank (%.1f MB unsharded, 1/%d)\n",
-                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole, comm.size());
+                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole,
+                     comm.size());
     }
     AdamW& opt = *r.opt;
     const auto master = [&](size_t i, const float* f32) { opt.set_master(i, f32); };  // before any rounding
@@ -321,7 +324,8 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp, in
     };
     const std::string was = layout(then_world, then_zero), now = layout(world, o.zero);
     if (was != now)
-        std::fprintf(stderr, "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
+        std::fprintf(stderr,
+                     "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
                      was.c_str(), now.c_str());
     scaler_from_json(rp.state, r.trainer->scaler());
     r.start_step = rp.state.value("step", 0);
@@ -346,11 +350,12 @@ Device parse_device(const std::string& name) {
 }
 
 std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
-                                          const std::string& attention) {
+                                          const std::string& attention, int gpu) {
     BackendOptions bo;
     bo.device = parse_device(device);
     bo.threads = threads;
     bo.attention = parse_attention(attention);
+    bo.device_id = gpu;
     return make_backend(bo);
 }
 
@@ -383,7 +388,8 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     r.data = load_data(o, *r.tok, comm);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
-    r.backend = make_run_backend(o.device, o.threads, o.attention);
+    r.backend =
+        make_run_backend(o.device, o.threads, o.attention, comm.local_rank());  // a GPU per local rank
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
     build_model(r, o, cfg, src, comm);

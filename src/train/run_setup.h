@@ -43,9 +43,9 @@ struct RunSetup {
 RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm);
 
 Device parse_device(const std::string& name);
-// The backend for --device/--threads/--attention.
+// The backend for --device/--threads/--attention; a CUDA backend on GPU `gpu` (a job's local rank).
 std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
-                                          const std::string& attention);
+                                          const std::string& attention, int gpu = 0);
 
 // A model directory loaded for evaluation or generation.
 struct InferenceOptions {

@@ -159,6 +159,12 @@ def main():
     else:
         check(False, f"resume on 1 rank ({one.stderr[-400:]})")
 
+    prof = mpirun(2, ["train", *MODEL, "--data", data, "--steps", "5", "--batch", "2", "--profile", "--out", "prof"])
+    rows = json.load(open("prof/profile.json")) if prof.returncode == 0 else []
+    check(any(r["op"].startswith("gradient all-reduce wait") and r["calls"] == 5 for r in rows) and
+          "gradient all-reduce over 2 ranks:" in prof.stderr,
+          "--profile reports the communication per step the backward did not hide")
+
     # 4. ranks that disagree
     cmd = mpirun_cmd()
     base_args = ["train", *MODEL, "--data", data, "--steps", "3", "--batch", "2", "--out", "differ"]

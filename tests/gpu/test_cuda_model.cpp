@@ -3,7 +3,9 @@
 // activation recomputation giving the same gradients.
 #include <cmath>
 
+#include "dist/comm.h"
 #include "gpu_harness.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -59,8 +61,8 @@ struct TrainRun {
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<Trainer> trainer;
     float loss_scale;
-    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false, LoraOptions lora = {},
-             const ModelConfig& cfg = small()) {
+    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false,
+             LoraOptions lora = {}, const ModelConfig& cfg = small()) {
         ModelOptions mo;
         mo.dtype = dt;
         mo.recompute = recompute;
@@ -113,7 +115,8 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
     const ModelConfig cfg = small(std::get<1>(GetParam()));
     const Batches data(B, T, cfg.vocab_size, 1, test_seed());
     auto gpu_be = make_backend({Device::CUDA, 0, 0, std::get<0>(GetParam())});
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, false, {}, cfg), gpu(*gpu_be, DType::F32, 7, B, T, false, {}, cfg);
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, false, {}, cfg),
+        gpu(*gpu_be, DType::F32, 7, B, T, false, {}, cfg);
     const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
@@ -135,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(Attention, CudaModelAttention,
                          ::testing::Combine(::testing::Values(AttentionImpl::Gemm, AttentionImpl::Flash),
                                             ::testing::Values("gpt2", "llama")),
                          [](const auto& p) {
-                             return std::string(std::get<0>(p.param) == AttentionImpl::Gemm ? "gemm_" : "flash_") +
+                             return std::string(std::get<0>(p.param) == AttentionImpl::Gemm ? "gemm_"
+                                                                                            : "flash_") +
                                     std::get<1>(p.param);
                          });
 
@@ -164,8 +168,9 @@ TEST_P(CudaModelFamily, LowPrecisionTracksFp32) {
                 std::max(worst, std::abs(curve[r][size_t(s)] - curve[0][size_t(s)]) / curve[0][size_t(s)]);
         }
         EXPECT_LT(worst, 0.05) << "largest relative gap to the fp32 loss curve";
-        std::printf("%s %s vs fp32: largest relative loss gap %.4f over %d steps (final %.4f vs %.4f)\n", GetParam(),
-                    std::string(dtype_name(dts[r])).c_str(), worst, steps, curve[r].back(), curve[0].back());
+        std::printf("%s %s vs fp32: largest relative loss gap %.4f over %d steps (final %.4f vs %.4f)\n",
+                    GetParam(), std::string(dtype_name(dts[r])).c_str(), worst, steps, curve[r].back(),
+                    curve[0].back());
     }
 }
 
@@ -213,7 +218,8 @@ TEST_F(CudaModel, LoraMatchesTheCpuAndTrainsInBf16) {
     }
     EXPECT_LT(curve[0].back(), 0.9 * curve[0].front()) << "LoRA learned";
     for (int s = 0; s < steps; s++)
-        EXPECT_LT(std::abs(curve[1][size_t(s)] - curve[0][size_t(s)]) / curve[0][size_t(s)], 0.05) << "step " << s;
+        EXPECT_LT(std::abs(curve[1][size_t(s)] - curve[0][size_t(s)]) / curve[0][size_t(s)], 0.05)
+            << "step " << s;
 }
 
 TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
@@ -223,6 +229,45 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
     EXPECT_EQ(plain.grads_only(data.step(0), B, T), recompute.grads_only(data.step(0), B, T));
     const auto a = plain.grads(), b = recompute.grads();
     for (size_t i = 0; i < a.size(); i++) EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
+}
+
+// The NCCL path with a world of one (issue 13): the library loads, a communicator forms, f32 and bf16
+// all-reduces on their own stream leave the values as they were (a sum over one rank), and training through
+// data parallelism's hooks (each layer's all-reduce started after its backward kernels, waited for before the
+// optimizer) repeats the plain run bit for bit.
+TEST_F(CudaModel, NcclWithOneRankLeavesGradientsAndTrainingUnchanged) {
+    CollectiveSetup cs;
+    cs.broadcast_from_rank0 = [](void*, size_t) {};
+    cs.abort = [](const std::string& why) { throw Error(why); };
+    std::unique_ptr<DeviceCollectives> nccl = be.gpu->make_collectives(cs);
+    ASSERT_TRUE(nccl);
+    EXPECT_NE(nccl->describe().find("NCCL"), std::string::npos) << nccl->describe();
+    std::mt19937_64 gen(test_seed());
+    for (DType dt : {DType::F32, DType::BF16}) {
+        const std::vector<float> v = randn(gen, 100003);
+        DevTensor t = put(*be.gpu, v, {100003}, dt);
+        nccl->allreduce_sum_start(t.t, "the one-rank all-reduce");
+        nccl->wait_all();
+        EXPECT_EQ(get(*be.gpu, t.t), rounded(v, dt)) << dtype_name(dt);
+    }
+
+    const int B = 2, T = 32, steps = 4;
+    const Batches data(B, T, small().vocab_size, steps, test_seed());
+    const std::unique_ptr<Comm> one = make_comm(60);
+    std::vector<double> losses[2];
+    std::vector<std::vector<float>> weights[2];
+    for (int r = 0; r < 2; r++) {
+        TrainRun run(*be.gpu, DType::BF16, 5, B, T);
+        std::unique_ptr<DataParallel> dp;
+        if (r == 1) {
+            dp = std::make_unique<DataParallel>(*one, run.model->params(), *run.opt, /*even_alone=*/true);
+            run.trainer->set_data_parallel(dp.get());
+        }
+        for (int s = 0; s < steps; s++) losses[r].push_back(run.step(data.step(s), B, T, s));
+        weights[r] = run.weights();
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_TRUE(weights[0] == weights[1]);
 }
 
 }  // namespace

@@ -1,14 +1,14 @@
-// Model-level checks on a tiny GPT-2 (and a tiny Llama) through the model seam (model.h): the whole backward against finite
-// differences, the parameter store (order, shapes, init, frozen entries), the per-layer backward hooks, a
-// linear adapter joining forward and backward, determinism, recomputation, and KV-cached generation against
-// uncached forward passes (through the cache rebuild).
+// Model-level checks on a tiny GPT-2 (and a tiny Llama) through the model seam (model.h): the whole backward
+// against finite differences, the parameter store (order, shapes, init, frozen entries), the per-layer
+// backward hooks, a linear adapter joining forward and backward, determinism, recomputation, and KV-cached
+// generation against uncached forward passes (through the cache rebuild).
 #include <cmath>
 
 #include "core/rng.h"
 #include "harness.h"
-#include "model_harness.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
+#include "model_harness.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -96,7 +96,8 @@ TEST(Model, FrozenEntriesHaveNoGradientOrOptimizerState) {
     ParamStore& fs = frozen.model->params();
     size_t trainable_bytes = 0;
     for (size_t i = 0; i < fs.size(); i++) {
-        const bool is_frozen = std::find(mo.frozen.begin(), mo.frozen.end(), fs.spec(i).name) != mo.frozen.end();
+        const bool is_frozen =
+            std::find(mo.frozen.begin(), mo.frozen.end(), fs.spec(i).name) != mo.frozen.end();
         EXPECT_EQ(fs.grad(i).empty(), is_frozen) << fs.spec(i).name;
         if (!is_frozen) trainable_bytes += (fs.param(i).nbytes() + kAlign - 1) / kAlign * kAlign;
     }
@@ -105,7 +106,8 @@ TEST(Model, FrozenEntriesHaveNoGradientOrOptimizerState) {
     EXPECT_LT(fs.grad_bytes(), full.model->params().grad_bytes());
     const size_t before = frozen.be->memory_in_use();
     AdamW opt(fs, 0.1f);
-    EXPECT_LE(frozen.be->memory_in_use() - before, 2 * (trainable_bytes + kAlign)) << "m and v: trainable only";
+    EXPECT_LE(frozen.be->memory_in_use() - before, 2 * (trainable_bytes + kAlign))
+        << "m and v: trainable only";
     EXPECT_THROW(opt.offset(fs.find("transformer.wte.weight")), Error) << "no moments for a frozen entry";
 
     frozen.loss(true);
@@ -193,14 +195,15 @@ TEST(Model, LayerHooksFireOncePerLayerInBackwardOrder) {
         size_t j = 0;
         for (size_t i = 0; i < s.size(); i++) {
             if (s.spec(i).layer != rec.order[k]) continue;
-            EXPECT_EQ(rec.at_hook[k][j++], download(*run.be, s.grad(i))) << s.spec(i).name << " changed later";
+            EXPECT_EQ(rec.at_hook[k][j++], download(*run.be, s.grad(i)))
+                << s.spec(i).name << " changed later";
         }
         EXPECT_GT(j, 0u);
     }
 }
 
-// A low-rank adapter on a linear layer, as LoRA will be: out += (in A^T) B^T with fixed A (r, in), B (out, r);
-// the backward adds its share to the input gradient. The model's gradients stay exact.
+// A low-rank adapter on a linear layer, as LoRA will be: out += (in A^T) B^T with fixed A (r, in), B (out,
+// r); the backward adds its share to the input gradient. The model's gradients stay exact.
 class LowRankAdapter final : public LinearAdapter {
 public:
     LowRankAdapter(Backend& be, int in, int out, int r, uint64_t seed)
@@ -219,11 +222,12 @@ public:
         p.be.matmul_fwd(tmp, h, b_, WLayout::OutIn, {}, {});
         p.be.residual_fwd(out, out, tmp);
     }
-    void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const override {
+    void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout,
+                  Tensor in) const override {
         const Tensor h = p.act(prefix + ".lora_h"), dh = p.act(prefix + ".lora_dh");
         const Tensor tmp = first(p.act(prefix + ".lora_tmp"), din.shape);
-        p.be.matmul_bwd(dh, {}, {}, dout, h, b_, WLayout::OutIn, {});   // dh (N, r) = dout B
-        p.be.matmul_bwd(tmp, {}, {}, dh, in, a_, WLayout::OutIn, {});   // (N, in) = dh A
+        p.be.matmul_bwd(dh, {}, {}, dout, h, b_, WLayout::OutIn, {});  // dh (N, r) = dout B
+        p.be.matmul_bwd(tmp, {}, {}, dh, in, a_, WLayout::OutIn, {});  // (N, in) = dh A
         p.be.residual_fwd(din, din, tmp);
     }
 
@@ -249,7 +253,8 @@ TEST(Model, LinearAdapterJoinsForwardAndBackward) {
     const double before = run.loss(false);
     // on the MLP's down projection (in 32, out 8): its input gradient is taken through the GELU too
     gpt2->block(1).ffn.down().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 32, 8, 3, test_seed()));
-    gpt2->block(0).mixer.qkv().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
+    gpt2->block(0).mixer.qkv().set_adapter(
+        std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
     run.model->release();
     run.model->reserve(run.B, run.T, true);  // plan again: the adapters add buffers
     EXPECT_NE(run.loss(false), before) << "the adapters change the output";
@@ -334,7 +339,8 @@ TEST(Llama, ParamStoreFollowsTransformers) {
     EXPECT_EQ(s.spec(7).name, "model.layers.0.mlp.gate_proj.weight");
     EXPECT_EQ(s.spec(s.size() - 2).name, "model.norm.weight");
     EXPECT_EQ(s.spec(s.size() - 1).name, "lm_head.weight");
-    for (size_t i = 0; i < s.size(); i++) EXPECT_EQ(s.spec(i).decay, s.spec(i).shape.ndim >= 2) << s.spec(i).name;
+    for (size_t i = 0; i < s.size(); i++)
+        EXPECT_EQ(s.spec(i).decay, s.spec(i).shape.ndim >= 2) << s.spec(i).name;
     auto tied = make_model(*be, tiny_llama(true));
     EXPECT_EQ(tied->params().size(), s.size() - 1) << "a tied head has no weight of its own";
     EXPECT_EQ(tied->params().numel(), tiny_llama(true).num_params());
@@ -348,9 +354,9 @@ TEST(Llama, ParamStoreFollowsTransformers) {
     nlohmann::json v5 = config_to_hf_json(scaled, {});
     v5.erase("rope_theta");
     v5.erase("rope_scaling");
-    v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                             {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                             {"original_max_position_embeddings", 8192}};
+    v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                             {"factor", 8.0},           {"low_freq_factor", 1.0},
+                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
     const ModelConfig back5 = config_from_hf_json(v5, "config.json");
     EXPECT_TRUE(back5.same_shape(scaled)) << back5.str();
     EXPECT_EQ(back5.rope_theta, 500000.0);
@@ -363,11 +369,12 @@ TEST(Llama, ParamStoreFollowsTransformers) {
 // interpolated (transformers' _compute_llama3_parameters).
 TEST(Llama, RopeScalingFollowsLlama31) {
     const RopeScaling sc{"llama3", 8.0, 1.0, 4.0, 8192};
-    const std::vector<float> plain = rope_inv_freq(128, 500000.0, {}), scaled = rope_inv_freq(128, 500000.0, sc);
+    const std::vector<float> plain = rope_inv_freq(128, 500000.0, {}),
+                             scaled = rope_inv_freq(128, 500000.0, sc);
     ASSERT_EQ(plain.size(), 64u);
     EXPECT_FLOAT_EQ(plain[0], 1.0f);
-    EXPECT_FLOAT_EQ(scaled[0], plain[0]);                // wavelength 2 pi: high frequency, kept
-    EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8.0f);       // the longest wavelengths: divided by the factor
+    EXPECT_FLOAT_EQ(scaled[0], plain[0]);           // wavelength 2 pi: high frequency, kept
+    EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8.0f);  // the longest wavelengths: divided by the factor
     int between = 0;
     for (size_t i = 0; i < plain.size(); i++) {
         EXPECT_LE(scaled[i], plain[i]);
@@ -447,7 +454,8 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
         f.dloss = 1.0f / 24;
         m->forward(f);
         m->backward();
-        for (size_t i = 0; i < m->params().size(); i++) grads[r].push_back(download(*be, m->params().grad(i)));
+        for (size_t i = 0; i < m->params().size(); i++)
+            grads[r].push_back(download(*be, m->params().grad(i)));
     }
     EXPECT_EQ(grads[0], grads[1]);
     EXPECT_LT(act_bytes[1], act_bytes[0]);
@@ -459,7 +467,8 @@ TEST(Model, EvalActivationsAreShared) {
     c.n_layer = 6;
     auto be = make_backend({Device::CPU, 1, 0});
     auto m = make_model(*be, c);
-    const auto train = m->make_activations(4, 8, ActMode::Train), eval = m->make_activations(4, 8, ActMode::Eval);
+    const auto train = m->make_activations(4, 8, ActMode::Train),
+               eval = m->make_activations(4, 8, ActMode::Eval);
     EXPECT_LT(eval->bytes() * 3, train->bytes());
 }
 

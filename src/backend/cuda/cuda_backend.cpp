@@ -25,7 +25,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention) 
     const int n = cuda_device_count();
     ANVIL_CHECK(n > 0,
                 "--device cuda: no usable CUDA device (run anvil doctor to see why), or use --device cpu");
-    ANVIL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist ({} visible)", device, n);
+    ANVIL_CHECK(device >= 0 && device < n,
+                "CUDA device {} does not exist ({} visible): a job's rank uses the GPU of its local rank, so "
+                "launch at most {} ranks per machine",
+                device, n, n);
     return std::make_unique<CudaBackend>(device, attention);
 }
 

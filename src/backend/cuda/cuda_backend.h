@@ -63,6 +63,7 @@ public:
     void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) override;
     void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
     void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
+    std::unique_ptr<DeviceCollectives> make_collectives(const CollectiveSetup& setup) override;  // nccl.cpp
 
 private:
     bool attention_gemm_planned(const AttnDims& d) const;

@@ -1,0 +1,36 @@
+// Collectives on device memory among the ranks of a job: NCCL on the CUDA backend, for data parallelism's
+// gradient all-reduce. The job itself (ranks, the host-side broadcast that shares NCCL's bootstrap id, the
+// deadline, how to end the job) comes from the caller, so the backend layer needs no MPI.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace anvil {
+
+struct CollectiveSetup {
+    int rank = 0, size = 1;
+    double timeout_s = 600;  // every wait is bounded by it (--comm-timeout)
+    // Rank 0's `bytes` at `data` into every rank's `data` (over the host's MPI).
+    std::function<void(void* data, size_t bytes)> broadcast_from_rank0;
+    // Ends the whole job with this error (Comm::abort); must not return.
+    std::function<void(const std::string& why)> abort;
+};
+
+class DeviceCollectives {
+public:
+    virtual ~DeviceCollectives() = default;
+    virtual std::string describe() const = 0;  // "NCCL 2.27.3"
+    // An in-place sum over the ranks of `t` (f32, bf16 or f16), started after the work the backend has
+    // queued so far and run beside later work (its own stream); `what` names it in errors.
+    virtual void allreduce_sum_start(Tensor t, const char* what) = 0;
+    // Waits until every started collective is complete (work queued on the backend afterwards sees the
+    // sums). Past the deadline, or on an error, it ends the job through CollectiveSetup::abort naming the
+    // collective.
+    virtual void wait_all() = 0;
+};
+
+}  // namespace anvil

@@ -1,0 +1,163 @@
+// NCCL for the CUDA backend's collectives, loaded at run time (libnccl.so.2 from the CUDA toolkit or the
+// system), so anvil links and runs without it until a multi-GPU job asks for it. Rank 0's unique id reaches
+// the other ranks through the caller's host broadcast (MPI). Collectives run on a stream of their own, after
+// an event on the compute stream; wait_all() polls their completion against the deadline and ends the job
+// (ncclCommAbort, then CollectiveSetup::abort) past it or on an asynchronous NCCL error.
+#include <dlfcn.h>
+
+#include <chrono>
+#include <thread>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+
+#if ANVIL_HAVE_NCCL_H
+#include <nccl.h>
+#endif
+
+namespace anvil {
+
+#if ANVIL_HAVE_NCCL_H
+namespace {
+
+// The entry points anvil uses, looked up in the loaded library.
+struct NcclApi {
+    void* lib = nullptr;
+    ncclResult_t (*get_version)(int*) = nullptr;
+    ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
+    ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+    ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                               cudaStream_t) = nullptr;
+    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
+    ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
+    ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
+    const char* (*get_error_string)(ncclResult_t) = nullptr;
+
+    NcclApi() {
+        for (const char* name : {"libnccl.so.2", "libnccl.so"})
+            if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+        ANVIL_CHECK(
+            lib,
+            "data parallelism on CUDA needs NCCL, and libnccl.so.2 cannot be loaded ({}); install it "
+            "(apt-get install libnccl2, or NVIDIA's nccl package) or put the CUDA toolkit's lib directory "
+            "on LD_LIBRARY_PATH",
+            dlerror());
+        bind(get_version, "ncclGetVersion");
+        bind(get_unique_id, "ncclGetUniqueId");
+        bind(comm_init_rank, "ncclCommInitRank");
+        bind(all_reduce, "ncclAllReduce");
+        bind(comm_get_async_error, "ncclCommGetAsyncError");
+        bind(comm_abort, "ncclCommAbort");
+        bind(comm_destroy, "ncclCommDestroy");
+        bind(get_error_string, "ncclGetErrorString");
+    }
+    template <class F>
+    void bind(F& f, const char* name) {
+        f = reinterpret_cast<F>(dlsym(lib, name));
+        ANVIL_CHECK(f, "libnccl.so.2 has no {}: too old an NCCL; install NCCL 2.12 or newer", name);
+    }
+    void check(ncclResult_t r, const char* what) const {
+        ANVIL_CHECK(r == ncclSuccess, "NCCL: {} failed: {}", what, get_error_string(r));
+    }
+};
+
+ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+        case DType::F32:
+            return ncclFloat32;
+        case DType::BF16:
+            return ncclBfloat16;
+        case DType::F16:
+            return ncclFloat16;
+        default:
+            fail("NCCL all-reduce of {} tensors", dtype_name(t));
+    }
+}
+
+class NcclCollectives final : public DeviceCollectives {
+public:
+    NcclCollectives(const CollectiveSetup& s, cudaStream_t compute, int device)
+        : setup_(s), compute_(compute) {
+        CUDA_CHECK(cudaSetDevice(device));
+        ncclUniqueId id{};
+        if (s.rank == 0) api_.check(api_.get_unique_id(&id), "ncclGetUniqueId");
+        s.broadcast_from_rank0(&id, sizeof id);
+        api_.check(api_.comm_init_rank(&comm_, s.size, id, s.rank), "ncclCommInitRank");
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+        api_.get_version(&version_);
+    }
+    ~NcclCollectives() override {
+        if (comm_) api_.comm_destroy(comm_);
+        (void)cudaEventDestroy(queued_);
+        (void)cudaEventDestroy(done_);
+        (void)cudaStreamDestroy(stream_);
+    }
+    std::string describe() const override {
+        return fmt::format("NCCL {}.{}.{}", version_ / 10000, version_ / 100 % 100, version_ % 100);
+    }
+    void allreduce_sum_start(Tensor t, const char* what) override {
+        CUDA_CHECK(cudaEventRecord(queued_, compute_));  // after the work that wrote t
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));
+        api_.check(
+            api_.all_reduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_),
+            what);
+        what_ = what;
+        pending_ = true;
+    }
+    void wait_all() override {
+        if (!pending_) return;
+        CUDA_CHECK(cudaEventRecord(done_, stream_));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (;;) {
+            const cudaError_t e = cudaEventQuery(done_);
+            if (e == cudaSuccess) break;
+            if (e != cudaErrorNotReady) CUDA_CHECK(e);
+            ncclResult_t async = ncclSuccess;
+            api_.comm_get_async_error(comm_, &async);
+            const double waited =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (async != ncclSuccess || waited > setup_.timeout_s) {
+                api_.comm_abort(comm_);
+                comm_ = nullptr;
+                setup_.abort(
+                    async != ncclSuccess
+                        ? fmt::format("{} failed in NCCL: {}", what_, api_.get_error_string(async))
+                        : fmt::format("{} did not complete within {} s (--comm-timeout): another rank "
+                                      "has died, stalled or is not taking part",
+                                      what_, int(setup_.timeout_s)));
+                fail("{}: the job was not ended", what_);  // abort() does not return
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+        pending_ = false;
+    }
+
+private:
+    NcclApi api_;
+    CollectiveSetup setup_;
+    cudaStream_t compute_, stream_ = nullptr;
+    cudaEvent_t queued_ = nullptr, done_ = nullptr;
+    ncclComm_t comm_ = nullptr;
+    int version_ = 0;
+    std::string what_;
+    bool pending_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCollectives> CudaBackend::make_collectives(const CollectiveSetup& setup) {
+    return std::make_unique<NcclCollectives>(setup, ctx_.stream, device_);
+}
+#else
+std::unique_ptr<DeviceCollectives> CudaBackend::make_collectives(const CollectiveSetup&) {
+    fail(
+        "data parallelism on CUDA needs NCCL, and this anvil was built without nccl.h; install NCCL's "
+        "headers "
+        "(they come with the CUDA toolkit, or apt-get install libnccl-dev) and rebuild");
+}
+#endif
+
+}  // namespace anvil
