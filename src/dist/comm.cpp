@@ -65,6 +65,7 @@ public:
     }
     void broadcast(void*, size_t, int, const char*) override {}
     void barrier(const char*) override {}
+    std::unique_ptr<Comm> split(int, int) override { return std::make_unique<SingleComm>(timeout_s_); }
     [[noreturn]] void abort(const std::string& why) override {
         std::fprintf(stderr, "anvil: error: %s\n", why.c_str());
         std::exit(1);

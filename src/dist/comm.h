@@ -49,6 +49,9 @@ public:
     virtual void allgather(const void* mine, size_t bytes, void* all, const char* what) = 0;
     virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;
     virtual void barrier(const char* what) = 0;
+    // The ranks that pass the same `color`, as a Comm of their own ordered by `key` (tensor and data
+    // parallelism's groups). Every rank of this Comm must call it. Keeps this Comm's deadline and local rank.
+    virtual std::unique_ptr<Comm> split(int color, int key) = 0;
     // Prints "anvil: rank R: error: WHY" and ends every process of the job with status 1.
     [[noreturn]] virtual void abort(const std::string& why) = 0;
 

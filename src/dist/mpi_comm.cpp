@@ -33,16 +33,32 @@ public:
         MPI_Comm_free(&local);
         timeout_s_ = timeout_s;
     }
+    // A group of the job's ranks (split): shares the process's MPI, frees only its communicator.
+    MpiComm(MPI_Comm group, int local_rank, double timeout_s) : comm_(group), world_(false) {
+        MPI_Comm_rank(group, &rank_);
+        MPI_Comm_size(group, &size_);
+        local_rank_ = local_rank;
+        timeout_s_ = timeout_s;
+    }
     ~MpiComm() override {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Finalize();
+        if (finalized) return;
+        if (!world_)
+            MPI_Comm_free(&comm_);
+        else
+            MPI_Finalize();
+    }
+    std::unique_ptr<Comm> split(int color, int key) override {
+        MPI_Comm group;
+        MPI_Comm_split(comm_, color, key, &group);
+        return std::make_unique<MpiComm>(group, local_rank_, timeout_s_);
     }
     const char* kind() const override { return "mpi"; }
 
     Pending allreduce_sum_start(float* data, size_t n, const char* what) override {
         MPI_Request req;
-        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_FLOAT, MPI_SUM, comm_, &req);
         return track(req, what);
     }
     void wait(Pending p) override {
@@ -67,14 +83,14 @@ public:
     using Comm::allreduce_sum;
     void allreduce_sum(double* data, size_t n, const char* what) override {
         MPI_Request req;
-        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(MPI_IN_PLACE, data, count(n, what), MPI_DOUBLE, MPI_SUM, comm_, &req);
         wait(track(req, what));
     }
     void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, const char* what) override {
         const Blocks b = blocks(counts, what);
         std::vector<float> mine(counts[size_t(rank_)]);
         MPI_Request req;
-        MPI_Ireduce_scatter(data, mine.data(), b.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Ireduce_scatter(data, mine.data(), b.counts.data(), MPI_FLOAT, MPI_SUM, comm_, &req);
         wait(track(req, what));
         std::copy(mine.begin(), mine.end(), data + b.displs[size_t(rank_)]);
     }
@@ -82,23 +98,22 @@ public:
         const Blocks b = blocks(counts, what);
         MPI_Request req;
         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, b.counts.data(), b.displs.data(), MPI_FLOAT,
-                        MPI_COMM_WORLD, &req);
+                        comm_, &req);
         wait(track(req, what));
     }
     void allgather(const void* mine, size_t bytes, void* all, const char* what) override {
         MPI_Request req;
-        MPI_Iallgather(mine, count(bytes, what), MPI_BYTE, all, count(bytes, what), MPI_BYTE, MPI_COMM_WORLD,
-                       &req);
+        MPI_Iallgather(mine, count(bytes, what), MPI_BYTE, all, count(bytes, what), MPI_BYTE, comm_, &req);
         wait(track(req, what));
     }
     void broadcast(void* data, size_t bytes, int root, const char* what) override {
         MPI_Request req;
-        MPI_Ibcast(data, count(bytes, what), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+        MPI_Ibcast(data, count(bytes, what), MPI_BYTE, root, comm_, &req);
         wait(track(req, what));
     }
     void barrier(const char* what) override {
         MPI_Request req;
-        MPI_Ibarrier(MPI_COMM_WORLD, &req);
+        MPI_Ibarrier(comm_, &req);
         wait(track(req, what));
     }
     void progress() override {
@@ -123,6 +138,8 @@ private:
         bool busy = false;  // until wait(): the Pending handed out still names this slot
     };
     std::vector<Open> open_;
+    MPI_Comm comm_ = MPI_COMM_WORLD;
+    bool world_ = true;  // the job's communicator: MPI_Finalize when done
 
     struct Blocks {
         std::vector<int> counts, displs;

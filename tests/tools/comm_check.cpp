@@ -1,6 +1,7 @@
 // anvil_comm_check MODE: the job's collectives (dist/comm.h) run by tests/dist/test_comm.py under mpirun.
-//   basic          all-reduce (float, overlapped; double), all-gather, broadcast, barrier and the start-up
-//                  agreement check, each result compared with what it must be; one line per rank
+//   basic          all-reduce (float, overlapped; double), all-gather, broadcast, barrier, reduce-scatter and
+//                  all-gather of blocks, a split into groups, and the start-up agreement check, each result
+//                  compared with what it must be; one line per rank
 //   stall SECONDS  rank 1 stops itself (SIGSTOP) before an all-reduce: the others must give up after SECONDS
 #include <signal.h>
 #include <unistd.h>
@@ -57,6 +58,28 @@ int main(int argc, char** argv) try {
     c->broadcast(msg, sizeof msg, 0, "broadcast");
     expect(std::string(msg) == "from rank 0", "broadcast");
     c->barrier("barrier");
+    // blocks of 3, 5, 7, ... floats: rank k's block is summed on rank k, then every block gathered
+    std::vector<size_t> counts;
+    size_t n = 0;
+    for (int k = 0; k < w; k++) counts.push_back(size_t(3 + 2 * k)), n += counts.back();
+    std::vector<float> blocks(n);
+    for (size_t i = 0; i < n; i++) blocks[i] = float(i) + float(r);
+    c->reduce_scatter_sum(blocks.data(), counts, "reduce-scatter");
+    size_t at = 0;
+    for (int k = 0; k < r; k++) at += counts[size_t(k)];
+    ok = true;
+    for (size_t i = at; i < at + counts[size_t(r)]; i++) ok &= blocks[i] == float(w) * float(i) + ranks;
+    expect(ok, "reduce-scatter");
+    c->allgather_blocks(blocks.data(), counts, "all-gather of blocks");
+    ok = true;
+    for (size_t i = 0; i < n; i++) ok &= blocks[i] == float(w) * float(i) + ranks;
+    expect(ok, "all-gather of blocks");
+    // groups of the even and the odd ranks, ordered backwards
+    std::unique_ptr<Comm> g = c->split(r % 2, -r);
+    double one = 1.0;
+    g->allreduce_sum(&one, 1, "the group's size");
+    const int size = (w - r % 2 + 1) / 2;  // the ranks of r's parity; r's place counting down from the top
+    expect(int(one) == size && g->size() == size && g->rank() == (w - 1 - r) / 2, "split");
     check_same(*c, 42, "the options");  // equal everywhere: no error
     std::string differs;
     try {
