@@ -26,6 +26,8 @@ struct NcclApi {
     ncclResult_t (*get_version)(int*) = nullptr;
     ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
     ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+    // NCCL 2.14+: a non-blocking init whose progress can be polled against the deadline (null when older)
+    ncclResult_t (*comm_init_rank_config)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
     ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                cudaStream_t) = nullptr;
     ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
@@ -50,14 +52,18 @@ struct NcclApi {
         bind(comm_abort, "ncclCommAbort");
         bind(comm_destroy, "ncclCommDestroy");
         bind(get_error_string, "ncclGetErrorString");
+        comm_init_rank_config =
+            reinterpret_cast<decltype(comm_init_rank_config)>(dlsym(lib, "ncclCommInitRankConfig"));
     }
     template <class F>
     void bind(F& f, const char* name) {
         f = reinterpret_cast<F>(dlsym(lib, name));
         ANVIL_CHECK(f, "libnccl.so.2 has no {}: too old an NCCL; install NCCL 2.12 or newer", name);
     }
+    // ncclInProgress is how a non-blocking communicator says "queued".
     void check(ncclResult_t r, const char* what) const {
-        ANVIL_CHECK(r == ncclSuccess, "NCCL: {} failed: {}", what, get_error_string(r));
+        ANVIL_CHECK(r == ncclSuccess || r == ncclInProgress, "NCCL: {} failed: {}", what,
+                    get_error_string(r));
     }
 };
 
@@ -82,7 +88,7 @@ public:
         ncclUniqueId id{};
         if (s.rank == 0) api_.check(api_.get_unique_id(&id), "ncclGetUniqueId");
         s.broadcast_from_rank0(&id, sizeof id);
-        api_.check(api_.comm_init_rank(&comm_, s.size, id, s.rank), "ncclCommInitRank");
+        init(id);
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -109,33 +115,58 @@ public:
     void wait_all() override {
         if (!pending_) return;
         CUDA_CHECK(cudaEventRecord(done_, stream_));
-        const auto t0 = std::chrono::steady_clock::now();
-        for (;;) {
+        poll([&] {
             const cudaError_t e = cudaEventQuery(done_);
-            if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) CUDA_CHECK(e);
-            ncclResult_t async = ncclSuccess;
-            api_.comm_get_async_error(comm_, &async);
-            const double waited =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (async != ncclSuccess || waited > setup_.timeout_s) {
-                api_.comm_abort(comm_);
-                comm_ = nullptr;
-                setup_.abort(
-                    async != ncclSuccess
-                        ? fmt::format("{} failed in NCCL: {}", what_, api_.get_error_string(async))
-                        : fmt::format("{} did not complete within {} s (--comm-timeout): another rank "
-                                      "has died, stalled or is not taking part",
-                                      what_, int(setup_.timeout_s)));
-                fail("{}: the job was not ended", what_);  // abort() does not return
-            }
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
+            return e == cudaSuccess;
+        });
         CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
         pending_ = false;
     }
 
 private:
+    // The communicator; non-blocking where NCCL has it, so a rank that never joins ends the job at the
+    // deadline.
+    void init(const ncclUniqueId& id) {
+        if (!api_.comm_init_rank_config) {
+            api_.check(api_.comm_init_rank(&comm_, setup_.size, id, setup_.rank), "ncclCommInitRank");
+            return;
+        }
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        api_.check(api_.comm_init_rank_config(&comm_, setup_.size, id, setup_.rank, &config),
+                   "ncclCommInitRankConfig");
+        what_ = "forming the NCCL communicator";
+        ncclResult_t state = ncclInProgress;
+        poll([&] {  // an error ends the poll too, and the job
+            api_.comm_get_async_error(comm_, &state);
+            return state == ncclSuccess;
+        });
+    }
+    // Polls `done` until it holds; ends the job on an NCCL error or past the deadline.
+    template <class Done>
+    void poll(Done done) {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!done()) {
+            ncclResult_t async = ncclSuccess;
+            api_.comm_get_async_error(comm_, &async);
+            const bool failed = async != ncclSuccess && async != ncclInProgress;
+            const double waited =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (failed || waited > setup_.timeout_s) {
+                api_.comm_abort(comm_);
+                comm_ = nullptr;
+                setup_.abort(failed
+                                 ? fmt::format("{} failed in NCCL: {}", what_, api_.get_error_string(async))
+                                 : fmt::format("{} did not complete within {} s (--comm-timeout): another "
+                                               "rank has died, stalled or is not taking part",
+                                               what_, int(setup_.timeout_s)));
+                fail("{}: the job was not ended", what_);  // abort() does not return
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+
     NcclApi api_;
     CollectiveSetup setup_;
     cudaStream_t compute_, stream_ = nullptr;
