@@ -302,13 +302,17 @@ void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
     const AutoBatch ab = find_batch_size(*r.trainer, r.data.train, o.seq, global / W, o.shuffle, o.seed);
     for (const auto& line : ab.log) std::fprintf(stderr, "  %s\n", line.c_str());
     o.batch = ab.micro;
-    if (W > 1) {  // every rank trains with the smallest micro-batch any rank found to fit
+    if (W > 1) {  // every rank trains with the smallest micro-batch any rank chose (each fits everywhere it
+                  // was tried)
         std::vector<int> all(static_cast<size_t>(W));
         comm.allgather(&o.batch, sizeof(int), all.data(), "the batch-size search's agreement");
         o.batch = *std::min_element(all.begin(), all.end());
         while ((global / W) % o.batch != 0) o.batch--;
         if (o.batch != ab.micro)
-            std::fprintf(stderr, "anvil: micro-batch %d, the largest every rank fits\n", o.batch);
+            std::fprintf(
+                stderr,
+                "anvil: micro-batch %d, the smallest any rank chose (every rank trains with the same)\n",
+                o.batch);
     }
     o.grad_accum = global / W / o.batch;
     o.batch_auto = false;  // what a resumed run (or a re-run) uses
