@@ -1,4 +1,5 @@
 // anvil eval and anvil generate: load a model directory, then score data or sample text.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -22,8 +23,9 @@ namespace {
 struct ModelFlags {
     InferenceOptions o;
     void add(CLI::App* sub) {
-        sub->add_option("--model", o.model_dir,
-                        "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
+        sub->add_option(
+               "--model", o.model_dir,
+               "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
             ->required();
         sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
         sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
@@ -92,7 +94,7 @@ Command add_generate(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("generate", "sample text from a model (KV-cached)");
     auto mf = std::make_shared<ModelFlags>();
     struct Opts {
-        std::string prompt, instruction, input, system;
+        std::string prompt, instruction, input, system, json;
         SampleOptions s;
         bool no_stop = false, chat = false;
     };
@@ -104,9 +106,10 @@ Command add_generate(CLI::App& app) {
     sub->add_option("--instruction", o->instruction,
                     "wrap as an instruction record (with --input) in the prompt template");
     sub->add_option("--input", o->input, "input of the instruction record");
-    sub->add_flag("--chat", o->chat,
-                  "a conversation in the model's chat template: the user's turns from --prompt, else one per line "
-                  "of standard input (an empty line or end of input ends it); only the replies are printed");
+    sub->add_flag(
+        "--chat", o->chat,
+        "a conversation in the model's chat template: the user's turns from --prompt, else one per line "
+        "of standard input (an empty line or end of input ends it); only the replies are printed");
     sub->add_option("--system", o->system, "with --chat: a system message before the conversation");
     sub->add_option("--max-new-tokens", o->s.max_new_tokens, "tokens to generate")
         ->capture_default_str()
@@ -122,25 +125,47 @@ Command add_generate(CLI::App& app) {
         ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
     sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text and end-of-turn tokens");
+    add_json_flag(sub, o->json)
+        ->description(
+            "print one JSON object instead of streaming: the text, prompt and completion tokens, time "
+            "to first token, tokens/s and why it ended; --json FILE streams the text and writes the "
+            "JSON to FILE");
     auto run = [mf, o]() -> int {
         ANVIL_CHECK(o->chat || !o->prompt.empty() || !o->instruction.empty(),
                     "give --prompt TEXT, --instruction TEXT or --chat");
-        ANVIL_CHECK(!o->chat || o->instruction.empty(), "--chat takes the user's message from --prompt, not --instruction");
+        ANVIL_CHECK(!o->chat || o->instruction.empty(),
+                    "--chat takes the user's message from --prompt, not --instruction");
         ANVIL_CHECK(o->chat || o->system.empty(), "--system needs --chat");
         ANVIL_CHECK(o->s.top_p > 0.0f, "--top-p must be greater than 0");
+        ANVIL_CHECK(!o->chat || o->json.empty(),
+                    "--json describes one completion; use it with --prompt or "
+                    "--instruction, not --chat");
         InferenceSetup l = mf->load();
         const Tokenizer& tok = *l.tok;
         SampleOptions s = o->s;
         if (!o->no_stop) s.stop_tokens = stop_tokens(l.prompt, tok);
         s.vocab_real = tok.vocab_size();
         Generator gen(*l.model);
-        // Streams the reply to stdout (whole decodes: multi-token characters stay intact); returns its text.
+        const bool stream = o->json != "-";  // bare --json: the JSON alone on stdout
+        nlohmann::json stats;
+        // Streams the reply to stdout (whole decodes: multi-token characters stay intact); returns its text
+        // and leaves its figures in `stats`.
         auto reply = [&](const std::vector<int32_t>& prompt) {
+            using Clock = std::chrono::steady_clock;
             std::vector<int32_t> out;
             std::string shown;
+            const auto t0 = Clock::now();
+            Clock::time_point first;
+            int produced = 0;
+            bool stopped = false;
             gen.generate(prompt, s, [&](int32_t id) {
-                if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), id)) return;
+                if (produced++ == 0) first = Clock::now();
+                if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), id)) {
+                    stopped = true;
+                    return;
+                }
                 out.push_back(id);
+                if (!stream) return;
                 const std::string all = tok.decode(out);
                 if (all.size() > shown.size() && all.compare(0, shown.size(), shown) == 0) {
                     std::fwrite(all.data() + shown.size(), 1, all.size() - shown.size(), stdout);
@@ -148,20 +173,44 @@ Command add_generate(CLI::App& app) {
                     shown = all;
                 }
             });
-            std::printf("\n");
-            std::fflush(stdout);
-            return tok.decode(out);
+            const auto t1 = Clock::now();
+            const auto ms = [](Clock::duration d) {
+                return std::chrono::duration<double, std::milli>(d).count();
+            };
+            const double ttft = produced ? ms(first - t0) : ms(t1 - t0),
+                         decode = produced ? ms(t1 - first) : 0.0;
+            if (stream) {
+                std::printf("\n");
+                std::fflush(stdout);
+            }
+            const std::string text = tok.decode(out);
+            stats = {{"text", text},
+                     {"prompt_tokens", prompt.size()},
+                     {"completion_tokens", produced},
+                     {"finish_reason", stopped ? "stop" : "length"},
+                     {"time_to_first_token_ms", ttft},
+                     {"total_ms", ms(t1 - t0)},
+                     // the decode rate after the first token (which carries the prompt's prefill)
+                     {"tokens_per_s", produced > 1 && decode > 0 ? (produced - 1) * 1e3 / decode : 0.0}};
+            return text;
+        };
+        auto finish = [&]() {
+            if (o->json == "-")
+                std::printf("%s\n", json_text(stats, 2).c_str());
+            else if (!o->json.empty())
+                write_file_atomic(o->json, json_text(stats, 2) + "\n");
+            return 0;
         };
         if (!o->chat) {
             if (o->instruction.empty()) {
-                std::printf("%s", o->prompt.c_str());
+                if (stream) std::printf("%s", o->prompt.c_str());
                 reply(tok.encode_prompt(o->prompt));
             } else {
                 const Example ex{o->instruction, o->input, "", {}};
-                std::printf("%s", render_text(ex, l.prompt, tok, true).c_str());
+                if (stream) std::printf("%s", render_text(ex, l.prompt, tok, true).c_str());
                 reply(prompt_tokens(ex, l.prompt, tok));
             }
-            return 0;
+            return finish();
         }
         std::fprintf(stderr, "anvil: chat template %s\n", template_name(l.prompt));
         Example conv;

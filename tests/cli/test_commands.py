@@ -72,6 +72,19 @@ def main():
         s1 = run([*g, "--temperature", "1", "--seed", "5", "--top-k", "20"], check=True).stdout
         s2 = run([*g, "--temperature", "1", "--seed", "5", "--top-k", "20"], check=True).stdout
         check(s1 == s2, "sampling with a seed is reproducible", f)
+        # --json: one object with the text and the latency figures, equal to the streamed text
+        j = json.loads(run([*g, "--temperature", "0", "--json"], check=True).stdout)
+        check(a.stdout == "Reverse.\nabc\n=> " + j["text"] + "\n" and j["completion_tokens"] >= len(j["text"]) // 8
+              and j["finish_reason"] in ("stop", "length") and j["prompt_tokens"] > 0
+              and (j["finish_reason"] == "stop" or j["completion_tokens"] == 8)
+              and 0 < j["time_to_first_token_ms"] <= j["total_ms"] and j["tokens_per_s"] >= 0,
+              f"generate --json: text, tokens, time to first token, tokens/s, finish reason ({j})", f)
+        jf = os.path.join(d, "gen.json")
+        r = run([*g, "--temperature", "0", "--json", jf], check=True)
+        check(r.stdout == a.stdout and json.load(open(jf))["text"] == j["text"],
+              "generate --json FILE streams the text and writes the same JSON", f)
+        r = run(["generate", "--model", final, "--chat", "--prompt", "hi", "--json"])
+        check(r.returncode != 0 and "--json describes one completion" in r.stderr, "--json with --chat is refused", f)
 
         # a plain text run with gradient accumulation and constant LR
         data = text_file(d)
