@@ -53,9 +53,8 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
                 flag, v.first, ckpt, flag, v.second, v.second);
     if (sub.get_option("--arch")->count() && given.arch != c.model_type)
         fail(
-            "--arch {}: the checkpoint {} is a {} model; the architecture cannot change when resuming (drop "
-            "the flag "
-            "or give {})",
+            "--arch {}: the checkpoint {} is a {} model; the architecture cannot change when resuming "
+            "(drop the flag or give {})",
             given.arch, ckpt, c.model_type, c.model_type);
     const std::string init = stored.value("init", std::string());
     if (sub.get_option("--init")->count() && given.init != init)
@@ -82,8 +81,9 @@ void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI:
     const int then = rp.state.value("world_size", 1), now = launched_world_size();
     if (then == now) return;
     const bool lead = launched_rank() == 0;
-    const int batch = merged.value("batch", 1), accum = merged.value("grad_accum", 1);
-    const int global = then * batch * accum;
+    const nlohmann::json stored = rp.state.value("options", nlohmann::json::object());
+    const int batch = stored.value("batch", 1), accum = stored.value("grad_accum", 1);
+    const int global = then * batch * accum;  // the run's, whatever this command line gives
     if (sub.get_option("--batch")->count() || sub.get_option("--grad-accum")->count()) {
         if (lead)
             std::fprintf(stderr,
@@ -101,8 +101,7 @@ void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI:
     else
         fail(
             "--resume {}: the {}-rank run's {} sequences per step ({} per rank x {} accumulation) do not "
-            "split "
-            "evenly over {} ranks; give --batch and --grad-accum for this job",
+            "split evenly over {} ranks; give --batch and --grad-accum for this job",
             rp.dir, then, global, batch, accum, now);
     merged["batch"] = b;
     merged["grad_accum"] = a;

@@ -72,6 +72,14 @@ struct Tensor {
     }
     // The i-th slice along the first dimension.
     Tensor slice0(int64_t i) const;
+    // Elements [first, first + n) of the storage, as a 1-d tensor.
+    Tensor range(size_t first, size_t n) const {
+        ANVIL_ASSERT(first + n <= size_t(numel()));
+        Tensor t = *this;
+        t.data = static_cast<char*>(data) + first * dtype_size(dtype);
+        t.shape = Shape{int64_t(n)};
+        return t;
+    }
 };
 
 }  // namespace anvil

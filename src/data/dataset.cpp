@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "data/records.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -11,11 +12,9 @@
 namespace anvil {
 
 uint64_t fingerprint(const TokenView& v) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < v.size(); i++) {
-        h = (h ^ uint64_t(uint32_t(v.id(i)))) * 1099511628211ull;
-        h = (h ^ v.flags(i)) * 1099511628211ull;
-    }
+    uint64_t h = kFnvOffset;
+    for (size_t i = 0; i < v.size(); i++)
+        h = fnv1a_mix(fnv1a_mix(h, uint64_t(uint32_t(v.id(i)))), v.flags(i));
     return h;
 }
 
@@ -25,7 +24,8 @@ bool is_jsonl_path(const std::string& p) {
     return p.ends_with(".jsonl") || p.ends_with(".json");
 }
 
-// One JSONL line into a record (the parser `data prepare` uses); a rejected line is an error naming file:line.
+// One JSONL line into a record (the parser `data prepare` uses); a rejected line is an error naming
+// file:line.
 RawRecord parse_record(const std::string& line, const std::string& file, size_t lineno,
                        const std::string& text_field) {
     RawRecord r = parse_jsonl_line(line, file, lineno, text_field);

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/progress.h"
 #include "data/bpe.h"
 #include "data/records.h"
@@ -37,9 +38,8 @@ uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-uint64_t hash_bytes(std::string_view s, uint64_t h = 1469598103934665603ull) {
-    for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
-    return mix64(h);
+uint64_t hash_bytes(std::string_view s, uint64_t h = kFnvOffset) {
+    return mix64(fnv1a(s, h));
 }
 uint64_t content_hash(const RawRecord& r) {
     if (!r.example) return hash_bytes(r.text);

@@ -8,16 +8,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 
 namespace anvil {
 
+namespace {
+// What each launcher sets: the job's size and this process's rank. Open MPI, MPICH/Intel MPI (PMI), PMIx
+// launchers, MVAPICH, and Slurm's srun (a job step's task count).
+constexpr std::pair<const char*, const char*> kLaunchers[] = {
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+    {"PMI_SIZE", "PMI_RANK"},
+    {"PMIX_SIZE", "PMIX_RANK"},
+    {"MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"},
+    {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+}  // namespace
+
 int launched_world_size(std::string* source) {
-    // Open MPI, MPICH/Intel MPI (PMI), PMIx launchers, MVAPICH, and Slurm's srun (a job step's task count).
-    for (const char* var :
-         {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    for (const auto& [var, _] : kLaunchers) {
         const char* v = std::getenv(var);
         if (!v || !*v) continue;
         const int n = std::atoi(v);
@@ -29,8 +39,7 @@ int launched_world_size(std::string* source) {
 }
 
 int launched_rank() {
-    for (const char* var :
-         {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"})
+    for (const auto& [_, var] : kLaunchers)
         if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
     return 0;
 }

@@ -1,15 +1,16 @@
 #include "train/checkpoint.h"
 
-#include "train/autobatch.h"
-
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 
+#include "core/hash.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "io/safetensors.h"
 #include "model/model_io.h"
+#include "train/autobatch.h"  // parse_bytes
 #include "train/run_setup.h"
 
 namespace anvil {
@@ -119,8 +120,8 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             mv[k].resize(size_t(store.spec(i).shape.numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
         }
-        opt.set_moments(i, mv[0].data(),
-                        mv[1].data());  // the part in this rank's range (ZeRO-1 reshards here)
+        // the part in this rank's range (ZeRO-1 reshards here)
+        opt.set_moments(i, mv[0].data(), mv[1].data());
     }
 }
 
@@ -150,22 +151,16 @@ void drop_old_checkpoints(const std::string& out, int keep) {
         fsys::remove_all(ckpts[i].second, ec);
     }
 }
-}  // namespace
 
-namespace {
 // A hash of every weight the optimizer updates: data-parallel replicas must agree on it bit for bit.
 uint64_t weights_hash(const RunSetup& run) {
     const ParamStore& store = run.model->params();
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnvOffset;
     std::vector<float> w;
     for (size_t i : store.trainable()) {
         w.resize(size_t(store.spec(i).shape.numel()));
         run.opt->weights_f32(i, w.data());
-        for (float x : w) {
-            uint32_t bits;
-            std::memcpy(&bits, &x, sizeof bits);
-            h = (h ^ bits) * 1099511628211ull;
-        }
+        for (float x : w) h = fnv1a_mix(h, std::bit_cast<uint32_t>(x));
     }
     return h;
 }
@@ -175,15 +170,7 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     Comm& comm = *run.comm;
     const AdamW& opt = *run.opt;
     std::vector<float> m_all, v_all;  // ZeRO-1: every rank's range of the moments, gathered
-    if (opt.sharded()) {
-        std::vector<size_t> counts;
-        for (int r = 0; r < comm.size(); r++) counts.push_back(opt.begin(r + 1) - opt.begin(r));
-        for (auto [all, mine] : {std::pair{&m_all, opt.m_range()}, std::pair{&v_all, opt.v_range()}}) {
-            all->assign(opt.layout_floats(), 0.0f);
-            run.model->backend().download(all->data() + opt.begin(comm.rank()), mine);
-            comm.allgather_blocks(all->data(), counts, "the optimizer state's gathering for a checkpoint");
-        }
-    }
+    if (opt.sharded()) run.dp->gather_moments(m_all, v_all);
     if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all
         check_same(comm, weights_hash(run),
                    fmt::format("the weights at step {} (the replicas drifted apart)", step));
@@ -194,8 +181,8 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
     const auto weights = [&](size_t i, float* dst) { opt.weights_f32(i, dst); };
-    if (run.model
-            ->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
+    // a LoRA run saves its adapter in PEFT's format; the base stays where it is
+    if (run.model->has_adapters())
         write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(),
                            weights);
     else

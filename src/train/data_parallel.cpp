@@ -56,19 +56,21 @@ DataParallel::DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool
     const std::vector<Tensor> flat = store.grad_tensors();
     ANVIL_CHECK(flat.size() == 1 && size_t(flat[0].numel()) >= opt.layout_floats(),
                 "ZeRO-1: the gradients are not laid out like the optimizer's state");
-    flat_ = flat[0].f32();
-    for (int r = 0; r < comm.size(); r++) counts_.push_back(opt.begin(r + 1) - opt.begin(r));
+    flat_ = flat[0].range(0, opt.layout_floats());
+    counts_ = opt.range_sizes();
 }
 
-int64_t DataParallel::total(int64_t mine, const char* what) {
+int64_t DataParallel::total_targets(int64_t mine) {
     double v = double(mine);  // exact for any count below 2^53
-    comm_.allreduce_sum(&v, 1, what);
+    comm_.allreduce_sum(&v, 1, "the step's target count");
     return int64_t(v);
 }
 
-double DataParallel::total(double mine, const char* what) {
-    comm_.allreduce_sum(&mine, 1, what);
-    return mine;
+double DataParallel::total_loss(double mine) {
+    double v[2] = {mine, stop_vote_ ? 1.0 : 0.0};
+    comm_.allreduce_sum(v, 2, "the step's loss and stop vote");
+    stop_agreed_ = v[1] > 0;
+    return v[0];
 }
 
 void DataParallel::on_layer_grads_ready(int layer) {
@@ -88,35 +90,40 @@ void DataParallel::finish() {
     for (const Comm::Pending& p : pending_) comm_.wait(p);
     pending_.clear();
     if (device_) device_->wait_all();
-    if (zero_ && flat_) comm_.reduce_scatter_sum(flat_, counts_, "the gradient reduce-scatter (ZeRO-1)");
+    if (!flat_.empty())
+        comm_.reduce_scatter_sum(flat_.f32(), counts_, "the gradient reduce-scatter (ZeRO-1)");
     armed_ = false;
     exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace anvil
-
-namespace anvil {
-
 void DataParallel::global_norm_sq(Tensor out) {
     Backend& be = store_.backend();
-    const std::vector<Tensor> grads = store_.grad_tensors();
-    if (!zero_ || !flat_) return be.global_norm_sq(out, grads);
-    Tensor mine = grads[0];  // this rank's range: the only summed part
-    mine.data = flat_ + opt_.begin(rank());
-    mine.shape = Shape{int64_t(counts_[size_t(rank())])};
-    be.global_norm_sq(out, {mine});
+    if (flat_.empty()) return be.global_norm_sq(out, store_.grad_tensors());
+    // ZeRO-1: this rank's range is the only summed part
+    be.global_norm_sq(out, {flat_.range(opt_.begin(rank()), counts_[size_t(rank())])});
     float part = 0.0f;
     be.download(&part, out);
-    const float all = float(total(double(part), "the gradient norm's sum (ZeRO-1)"));
-    be.upload(out, &all);
+    double all = part;
+    comm_.allreduce_sum(&all, 1, "the gradient norm's sum (ZeRO-1)");
+    const float all_f = float(all);
+    be.upload(out, &all_f);
 }
 
 void DataParallel::after_update() {
-    if (!zero_ || !flat_) return;
+    if (flat_.empty()) return;
     Backend& be = store_.backend();
-    for (const AdamW::Piece& p : opt_.pieces()) be.download(flat_ + p.first, p.param);
-    comm_.allgather_blocks(flat_, counts_, "the weight all-gather (ZeRO-1)");
-    for (size_t i : store_.trainable()) be.upload(store_.param(i), flat_ + opt_.offset(i));
+    float* flat = flat_.f32();
+    for (const AdamW::Piece& p : opt_.pieces()) be.download(flat + p.first, p.param);
+    comm_.allgather_blocks(flat, counts_, "the weight all-gather (ZeRO-1)");
+    for (size_t i : store_.trainable()) be.upload(store_.param(i), flat + opt_.offset(i));
+}
+
+void DataParallel::gather_moments(std::vector<float>& m_all, std::vector<float>& v_all) {
+    for (auto [all, mine] : {std::pair{&m_all, opt_.m_range()}, std::pair{&v_all, opt_.v_range()}}) {
+        all->assign(opt_.layout_floats(), 0.0f);
+        store_.backend().download(all->data() + opt_.begin(rank()), mine);
+        comm_.allgather_blocks(all->data(), counts_, "the optimizer state's gathering for a checkpoint");
+    }
 }
 
 }  // namespace anvil

@@ -30,13 +30,15 @@ public:
     // `opt` sharded over the ranks: ZeRO-1. `even_alone`: go through the collectives with one rank too (the
     // GPU tests run the NCCL path so).
     DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool even_alone = false);
-    Comm& comm() const { return comm_; }
     int rank() const { return comm_.rank(); }
-    int world() const { return comm_.size(); }
 
-    // A count summed over the ranks (the step's targets, the held-out set's).
-    int64_t total(int64_t mine, const char* what);
-    double total(double mine, const char* what);
+    // The step's target count summed over the ranks (before its forward: the loss is normalised by it).
+    int64_t total_targets(int64_t mine);
+    // The step's loss sum over the ranks; the same all-reduce carries every rank's vote to stop after this
+    // step (vote_stop, cast before the step; a signal reached that rank), read back with stop_agreed().
+    double total_loss(double mine);
+    void vote_stop(bool stop) { stop_vote_ = stop; }
+    bool stop_agreed() const { return stop_agreed_; }
 
     // Before each micro-batch's backward: only the last one's hooks reduce the gradients.
     void arm(bool last_micro_batch) { armed_ = last_micro_batch; }
@@ -49,6 +51,8 @@ public:
     // After the optimizer's update: ZeRO-1 gives every rank every rank's updated weights.
     void after_update();
     bool zero() const { return zero_; }
+    // ZeRO-1: every rank's range of the moments, gathered into the optimizer's whole layout (a checkpoint).
+    void gather_moments(std::vector<float>& m_all, std::vector<float>& v_all);
 
     // Seconds the last finish() spent waiting (communication the backward did not hide), and the bytes one
     // step's all-reduces carry per rank.
@@ -67,12 +71,12 @@ private:
     ParamStore& store_;
     const AdamW& opt_;
     bool zero_ = false;
-    float* flat_ = nullptr;       // the gradient arena as one f32 vector (ZeRO-1)
-    std::vector<size_t> counts_;  // floats of each rank's range (ZeRO-1)
+    Tensor flat_;                 // ZeRO-1: the gradient arena as one f32 vector (its first layout_floats())
+    std::vector<size_t> counts_;  // ZeRO-1: floats of each rank's range
     std::vector<Bucket> buckets_;
     std::vector<Comm::Pending> pending_;
     std::unique_ptr<DeviceCollectives> device_;  // NCCL on a GPU; null on the CPU (MPI on host memory)
-    bool armed_ = false;
+    bool armed_ = false, stop_vote_ = false, stop_agreed_ = false;
     double exposed_s_ = 0.0;
     size_t bytes_ = 0;
 };

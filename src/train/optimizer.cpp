@@ -7,14 +7,6 @@ namespace anvil {
 namespace {
 constexpr size_t kRangeAlign = kAlign / sizeof(float);  // a rank's range starts where an arena entry could
 
-// Elements [first, first + n) of t as a 1-d tensor.
-Tensor sub(const Tensor& t, size_t first, size_t n) {
-    Tensor s = t;
-    s.data = static_cast<char*>(t.data) + first * dtype_size(t.dtype);
-    s.shape = Shape{int64_t(n)};
-    return s;
-}
-
 Arena range_arena(Backend& be, const char* name, size_t n) {
     TensorTable t;
     t.add(name, {int64_t(std::max<size_t>(n, 1))}, DType::F32);
@@ -42,22 +34,32 @@ AdamW::AdamW(ParamStore& store, float wd, OptShard shard)
     v_ = range_arena(be, "exp_avg_sq", hi_ - lo_);
     if (need_master) master_ = range_arena(be, "master", hi_ - lo_);
     for (size_t i : store.trainable()) {
-        const size_t o = offsets_[slot_of_[i]], n = size_t(store.spec(i).shape.numel());
-        const size_t a = std::max(o, lo_), b = std::min(o + n, hi_);
+        const auto [o, a, b] = part(i);
         if (a >= b) continue;
         ParamSlot s;
-        s.param = sub(store.param(i), a - o, b - a);
-        s.grad = sub(store.grad(i), a - o, b - a);
-        s.m = sub(m_[0], a - lo_, b - a);
-        s.v = sub(v_[0], a - lo_, b - a);
+        s.param = store.param(i).range(a - o, b - a);
+        s.grad = store.grad(i).range(a - o, b - a);
+        s.m = m_[0].range(a - lo_, b - a);
+        s.v = v_[0].range(a - lo_, b - a);
         if (need_master && store.spec(i).dtype != DType::F32) {
-            s.master = sub(master_[0], a - lo_, b - a);
+            s.master = master_[0].range(a - lo_, b - a);
             be.convert(s.master, s.param);
         }
         s.weight_decay = store.spec(i).decay ? wd : 0.0f;
         slots_.push_back(s);
         pieces_.push_back({a, s.param, s.grad});
     }
+}
+
+AdamW::Part AdamW::part(size_t i) const {
+    const size_t o = offset(i), n = size_t(store_.spec(i).shape.numel());
+    return {o, std::max(o, lo_), std::min(o + n, hi_)};
+}
+
+std::vector<size_t> AdamW::range_sizes() const {
+    std::vector<size_t> sizes;
+    for (int r = 0; r < shard_.world; r++) sizes.push_back(begin(r + 1) - begin(r));
+    return sizes;
 }
 
 size_t AdamW::begin(int rank) const {
@@ -76,11 +78,11 @@ size_t AdamW::offset(size_t i) const {
 }
 
 Tensor AdamW::m_range() const {
-    return sub(m_[0], 0, hi_ - lo_);
+    return m_[0].range(0, hi_ - lo_);
 }
 
 Tensor AdamW::v_range() const {
-    return sub(v_[0], 0, hi_ - lo_);
+    return v_[0].range(0, hi_ - lo_);
 }
 
 void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
@@ -94,18 +96,17 @@ void AdamW::reset_moments() {
 }
 
 void AdamW::set_moments(size_t i, const float* m, const float* v) {
-    const size_t o = offset(i), n = size_t(store_.spec(i).shape.numel());
-    const size_t a = std::max(o, lo_), b = std::min(o + n, hi_);
+    const auto [o, a, b] = part(i);
     if (a >= b) return;
-    store_.backend().upload(sub(m_[0], a - lo_, b - a), m + (a - o));
-    store_.backend().upload(sub(v_[0], a - lo_, b - a), v + (a - o));
+    store_.backend().upload(m_[0].range(a - lo_, b - a), m + (a - o));
+    store_.backend().upload(v_[0].range(a - lo_, b - a), v + (a - o));
 }
 
 void AdamW::moments(size_t i, float* m, float* v) const {
     const size_t o = offset(i), n = size_t(store_.spec(i).shape.numel());
     ANVIL_ASSERT(o >= lo_ && o + n <= hi_);
-    store_.backend().download(m, sub(m_[0], o - lo_, n));
-    store_.backend().download(v, sub(v_[0], o - lo_, n));
+    store_.backend().download(m, m_[0].range(o - lo_, n));
+    store_.backend().download(v, v_[0].range(o - lo_, n));
 }
 
 void AdamW::weights_f32(size_t i, float* dst) const {
@@ -113,7 +114,7 @@ void AdamW::weights_f32(size_t i, float* dst) const {
         const size_t o = offset(i), n = size_t(store_.spec(i).shape.numel());
         ANVIL_CHECK(o >= lo_ && o + n <= hi_, "the f32 master weights of {} are sharded (ZeRO-1)",
                     store_.spec(i).name);
-        return store_.backend().download(dst, sub(master_[0], o - lo_, n));
+        return store_.backend().download(dst, master_[0].range(o - lo_, n));
     }
     const std::vector<float> v = store_.read_f32(i);
     std::copy(v.begin(), v.end(), dst);
@@ -121,9 +122,8 @@ void AdamW::weights_f32(size_t i, float* dst) const {
 
 void AdamW::set_master(size_t i, const float* f32) {
     if (!has_master() || slot_of_[i] == ParamStore::npos || store_.spec(i).dtype == DType::F32) return;
-    const size_t o = offset(i), n = size_t(store_.spec(i).shape.numel());
-    const size_t a = std::max(o, lo_), b = std::min(o + n, hi_);
-    if (a < b) store_.backend().upload(sub(master_[0], a - lo_, b - a), f32 + (a - o));
+    const auto [o, a, b] = part(i);
+    if (a < b) store_.backend().upload(master_[0].range(a - lo_, b - a), f32 + (a - o));
 }
 
 }  // namespace anvil

@@ -38,9 +38,10 @@ public:
     const OptShard& shard() const { return shard_; }
     bool sharded() const { return shard_.world > 1; }
     size_t layout_floats() const { return n_; }
-    size_t begin(int rank) const;   // rank's first float; begin(world) == layout_floats()
-    size_t offset(size_t i) const;  // entry i's first float in the layout (i trainable)
-    Tensor m_range() const;         // this rank's moments, (begin(rank+1) - begin(rank)) f32
+    size_t begin(int rank) const;             // rank's first float; begin(world) == layout_floats()
+    std::vector<size_t> range_sizes() const;  // floats of each rank's range
+    size_t offset(size_t i) const;            // entry i's first float in the layout (i trainable)
+    Tensor m_range() const;                   // this rank's moments, (begin(rank+1) - begin(rank)) f32
     Tensor v_range() const;
     // Entry i's moments from host f32 values of its whole shape: the part in this rank's range.
     void set_moments(size_t i, const float* m, const float* v);
@@ -56,6 +57,11 @@ public:
 
 private:
     size_t slot(size_t i) const;
+    // Entry i's first layout float, and the floats [a, b) of it in this rank's range (empty when a >= b).
+    struct Part {
+        size_t first, a, b;
+    };
+    Part part(size_t i) const;
     ParamStore& store_;
     float wd_;
     OptShard shard_;

@@ -52,8 +52,8 @@ struct TrainOptions {
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;
-    std::string max_shard_size =
-        "5G";  // model weights in shards of at most this size (Hugging Face's layout)
+    // model weights in shards of at most this size (Hugging Face's layout)
+    std::string max_shard_size = "5G";
     // execution
     std::string device = "cpu";
     std::string precision =

@@ -99,7 +99,8 @@ private:
     int finish(int steps_done, bool interrupted);
     void report(nlohmann::json& summary, double tokens_per_s);
 
-    // Every rank's vote: stop after this step (a signal reached one of them).
+    // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
+    // travel with the step's loss, so every rank stops after the same step).
     bool stop_requested();
 
     RunSetup& run_;
@@ -138,10 +139,7 @@ int TrainingLoop::run() {
 }
 
 bool TrainingLoop::stop_requested() {
-    if (W_ == 1) return g_stop;
-    double votes = g_stop ? 1.0 : 0.0;
-    comm_.allreduce_sum(&votes, 1, "the stop check after a step");
-    return votes > 0;
+    return run_.dp ? run_.dp->stop_agreed() : bool(g_stop);
 }
 
 // One optimizer step, its metrics record, the progress line, and --eval-every's validation.
@@ -150,6 +148,7 @@ void TrainingLoop::one_step(int step) {
     const auto t0 = Clock::now();
     double waited = 0.0;
     const StepBatch batch = loader_.acquire(step, &waited);
+    if (run_.dp) run_.dp->vote_stop(g_stop);
     AdamWArgs args;
     args.lr = sched_.at(step);
     args.beta1 = o_.beta1;
@@ -321,15 +320,11 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
                  double(model.params().numel()) / 1e6, o.precision.c_str());
     std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
                  run.data.train.size(), run.data.val.size(), run.data.records);
-    if (comm.size() > 1)
-        std::fprintf(stderr,
-                     "anvil: batch %d x %d tokens x %d accumulation per rank, x %d ranks = %d sequences per "
-                     "step, %d steps, out %s\n",
-                     o.batch, o.seq, o.grad_accum, comm.size(), o.batch * o.grad_accum * comm.size(), o.steps,
-                     o.out.c_str());
-    else
-        std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation, %d steps, out %s\n", o.batch,
-                     o.seq, o.grad_accum, o.steps, o.out.c_str());
+    const std::string ranks = comm.size() > 1 ? fmt::format(" per rank, x {} ranks = {} sequences per step",
+                                                            comm.size(), o.batch * o.grad_accum * comm.size())
+                                              : "";
+    std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation%s, %d steps, out %s\n", o.batch,
+                 o.seq, o.grad_accum, ranks.c_str(), o.steps, o.out.c_str());
     TrainingLoop loop(run, t_start);
     return loop.run();
 }

@@ -302,8 +302,8 @@ void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
     const AutoBatch ab = find_batch_size(*r.trainer, r.data.train, o.seq, global / W, o.shuffle, o.seed);
     for (const auto& line : ab.log) std::fprintf(stderr, "  %s\n", line.c_str());
     o.batch = ab.micro;
-    if (W > 1) {  // every rank trains with the smallest micro-batch any rank chose (each fits everywhere it
-                  // was tried)
+    // every rank trains with the smallest micro-batch any rank chose (each fits everywhere it was tried)
+    if (W > 1) {
         std::vector<int> all(static_cast<size_t>(W));
         comm.allgather(&o.batch, sizeof(int), all.data(), "the batch-size search's agreement");
         o.batch = *std::min_element(all.begin(), all.end());
@@ -393,7 +393,7 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
     r.backend =
-        make_run_backend(o.device, o.threads, o.attention, comm.local_rank());  // a GPU per local rank
+        make_run_backend(o.device, o.threads, o.attention, comm.local_rank());  // the local rank's GPU
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
     build_model(r, o, cfg, src, comm);

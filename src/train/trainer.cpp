@@ -48,7 +48,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     const size_t per = size_t(B) * T;
     float* host = losses_.reserve(be, per * size_t(accum));
     StepStats r;
-    r.targets = dp_ ? dp_->total(batch.target_count, "the step's target count") : batch.target_count;
+    r.targets = dp_ ? dp_->total_targets(batch.target_count) : batch.target_count;
     r.loss_scale = scaler_.scale;
     // With no targets at all the gradient is zero; any nonzero dloss makes the classifier write zeros.
     const float dloss = (r.targets > 0 ? 1.0f / float(r.targets) : 1.0f) * scaler_.scale;
@@ -75,7 +75,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     if (dp_) {
         dp_->finish();
         r.comm_s = dp_->exposed_s();
-        sum = dp_->total(sum, "the step's loss");
+        sum = dp_->total_loss(sum);
     }
     r.loss = r.targets > 0 ? sum / double(r.targets) : 0.0;
     r.fwd_bwd_s = seconds_since(t0);

@@ -165,6 +165,11 @@ def main():
           "gradient all-reduce over 2 ranks:" in prof.stderr,
           "--profile reports the communication per step the backward did not hide")
 
+    r = anvil_run(["train", "--resume", "full/checkpoint-10", "--batch", "4", "--steps", "11", "--out", "given"],
+                  timeout=300)
+    check(r.returncode == 0 and "with the batch given: 4 sequences per step (the run had 4)" in r.stderr,
+          "a 2-rank checkpoint resumed on 1 rank with --batch says how the step's sequences changed")
+
     # 4. ranks that disagree
     cmd = mpirun_cmd()
     base_args = ["train", *MODEL, "--data", data, "--steps", "3", "--batch", "2", "--out", "differ"]

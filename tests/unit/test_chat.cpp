@@ -147,9 +147,8 @@ TEST(Chat, Llama3RendersMetasTemplate) {
     // a conversation that ends with the user's turn is a prompt as it is
     const Example open = chat({{Role::User, "Hi"}});
     EXPECT_EQ(render_text(open, PromptTemplate::Llama3, tok, true),
-              "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_"
-              "header_id|>"
-              "\n\n");
+              "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST(Chat, ChatmlRendersQwensTemplate) {
