@@ -77,19 +77,29 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
 // A checkpoint of a job with another number of ranks: the global batch (every rank's rows of a step) stays,
 // so each step still trains on the same rows, by scaling accumulation (or, failing that, the per-rank batch),
 // unless --batch or --grad-accum say otherwise.
+// With tensor parallelism the replicas count: a K-way group trains one replica's rows.
 void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI::App& sub) {
-    const int then = rp.state.value("world_size", 1), now = launched_world_size();
-    if (then == now) return;
-    const bool lead = launched_rank() == 0;
     const nlohmann::json stored = rp.state.value("options", nlohmann::json::object());
+    const bool lead = launched_rank() == 0;
+    const int then_tp = stored.value("tensor_parallel", 1);
+    if (then_tp > 1 && launched_world_size() == 1 && sub.get_option("--tensor-parallel")->count() == 0) {
+        merged["tensor_parallel"] = 1;  // the checkpoint's tensors are whole: one process takes all of them
+        if (lead)
+            std::fprintf(stderr, "anvil: resuming a %d-way tensor-parallel checkpoint in one process\n", then_tp);
+    }
+    const int now_tp = std::max(1, merged.value("tensor_parallel", 1));
+    if (launched_world_size() % now_tp != 0) return;  // the job's set-up says what is wrong
+    const int then = rp.state.value("world_size", 1) / std::max(1, then_tp), now = launched_world_size() / now_tp;
+    if (then == now) return;
+    const char* unit = then_tp > 1 || now_tp > 1 ? "replica" : "rank";  // a replica: a tensor-parallel group
     const int batch = stored.value("batch", 1), accum = stored.value("grad_accum", 1);
     const int global = then * batch * accum;  // the run's, whatever this command line gives
     if (sub.get_option("--batch")->count() || sub.get_option("--grad-accum")->count()) {
         if (lead)
             std::fprintf(stderr,
-                         "anvil: resuming a %d-rank checkpoint on %d rank%s with the batch given: %d "
+                         "anvil: resuming a %d-%s checkpoint on %d %s%s with the batch given: %d "
                          "sequences per step (the run had %d)\n",
-                         then, now, now == 1 ? "" : "s",
+                         then, unit, now, unit, now == 1 ? "" : "s",
                          now * merged.value("batch", 1) * merged.value("grad_accum", 1), global);
         return;
     }
@@ -100,16 +110,16 @@ void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI:
         b = then * batch / now;
     else
         fail(
-            "--resume {}: the {}-rank run's {} sequences per step ({} per rank x {} accumulation) do not "
-            "split evenly over {} ranks; give --batch and --grad-accum for this job",
-            rp.dir, then, global, batch, accum, now);
+            "--resume {}: the {}-{} run's {} sequences per step ({} per {} x {} accumulation) do not "
+            "split evenly over {} {}s; give --batch and --grad-accum for this job",
+            rp.dir, then, unit, global, batch, unit, accum, now, unit);
     merged["batch"] = b;
     merged["grad_accum"] = a;
     if (lead)
         std::fprintf(stderr,
-                     "anvil: resuming a %d-rank checkpoint on %d rank%s: %d x %d accumulation per rank keeps "
-                     "the %d sequences of each step (the same rows)\n",
-                     then, now, now == 1 ? "" : "s", b, a, global);
+                     "anvil: resuming a %d-%s checkpoint on %d %s%s: %d x %d accumulation per %s keeps the %d "
+                     "sequences of each step (the same rows)\n",
+                     then, unit, now, unit, now == 1 ? "" : "s", b, a, unit, global);
 }
 
 }  // namespace
@@ -279,6 +289,13 @@ Command add_train(CLI::App& app) {
            "update the own shard, all-gather the weights); 0: every rank keeps all of it")
         ->capture_default_str()
         ->check(CLI::Range(0, 1));
+    sub->add_option(
+           "--tensor-parallel", o->tensor_parallel,
+           "multi-process jobs: ranks that split each model (Megatron: attention heads and MLP columns over K "
+           "consecutive ranks, one all-reduce per sub-block each way); the job's ranks / K replicas train "
+           "data-parallel")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     sub->add_option(
            "--comm-timeout", o->comm_timeout,
            "multi-process jobs: seconds a collective may wait for the other ranks before the job ends "

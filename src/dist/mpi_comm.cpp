@@ -52,7 +52,9 @@ public:
     std::unique_ptr<Comm> split(int color, int key) override {
         MPI_Comm group;
         MPI_Comm_split(comm_, color, key, &group);
-        return std::make_unique<MpiComm>(group, local_rank_, timeout_s_);
+        auto c = std::make_unique<MpiComm>(group, local_rank_, timeout_s_);
+        c->saved_stderr_ = saved_stderr_;  // a quiet rank's errors still reach the terminal
+        return c;
     }
     const char* kind() const override { return "mpi"; }
 
@@ -125,7 +127,9 @@ public:
     }
     [[noreturn]] void abort(const std::string& why) override {
         restore_stderr();
-        std::fprintf(stderr, "anvil: rank %d: error: %s\n", rank_, why.c_str());
+        int world_rank = rank_;  // a group's errors name the job's rank
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr, "anvil: rank %d: error: %s\n", world_rank, why.c_str());
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
         std::_Exit(1);

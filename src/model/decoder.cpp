@@ -19,7 +19,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                 f.pos0 + f.T, config_.n_ctx);
     ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
                 "forward: gradients need targets and training activations");
-    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache, f.seed};
+    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache, f.seed, options_.tp.reducer.get()};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
     Tensor x = encoded;
@@ -46,7 +46,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
 
 void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
     ANVIL_CHECK(have_grad_logits_, "backward: call forward with a nonzero dloss first");
-    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr, last_seed_};
+    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr, last_seed_, options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));  // the logits hold d(loss)/d(logits)
     be_.zero(dres);

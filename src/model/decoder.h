@@ -25,6 +25,9 @@ public:
 // The pre-norm residual block both families use: x + mixer(norm1(x)), then + ffn(norm2(.)). A family gives its
 // parts (GPT-2: LayerNorm, fused-qkv attention, GELU MLP; Llama: RMSNorm, rotary GQA attention, SwiGLU); they
 // are built in that order, which is the order their parameters are registered (Hugging Face's order).
+// Tensor parallel, the mixer and the ffn each hold a slice of the heads or columns: their outputs and their
+// input gradients are partial sums, summed over the ranks here (Megatron's f and g), so norms, residuals and
+// everything outside the blocks stay whole and identical on every rank.
 template <class Mixer, class Ffn>
 class PreNormBlock final : public Block {
 public:
@@ -38,7 +41,11 @@ public:
           dim_(dim),
           dtype_(dtype),
           res2_(prefix + ".res2"),
-          res3_(prefix + ".res3") {}
+          res3_(prefix + ".res3"),
+          what_{"the tensor-parallel all-reduce of " + prefix + "'s attention output",
+                "the tensor-parallel all-reduce of " + prefix + "'s MLP output",
+                "the tensor-parallel all-reduce of " + prefix + "'s MLP input gradient",
+                "the tensor-parallel all-reduce of " + prefix + "'s attention input gradient"} {}
 
     void plan(ActPlan& plan) const override {
         norm1.plan(plan);
@@ -53,9 +60,11 @@ public:
         const Tensor proj = p.act("block.proj"), res2 = p.act(res2_);
         norm1.forward(p, in);
         mixer.forward(p, proj, norm1.out(p));
+        p.tp_sum(proj, what_[0].c_str());
         p.be.residual_fwd(res2, in, proj);
         norm2.forward(p, res2);
         ffn.forward(p, proj, norm2.out(p));
+        p.tp_sum(proj, what_[1].c_str());
         p.be.residual_fwd(out(p), res2, proj);
     }
     Tensor out(const Pass& p) const override { return p.act(res3_); }
@@ -64,10 +73,12 @@ public:
         // the MLP half: dres holds d(out) = d(res2) through the residual
         if (p.acts.recompute()) norm2.forward(p, res2);
         ffn.backward(p, dln, dres, norm2.out(p));
+        p.tp_sum(dln, what_[2].c_str());
         norm2.backward(p, dres, dln, res2);
         // the attention half: dres holds d(res2) = d(in) through the residual
         if (p.acts.recompute()) norm1.forward(p, in);
         mixer.backward(p, dln, dres, norm1.out(p));
+        p.tp_sum(dln, what_[3].c_str());
         norm1.backward(p, dres, dln, in);
     }
     std::vector<Linear*> linears() override {
@@ -85,6 +96,7 @@ private:
     int64_t dim_;
     DType dtype_;
     std::string res2_, res3_;
+    std::string what_[4];
 };
 
 class DecoderModel : public Model {

@@ -24,11 +24,30 @@ KvCache::KvCache(Allocator& alloc, int layers, int max_T, int kv_dim, DType dtyp
 // ---- Linear -------------------------------------------------------------------------------------------
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
-               InitRule init, int layer)
+               InitRule init, int layer, Parallel par, int blocks)
     : reg_(&reg), name_(name), in_(in), out_(out), layer_(layer), layout_(layout) {
-    const Shape ws = layout == WLayout::InOut ? Shape{in, out} : Shape{out, in};
-    w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false});
-    if (bias) b_ = reg.add({name + ".bias", {out}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false});
+    const TensorParallel& tp = reg.tp;
+    Shard ws_shard, b_shard;
+    if (tp.on() && par != Parallel::None) {
+        parallel_ = par;
+        const int split = par == Parallel::Column ? out : in;
+        ANVIL_CHECK(split % (blocks * tp.size) == 0, "{}: {} {} do not split over {} tensor-parallel ranks", name,
+                    split, par == Parallel::Column ? "outputs" : "inputs", tp.size);
+        // the weight's dimension of the split features, in its layout
+        const int out_dim = layout == WLayout::InOut ? 1 : 0;
+        if (par == Parallel::Column) {
+            out_ = out / tp.size;
+            ws_shard = {out_dim, blocks, tp.size, tp.rank};
+            b_shard = {0, blocks, tp.size, tp.rank};
+        } else {
+            in_ = in / tp.size;
+            ws_shard = {1 - out_dim, 1, tp.size, tp.rank};
+        }
+    }
+    const Shape ws = layout == WLayout::InOut ? Shape{in_, out_} : Shape{out_, in_};
+    w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false, ws_shard});
+    if (bias)
+        b_ = reg.add({name + ".bias", {out_}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false, b_shard});
 }
 
 Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout) {
@@ -50,7 +69,9 @@ void Linear::plan(ActPlan& plan) const {
 
 void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
     const ParamStore& s = *reg_->store;
-    const Tensor bias = b_ == ParamStore::npos ? Tensor{} : s.param(b_);
+    // row-parallel: the outputs are partial sums, summed over the ranks afterwards; one rank adds the bias
+    const bool add_bias = b_ != ParamStore::npos && !(parallel_ == Parallel::Row && reg_->tp.rank != 0);
+    const Tensor bias = add_bias ? s.param(b_) : Tensor{};
     if (!adapter_) return p.be.matmul_fwd(out, in, s.param(w_), layout_, bias, pre_gelu);
     // the adapter adds to the product before the activation
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
@@ -141,11 +162,12 @@ Attention::Attention(ParamRegistry& reg, const std::string& prefix, int dim, int
       qkv_buf_(prefix + ".qkv"),
       y_buf_(prefix + ".y"),
       saved_buf_(prefix + ".saved"),
-      dim_(dim),
-      heads_(heads),
+      dim_(dim / reg.tp.size),  // this rank's heads
+      heads_(heads / reg.tp.size),
       layer_(layer),
-      qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer),
-      proj_(reg, prefix + ".c_proj", dim, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer) {}
+      qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer, Parallel::Column,
+           3),
+      proj_(reg, prefix + ".c_proj", dim, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer, Parallel::Row) {}
 
 void Attention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
@@ -192,9 +214,9 @@ Mlp::Mlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int
       prefix_(prefix),
       pre_buf_(prefix + ".pre"),
       act_buf_(prefix + ".act"),
-      hidden_(hidden),
-      fc_(reg, prefix + ".c_fc", dim, hidden, WLayout::InOut, true, {Init::Normal, std}, layer),
-      proj_(reg, prefix + ".c_proj", hidden, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer) {}
+      hidden_(hidden / reg.tp.size),  // this rank's columns
+      fc_(reg, prefix + ".c_fc", dim, hidden, WLayout::InOut, true, {Init::Normal, std}, layer, Parallel::Column),
+      proj_(reg, prefix + ".c_proj", hidden, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer, Parallel::Row) {}
 
 void Mlp::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
@@ -256,14 +278,18 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
       qkv_buf_(prefix + ".qkv"),
       y_buf_(prefix + ".y"),
       saved_buf_(prefix + ".saved"),
-      heads_(heads),
-      kv_heads_(kv_heads),
+      heads_(heads / reg.tp.size),  // this rank's query and key/value heads
+      kv_heads_(kv_heads / reg.tp.size),
       hs_(head_size),
       layer_(layer),
-      q_(reg, prefix + ".q_proj", dim, heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
-      k_(reg, prefix + ".k_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
-      v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer),
-      o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, false, {Init::Normal, std}, layer) {}
+      q_(reg, prefix + ".q_proj", dim, heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
+         Parallel::Column),
+      k_(reg, prefix + ".k_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
+         Parallel::Column),
+      v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
+         Parallel::Column),
+      o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, false, {Init::Normal, std}, layer,
+         Parallel::Row) {}
 
 void RotaryAttention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
@@ -331,10 +357,12 @@ GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int h
       up_buf_(prefix + ".up"),
       act_buf_(prefix + ".act"),
       dim_(dim),
-      hidden_(hidden),
-      gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer),
-      up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer),
-      down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, false, {Init::Normal, std}, layer) {}
+      hidden_(hidden / reg.tp.size),  // this rank's columns
+      gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer,
+            Parallel::Column),
+      up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer, Parallel::Column),
+      down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, false, {Init::Normal, std}, layer,
+            Parallel::Row) {}
 
 void GatedMlp::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;

@@ -15,12 +15,28 @@
 
 namespace anvil {
 
+// Tensor parallelism as the model sees it (Megatron's layout): the ranks that split every block's linear
+// layers, this rank's place among them, and how to sum a tensor over them. The training code supplies the
+// reducer (MPI on the CPU, NCCL on a GPU); nothing in src/model names a communicator.
+class TpReducer {
+public:
+    virtual ~TpReducer() = default;
+    // In place: t becomes the sum over the tensor-parallel ranks of their t. `what` names it in errors.
+    virtual void sum(Tensor t, const char* what) = 0;
+};
+struct TensorParallel {
+    int rank = 0, size = 1;
+    std::shared_ptr<TpReducer> reducer;
+    bool on() const { return size > 1; }
+};
+
 // Parameters while a model is being built: layers append their specs and keep the indices; the model
 // allocates the store once every layer is in, and the layers read their tensors through `store`.
 struct ParamRegistry {
     std::vector<ParamSpec> specs;
     const ParamStore* store = nullptr;
     DType dtype = DType::F32;
+    TensorParallel tp;  // layers register their piece of a split linear layer
     size_t add(ParamSpec s);
 };
 
@@ -45,7 +61,11 @@ struct Pass {
     int pos0 = 0;               // position of the first token
     KvCache* cache = nullptr;   // decoding: attention appends to and reads from it
     uint64_t seed = 0;          // this pass's randomness (dropout masks), the same in its backward
+    TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }
+    void tp_sum(Tensor t, const char* what) const {
+        if (tp) tp->sum(t, what);
+    }
 };
 
 // A trainable side path on a linear layer (LoRA's low-rank update): its forward adds to the layer's output,
@@ -59,25 +79,30 @@ public:
     virtual void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const = 0;
 };
 
-// How a linear layer is split across tensor-parallel ranks. Only None exists until tensor parallelism
-// (column- and row-parallel) is built on this seam.
-enum class Parallel : uint8_t { None };
+// How a linear layer is split over tensor-parallel ranks (Megatron): Column keeps a slice of the outputs
+// (each rank computes its heads or MLP columns from the whole input; its input gradient is a partial sum),
+// Row a slice of the inputs (each rank's output is a partial sum, the bias added by rank 0 alone). The
+// block sums the partial results over the ranks (PreNormBlock), one all-reduce per sub-block each way.
+enum class Parallel : uint8_t { None, Column, Row };
 
 // out (N, out) = in (N, in) @ W + b. W is (in, out) for GPT-2's Conv1D (WLayout::InOut) or (out, in) for
 // nn.Linear and a tied embedding (OutIn).
 class Linear {
 public:
     Linear() = default;
+    // `in` and `out` are the whole layer's; split (reg.tp on) the layer keeps this rank's piece. Column
+    // outputs made of `blocks` equal blocks (c_attn's q, k, v) take a piece of each.
     Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
-           InitRule init, int layer);
+           InitRule init, int layer, Parallel par = Parallel::None, int blocks = 1);
     // A linear layer over an existing weight (a tied embedding), no bias.
     static Linear tied(ParamRegistry& reg, size_t weight, WLayout layout);
     void set_adapter(std::shared_ptr<const LinearAdapter> a) { adapter_ = std::move(a); }
     const std::string& name() const { return name_; }
     size_t weight_index() const { return w_; }
-    int in_features() const { return in_; }
+    int in_features() const { return in_; }  // this rank's (tensor parallelism splits one of them)
     int out_features() const { return out_; }
     int layer() const { return layer_; }
+    Parallel parallel() const { return parallel_; }
 
     void plan(ActPlan& plan) const;
     // With pre_gelu: pre_gelu = in @ W + b and out = gelu(pre_gelu).

@@ -37,6 +37,21 @@ std::unique_ptr<Model> make_model(Backend& be, const ModelConfig& c, const Model
 Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), config_(c), options_(std::move(o)) {
     reg_.dtype = options_.dtype;
     reg_.store = &store_;
+    reg_.tp = options_.tp;
+    const int K = options_.tp.size;
+    if (K == 1) return;
+    ANVIL_CHECK(options_.tp.reducer && options_.tp.rank >= 0 && options_.tp.rank < K,
+                "tensor parallelism over {} ranks needs this rank's place and a reducer", K);
+    const auto splits = [K](int n, const char* what) {
+        ANVIL_CHECK(n % K == 0, "--tensor-parallel {}: the model's {} {} do not split evenly over {} ranks; use a "
+                    "--tensor-parallel that divides {}", K, n, what, K, n);
+    };
+    splits(c.n_head, "attention heads");
+    splits(c.kv_heads(), "key/value heads");
+    splits(c.ffn(), "MLP columns");
+    ANVIL_CHECK(!options_.lora.enabled(),
+                "--tensor-parallel {}: LoRA fine-tuning does not combine with tensor parallelism yet; use data "
+                "parallelism (leave out --tensor-parallel)", K);
 }
 
 void Model::allocate_params() {
@@ -75,8 +90,9 @@ std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMo
 
 std::unique_ptr<KvCache> Model::make_cache(int max_T) const {
     const int T = max_T > 0 ? max_T : config_.n_ctx;
-    return std::make_unique<KvCache>(be_, config_.n_layer, T, config_.kv_heads() * config_.head_size(),
-                                     options_.dtype);
+    // tensor parallel: this rank's key/value heads
+    return std::make_unique<KvCache>(be_, config_.n_layer, T,
+                                     config_.kv_heads() / options_.tp.size * config_.head_size(), options_.dtype);
 }
 
 void Model::reserve(int max_B, int max_T, bool training) {

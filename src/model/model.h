@@ -50,6 +50,8 @@ struct ModelOptions {
     std::vector<std::string> frozen;
     // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.
     LoraOptions lora;
+    // Tensor parallelism: this rank holds its slice of every block's heads and MLP columns (layers.h).
+    TensorParallel tp;
 };
 
 class Model {
@@ -66,6 +68,7 @@ public:
     virtual std::vector<Linear*> linears() = 0;
     virtual WLayout linear_layout() const = 0;
     bool recompute() const { return options_.recompute; }
+    const TensorParallel& tensor_parallel() const { return options_.tp; }
     int n_layers() const { return config_.n_layer; }
 
     // Activations for batches up to (max_B, max_T) in a mode.

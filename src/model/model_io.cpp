@@ -93,24 +93,29 @@ void load_model_weights(const std::string& dir, Model& model,
         found[i] = where.second;
         from[i] = where.first;
     }
-    std::vector<float> f32;
+    std::vector<float> f32, piece;
     for (size_t i = 0; i < store.size(); i++) {
         const ParamSpec& s = store.spec(i);
         if (s.adapter) continue;  // adapters come from their own files (lora.h)
         ANVIL_CHECK(found[i], "{}: tensor \"{}\" is missing; the weights do not match a model of {}", dir, s.name,
                     model.config().str());
         const StEntry& e = *found[i];
-        ANVIL_CHECK(e.shape == dims(s.shape), "{}: tensor \"{}\" has shape {} but config.json implies {}",
-                    from[i]->path(), e.name, shape_str(e.shape), shape_str(dims(s.shape)));
+        ANVIL_CHECK(e.shape == dims(s.full_shape()), "{}: tensor \"{}\" has shape {} but config.json implies {}",
+                    from[i]->path(), e.name, shape_str(e.shape), shape_str(dims(s.full_shape())));
         ANVIL_CHECK(e.known && (e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16),
                     "{}: tensor \"{}\" has dtype {}; anvil reads F32, BF16 and F16 weights", from[i]->path(), e.name,
                     e.dtype_name);
-        if (e.dtype == s.dtype && !on_f32) {  // straight from the mapped file
+        if (e.dtype == s.dtype && !on_f32 && !s.shard.split()) {  // straight from the mapped file
             store.backend().upload(store.param(i), from[i]->raw(e));
             continue;
         }
         f32.resize(size_t(e.numel()));
         convert_to_f32(f32.data(), from[i]->raw(e), e.dtype, f32.size());
+        if (s.shard.split()) {  // tensor parallel: this rank's piece of the whole tensor
+            piece.resize(size_t(s.shape.numel()));
+            take_shard(s, f32.data(), piece.data());
+            f32.swap(piece);
+        }
         if (on_f32) on_f32(i, f32.data());
         store.write_f32(i, f32.data());
     }
@@ -128,7 +133,7 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
     uint64_t shard_bytes = 0, total = 0;
     for (size_t i = 0; i < store.size(); i++) {
         if (store.spec(i).adapter) continue;
-        const uint64_t bytes = uint64_t(store.spec(i).shape.numel()) * dtype_size(format.dtype);
+        const uint64_t bytes = uint64_t(store.spec(i).full_shape().numel()) * dtype_size(format.dtype);
         if (!shards.back().empty() && shard_bytes + bytes > format.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
         shards.back().push_back(i);
         shard_bytes += bytes;
@@ -142,14 +147,15 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
             n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
         std::vector<StMeta> metas;
         for (size_t i : shards[k]) {
-            metas.push_back({store.spec(i).name, format.dtype, dims(store.spec(i).shape)});
+            metas.push_back({store.spec(i).name, format.dtype, dims(store.spec(i).full_shape())});
             weight_map[store.spec(i).name] = file;
         }
         write_safetensors_streamed(
             dir + "/" + file, metas,
             [&](size_t m, void* dst) {
                 const size_t i = shards[k][m];
-                f32.resize(size_t(store.spec(i).shape.numel()));
+                f32.resize(size_t(store.spec(i).full_shape().numel()));
+                ANVIL_ASSERT(weight_f32 || !store.spec(i).shard.split());  // a piece alone is not the tensor
                 if (weight_f32) weight_f32(i, f32.data());
                 else f32 = store.read_f32(i);
                 convert_from_f32(dst, format.dtype, f32.data(), f32.size());

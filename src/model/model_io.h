@@ -17,7 +17,8 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = null
 
 // Loads every parameter of `model` from `dir`. Names follow the model (model.canonical_name accepts a
 // family's aliases); every parameter must be present with its shape; a tensor that is neither a parameter
-// nor ignorable (model.ignorable_tensor) is an error naming it. F32, BF16 and F16 sources convert to the
+// nor ignorable (model.ignorable_tensor) is an error naming it. A tensor-parallel model takes its piece of
+// each split tensor. F32, BF16 and F16 sources convert to the
 // parameter's dtype. `on_f32` (optional) sees each parameter's values in f32 before rounding (master weights).
 void load_model_weights(const std::string& dir, Model& model,
                         const std::function<void(size_t, const float*)>& on_f32 = {});
@@ -32,7 +33,7 @@ struct SaveFormat {
 
 // Writes config.json and the weights into `dir` (which must exist). `extra` holds anvil's own config keys;
 // `weight_f32(i, dst)` fills parameter i's f32 values (the optimizer's master copy), default: the parameters
-// themselves.
+// themselves. Tensors are written whole: for a tensor-parallel piece, weight_f32 gives the gathered tensor.
 void write_model_dir(const std::string& dir, const Model& model, const nlohmann::json& extra,
                      const std::function<void(size_t, float*)>& weight_f32 = {}, const SaveFormat& format = {});
 

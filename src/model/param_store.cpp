@@ -1,8 +1,43 @@
 #include "model/param_store.h"
 
+#include <algorithm>
+
 #include "core/rng.h"
 
 namespace anvil {
+
+Shape ParamSpec::full_shape() const {
+    Shape f = shape;
+    if (shard.split()) f.dims[size_t(shard.dim)] *= shard.parts;
+    return f;
+}
+
+namespace {
+// Calls f(whole_offset, piece_offset, n) for each run of n consecutive floats piece `part` of an entry shares
+// with the whole entry.
+template <class F>
+void for_each_run(const ParamSpec& s, int part, F f) {
+    if (!s.shard.split()) return f(int64_t(0), int64_t(0), s.shape.numel());
+    const int d = s.shard.dim;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < d; i++) outer *= s.shape[i];
+    for (int i = d + 1; i < s.shape.ndim; i++) inner *= s.shape[i];
+    const int64_t local = s.shape[d], blocks = s.shard.blocks;
+    const int64_t lb = local / blocks;      // a block's piece along dim
+    const int64_t fb = lb * s.shard.parts;  // a whole block
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t b = 0; b < blocks; b++)
+            f(((o * blocks + b) * fb + int64_t(part) * lb) * inner, (o * local + b * lb) * inner, lb * inner);
+}
+}  // namespace
+
+void take_shard(const ParamSpec& s, const float* whole, float* piece) {
+    for_each_run(s, s.shard.part, [&](int64_t w, int64_t p, int64_t n) { std::copy_n(whole + w, n, piece + p); });
+}
+
+void put_shard(const ParamSpec& s, int part, const float* piece, float* whole) {
+    for_each_run(s, part, [&](int64_t w, int64_t p, int64_t n) { std::copy_n(piece + p, n, whole + w); });
+}
 
 ParamStore::ParamStore(Backend& backend, std::vector<ParamSpec> specs) : be_(&backend), specs_(std::move(specs)) {
     TensorTable all, trainable;
@@ -45,7 +80,7 @@ void ParamStore::zero_grads() {
 int64_t ParamStore::numel(bool trainable_only) const {
     int64_t n = 0;
     for (const ParamSpec& s : specs_)
-        if (s.trainable || !trainable_only) n += s.shape.numel();
+        if (s.trainable || !trainable_only) n += s.full_shape().numel();
     return n;
 }
 
@@ -59,17 +94,22 @@ void ParamStore::init_adapters(uint64_t seed, const std::function<void(size_t, c
 
 void ParamStore::init_entries(uint64_t seed, bool adapters_only, const std::function<void(size_t, const float*)>& on_f32) {
     Rng rng(seed);
-    std::vector<float> v;
+    std::vector<float> v, piece;
     for (size_t i = 0; i < specs_.size(); i++) {
         const ParamSpec& s = specs_[i];
         if (adapters_only && !s.adapter) continue;
-        v.assign(size_t(s.shape.numel()), 0.0f);
+        v.assign(size_t(s.full_shape().numel()), 0.0f);
         if (s.init.kind == Init::Ones)
             for (auto& x : v) x = 1.0f;
         else if (s.init.kind == Init::Normal)
             for (auto& x : v) x = float(rng.normal() * s.init.std);
         else if (s.init.kind == Init::Uniform)
             for (auto& x : v) x = float((2.0 * rng.uniform() - 1.0) * s.init.std);
+        if (s.shard.split()) {  // drawn whole, in the same order as one process, then this rank's piece
+            piece.resize(size_t(s.shape.numel()));
+            take_shard(s, v.data(), piece.data());
+            v.swap(piece);
+        }
         if (on_f32) on_f32(i, v.data());
         write_f32(i, v.data());
     }

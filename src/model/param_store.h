@@ -21,6 +21,15 @@ struct InitRule {
     double std = 0.0;  // Normal: N(0, std); Uniform: U(-std, std)
 };
 
+// How an entry is split over tensor-parallel ranks: along dimension `dim` (-1: not split, every rank holds the
+// whole entry), which is `blocks` equal blocks one after another (c_attn's q, k and v), each cut into `parts`
+// equal pieces; this rank holds piece `part` of every block, the blocks' pieces one after another.
+struct Shard {
+    int dim = -1;
+    int blocks = 1, parts = 1, part = 0;
+    bool split() const { return dim >= 0 && parts > 1; }
+};
+
 struct ParamSpec {
     std::string name;  // the Hugging Face name, e.g. "transformer.h.3.attn.c_attn.weight"
     Shape shape;
@@ -30,7 +39,15 @@ struct ParamSpec {
     bool decay = false;  // AdamW's weight decay applies (matrices and embeddings)
     int layer = -1;      // the block it belongs to; -1 for embeddings, the final norm and the head
     bool adapter = false;  // an adapter's (LoRA), saved apart from the base model
+    Shard shard{};         // tensor parallelism: `shape` is this rank's piece of full_shape()
+    // The whole entry's shape, as checkpoints hold it.
+    Shape full_shape() const;
 };
+
+// The tensor-parallel piece of an entry (its spec's shard) from the whole entry's values, and back: put_shard
+// writes piece `part` of a whole tensor (the other parts' values are left as they are).
+void take_shard(const ParamSpec& s, const float* whole, float* piece);
+void put_shard(const ParamSpec& s, int part, const float* piece, float* whole);
 
 class ParamStore {
 public:
@@ -53,13 +70,15 @@ public:
     // global norm. Empty when nothing is trainable.
     std::vector<Tensor> grad_tensors() const;
     void zero_grads();
+    // Elements of the model, tensor-parallel pieces counted whole.
     int64_t numel(bool trainable_only = false) const;
     size_t param_bytes() const { return params_.bytes(); }
     size_t grad_bytes() const { return grads_.bytes(); }
 
     // Draws every entry's initial values on the host in f32 (store order, one seeded stream: the same seed
     // gives the same weights on any backend), rounds them to the entry's dtype and uploads them. `on_f32`
-    // (optional) sees each entry's f32 values first (the optimizer's master copy).
+    // (optional) sees each entry's f32 values first (the optimizer's master copy). A tensor-parallel piece
+    // draws its whole entry and keeps its part: the same weights as one process.
     void init(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32 = {});
     // The same for the adapter entries only (a base model's weights are loaded instead), from their own stream.
     void init_adapters(uint64_t seed, const std::function<void(size_t, const float*)>& on_f32 = {});

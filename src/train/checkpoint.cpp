@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/hash.h"
 #include "io/fs.h"
@@ -74,29 +75,23 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
     return r;
 }
 
-void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt,
-                           const float* m_all, const float* v_all) {
+void write_optimizer_state(const std::string& dir, const ParamStore& store,
+                           const std::function<void(size_t, float*, float*)>& moments) {
     std::vector<StMeta> metas;
     for (size_t i : store.trainable()) {
-        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
-        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
+        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
+        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
     }
     const std::vector<size_t>& tr = store.trainable();
     std::vector<float> other;
     write_safetensors_streamed(dir + "/optimizer.safetensors", metas, [&](size_t k, void* dst) {
         const size_t i = tr[k / 2];
-        const size_t n = size_t(store.spec(i).shape.numel());
+        other.resize(size_t(store.spec(i).full_shape().numel()));
         float* out = static_cast<float*>(dst);
-        if (m_all) {  // gathered from every rank's shard
-            const float* src = (k % 2 == 0 ? m_all : v_all) + opt.offset(i);
-            std::copy(src, src + n, out);
-            return;
-        }
-        other.resize(n);
         if (k % 2 == 0)
-            opt.moments(i, out, other.data());
+            moments(i, out, other.data());
         else
-            opt.moments(i, other.data(), out);
+            moments(i, other.data(), out);
     });
 }
 
@@ -114,11 +109,16 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             const std::string name = (k == 0 ? "exp_avg." : "exp_avg_sq.") + store.spec(i).name;
             const StEntry* e = st.find(name);
             ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
-            ANVIL_CHECK(e->shape == dims(store.spec(i).shape) && e->known && e->dtype == DType::F32,
-                        "{}: tensor \"{}\" must be F32 of shape {}", path, name,
-                        shape_str(store.spec(i).shape));
-            mv[k].resize(size_t(store.spec(i).shape.numel()));
+            const ParamSpec& spec = store.spec(i);
+            ANVIL_CHECK(e->shape == dims(spec.full_shape()) && e->known && e->dtype == DType::F32,
+                        "{}: tensor \"{}\" must be F32 of shape {}", path, name, shape_str(spec.full_shape()));
+            mv[k].resize(size_t(spec.full_shape().numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
+            if (spec.shard.split()) {  // tensor parallel: this rank's piece
+                std::vector<float> piece(size_t(spec.shape.numel()));
+                take_shard(spec, mv[k].data(), piece.data());
+                mv[k].swap(piece);
+            }
         }
         // the part in this rank's range (ZeRO-1 reshards here)
         opt.set_moments(i, mv[0].data(), mv[1].data());
@@ -152,12 +152,14 @@ void drop_old_checkpoints(const std::string& out, int keep) {
     }
 }
 
-// A hash of every weight the optimizer updates: data-parallel replicas must agree on it bit for bit.
-uint64_t weights_hash(const RunSetup& run) {
+// A hash of every weight the optimizer updates (whole_only: of the entries tensor parallelism does not split):
+// data-parallel replicas must agree on all of them bit for bit, a tensor-parallel group on the whole ones.
+uint64_t weights_hash(const RunSetup& run, bool whole_only) {
     const ParamStore& store = run.model->params();
     uint64_t h = kFnvOffset;
     std::vector<float> w;
     for (size_t i : store.trainable()) {
+        if (whole_only && store.spec(i).shard.split()) continue;
         w.resize(size_t(store.spec(i).shape.numel()));
         run.opt->weights_f32(i, w.data());
         for (float x : w) h = fnv1a_mix(h, std::bit_cast<uint32_t>(x));
@@ -169,18 +171,51 @@ uint64_t weights_hash(const RunSetup& run) {
 void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
     Comm& comm = *run.comm;
     const AdamW& opt = *run.opt;
-    std::vector<float> m_all, v_all;  // ZeRO-1: every rank's range of the moments, gathered
+    const ParamStore& store = run.model->params();
+    std::vector<float> m_all, v_all;  // ZeRO-1: every replica's range of the moments, gathered
     if (opt.sharded()) run.dp->gather_moments(m_all, v_all);
+    // an entry's moments as this rank holds them (its tensor-parallel piece)
+    const auto local_moments = [&](size_t i, float* m, float* v) {
+        if (!opt.sharded()) return opt.moments(i, m, v);
+        const size_t n = size_t(store.spec(i).shape.numel());
+        std::copy_n(m_all.data() + opt.offset(i), n, m);
+        std::copy_n(v_all.data() + opt.offset(i), n, v);
+    };
+    // tensor parallel: the split entries' weights and moments gathered whole, by store index
+    std::map<size_t, std::vector<float>> weights_whole, m_whole, v_whole;
+    if (Comm* tp = run.grid.tp) {
+        std::vector<float> w, m, v;
+        for (size_t i = 0; i < store.size(); i++) {
+            const ParamSpec& s = store.spec(i);
+            if (!s.shard.split()) continue;
+            w.resize(size_t(s.shape.numel()));
+            opt.weights_f32(i, w.data());
+            gather_whole(*tp, s, w.data(), weights_whole[i]);
+            if (!s.trainable) continue;
+            m.resize(w.size());
+            v.resize(w.size());
+            local_moments(i, m.data(), v.data());
+            gather_whole(*tp, s, m.data(), m_whole[i]);
+            gather_whole(*tp, s, v.data(), v_whole[i]);
+        }
+    }
     if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all
-        check_same(comm, weights_hash(run),
+        check_same(*run.grid.dp, weights_hash(run, false),
                    fmt::format("the weights at step {} (the replicas drifted apart)", step));
+        if (run.grid.tp)
+            check_same(*run.grid.tp, weights_hash(run, true),
+                       fmt::format("the unsplit weights at step {} (the tensor-parallel ranks drifted apart)", step));
         if (comm.rank() != 0) return;
     }
     const TrainOptions& o = run.opts;
     const std::string dir = o.out + "/" + name;
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
-    const auto weights = [&](size_t i, float* dst) { opt.weights_f32(i, dst); };
+    const auto weights = [&](size_t i, float* dst) {
+        if (const auto it = weights_whole.find(i); it != weights_whole.end())
+            return (void)std::copy(it->second.begin(), it->second.end(), dst);
+        opt.weights_f32(i, dst);
+    };
     // a LoRA run saves its adapter in PEFT's format; the base stays where it is
     if (run.model->has_adapters())
         write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(),
@@ -190,8 +225,14 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
                         {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
                         weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
     run.tok->save(tmp);
-    write_optimizer_state(tmp, run.model->params(), opt, opt.sharded() ? m_all.data() : nullptr,
-                          opt.sharded() ? v_all.data() : nullptr);
+    write_optimizer_state(tmp, store, [&](size_t i, float* m, float* v) {
+        if (const auto it = m_whole.find(i); it != m_whole.end()) {
+            std::copy(it->second.begin(), it->second.end(), m);
+            std::copy(v_whole[i].begin(), v_whole[i].end(), v);
+            return;
+        }
+        local_moments(i, m, v);
+    });
     nlohmann::json state = {
         {"step", step},
         {"world_size", comm.size()},

@@ -5,6 +5,7 @@
 // a temporary name and renamed into place whole.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -29,17 +30,18 @@ struct ResumePoint {
 };
 ResumePoint read_resume_point(const std::string& resume_arg);
 
-// The moments of every trainable entry; with ZeRO-1, from m_all/v_all: every rank's ranges gathered into the
-// optimizer's whole layout (AdamW::layout_floats() floats each).
-void write_optimizer_state(const std::string& dir, const ParamStore& store, const AdamW& opt,
-                           const float* m_all = nullptr, const float* v_all = nullptr);
-// Reads the moments of every trainable entry; a sharded optimizer keeps its own range, whatever the world
-// size or sharding of the run that wrote them.
+// The moments of every trainable entry, whole (tensor-parallel pieces gathered): moments(i, m, v) fills entry
+// i's (ParamSpec::full_shape()).
+void write_optimizer_state(const std::string& dir, const ParamStore& store,
+                           const std::function<void(size_t, float*, float*)>& moments);
+// Reads the moments of every trainable entry; a sharded optimizer keeps its own range and a tensor-parallel
+// piece its part, whatever the world size, sharding or tensor parallelism of the run that wrote them.
 void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt);
 
 // Writes a full training checkpoint of `run` at `step` to OUT/name atomically, then drops checkpoint-N
-// directories beyond --keep-checkpoints. Every rank of a data-parallel job calls it: they check that their
-// weights agree, then rank 0 writes (trainer_state.json records the world size).
+// directories beyond --keep-checkpoints. Every rank of a job calls it: the replicas check that their weights
+// agree, tensor-parallel groups gather their pieces, then rank 0 writes (trainer_state.json records the world
+// size; the options, --tensor-parallel).
 void save_checkpoint(const RunSetup& run, int step, const std::string& name);
 // The loss scaler's state as trainer_state.json keeps it, and back.
 nlohmann::json scaler_to_json(const LossScaler& s);

@@ -7,23 +7,24 @@
 
 namespace anvil {
 
-DataParallel::DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool even_alone)
-    : comm_(comm), store_(store), opt_(opt), zero_(opt.sharded()) {
+DataParallel::DataParallel(const ProcessGrid& grid, ParamStore& store, const AdamW& opt, bool even_alone)
+    : world_(*grid.world), comm_(*grid.dp), tp_(grid.tp), store_(store), opt_(opt), zero_(opt.sharded()) {
+    if (tp_) {  // the gradients the norm sums over the group, and those it counts once
+        const auto add = [&](size_t entry, Tensor g) {
+            (store.spec(entry).shard.split() ? split_grads_ : whole_grads_).push_back(g);
+        };
+        if (zero_)
+            for (const AdamW::Piece& p : opt.pieces()) add(p.entry, p.grad);
+        else
+            for (size_t i : store.trainable()) add(i, store.grad(i));
+    }
+    Comm& comm = comm_;
     if (comm.size() == 1 && !even_alone) return;  // nothing to reduce
     Backend& be = store.backend();
     if (be.device() != Device::CPU) {  // device memory: the backend's collectives (NCCL)
         ANVIL_CHECK(!zero_, "--zero 1: ZeRO-1 runs on the CPU backend for now; drop the flag on {}",
                     device_name(be.device()));
-        CollectiveSetup cs;
-        cs.rank = comm.rank();
-        cs.size = comm.size();
-        cs.timeout_s = comm.timeout();
-        cs.broadcast_from_rank0 = [&comm](void* data, size_t bytes) {
-            comm.broadcast(data, bytes, 0, "the NCCL unique id's broadcast");
-        };
-        cs.abort = [&comm](const std::string& why) { comm.abort(why); };
-        device_ = be.make_collectives(cs);
-        ANVIL_CHECK(device_, "data parallelism: the {} backend has no collectives", device_name(be.device()));
+        device_ = make_device_collectives(comm, be, "data parallelism");
     }
     int layers = 0;
     for (size_t i : store.trainable()) layers = std::max(layers, store.spec(i).layer + 1);
@@ -67,8 +68,9 @@ int64_t DataParallel::total_targets(int64_t mine) {
 }
 
 double DataParallel::total_loss(double mine) {
-    double v[2] = {mine, stop_vote_ ? 1.0 : 0.0};
-    comm_.allreduce_sum(v, 2, "the step's loss and stop vote");
+    // a tensor-parallel group's ranks share their rows' loss: its first rank counts it; every rank votes
+    double v[2] = {tp_ && tp_->rank() != 0 ? 0.0 : mine, stop_vote_ ? 1.0 : 0.0};
+    world_.allreduce_sum(v, 2, "the step's loss and stop vote");
     stop_agreed_ = v[1] > 0;
     return v[0];
 }
@@ -96,8 +98,24 @@ void DataParallel::finish() {
     exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+double DataParallel::norm_sq_of(Tensor scratch, const std::vector<Tensor>& grads) {
+    if (grads.empty()) return 0.0;
+    Backend& be = store_.backend();
+    be.global_norm_sq(scratch, grads);
+    float v = 0.0f;
+    be.download(&v, scratch);
+    return v;
+}
+
 void DataParallel::global_norm_sq(Tensor out) {
     Backend& be = store_.backend();
+    if (tp_) {
+        double v[2] = {norm_sq_of(out, split_grads_), norm_sq_of(out, whole_grads_)};
+        if (zero_) comm_.allreduce_sum(v, 2, "the gradient norm's sum (ZeRO-1)");
+        tp_->allreduce_sum(v, 1, "the gradient norm's sum over the tensor-parallel group");
+        const float all = float(v[0] + v[1]);
+        return be.upload(out, &all);
+    }
     if (flat_.empty()) return be.global_norm_sq(out, store_.grad_tensors());
     // ZeRO-1: this rank's range is the only summed part
     be.global_norm_sq(out, {flat_.range(opt_.begin(rank()), counts_[size_t(rank())])});

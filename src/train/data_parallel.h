@@ -13,6 +13,10 @@
 // its own range of the optimizer's layout; the global norm is summed from the ranges; each rank updates its
 // range; an all-gather then gives every rank every updated weight (through the gradient memory, no longer
 // needed).
+//
+// With tensor parallelism (--tensor-parallel) the replicas are the ranks holding the same piece of the model
+// (ProcessGrid::dp): the gradients are summed over them; the loss and the stop vote go over the whole job;
+// the global norm counts a split entry's squares over the tensor-parallel group and a whole entry's once.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include "dist/comm.h"
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "train/tensor_parallel.h"
 
 namespace anvil {
 
@@ -29,8 +34,8 @@ public:
     // Throws when the store's gradients cannot be reduced (MPI on the CPU takes f32; a GPU needs NCCL).
     // `opt` sharded over the ranks: ZeRO-1. `even_alone`: go through the collectives with one rank too (the
     // GPU tests run the NCCL path so).
-    DataParallel(Comm& comm, ParamStore& store, const AdamW& opt, bool even_alone = false);
-    int rank() const { return comm_.rank(); }
+    DataParallel(const ProcessGrid& grid, ParamStore& store, const AdamW& opt, bool even_alone = false);
+    int rank() const { return comm_.rank(); }  // among the replicas
 
     // The step's target count summed over the ranks (before its forward: the loss is normalised by it).
     int64_t total_targets(int64_t mine);
@@ -67,13 +72,19 @@ private:
     };
     Bucket& bucket(int layer) { return buckets_[size_t(layer + 1)]; }  // [0]: outside the layers
 
-    Comm& comm_;
+    // the norm of the gradients in `grads`, summed on the device, on the host
+    double norm_sq_of(Tensor scratch, const std::vector<Tensor>& grads);
+
+    Comm& world_;
+    Comm& comm_;  // the replicas
+    Comm* tp_;    // the tensor-parallel group, or null
     ParamStore& store_;
     const AdamW& opt_;
     bool zero_ = false;
     Tensor flat_;                 // ZeRO-1: the gradient arena as one f32 vector (its first layout_floats())
     std::vector<size_t> counts_;  // ZeRO-1: floats of each rank's range
     std::vector<Bucket> buckets_;
+    std::vector<Tensor> split_grads_, whole_grads_;  // tensor parallel: this rank's gradients (ZeRO-1: range)
     std::vector<Comm::Pending> pending_;
     std::unique_ptr<DeviceCollectives> device_;  // NCCL on a GPU; null on the CPU (MPI on host memory)
     bool armed_ = false, stop_vote_ = false, stop_agreed_ = false;

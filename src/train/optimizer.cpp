@@ -47,7 +47,7 @@ AdamW::AdamW(ParamStore& store, float wd, OptShard shard)
         }
         s.weight_decay = store.spec(i).decay ? wd : 0.0f;
         slots_.push_back(s);
-        pieces_.push_back({a, s.param, s.grad});
+        pieces_.push_back({a, i, s.param, s.grad});
     }
 }
 

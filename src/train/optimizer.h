@@ -51,6 +51,7 @@ public:
     // This rank's pieces: parameter and gradient views with their layout offset (ZeRO-1 copies them).
     struct Piece {
         size_t first;  // layout float of the piece's first element
+        size_t entry;  // the store entry it is part of
         Tensor param, grad;
     };
     const std::vector<Piece>& pieces() const { return pieces_; }

@@ -5,22 +5,44 @@
 
 namespace anvil {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
-    TrainOptions, data, tokenizer, text_field, prompt_template, init, resume, out, val_fraction, layers,
-    heads, dim, vocab, seq, batch, grad_accum, steps, lr, min_lr_frac, weight_decay, grad_clip, beta1, beta2,
-    eps, lr_schedule, warmup, seed, shuffle, eval_every, eval_batches, eval_examples, log_every, save_every,
-    keep_checkpoints, device, threads, profile, embedded, batch_auto, global_batch, memory_limit,
-    price_per_hour, peak_tflops, bench, monitor_interval, tensorboard, precision, recompute, attention,
-    lora_rank, lora_alpha, lora_dropout, lora_targets, rslora, adapter, arch, kv_heads, ffn_dim, rope_theta,
-    norm_eps, tie_embeddings, max_shard_size, comm_timeout, zero)
+// Every option, as X(field): the JSON key is the field's name (more fields than nlohmann's macros take).
+#define ANVIL_TRAIN_OPTIONS(X) \
+    X(data) X(tokenizer) X(text_field) X(prompt_template) X(init) X(resume) X(out) X(val_fraction) X(layers) \
+    X(heads) X(dim) X(vocab) X(seq) X(batch) X(grad_accum) X(steps) X(lr) X(min_lr_frac) X(weight_decay) \
+    X(grad_clip) X(beta1) X(beta2) X(eps) X(lr_schedule) X(warmup) X(seed) X(shuffle) X(eval_every) \
+    X(eval_batches) X(eval_examples) X(log_every) X(save_every) X(keep_checkpoints) X(device) X(threads) \
+    X(profile) X(embedded) X(batch_auto) X(global_batch) X(memory_limit) X(price_per_hour) X(peak_tflops) \
+    X(bench) X(monitor_interval) X(tensorboard) X(precision) X(recompute) X(attention) X(lora_rank) \
+    X(lora_alpha) X(lora_dropout) X(lora_targets) X(rslora) X(adapter) X(arch) X(kv_heads) X(ffn_dim) \
+    X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel)
+
+namespace {
+
+void to_json(nlohmann::json& j, const TrainOptions& o) {
+#define ANVIL_TO(f) j[#f] = o.f;
+    ANVIL_TRAIN_OPTIONS(ANVIL_TO)
+#undef ANVIL_TO
+}
+
+// Missing keys keep their defaults (a checkpoint written before an option existed).
+void from_json(const nlohmann::json& j, TrainOptions& o) {
+    const TrainOptions d;
+#define ANVIL_FROM(f) o.f = j.value(#f, d.f);
+    ANVIL_TRAIN_OPTIONS(ANVIL_FROM)
+#undef ANVIL_FROM
+}
+
+}  // namespace
 
 nlohmann::json options_to_json(const TrainOptions& o) {
-    return o;
+    nlohmann::json j;
+    to_json(j, o);
+    return j;
 }
 
 void options_from_json(const nlohmann::json& j, TrainOptions& o) {
     try {
-        o = j.get<TrainOptions>();
+        from_json(j, o);
     } catch (const nlohmann::json::exception& e) {
         fail("trainer_state.json: options are malformed ({})", e.what());
     }

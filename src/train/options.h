@@ -63,6 +63,7 @@ struct TrainOptions {
     bool profile = false;       // time every backend op and print the table at the end
     double comm_timeout = 600;  // seconds any collective of a multi-process job may take
     int zero = 0;               // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
+    int tensor_parallel = 1;    // ranks that split each model (Megatron's layout); the rest is data parallel
     // instruments
     std::string price_per_hour;  // dollars per hour or a preset name
     double peak_tflops = 0;      // the MFU denominator; 0 = measured (CPU) or the datasheet (GPU)

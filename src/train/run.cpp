@@ -81,9 +81,10 @@ public:
           o_(run.opts),
           t_start_(start),
           comm_(*run.comm),
-          W_(comm_.size()),
-          instruments_(o_, *run.model, W_),
-          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed, comm_.rank(), W_),
+          replicas_(*run.grid.dp),
+          W_(replicas_.size()),
+          instruments_(o_, *run.model, comm_.size()),  // every rank's device
+          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed, replicas_.rank(), W_),
                   run.model->backend(), o_.batch, o_.seq, o_.grad_accum, run.start_step),
           sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, o_.lr_schedule == "cosine"},
           bar_("train", o_.steps, o_.log_every, "steps") {
@@ -107,7 +108,8 @@ private:
     const TrainOptions& o_;
     Clock::time_point t_start_;
     Comm& comm_;
-    const int W_;  // data-parallel ranks
+    Comm& replicas_;  // the data-parallel ranks (tensor parallel: one per group)
+    const int W_;     // their number
     RunInstruments instruments_;
     Prefetcher loader_;
     LrSchedule sched_;
@@ -162,7 +164,7 @@ void TrainingLoop::one_step(int step) {
     train_time_ += dt;
     wait_time_ += waited;
     comm_time_ += st.comm_s;
-    const int64_t step_tokens = int64_t(B) * T * accum * W_;  // every rank's rows
+    const int64_t step_tokens = int64_t(B) * T * accum * W_;  // every replica's rows
     trained_tokens_ += step_tokens;
     const double tok_s = double(step_tokens) / dt, elapsed = seconds_since(t_start_);
     step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
@@ -186,14 +188,14 @@ void TrainingLoop::one_step(int step) {
                           {"fwd_bwd_ms", st.fwd_bwd_s * 1e3},
                           {"optimizer_ms", st.optimizer_s * 1e3},
                           {"elapsed_s", elapsed}};
-    if (W_ > 1) rec["comm_ms"] = st.comm_s * 1e3;
+    if (comm_.size() > 1) rec["comm_ms"] = st.comm_s * 1e3;
     if (!st.finite) rec["skipped"] = true;
     if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_now =
         o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps && run_.data.val.size() > 1;
     if (eval_now)
-        rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &comm_).loss;
+        rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_).loss;
     log(rec, done, eval_now || !st.finite);
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
@@ -248,14 +250,18 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               {"params", run_.model->params().numel()},
                               {"trainable_params", run_.model->params().numel(true)},
                               {"model_dir", o_.out + "/final"}};
-    if (W_ > 1) {
-        summary["world_size"] = W_;
+    if (comm_.size() > 1) {
+        summary["world_size"] = comm_.size();
+        summary["tensor_parallel"] = run_.grid.tp_size();
         summary["per_rank_batch"] = o_.batch;
         summary["comm_exposed_share"] = train_time_ > 0 ? comm_time_ / train_time_ : 0.0;
+    }
+    if (W_ > 1) {
         std::printf(
-            "data parallel: %d ranks, %d sequences per step; waiting on the gradient all-reduce %.1f%% of "
+            "data parallel: %d %s, %d sequences per step; waiting on the gradient all-reduce %.1f%% of "
             "step time\n",
-            W_, W_ * o_.batch * o_.grad_accum, 100.0 * summary["comm_exposed_share"].get<double>());
+            W_, run_.grid.tp ? "replicas" : "ranks", W_ * o_.batch * o_.grad_accum,
+            100.0 * summary["comm_exposed_share"].get<double>());
     }
     report(summary, tokens_per_s);
     if (lead) write_file_atomic(o_.out + "/summary.json", json_text(summary, 2) + "\n");
@@ -266,7 +272,7 @@ int TrainingLoop::finish(int step, bool interrupted) {
 void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
     Model& model = *run_.model;
     if (run_.data.val.size() > 1) {
-        const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0, &comm_);
+        const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0, &replicas_);
         summary["val_loss"] = v.loss;
         summary["val_ppl"] = v.ppl;
         std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
@@ -274,7 +280,7 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
     if (!run_.data.val_examples.empty()) {
         const ExactMatchResult em =
             exact_match(model, *run_.tok, choose_template(o_.prompt_template, *run_.tok),
-                        run_.data.val_examples, o_.eval_examples, 5, &comm_);
+                        run_.data.val_examples, o_.eval_examples, 5, &replicas_);
         summary["exact_match"] = em.accuracy();
         summary["exact_match_n"] = em.total;
         std::printf("exact match: %.1f%% (%d of %d held-out examples)\n", 100.0 * em.accuracy(), em.correct,
@@ -311,18 +317,25 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
     RunSetup run = setup_run(o, resume, comm);
     const Model& model = *run.model;
     std::fprintf(stderr, "anvil: %s\n", model.backend().describe().c_str());
-    if (comm.size() > 1)
+    const int K = run.grid.tp_size(), R = comm.size() / K;  // tensor-parallel group size, replicas
+    if (K > 1)
         std::fprintf(stderr,
-                     "anvil: data parallel over %d ranks (%s), gradients in %d all-reduce buckets of %.1f MB "
-                     "in all\n",
-                     comm.size(), comm.kind(), run.dp->buckets(), double(run.dp->bucket_bytes()) / 1e6);
+                     "anvil: tensor parallel: %d group%s of %d ranks (%s), each holding 1/%d of every block's "
+                     "heads and MLP columns\n",
+                     R, R == 1 ? "" : "s", K, comm.kind(), K);
+    if (R > 1)
+        std::fprintf(stderr,
+                     "anvil: data parallel over %d %s (%s), gradients in %d all-reduce buckets of %.1f MB in all\n",
+                     R, K > 1 ? "replicas" : "ranks", comm.kind(), run.dp->buckets(),
+                     double(run.dp->bucket_bytes()) / 1e6);
     std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
                  double(model.params().numel()) / 1e6, o.precision.c_str());
     std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
                  run.data.train.size(), run.data.val.size(), run.data.records);
-    const std::string ranks = comm.size() > 1 ? fmt::format(" per rank, x {} ranks = {} sequences per step",
-                                                            comm.size(), o.batch * o.grad_accum * comm.size())
-                                              : "";
+    const std::string ranks =
+        R > 1 ? fmt::format(" per {}, x {} {}s = {} sequences per step", K > 1 ? "replica" : "rank", R,
+                            K > 1 ? "replica" : "rank", o.batch * o.grad_accum * R)
+              : "";
     std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation%s, %d steps, out %s\n", o.batch,
                  o.seq, o.grad_accum, ranks.c_str(), o.steps, o.out.c_str());
     TrainingLoop loop(run, t_start);

@@ -259,26 +259,30 @@ DType run_dtype(TrainOptions& o, Device device) {
 }
 
 // Model and optimizer, with weights from the sources (base, adapter) or a seeded initialisation.
-void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src, Comm& comm) {
+void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src) {
     Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.recompute = o.recompute;
     mo.lora = src.lora;
+    if (r.grid.tp) {
+        r.tp = make_tp_reducer(*r.grid.tp, *r.backend);
+        mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), r.tp};
+    }
     r.model = make_model(be, cfg, mo);
     ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)",
                 o.zero);
-    if (o.zero == 1 && comm.size() == 1)
+    Comm& dp = *r.grid.dp;  // ZeRO shards over the replicas
+    if (o.zero == 1 && dp.size() == 1)
         std::fprintf(stderr,
-                     "anvil: warning: --zero 1 with one process: nothing to shard; the optimizer state stays "
-                     "whole\n");
-    const OptShard shard = o.zero == 1 ? OptShard{comm.rank(), comm.size()} : OptShard{};
+                     "anvil: warning: --zero 1 with one %s: nothing to shard; the optimizer state stays whole\n",
+                     r.grid.tp ? "replica" : "process");
+    const OptShard shard = o.zero == 1 ? OptShard{dp.rank(), dp.size()} : OptShard{};
     r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay, shard);
     if (shard.world > 1) {
         const double whole = 2.0 * double(r.opt->layout_floats()) * sizeof(float) / 1e6;
         std::fprintf(stderr, "anvil: ZeRO-1: optimizer state %.1f MB per rank (%.1f MB unsharded, 1/%d)\n",
-                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole,
-                     comm.size());
+                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole, dp.size());
     }
     AdamW& opt = *r.opt;
     const auto master = [&](size_t i, const float* f32) { opt.set_master(i, f32); };  // before any rounding
@@ -292,6 +296,9 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
 }
 
 void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
+    ANVIL_CHECK(!r.grid.tp,
+                "--batch auto: the search does not run tensor parallel yet; give --batch with --tensor-parallel {}",
+                o.tensor_parallel);
     const int global = o.global_batch > 0 ? o.global_batch : 64, W = comm.size();
     ANVIL_CHECK(global % W == 0,
                 "--global-batch {}: not a multiple of the {} ranks; each rank trains on an "
@@ -319,14 +326,17 @@ void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
     r.batch_search = ab.log;
 }
 
-void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp, int world) {
+void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
     load_optimizer_state(rp.dir, r.model->params(), *r.opt);
-    const int then_world = rp.state.value("world_size", 1);
-    const int then_zero = rp.state.value("options", nlohmann::json::object()).value("zero", 0);
-    const auto layout = [](int w, int z) {
-        return z == 1 && w > 1 ? fmt::format("sharded over {} ranks (ZeRO-1)", w) : std::string("whole");
+    const nlohmann::json then = rp.state.value("options", nlohmann::json::object());
+    const int then_tp = then.value("tensor_parallel", 1);
+    const int then_dp = rp.state.value("world_size", 1) / std::max(1, then_tp);
+    const auto layout = [](int dp, int z, int tp) {
+        std::string s = z == 1 && dp > 1 ? fmt::format("sharded over {} ranks (ZeRO-1)", dp) : std::string("whole");
+        return tp > 1 ? s + fmt::format(", split over {} tensor-parallel ranks", tp) : s;
     };
-    const std::string was = layout(then_world, then_zero), now = layout(world, o.zero);
+    const std::string was = layout(then_dp, then.value("zero", 0), then_tp);
+    const std::string now = layout(r.grid.dp->size(), o.zero, r.grid.tp_size());
     if (was != now)
         std::fprintf(stderr,
                      "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
@@ -384,6 +394,7 @@ RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm) {
 namespace {
 
 void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& comm) {
+    r.grid = make_grid(comm, o.tensor_parallel);
     const ModelSource src = model_source(o, resume);
     nlohmann::json src_config;
     ModelConfig cfg;
@@ -396,17 +407,17 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
         make_run_backend(o.device, o.threads, o.attention, comm.local_rank());  // the local rank's GPU
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
-    build_model(r, o, cfg, src, comm);
+    build_model(r, o, cfg, src);
     if (o.batch_auto) {
         ANVIL_CHECK(!resume, "--batch auto: a resumed run keeps the batch it chose; drop the flag");
         search_batch(r, o, comm);
     }
     r.model->reserve(o.batch, o.seq, true);
-    if (resume) restore_state(r, o, *resume, comm.size());
+    if (resume) restore_state(r, o, *resume);
     if (comm.size() > 1) {
         check_same_options(comm, options_to_json(o));
         check_same(comm, r.data.fingerprint, "the training data (its fingerprint)");
-        r.dp = std::make_unique<DataParallel>(comm, r.model->params(), *r.opt);
+        r.dp = std::make_unique<DataParallel>(r.grid, r.model->params(), *r.opt);
         r.trainer->set_data_parallel(r.dp.get());
     }
     r.opts = o;

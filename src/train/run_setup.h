@@ -17,12 +17,14 @@
 #include "train/optimizer.h"
 #include "train/options.h"
 #include "train/run_dir.h"
+#include "train/tensor_parallel.h"
 #include "train/trainer.h"
 
 namespace anvil {
 
 struct RunSetup {
     Comm* comm = nullptr;                        // the job's processes (size 1: this one alone)
+    ProcessGrid grid;                            // its data-parallel replicas and tensor-parallel groups
     RunDirLock lock;                             // rank 0's; held until everything else is gone
     TrainOptions opts;                           // resolved (out dir, data path, sequence length, batch)
     std::unique_ptr<Backend> backend;            // outlives everything allocated on it
@@ -31,6 +33,7 @@ struct RunSetup {
     Dataset data;
     std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> opt;
+    std::shared_ptr<TpReducer> tp;     // the model's tensor-parallel sums (--tensor-parallel)
     std::unique_ptr<DataParallel> dp;  // with more than one rank
     std::unique_ptr<Trainer> trainer;
     int start_step = 0;

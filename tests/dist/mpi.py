@@ -1,5 +1,6 @@
 """Helpers for the tests under mpirun: the launch command, its environment (shared memory between the ranks
 of this machine, oversubscribed cores) and the skip when Open MPI or anvil's MPI plugin is missing."""
+import json
 import os
 import shutil
 import subprocess
@@ -29,3 +30,15 @@ def missing(plugin):
     if not os.path.exists(plugin):
         return f"{plugin} was not built (apt-get install libopenmpi-dev, then rebuild)"
     return None
+
+
+def losses(out):
+    """{step: loss} of a run directory's metrics.jsonl."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def worst(a, b):
+    """The largest relative difference over the steps both have (inf when they share none), and their number."""
+    steps = sorted(set(a) & set(b))
+    return max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=float("inf")), len(steps)

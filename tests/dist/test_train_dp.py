@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ANVIL, check as check_line, report, run as anvil_run, text_file, instruction_file  # noqa: E402
 import mpi  # noqa: E402
-from mpi import mpi_env, mpirun_cmd  # noqa: E402
+from mpi import losses, mpi_env, mpirun_cmd, worst  # noqa: E402
 
 PLUGIN = os.environ.get("ANVIL_MPI_PLUGIN", os.path.join(os.path.dirname(os.path.abspath(ANVIL)), "libanvil_mpi.so"))
 RUN = ["--layers", "2", "--dim", "32", "--threads", "1", "--log-every", "1", "--lr", "3e-3", "--eval-examples", "0"]
@@ -36,17 +36,6 @@ MODEL = RUN + ["--heads", "2", "--seq", "16"]
 
 def mpirun(n, args, timeout=300, env=None):
     return mpi.run(n, [ANVIL, *args], env=env, timeout=timeout)
-
-
-def losses(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
-
-
-def worst(a, b):
-    """The largest relative difference over the steps both have (inf when they share none)."""
-    steps = sorted(set(a) & set(b))
-    return max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=float("inf")), len(steps)
 
 
 def rank_pids(launcher_pid):

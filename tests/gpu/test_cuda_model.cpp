@@ -254,13 +254,14 @@ TEST_F(CudaModel, NcclWithOneRankLeavesGradientsAndTrainingUnchanged) {
     const int B = 2, T = 32, steps = 4;
     const Batches data(B, T, small().vocab_size, steps, test_seed());
     const std::unique_ptr<Comm> one = make_comm(60);
+    const ProcessGrid grid = make_grid(*one, 1);
     std::vector<double> losses[2];
     std::vector<std::vector<float>> weights[2];
     for (int r = 0; r < 2; r++) {
         TrainRun run(*be.gpu, DType::BF16, 5, B, T);
         std::unique_ptr<DataParallel> dp;
         if (r == 1) {
-            dp = std::make_unique<DataParallel>(*one, run.model->params(), *run.opt, /*even_alone=*/true);
+            dp = std::make_unique<DataParallel>(grid, run.model->params(), *run.opt, /*even_alone=*/true);
             run.trainer->set_data_parallel(dp.get());
         }
         for (int s = 0; s < steps; s++) losses[r].push_back(run.step(data.step(s), B, T, s));

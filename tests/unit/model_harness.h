@@ -20,6 +20,19 @@ inline ModelConfig tiny() {
     return c;
 }
 
+// A tiny Llama: grouped-query attention (4 heads, 2 key/value heads), SwiGLU, rotary positions.
+inline ModelConfig tiny_llama(bool tied = false) {
+    ModelConfig c = tiny();
+    c.model_type = "llama";
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.ffn_dim = 12;
+    c.norm_eps = 1e-6;
+    c.rope_theta = 100.0;  // short wavelengths, so 8 positions turn the pairs well round
+    c.tie_embeddings = tied;
+    return c;
+}
+
 inline std::vector<std::vector<float>> all_params(const ParamStore& s) {
     std::vector<std::vector<float>> v;
     for (size_t i = 0; i < s.size(); i++) v.push_back(s.read_f32(i));

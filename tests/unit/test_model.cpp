@@ -15,18 +15,6 @@
 namespace anvil::test {
 namespace {
 
-ModelConfig tiny_llama(bool tied) {
-    ModelConfig c = tiny();
-    c.model_type = "llama";
-    c.n_head = 4;
-    c.n_kv_head = 2;
-    c.ffn_dim = 12;
-    c.norm_eps = 1e-6;
-    c.rope_theta = 100.0;  // short wavelengths, so 8 positions turn the pairs well round
-    c.tie_embeddings = tied;
-    return c;
-}
-
 TEST(Model, GradientMatchesFiniteDifferences) {
     TinyRun run(test_seed());
     run.shake(test_seed() + 1, 0.3f);
