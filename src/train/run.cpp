@@ -273,9 +273,15 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
     Model& model = *run_.model;
     if (run_.data.val.size() > 1) {
         const LossResult v = evaluate_loss(model, run_.data.val, o_.batch, o_.seq, 0, &replicas_);
-        summary["val_loss"] = v.loss;
-        summary["val_ppl"] = v.ppl;
-        std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
+        if (v.targets > 0) {
+            summary["val_loss"] = v.loss;
+            summary["val_ppl"] = v.ppl;
+            std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
+        } else {  // every held-out record's response starts past the sequence length
+            std::printf("validation: no held-out targets within --seq %d (the held-out records' responses start "
+                        "past it); use a longer --seq\n",
+                        o_.seq);
+        }
     }
     if (!run_.data.val_examples.empty()) {
         const ExactMatchResult em =

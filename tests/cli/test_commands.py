@@ -8,7 +8,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import TINY, TempDir, check, report, run, text_file  # noqa: E402
+from common import TINY, TempDir, check, instruction_file, report, run, text_file  # noqa: E402
 
 
 def main():
@@ -41,6 +41,14 @@ def main():
         check(any("val_loss" in row for row in rows), "metrics.jsonl carries val_loss at --eval-every", f)
         first = json.loads(open(os.path.join(out, "data.jsonl")).readline())
         check(set(first) == {"instruction", "input", "output"}, "embedded data is in the seed format", f)
+
+        # instruction records whose responses start past --seq: no held-out targets, said so (no "loss nan")
+        short = os.path.join(d, "short")
+        r = run(["train", *TINY, "--data", instruction_file(d), "--steps", "2", "--eval-examples", "0", "--out", short])
+        summary = json.load(open(os.path.join(short, "summary.json"))) if r.returncode == 0 else {}
+        check(r.returncode == 0 and "validation: no held-out targets within --seq 16" in r.stdout and
+              "nan" not in r.stdout and "val_loss" not in summary,
+              "a validation set with no targets within --seq is reported as such, not as a nan loss", f)
 
         # the model directory: HF config keys and tensor names/layouts
         final = os.path.join(out, "final")
