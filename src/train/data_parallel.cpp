@@ -18,13 +18,12 @@ DataParallel::DataParallel(const ProcessGrid& grid, ParamStore& store, const Ada
         else
             for (size_t i : store.trainable()) add(i, store.grad(i));
     }
-    Comm& comm = comm_;
-    if (comm.size() == 1 && !even_alone) return;  // nothing to reduce
+    if (comm_.size() == 1 && !even_alone) return;  // nothing to reduce
     Backend& be = store.backend();
     if (be.device() != Device::CPU) {  // device memory: the backend's collectives (NCCL)
         ANVIL_CHECK(!zero_, "--zero 1: ZeRO-1 runs on the CPU backend for now; drop the flag on {}",
                     device_name(be.device()));
-        device_ = make_device_collectives(comm, be, "data parallelism");
+        device_ = make_device_collectives(comm_, be, "data parallelism");
     }
     int layers = 0;
     for (size_t i : store.trainable()) layers = std::max(layers, store.spec(i).layer + 1);
@@ -52,8 +51,8 @@ DataParallel::DataParallel(const ProcessGrid& grid, ParamStore& store, const Ada
         k = e;
     }
     if (!zero_ || tr.empty()) return;
-    ANVIL_CHECK(opt.shard().world == comm.size(), "ZeRO-1: the optimizer is sharded {} ways over {} ranks",
-                opt.shard().world, comm.size());
+    ANVIL_CHECK(opt.shard().world == comm_.size(), "ZeRO-1: the optimizer is sharded {} ways over {} ranks",
+                opt.shard().world, comm_.size());
     const std::vector<Tensor> flat = store.grad_tensors();
     ANVIL_CHECK(flat.size() == 1 && size_t(flat[0].numel()) >= opt.layout_floats(),
                 "ZeRO-1: the gradients are not laid out like the optimizer's state");
