@@ -31,8 +31,7 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLa
     if (tp.on() && par != Parallel::None) {
         parallel_ = par;
         const int split = par == Parallel::Column ? out : in;
-        ANVIL_CHECK(split % (blocks * tp.size) == 0, "{}: {} {} do not split over {} tensor-parallel ranks", name,
-                    split, par == Parallel::Column ? "outputs" : "inputs", tp.size);
+        ANVIL_ASSERT(split % (blocks * tp.size) == 0);  // the model checked its heads and MLP width
         // the weight's dimension of the split features, in its layout
         const int out_dim = layout == WLayout::InOut ? 1 : 0;
         if (par == Parallel::Column) {

@@ -102,7 +102,6 @@ public:
     int in_features() const { return in_; }  // this rank's (tensor parallelism splits one of them)
     int out_features() const { return out_; }
     int layer() const { return layer_; }
-    Parallel parallel() const { return parallel_; }
 
     void plan(ActPlan& plan) const;
     // With pre_gelu: pre_gelu = in @ W + b and out = gelu(pre_gelu).

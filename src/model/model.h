@@ -68,7 +68,6 @@ public:
     virtual std::vector<Linear*> linears() = 0;
     virtual WLayout linear_layout() const = 0;
     bool recompute() const { return options_.recompute; }
-    const TensorParallel& tensor_parallel() const { return options_.tp; }
     int n_layers() const { return config_.n_layer; }
 
     // Activations for batches up to (max_B, max_T) in a mode.

@@ -93,7 +93,7 @@ void load_model_weights(const std::string& dir, Model& model,
         found[i] = where.second;
         from[i] = where.first;
     }
-    std::vector<float> f32, piece;
+    std::vector<float> f32;
     for (size_t i = 0; i < store.size(); i++) {
         const ParamSpec& s = store.spec(i);
         if (s.adapter) continue;  // adapters come from their own files (lora.h)
@@ -111,11 +111,7 @@ void load_model_weights(const std::string& dir, Model& model,
         }
         f32.resize(size_t(e.numel()));
         convert_to_f32(f32.data(), from[i]->raw(e), e.dtype, f32.size());
-        if (s.shard.split()) {  // tensor parallel: this rank's piece of the whole tensor
-            piece.resize(size_t(s.shape.numel()));
-            take_shard(s, f32.data(), piece.data());
-            f32.swap(piece);
-        }
+        keep_shard(s, f32);  // tensor parallel: this rank's piece of the whole tensor
         if (on_f32) on_f32(i, f32.data());
         store.write_f32(i, f32.data());
     }

@@ -31,15 +31,20 @@ void for_each_run(const ParamSpec& s, int part, F f) {
 }
 }  // namespace
 
-void take_shard(const ParamSpec& s, const float* whole, float* piece) {
-    for_each_run(s, s.shard.part, [&](int64_t w, int64_t p, int64_t n) { std::copy_n(whole + w, n, piece + p); });
+void keep_shard(const ParamSpec& s, std::vector<float>& v) {
+    if (!s.shard.split()) return;
+    std::vector<float> piece(size_t(s.shape.numel()));
+    for_each_run(s, s.shard.part,
+                 [&](int64_t w, int64_t p, int64_t n) { std::copy_n(v.data() + w, n, piece.data() + p); });
+    v.swap(piece);
 }
 
 void put_shard(const ParamSpec& s, int part, const float* piece, float* whole) {
     for_each_run(s, part, [&](int64_t w, int64_t p, int64_t n) { std::copy_n(piece + p, n, whole + w); });
 }
 
-ParamStore::ParamStore(Backend& backend, std::vector<ParamSpec> specs) : be_(&backend), specs_(std::move(specs)) {
+ParamStore::ParamStore(Backend& backend, std::vector<ParamSpec> specs)
+    : be_(&backend), specs_(std::move(specs)) {
     TensorTable all, trainable;
     std::vector<size_t> grad_slot(specs_.size(), npos);
     for (size_t i = 0; i < specs_.size(); i++) {
@@ -94,7 +99,7 @@ void ParamStore::init_adapters(uint64_t seed, const std::function<void(size_t, c
 
 void ParamStore::init_entries(uint64_t seed, bool adapters_only, const std::function<void(size_t, const float*)>& on_f32) {
     Rng rng(seed);
-    std::vector<float> v, piece;
+    std::vector<float> v;
     for (size_t i = 0; i < specs_.size(); i++) {
         const ParamSpec& s = specs_[i];
         if (adapters_only && !s.adapter) continue;
@@ -105,11 +110,7 @@ void ParamStore::init_entries(uint64_t seed, bool adapters_only, const std::func
             for (auto& x : v) x = float(rng.normal() * s.init.std);
         else if (s.init.kind == Init::Uniform)
             for (auto& x : v) x = float((2.0 * rng.uniform() - 1.0) * s.init.std);
-        if (s.shard.split()) {  // drawn whole, in the same order as one process, then this rank's piece
-            piece.resize(size_t(s.shape.numel()));
-            take_shard(s, v.data(), piece.data());
-            v.swap(piece);
-        }
+        keep_shard(s, v);  // drawn whole, in the same order as one process, then this rank's piece
         if (on_f32) on_f32(i, v.data());
         write_f32(i, v.data());
     }

@@ -44,9 +44,10 @@ struct ParamSpec {
     Shape full_shape() const;
 };
 
-// The tensor-parallel piece of an entry (its spec's shard) from the whole entry's values, and back: put_shard
-// writes piece `part` of a whole tensor (the other parts' values are left as they are).
-void take_shard(const ParamSpec& s, const float* whole, float* piece);
+// The tensor-parallel piece of an entry and the whole: keep_shard turns `v`, the whole entry's values, into this
+// rank's piece (its spec's shard; unchanged for an entry that is not split); put_shard writes piece `part`
+// into a whole tensor (the other parts' values are left as they are).
+void keep_shard(const ParamSpec& s, std::vector<float>& v);
 void put_shard(const ParamSpec& s, int part, const float* piece, float* whole);
 
 class ParamStore {

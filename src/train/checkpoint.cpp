@@ -114,11 +114,7 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
                         "{}: tensor \"{}\" must be F32 of shape {}", path, name, shape_str(spec.full_shape()));
             mv[k].resize(size_t(spec.full_shape().numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
-            if (spec.shard.split()) {  // tensor parallel: this rank's piece
-                std::vector<float> piece(size_t(spec.shape.numel()));
-                take_shard(spec, mv[k].data(), piece.data());
-                mv[k].swap(piece);
-            }
+            keep_shard(spec, mv[k]);  // tensor parallel: this rank's piece
         }
         // the part in this rank's range (ZeRO-1 reshards here)
         opt.set_moments(i, mv[0].data(), mv[1].data());

@@ -266,8 +266,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.recompute = o.recompute;
     mo.lora = src.lora;
     if (r.grid.tp) {
-        r.tp = make_tp_reducer(*r.grid.tp, *r.backend);
-        mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), r.tp};
+        mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }
     r.model = make_model(be, cfg, mo);
     ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)",

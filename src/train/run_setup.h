@@ -33,7 +33,6 @@ struct RunSetup {
     Dataset data;
     std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> opt;
-    std::shared_ptr<TpReducer> tp;     // the model's tensor-parallel sums (--tensor-parallel)
     std::unique_ptr<DataParallel> dp;  // with more than one rank
     std::unique_ptr<Trainer> trainer;
     int start_step = 0;

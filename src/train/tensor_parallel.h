@@ -23,7 +23,6 @@ struct ProcessGrid {
     Comm* tp = nullptr;  // this rank's tensor-parallel group; null without TP
     std::unique_ptr<Comm> own_dp, own_tp;
     int tp_size() const { return tp ? tp->size() : 1; }
-    int tp_rank() const { return tp ? tp->rank() : 0; }
 };
 
 // Splits `world` into groups of `tp_size` consecutive ranks (1: no groups, dp is the world). Throws naming

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 
 def mpirun_cmd(n=None):
@@ -42,3 +43,16 @@ def worst(a, b):
     """The largest relative difference over the steps both have (inf when they share none), and their number."""
     steps = sorted(set(a) & set(b))
     return max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=float("inf")), len(steps)
+
+
+def training_workdir(anvil, prefix):
+    """For the training tests under mpirun: None after printing SKIPPED where mpirun or the MPI plugin beside
+    `anvil` (or $ANVIL_MPI_PLUGIN) is missing; otherwise a fresh temporary directory, made the working one."""
+    plugin = os.environ.get("ANVIL_MPI_PLUGIN", os.path.join(os.path.dirname(os.path.abspath(anvil)),
+                                                             "libanvil_mpi.so"))
+    if why := missing(plugin):
+        print("SKIPPED: " + why)
+        return None
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chdir(tmp)
+    return tmp

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
@@ -29,7 +28,6 @@ from common import ANVIL, check as check_line, report, run as anvil_run, text_fi
 import mpi  # noqa: E402
 from mpi import losses, mpi_env, mpirun_cmd, worst  # noqa: E402
 
-PLUGIN = os.environ.get("ANVIL_MPI_PLUGIN", os.path.join(os.path.dirname(os.path.abspath(ANVIL)), "libanvil_mpi.so"))
 RUN = ["--layers", "2", "--dim", "32", "--threads", "1", "--log-every", "1", "--lr", "3e-3", "--eval-examples", "0"]
 MODEL = RUN + ["--heads", "2", "--seq", "16"]
 
@@ -67,11 +65,9 @@ def wait_for_steps(out, n, proc, limit=60):
 
 
 def main():
-    if why := mpi.missing(PLUGIN):
-        print("SKIPPED: " + why)
+    tmp = mpi.training_workdir(ANVIL, "anvil_dp_")
+    if tmp is None:
         return 77
-    tmp = tempfile.mkdtemp(prefix="anvil_dp_")
-    os.chdir(tmp)
     failures = []
 
     def check(cond, msg):

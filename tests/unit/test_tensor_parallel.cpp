@@ -66,10 +66,11 @@ void check_split_model(const ModelConfig& c, const char* split_entry) {
     for (auto& run : ranks) {
         ParamStore& rs = run->model->params();
         for (size_t i = 0; i < rs.size(); i++) {
-            std::vector<float> piece(size_t(rs.spec(i).shape.numel())), w = rs.read_f32(i);
-            take_shard(rs.spec(i), init[i].data(), piece.data());
-            ASSERT_EQ(w, piece) << rs.spec(i).name << ": a piece's init is not its slice of the whole init";
-            take_shard(rs.spec(i), whole.model->params().read_f32(i).data(), piece.data());
+            std::vector<float> piece = init[i];
+            keep_shard(rs.spec(i), piece);
+            ASSERT_EQ(rs.read_f32(i), piece) << rs.spec(i).name << ": a piece's init is not its slice of the whole init";
+            piece = whole.model->params().read_f32(i);
+            keep_shard(rs.spec(i), piece);
             rs.write_f32(i, piece.data());
         }
     }
