@@ -18,28 +18,6 @@
 
 namespace anvil::cli {
 
-namespace {
-
-struct ModelFlags {
-    InferenceOptions o;
-    void add(CLI::App* sub) {
-        sub->add_option(
-               "--model", o.model_dir,
-               "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
-            ->required();
-        sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
-        sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
-        add_template_flag(sub, o.prompt_template, "default: the one the model was trained with, else auto");
-        sub->add_option("--device", o.device, "cpu, cuda or auto")
-            ->capture_default_str()
-            ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-        sub->add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
-    }
-    InferenceSetup load() const { return setup_inference(o); }
-};
-
-}  // namespace
-
 Command add_eval(CLI::App& app) {
     CLI::App* sub =
         app.add_subcommand("eval", "validation loss, perplexity and exact-match accuracy of a model");

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "train/run_setup.h"
+
 namespace anvil::cli {
 
 struct Command {
@@ -24,6 +26,7 @@ Command add_doctor(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);
 Command add_lora(CLI::App& app);
+Command add_serve(CLI::App& app);
 // `train`: the flags a sweep's grid may vary
 Command add_sweep(CLI::App& app, const CLI::App& train);
 
@@ -33,6 +36,14 @@ extern const CLI::Validator kNonNegative;  // "must be zero or more"
 
 // --template / --chat-template NAME: how instruction and chat records are rendered (data/chat.h).
 CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note);
+
+// The flags of the commands that load a trained model (eval, generate, serve): --model, --adapter,
+// --tokenizer, --template, --device, --threads.
+struct ModelFlags {
+    InferenceOptions o;
+    void add(CLI::App* sub);
+    InferenceSetup load() const { return setup_inference(o); }
+};
 
 // The --json flag every command with a machine-readable result has: bare `--json` prints JSON to stdout
 // instead of the text; `--json FILE` prints the text and writes the JSON to FILE (atomically). `dest` is

@@ -36,6 +36,19 @@ CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::stri
         ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml"}));
 }
 
+void ModelFlags::add(CLI::App* sub) {
+    sub->add_option("--model", o.model_dir,
+                    "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
+        ->required();
+    sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
+    sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
+    add_template_flag(sub, o.prompt_template, "default: the one the model was trained with, else auto");
+    sub->add_option("--device", o.device, "cpu, cuda or auto")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    sub->add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+}
+
 CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {
     // A value is optional: bare --json stores "-" (stdout).
     return sub

@@ -19,7 +19,26 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                 f.pos0 + f.T, config_.n_ctx);
     ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
                 "forward: gradients need targets and training activations");
-    const Pass p{be_, acts, f.B, f.T, f.pos0, f.cache, f.seed, options_.tp.reducer.get()};
+    if (f.row_slot) {
+        ANVIL_CHECK(f.cache && f.row_pos && f.T == 1 && !f.targets && !f.last_logits,
+                    "forward: per-row cache slots decode one token per row into a cache");
+        for (int b = 0; b < f.B; b++)
+            ANVIL_CHECK(f.row_pos[b] >= 0 && f.row_pos[b] < config_.n_ctx && f.row_slot[b] >= 0 &&
+                            f.row_slot[b] < f.cache->slots(),
+                        "forward: row {} at position {} in slot {} (context {}, {} slots)", b, f.row_pos[b],
+                        f.row_slot[b], config_.n_ctx, f.cache->slots());
+    }
+    const Pass p{.be = be_,
+                 .acts = acts,
+                 .B = f.B,
+                 .T = f.T,
+                 .pos0 = f.pos0,
+                 .cache = f.cache,
+                 .slot = f.slot,
+                 .row_slot = f.row_slot,
+                 .row_pos = f.row_pos,
+                 .seed = f.seed,
+                 .tp = options_.tp.reducer.get()};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
     Tensor x = encoded;
@@ -46,7 +65,12 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
 
 void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
     ANVIL_CHECK(have_grad_logits_, "backward: call forward with a nonzero dloss first");
-    const Pass p{be_, acts, last_B_, last_T_, 0, nullptr, last_seed_, options_.tp.reducer.get()};
+    const Pass p{.be = be_,
+                 .acts = acts,
+                 .B = last_B_,
+                 .T = last_T_,
+                 .seed = last_seed_,
+                 .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));  // the logits hold d(loss)/d(logits)
     be_.zero(dres);

@@ -10,6 +10,21 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
     const int V = int(logits.size());
     if (opt.temperature <= 0.0f)
         return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if ((opt.top_k <= 0 || opt.top_k >= V) && opt.top_p >= 1.0f) {
+        // the whole distribution: one pass in id order, no sort (a server samples every row of every step)
+        const float mx = *std::max_element(logits.begin(), logits.end());
+        double sum = 0.0;
+        for (float& l : logits) {
+            l = float(std::exp(double(l - mx) / opt.temperature));
+            sum += l;
+        }
+        double u = rng.uniform() * sum;
+        for (int i = 0; i < V; i++) {
+            u -= logits[size_t(i)];
+            if (u <= 0.0) return i;
+        }
+        return V - 1;
+    }
     std::vector<int32_t> idx(static_cast<size_t>(V));
     std::iota(idx.begin(), idx.end(), 0);
     int keep = V;
@@ -50,7 +65,7 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
 Generator::Generator(Model& model)
     : model_(model),
       acts_(model.make_activations(1, model.config().n_ctx, ActMode::Decode)),
-      cache_(model.make_cache()) {}
+      cache_(model.make_cache()) {}  // one sequence, slot 0
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
     Backend& be = model_.backend();

@@ -25,7 +25,7 @@ struct SampleOptions {
         0;  // sample only ids below this (the tokenizer's, when the model's vocabulary is padded)
 };
 
-// Picks the next token from logits (V) on the host.
+// Picks the next token from logits (V) on the host (they may be overwritten).
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
 class Generator {

@@ -12,14 +12,43 @@ size_t ParamRegistry::add(ParamSpec s) {
     return specs.size() - 1;
 }
 
-KvCache::KvCache(Allocator& alloc, int layers, int max_T, int kv_dim, DType dtype) : max_T_(max_T) {
+KvCache::KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype)
+    : slots_(slots), max_T_(max_T) {
     TensorTable t;
     for (int l = 0; l < layers; l++) {
-        t.add("k", {max_T, kv_dim}, dtype);
-        t.add("v", {max_T, kv_dim}, dtype);
+        t.add("k", {slots, max_T, kv_dim}, dtype);
+        t.add("v", {slots, max_T, kv_dim}, dtype);
     }
     arena_ = Arena(alloc, t);
 }
+
+Tensor batch_row(const Tensor& t, int b) {
+    Tensor r = t.slice0(b);
+    Shape s;
+    s.ndim = t.shape.ndim;
+    s.dims[0] = 1;
+    for (int d = 1; d < t.shape.ndim; d++) s.dims[size_t(d)] = t.shape.dims[size_t(d)];
+    return r.view(s);
+}
+
+namespace {
+
+// Attention of the pass's new queries over the cache, appending their keys and values: the one sequence, or
+// each row in its own slot. qkv (B, T, q + 2 kv columns) -> y (B, T, q columns).
+void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads) {
+    const KvCache& c = *p.cache;
+    if (!p.row_slot) {
+        ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence per slot, got a batch of {}", p.B);
+        p.be.attention_cached(y.slice0(0), qkv.slice0(0), c.k(layer, p.slot), c.v(layer, p.slot), p.pos0, heads);
+        return;
+    }
+    for (int b = 0; b < p.B; b++) {
+        const int s = p.row_slot[b];
+        p.be.attention_cached(y.slice0(b), qkv.slice0(b), c.k(layer, s), c.v(layer, s), p.row_pos[b], heads);
+    }
+}
+
+}  // namespace
 
 // ---- Linear -------------------------------------------------------------------------------------------
 
@@ -138,12 +167,18 @@ Embedding::Embedding(ParamRegistry& reg, const std::string& tokens, const std::s
 void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
     const ParamStore& s = *reg_->store;
     if (wpe_ == ParamStore::npos) return p.be.embedding_fwd(out, tokens, s.param(wte_), {});
-    Tensor wpe = s.param(wpe_);  // positions pos0.. : the table from row pos0 on
-    ANVIL_CHECK(p.pos0 + p.T <= wpe.dim(0), "position {} is past the model's context {}", p.pos0 + p.T - 1,
-                wpe.dim(0));
-    wpe.data = static_cast<char*>(wpe.data) + size_t(p.pos0) * size_t(wpe.dim(1)) * dtype_size(wpe.dtype);
-    wpe.shape.dims[0] -= p.pos0;
-    p.be.embedding_fwd(out, tokens, s.param(wte_), wpe);
+    // positions pos0.. : the table from row pos0 on
+    auto from = [&](int pos0, int T) {
+        Tensor wpe = s.param(wpe_);
+        ANVIL_CHECK(pos0 + T <= wpe.dim(0), "position {} is past the model's context {}", pos0 + T - 1,
+                    wpe.dim(0));
+        wpe.data = static_cast<char*>(wpe.data) + size_t(pos0) * size_t(wpe.dim(1)) * dtype_size(wpe.dtype);
+        wpe.shape.dims[0] -= pos0;
+        return wpe;
+    };
+    if (!p.row_pos) return p.be.embedding_fwd(out, tokens, s.param(wte_), from(p.pos0, p.T));
+    for (int b = 0; b < p.B; b++)  // each row at its own position
+        p.be.embedding_fwd(batch_row(out, b), batch_row(tokens, b), s.param(wte_), from(p.row_pos[b], 1));
 }
 
 void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {
@@ -188,9 +223,7 @@ void Attention::forward(const Pass& p, Tensor out, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     qkv_.forward(p, qkv, in);
     if (p.cache) {
-        ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence at a time, got a batch of {}", p.B);
-        const Tensor q2 = qkv.view(Shape{p.T, 3 * int64_t(dim_)}), y2 = y.view(Shape{p.T, int64_t(dim_)});
-        p.be.attention_cached(y2, q2, p.cache->k(layer_), p.cache->v(layer_), p.pos0, heads_);
+        cached_attention(p, y, qkv, layer_, heads_);
     } else {
         p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
     }
@@ -320,13 +353,18 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     q_.forward(p, q, in);
     k_.forward(p, k, in);
     v_.forward(p, v, in);
-    p.be.rope(q, inv_freq_, heads_, p.pos0, false);
-    p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);
+    if (p.row_pos) {  // each row at its own position
+        for (int b = 0; b < p.B; b++) {
+            p.be.rope(batch_row(q, b), inv_freq_, heads_, p.row_pos[b], false);
+            p.be.rope(batch_row(k, b), inv_freq_, kv_heads_, p.row_pos[b], false);
+        }
+    } else {
+        p.be.rope(q, inv_freq_, heads_, p.pos0, false);
+        p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);
+    }
     p.be.qkv_pack(qkv, q, k, v, heads_);
     if (p.cache) {
-        ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence at a time, got a batch of {}", p.B);
-        const Tensor q2 = qkv.view(Shape{p.T, cols(qkv)}), y2 = y.view(Shape{p.T, cols(y)});
-        p.be.attention_cached(y2, q2, p.cache->k(layer_), p.cache->v(layer_), p.pos0, heads_);
+        cached_attention(p, y, qkv, layer_, heads_);
     } else {
         p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
     }

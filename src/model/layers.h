@@ -40,18 +40,27 @@ struct ParamRegistry {
     size_t add(ParamSpec s);
 };
 
-// Keys and values of every layer for one sequence, filled as it is decoded: (max_T, kv_heads * head_size).
+// Keys and values of every layer for `slots` sequences of up to max_T positions each: per layer, k and v of
+// (slots, max_T, kv_heads * head_size), one allocation. A generator decodes one sequence in slot 0; a server's
+// scheduler lends the slots to its requests.
 class KvCache {
 public:
-    KvCache(Allocator& alloc, int layers, int max_T, int kv_dim, DType dtype);
-    Tensor k(int layer) const { return arena_[size_t(2 * layer)]; }
-    Tensor v(int layer) const { return arena_[size_t(2 * layer + 1)]; }
+    KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype);
+    Tensor k(int layer, int slot) const { return arena_[size_t(2 * layer)].slice0(slot); }
+    Tensor v(int layer, int slot) const { return arena_[size_t(2 * layer + 1)].slice0(slot); }
+    int slots() const { return slots_; }
     int max_T() const { return max_T_; }
+    static size_t slot_bytes(int layers, int max_T, int kv_dim, DType dtype) {
+        return 2 * size_t(layers) * size_t(max_T) * size_t(kv_dim) * dtype_size(dtype);
+    }
 
 private:
     Arena arena_;
-    int max_T_;
+    int slots_, max_T_;
 };
+
+// Row b of a (B, ...) activation as a batch of one: (1, ...).
+Tensor batch_row(const Tensor& t, int b);
 
 // What one pass gives every layer.
 struct Pass {
@@ -60,6 +69,11 @@ struct Pass {
     int B, T;
     int pos0 = 0;               // position of the first token
     KvCache* cache = nullptr;   // decoding: attention appends to and reads from it
+    // Decoding with a cache: one sequence (B = 1) in cache slot `slot` at positions pos0.., or, when row_slot
+    // is set, B sequences of one token each (T = 1): row b in slot row_slot[b] at position row_pos[b].
+    int slot = 0;
+    const int* row_slot = nullptr;
+    const int* row_pos = nullptr;
     uint64_t seed = 0;          // this pass's randomness (dropout masks), the same in its backward
     TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }

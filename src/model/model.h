@@ -27,6 +27,11 @@ struct ForwardPass {
     int B = 1, T = 1;
     int pos0 = 0;               // the position of the first token (decoding continues a sequence)
     KvCache* cache = nullptr;   // append keys and values at pos0.. and attend over the cache (B = 1)
+    int slot = 0;               // the cache slot of that one sequence
+    // Or, when set, a batch of B sequences of one token each (T = 1), each continuing its own cache slot:
+    // row b in slot row_slot[b] at position row_pos[b] (a server's decode step, continuous batching).
+    const int* row_slot = nullptr;
+    const int* row_pos = nullptr;
     bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
     float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)
@@ -72,8 +77,10 @@ public:
 
     // Activations for batches up to (max_B, max_T) in a mode.
     std::unique_ptr<Activations> make_activations(int max_B, int max_T, ActMode mode) const;
-    // A KV cache for one sequence of up to max_T positions (0 = the model's context).
-    std::unique_ptr<KvCache> make_cache(int max_T = 0) const;
+    // A KV cache for `slots` sequences of up to max_T positions each (0 = the model's context).
+    std::unique_ptr<KvCache> make_cache(int max_T = 0, int slots = 1) const;
+    // Its size per sequence in bytes.
+    size_t cache_slot_bytes(int max_T = 0) const;
 
     // The model's own activations (training, evaluation): reserve once, release to change size.
     void reserve(int max_B, int max_T, bool training);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -361,6 +362,9 @@ int run_train(TrainOptions o, const ResumePoint* resume) {
     } catch (const std::bad_alloc&) {
         comm->abort("out of memory; use a smaller model, batch or --seq");
     } catch (const std::exception& e) {
+        // A check every rank makes alike (flags against the model's shape) fails on all of them: rank 0 goes
+        // first, so it reports and removes the run directory it made before another rank's abort kills it.
+        if (comm->rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
         comm->abort(e.what());  // ends every rank: the others would wait for this one until --comm-timeout
     }
     return 1;  // not reached: abort() ends the process

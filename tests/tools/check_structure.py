@@ -25,7 +25,8 @@ ALLOWED = {
     "model": {"backend", "io", "core"},
     "dist": {"core"},
     "train": {"model", "data", "monitor", "dist", "backend", "io", "core"},
-    "cli": {"train", "model", "data", "monitor", "dist", "backend", "io", "core"},
+    "serve": {"model", "data", "backend", "io", "core"},
+    "cli": {"train", "serve", "model", "data", "monitor", "dist", "backend", "io", "core"},
 }
 EXCEPTIONS = {"backend/factory.cpp": {"backend/cpu", "backend/cuda"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+(?:/(?:cpu|cuda))?)/[^"]+"')

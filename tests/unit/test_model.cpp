@@ -415,6 +415,20 @@ TEST(Sampling, TopKAndTopP) {
     for (int i = 0; i < 20; i++) EXPECT_EQ(sample_token(logits, p, rng), 1);
 }
 
+// The whole distribution (no top-k, no top-p) is sampled in one pass without sorting: p(1) = 3/4 here.
+TEST(Sampling, WholeDistributionFollowsTheSoftmax) {
+    Rng rng(7);
+    SampleOptions o;
+    o.temperature = 1.0f;
+    int ones = 0;
+    const int n = 8000;
+    for (int i = 0; i < n; i++) {
+        std::vector<float> logits = {0.0f, std::log(3.0f), -30.0f};
+        ones += sample_token(logits, o, rng) == 1;
+    }
+    EXPECT_NEAR(double(ones) / n, 0.75, 0.02);
+}
+
 // Recomputing the layer norms and GELU in the backward gives the same gradients, bit for bit, with less
 // activation memory.
 TEST(Model, RecomputeGivesIdenticalGradients) {

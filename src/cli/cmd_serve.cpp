@@ -1,0 +1,149 @@
+// anvil serve: an OpenAI-compatible HTTP server over one model, with continuous batching (serve/).
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "serve/server.h"
+
+namespace anvil::cli {
+
+namespace {
+
+// Set by SIGTERM/SIGINT (counted: a second one stops without waiting); read by the drain thread.
+std::atomic<int> g_signals{0};
+extern "C" void on_serve_signal(int) {
+    g_signals++;
+}
+
+// A run's final/ or checkpoint-N/ is named after the run directory; any other model directory after itself.
+std::string default_model_name(const std::string& dir) {
+    std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    const std::string base = p.filename().string();
+    if ((base == "final" || base.rfind("checkpoint-", 0) == 0) && !p.parent_path().filename().empty())
+        return p.parent_path().filename().string();
+    return base.empty() ? "model" : base;
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand(
+        "serve",
+        "serve a model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions, /v1/models), "
+        "/health and /metrics; requests are batched continuously");
+    auto mf = std::make_shared<ModelFlags>();
+    struct Opts {
+        serve::ServerOptions http;
+        std::string name;
+        double kv_cache_mb = 2048.0, drain_seconds = 30.0;
+        int max_batch = 64, max_queue = 64;
+    };
+    auto o = std::make_shared<Opts>();
+    mf->add(sub);
+    sub->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
+    sub->add_option("--port", o->http.port, "port to listen on (0 = any free port, printed at start)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    sub->add_option("--served-model-name", o->name,
+                    "the model id /v1/models lists and requests name (default: the model directory's name)");
+    sub->add_option("--kv-cache-mb", o->kv_cache_mb,
+                    "memory for the KV cache: it holds this many MiB / (one sequence's keys and values over "
+                    "the whole context) sequences at once")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--max-batch", o->max_batch, "at most this many sequences decoded together")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--max-queue", o->max_queue,
+                    "requests that may wait for a free sequence; past it the server answers 429")
+        ->capture_default_str()
+        ->check(kNonNegative);
+    sub->add_option("--max-body-mb", o->http.max_body_mb, "larger request bodies get 413")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--drain-seconds", o->drain_seconds,
+                    "on SIGTERM or Ctrl-C: stop accepting, let running requests finish for up to this long, "
+                    "then exit")
+        ->capture_default_str()
+        ->check(kNonNegative);
+    auto run = [mf, o]() -> int {
+        InferenceSetup l = mf->load();
+        Model& model = *l.model;
+        const ModelConfig& c = model.config();
+        const size_t slot_bytes = model.cache_slot_bytes();
+        const double mib = 1024.0 * 1024.0;
+        const int fit = int(std::min<double>(o->kv_cache_mb * mib / double(slot_bytes), 1e6));
+        ANVIL_CHECK(
+            fit >= 1,
+            "--kv-cache-mb {}: one sequence's keys and values over the context of {} take {:.1f} MiB; "
+            "give at least that",
+            o->kv_cache_mb, c.n_ctx, double(slot_bytes) / mib);
+        serve::SchedulerOptions so;
+        so.slots = std::min(fit, o->max_batch);
+        so.max_queue = o->max_queue;
+        serve::Metrics metrics;
+        serve::Scheduler sched(model, so, &metrics);
+
+        serve::ServedModel served;
+        const std::string dir = l.adapter_dir.empty() ? l.base_dir : l.adapter_dir;
+        served.name = o->name.empty() ? default_model_name(dir) : o->name;
+        served.n_ctx = c.n_ctx;
+        served.tok = l.tok.get();
+        served.prompt = l.prompt;
+        served.stop_tokens = stop_tokens(l.prompt, *l.tok);
+        served.created = int64_t(std::time(nullptr));
+
+        const double kv_bytes = double(slot_bytes) * so.slots;
+        serve::Server server(sched, metrics, served, o->http, kv_bytes);
+        const int port = server.bind();
+        std::fprintf(stderr,
+                     "anvil: serving %s (%s, context %d, chat template %s) on http://%s:%d\n"
+                     "anvil: KV cache: %d sequences decoded together (%.1f MiB; %.1f MiB each), up to %d "
+                     "waiting\n",
+                     served.name.c_str(), c.model_type.c_str(), c.n_ctx, template_name(l.prompt),
+                     o->http.host.c_str(), port, so.slots, kv_bytes / mib, double(slot_bytes) / mib,
+                     so.max_queue);
+        std::fflush(stderr);
+
+        for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);
+        std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is the write's error, not the process's end
+        std::atomic<bool> over{false};
+        // the drain: on the first signal refuse new requests and wait for the running ones (a second signal
+        // or --drain-seconds cuts it short), then stop the scheduler, which returns run() below
+        std::thread drainer([&] {
+            while (!over && g_signals == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (over) return;
+            std::fprintf(stderr,
+                         "anvil: stopping: new requests get 503; waiting up to %.0f s for %d running\n",
+                         o->drain_seconds, sched.load().running + sched.load().queued);
+            const auto deadline = serve::Clock::now() + std::chrono::duration<double>(o->drain_seconds);
+            bool drained = false;
+            while (!drained && g_signals < 2 && serve::Clock::now() < deadline) drained = server.drain(0.05);
+            if (!drained)
+                std::fprintf(stderr, "anvil: stopping with %d requests unfinished (they get 503)\n",
+                             sched.load().running + sched.load().queued);
+            sched.stop();
+        });
+        server.start();
+        try {
+            sched.run();  // the model's thread: this one, where the backend was set up
+        } catch (...) {
+            over = true;
+            drainer.join();
+            throw;
+        }
+        over = true;
+        drainer.join();
+        server.stop();
+        std::fprintf(stderr, "anvil: stopped\n");
+        return 0;
+    };
+    return {sub, run};
+}
+
+}  // namespace anvil::cli

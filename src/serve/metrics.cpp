@@ -1,0 +1,93 @@
+#include "serve/metrics.h"
+
+#include <fmt/format.h>
+
+namespace anvil::serve {
+
+void Histogram::observe(double seconds) {
+    for (size_t i = 0; i < kBounds.size(); i++)
+        if (seconds <= kBounds[i]) counts_[i]++;
+    count_++;
+    sum_ += seconds;
+}
+
+std::string Histogram::text(const std::string& name, const std::string& help) const {
+    std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    for (size_t i = 0; i < kBounds.size(); i++)
+        out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], counts_[i]);
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_,
+                       name, count_);
+    return out;
+}
+
+void Metrics::on_first_token(double s) {
+    std::lock_guard<std::mutex> lk(m_);
+    ttft_.observe(s);
+}
+
+void Metrics::on_next_token(double s) {
+    std::lock_guard<std::mutex> lk(m_);
+    itl_.observe(s);
+}
+
+void Metrics::on_step(int rows) {
+    std::lock_guard<std::mutex> lk(m_);
+    steps_++;
+    rows_ += uint64_t(rows);
+}
+
+void Metrics::on_request(const std::string& endpoint, int status) {
+    std::lock_guard<std::mutex> lk(m_);
+    requests_[{endpoint, status}]++;
+}
+
+void Metrics::on_tokens(int64_t prompt, int64_t generated) {
+    std::lock_guard<std::mutex> lk(m_);
+    prompt_tokens_ += uint64_t(prompt);
+    generated_tokens_ += uint64_t(generated);
+}
+
+void Metrics::on_finished(const std::string& reason) {
+    std::lock_guard<std::mutex> lk(m_);
+    finished_[reason]++;
+}
+
+namespace {
+
+std::string scalar(const char* name, const char* type, const char* help, double v) {
+    return fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+}
+
+}  // namespace
+
+std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) const {
+    std::lock_guard<std::mutex> lk(m_);
+    std::string out =
+        "# HELP anvil_requests_total HTTP requests by endpoint and status code.\n"
+        "# TYPE anvil_requests_total counter\n";
+    for (const auto& [key, n] : requests_)
+        out += fmt::format("anvil_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
+                           key.second, n);
+    out +=
+        "# HELP anvil_generations_finished_total Generations by how they ended (abandoned: the client "
+        "left).\n"
+        "# TYPE anvil_generations_finished_total counter\n";
+    for (const auto& [reason, n] : finished_)
+        out += fmt::format("anvil_generations_finished_total{{reason=\"{}\"}} {}\n", reason, n);
+    out += scalar("anvil_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(prompt_tokens_));
+    out += scalar("anvil_generation_tokens_total", "counter", "Tokens generated.", double(generated_tokens_));
+    out += scalar("anvil_decode_steps_total", "counter", "Batched decode steps.", double(steps_));
+    out += scalar("anvil_decode_rows_total", "counter",
+                  "Sequences those steps advanced (rows / steps = mean batch).", double(rows_));
+    out += ttft_.text("anvil_time_to_first_token_seconds", "From a request's arrival to its first token.");
+    out += itl_.text("anvil_inter_token_latency_seconds", "Between consecutive tokens of a request.");
+    out += scalar("anvil_queue_length", "gauge", "Requests waiting for a KV-cache slot.", load.queued);
+    out += scalar("anvil_running_sequences", "gauge", "Sequences being decoded.", load.running);
+    out += scalar("anvil_kv_cache_slots", "gauge", "KV-cache slots (sequences the pool holds).", load.slots);
+    out += scalar("anvil_kv_cache_usage_ratio", "gauge", "Fraction of the KV-cache slots in use.",
+                  load.slots ? double(load.running) / load.slots : 0.0);
+    out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
+    return out;
+}
+
+}  // namespace anvil::serve

@@ -1,0 +1,322 @@
+#include "serve/openai.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace anvil::serve {
+
+nlohmann::json error_body(const ApiError& e) {
+    return {{"error",
+             {{"message", e.what()},
+              {"type", e.type},
+              {"param", e.param.empty() ? nlohmann::json() : nlohmann::json(e.param)},
+              {"code", e.code.empty() ? nlohmann::json() : nlohmann::json(e.code)}}}};
+}
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+    throw ApiError(400, message, param);
+}
+
+// An optional field of a type: absent or null leaves `out` as it is.
+template <class T, class Check>
+void field(const json& j, const char* name, T& out, Check is_type, const char* type) {
+    const auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return;
+    if (!is_type(*it)) bad(name, fmt::format("'{}' must be {}, got {}", name, type, it->dump()));
+    out = it->get<T>();
+}
+
+bool is_int(const json& v) {
+    return v.is_number_integer();
+}
+bool is_num(const json& v) {
+    return v.is_number();
+}
+bool is_bool(const json& v) {
+    return v.is_boolean();
+}
+
+// The text of a message's content: a string, or OpenAI's list of parts ({"type": "text", "text": ...}).
+std::string content_text(const json& c, size_t i) {
+    const std::string param = fmt::format("messages[{}].content", i);
+    if (c.is_string()) return c.get<std::string>();
+    if (!c.is_array()) bad(param, fmt::format("'{}' must be a string or a list of text parts", param));
+    std::string out;
+    for (const json& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+            bad(param,
+                fmt::format("'{}': only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported",
+                            param));
+        out += part["text"].get<std::string>();
+    }
+    return out;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
+    const auto it = body.find("messages");
+    if (it == body.end() || it->is_null()) bad("messages", "'messages' is required");
+    if (!it->is_array() || it->empty()) bad("messages", "'messages' must be a non-empty list of messages");
+    Example conv;
+    bool user = false;
+    for (size_t i = 0; i < it->size(); i++) {
+        const json& msg = (*it)[i];
+        const std::string param = fmt::format("messages[{}]", i);
+        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+            bad(param, fmt::format("'{}' must be an object with a 'role' and a 'content'", param));
+        std::string role = msg["role"].get<std::string>();
+        if (role == "developer") role = "system";  // OpenAI's newer name for the system message
+        Role r;
+        if (!parse_role(role, &r))
+            bad(param + ".role", fmt::format("'{}.role' is '{}'; expected system, user or assistant", param,
+                                             msg["role"].get<std::string>()));
+        if (r == Role::System && i > 0)
+            bad(param, fmt::format("'{}': a system message must come first", param));
+        if (!msg.contains("content") || msg["content"].is_null())
+            bad(param + ".content", fmt::format("'{}.content' is required", param));
+        user = user || r == Role::User;
+        conv.messages.push_back({r, content_text(msg["content"], i)});
+    }
+    if (!user) bad("messages", "'messages' has no user message to answer");
+    if (conv.messages.back().role != Role::User)
+        bad("messages", "the last message must be the user's: the reply follows it");
+    return prompt_tokens(conv, m.prompt, *m.tok);
+}
+
+std::vector<int32_t> completion_prompt(const json& body, const ServedModel& m) {
+    const auto it = body.find("prompt");
+    if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required");
+    const json& p = *it;
+    if (p.is_string()) return m.tok->encode_prompt(p.get<std::string>());
+    if (p.is_array() && p.size() == 1 && p[0].is_string())
+        return m.tok->encode_prompt(p[0].get<std::string>());
+    if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), is_int)) {  // token ids
+        std::vector<int32_t> ids;
+        for (const json& v : p) {
+            const int64_t id = v.get<int64_t>();
+            if (id < 0 || id >= m.tok->vocab_size())
+                bad("prompt", fmt::format("'prompt' token {} is outside the vocabulary of {}", id,
+                                          m.tok->vocab_size()));
+            ids.push_back(int32_t(id));
+        }
+        return ids;
+    }
+    if (p.is_array() && p.size() > 1 && p[0].is_string())
+        bad("prompt", "one prompt per request: 'prompt' lists several (send them as separate requests)");
+    bad("prompt", "'prompt' must be a string, a list of one string or a list of token ids");
+}
+
+std::vector<std::string> stop_strings(const json& body) {
+    const auto it = body.find("stop");
+    if (it == body.end() || it->is_null()) return {};
+    std::vector<std::string> out;
+    if (it->is_string()) {
+        out.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 4 &&
+               std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); })) {
+        for (const json& v : *it) out.push_back(v.get<std::string>());
+    } else {
+        bad("stop", "'stop' must be a string or a list of up to 4 strings");
+    }
+    out.erase(std::remove(out.begin(), out.end(), std::string()), out.end());
+    return out;
+}
+
+}  // namespace
+
+GenerationRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& m,
+                                uint64_t random_seed) {
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::parse_error& e) {
+        throw ApiError(400, fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+    if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+    std::string model;
+    field(
+        j, "model", model, [](const json& v) { return v.is_string(); }, "a string");
+    if (!model.empty() && model != m.name)
+        throw ApiError(404,
+                       fmt::format("The model '{}' does not exist; this server serves '{}'", model, m.name),
+                       "model", "invalid_request_error", "model_not_found");
+    int n = 1;
+    field(j, "n", n, is_int, "an integer");
+    if (n != 1) bad("n", fmt::format("'n' is {}; this server returns one choice per request (n = 1)", n));
+
+    GenerationRequest r;
+    r.endpoint = endpoint;
+    r.prompt = endpoint == Endpoint::Chat ? chat_prompt(j, m) : completion_prompt(j, m);
+    if (r.prompt.empty()) bad("prompt", "the prompt is empty; give at least one token of text");
+    const int P = int(r.prompt.size());
+    if (P >= m.n_ctx)
+        bad(endpoint == Endpoint::Chat ? "messages" : "prompt",
+            fmt::format("This model's maximum context length is {} tokens; the prompt has {} (leave room for "
+                        "at least one generated token)",
+                        m.n_ctx, P));
+
+    SampleOptions& s = r.sample;
+    int64_t max_tokens = endpoint == Endpoint::Chat ? m.n_ctx - P : 16;  // OpenAI's defaults
+    const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    field(j, max_name, max_tokens, is_int, "an integer");
+    if (max_tokens <= 0) bad(max_name, fmt::format("'{}' must be at least 1, got {}", max_name, max_tokens));
+    if (P + max_tokens > m.n_ctx)
+        bad(max_name,
+            fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                        "tokens ({} in the prompt, {} for the completion)",
+                        m.n_ctx, P + max_tokens, P, max_tokens));
+    s.max_new_tokens = int(max_tokens);
+    double temperature = 1.0, top_p = 1.0;
+    field(j, "temperature", temperature, is_num, "a number");
+    if (temperature < 0.0 || temperature > 2.0)
+        bad("temperature", fmt::format("'temperature' must be between 0 and 2, got {}", temperature));
+    field(j, "top_p", top_p, is_num, "a number");
+    if (top_p <= 0.0 || top_p > 1.0) bad("top_p", fmt::format("'top_p' must be in (0, 1], got {}", top_p));
+    s.temperature = float(temperature);
+    s.top_p = float(top_p);
+    int64_t top_k = 0;
+    field(j, "top_k", top_k, is_int, "an integer");
+    if (top_k < 0) bad("top_k", fmt::format("'top_k' must be 0 (off) or more, got {}", top_k));
+    s.top_k = int(std::min<int64_t>(top_k, m.tok->vocab_size()));
+    int64_t seed = int64_t(random_seed);
+    field(j, "seed", seed, is_int, "an integer");
+    s.seed = uint64_t(seed);
+    s.stop_tokens = m.stop_tokens;
+    s.vocab_real = m.tok->vocab_size();
+    r.stop = stop_strings(j);
+    field(j, "stream", r.stream, is_bool, "a boolean");
+    if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+        if (!it->is_object()) bad("stream_options", "'stream_options' must be an object");
+        field(*it, "include_usage", r.include_usage, is_bool, "a boolean");
+    }
+    return r;
+}
+
+// ---- responses ------------------------------------------------------------------------------------------
+
+namespace {
+
+json head(const ResponseHead& h, bool chunk) {
+    const bool chat = h.endpoint == Endpoint::Chat;
+    return {{"id", h.id},
+            {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+            {"created", h.created},
+            {"model", h.model}};
+}
+
+json usage(int prompt_tokens, int completion_tokens) {
+    return {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json finish_json(const char* finish) {
+    return finish ? json(finish) : json();
+}
+
+}  // namespace
+
+json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
+                         int prompt_tokens, int completion_tokens) {
+    json out = head(h, false);
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+    if (h.endpoint == Endpoint::Chat)
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+        choice["text"] = text;
+    out["choices"] = json::array({choice});
+    out["usage"] = usage(prompt_tokens, completion_tokens);
+    return out;
+}
+
+json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first) {
+    json out = head(h, true);
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+    if (h.endpoint == Endpoint::Chat) {
+        json d = json::object();
+        if (first) d["role"] = "assistant";
+        if (!delta.empty() || (first && !finish)) d["content"] = delta;
+        choice["delta"] = d;
+    } else {
+        choice["text"] = delta;
+    }
+    out["choices"] = json::array({choice});
+    return out;
+}
+
+json usage_chunk(const ResponseHead& h, int prompt_tokens, int completion_tokens) {
+    json out = head(h, true);
+    out["choices"] = json::array();
+    out["usage"] = usage(prompt_tokens, completion_tokens);
+    return out;
+}
+
+json models_list(const ServedModel& m) {
+    return {{"object", "list"},
+            {"data", json::array({{{"id", m.name},
+                                   {"object", "model"},
+                                   {"created", m.created},
+                                   {"owned_by", "anvil"},
+                                   {"context_length", m.n_ctx}}})}};
+}
+
+// ---- TextStream -----------------------------------------------------------------------------------------
+
+namespace {
+
+// Bytes at the end of `s` that start a UTF-8 character not yet complete.
+size_t incomplete_utf8_tail(const std::string& s) {
+    for (size_t back = 1; back <= std::min<size_t>(3, s.size()); back++) {
+        const auto c = static_cast<unsigned char>(s[s.size() - back]);
+        if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+        const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
+}
+
+}  // namespace
+
+std::string TextStream::push(const std::vector<int32_t>& ids) {
+    if (stopped_) return {};
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    const std::string all = tok_.decode(ids_);
+    // the earliest stop string ends the text
+    size_t cut = std::string::npos;
+    for (const std::string& s : stop_) cut = std::min(cut, all.find(s));
+    size_t safe;
+    if (cut != std::string::npos) {
+        stopped_ = true;
+        safe = cut;
+    } else {
+        const size_t end = all.size() - incomplete_utf8_tail(all);
+        safe = end;
+        // hold back a tail that may grow into a stop string
+        for (const std::string& s : stop_)
+            for (size_t k = std::min(s.size() - 1, end); k > 0; k--)
+                if (all.compare(end - k, k, s, 0, k) == 0) {
+                    safe = std::min(safe, end - k);
+                    break;
+                }
+    }
+    if (safe <= shown_.size() || all.compare(0, shown_.size(), shown_) != 0) return {};
+    std::string delta = all.substr(shown_.size(), safe - shown_.size());
+    shown_ += delta;
+    return delta;
+}
+
+std::string TextStream::finish() {
+    if (stopped_) return {};
+    const std::string all = tok_.decode(ids_);
+    if (all.size() <= shown_.size() || all.compare(0, shown_.size(), shown_) != 0) return {};
+    std::string rest = all.substr(shown_.size());
+    shown_ = all;
+    return rest;
+}
+
+}  // namespace anvil::serve

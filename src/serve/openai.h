@@ -1,0 +1,90 @@
+// OpenAI's HTTP API as anvil serves it: request bodies of /v1/completions and /v1/chat/completions checked
+// and turned into a prompt and sampling options, the responses and server-sent-event chunks in OpenAI's
+// schema, and errors as {"error": {"message", "type", "param", "code"}}. Text only; no HTTP here.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/chat.h"
+#include "data/tokenizer.h"
+#include "model/generate.h"
+
+namespace anvil::serve {
+
+// A request the server refuses: its HTTP status and OpenAI's error fields.
+struct ApiError : std::runtime_error {
+    ApiError(int status, std::string message, std::string param = "",
+             std::string type = "invalid_request_error", std::string code = "")
+        : std::runtime_error(message),
+          status(status),
+          type(std::move(type)),
+          param(std::move(param)),
+          code(std::move(code)) {}
+    int status;
+    std::string type, param, code;
+};
+nlohmann::json error_body(const ApiError& e);
+
+enum class Endpoint : uint8_t { Completions, Chat };
+
+// What the server knows about the model it serves.
+struct ServedModel {
+    std::string name;  // the id /v1/models lists and requests name
+    int n_ctx = 0;
+    const Tokenizer* tok = nullptr;
+    PromptTemplate prompt = PromptTemplate::Alpaca;  // chat rendering
+    std::vector<int32_t> stop_tokens;                // end of text and end of turn
+    int64_t created = 0;                             // unix time, for /v1/models
+};
+
+struct GenerationRequest {
+    Endpoint endpoint = Endpoint::Completions;
+    std::vector<int32_t> prompt;
+    SampleOptions sample;
+    std::vector<std::string> stop;  // stop strings: the text ends before the first one
+    bool stream = false, include_usage = false;
+};
+
+// Checks a body and renders its prompt; throws ApiError (400 for what the client got wrong, 404 for an
+// unknown model). Without a seed, `random_seed` seeds the sampling.
+GenerationRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& m,
+                                uint64_t random_seed);
+
+// The finished response, a streamed chunk (delta text; finish_reason when it is the last), the usage chunk.
+struct ResponseHead {
+    Endpoint endpoint;
+    std::string id, model;
+    int64_t created;
+};
+nlohmann::json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
+                                   int prompt_tokens, int completion_tokens);
+nlohmann::json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first);
+nlohmann::json usage_chunk(const ResponseHead& h, int prompt_tokens, int completion_tokens);
+nlohmann::json models_list(const ServedModel& m);
+
+// Text as tokens arrive: what may be shown so far (never half a UTF-8 character, never the start of what may
+// become a stop string) and whether a stop string has appeared (the text then ends before it).
+class TextStream {
+public:
+    TextStream(const Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
+    // Adds tokens; returns the newly showable text.
+    std::string push(const std::vector<int32_t>& ids);
+    // The generation ended: the rest (held-back bytes included), unless a stop string cut it.
+    std::string finish();
+    bool stopped() const { return stopped_; }
+    const std::string& text() const { return shown_; }
+    int tokens() const { return int(ids_.size()); }
+
+private:
+    const Tokenizer& tok_;
+    std::vector<std::string> stop_;
+    std::vector<int32_t> ids_;
+    std::string shown_;
+    bool stopped_ = false;
+};
+
+}  // namespace anvil::serve

@@ -1,0 +1,250 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+
+namespace anvil::serve {
+
+const char* finish_name(Finish f) {
+    switch (f) {
+        case Finish::None:
+            return "none";
+        case Finish::Stop:
+            return "stop";
+        case Finish::Length:
+            return "length";
+        case Finish::Cancelled:
+            return "cancelled";
+        case Finish::Error:
+            return "error";
+    }
+    return "?";
+}
+
+// ---- Sequence -------------------------------------------------------------------------------------------
+
+Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt)
+    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()) {}
+
+Sequence::Update Sequence::wait(size_t seen, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait_for(lk, timeout, [&] { return tokens_.size() > seen || finish_ != Finish::None; });
+    Update u;
+    if (tokens_.size() > seen) u.tokens.assign(tokens_.begin() + std::ptrdiff_t(seen), tokens_.end());
+    u.finish = finish_;
+    u.error = error_;
+    return u;
+}
+
+void Sequence::push(int32_t id) {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        tokens_.push_back(id);
+    }
+    cv_.notify_all();
+}
+
+void Sequence::end(Finish f, std::string error) {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        if (finish_ != Finish::None) return;
+        finish_ = f;
+        error_ = std::move(error);
+    }
+    cv_.notify_all();
+}
+
+// ---- Scheduler ------------------------------------------------------------------------------------------
+
+Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver* observer)
+    : model_(model), opt_(o), observer_(observer) {
+    ANVIL_CHECK(o.slots > 0 && o.max_queue >= 0, "scheduler: {} slots and a queue of {}", o.slots,
+                o.max_queue);
+    const int n_ctx = model.config().n_ctx;
+    cache_ = model.make_cache(n_ctx, o.slots);
+    prefill_acts_ = model.make_activations(1, n_ctx, ActMode::Decode);
+    decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
+    for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
+}
+
+Scheduler::~Scheduler() = default;
+
+std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const SampleOptions& opt) {
+    ANVIL_CHECK(!prompt.empty() && int(prompt.size()) < model_.config().n_ctx,
+                "scheduler: a prompt of {} tokens for a context of {}", prompt.size(), model_.config().n_ctx);
+    auto s = std::make_shared<Sequence>(std::move(prompt), opt);
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        if (stop_) return nullptr;
+        // room: the free slots (the next step's prefills) and the queue behind them
+        if (int(waiting_.size()) >= opt_.slots - running_count_ + opt_.max_queue) return nullptr;
+        waiting_.push_back(s);
+    }
+    cv_.notify_all();
+    return s;
+}
+
+Scheduler::Load Scheduler::load() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return {running_count_, int(waiting_.size()), opt_.slots};
+}
+
+void Scheduler::stop() {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+}
+
+void Scheduler::run() {
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lk(m_);
+            cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+            if (stop_) break;
+        }
+        for (size_t i = running_.size(); i-- > 0;)
+            if (running_[i]->cancelled_) retire(i, Finish::Cancelled);
+        // join: prefill waiting requests into the free slots
+        while (!free_slots_.empty()) {
+            std::shared_ptr<Sequence> s;
+            {
+                std::lock_guard<std::mutex> lk(m_);
+                if (waiting_.empty()) break;
+                s = std::move(waiting_.front());
+                waiting_.pop_front();
+            }
+            if (s->cancelled_) {
+                s->end(Finish::Cancelled);
+                continue;
+            }
+            s->slot_ = free_slots_.back();
+            free_slots_.pop_back();
+            running_.push_back(s);
+            try {
+                const Finish fin = prefill(*s);  // its first token may end it
+                if (fin != Finish::None) retire(running_.size() - 1, fin);
+            } catch (const std::exception& e) {
+                retire(running_.size() - 1, Finish::Error, e.what());
+            }
+            {
+                std::lock_guard<std::mutex> lk(m_);
+                running_count_ = int(running_.size());
+            }
+        }
+        if (running_.empty()) continue;
+        try {
+            decode_step();
+        } catch (const std::exception& e) {
+            for (size_t i = running_.size(); i-- > 0;) retire(i, Finish::Error, e.what());
+        }
+    }
+    for (size_t i = running_.size(); i-- > 0;) retire(i, Finish::Cancelled);
+    std::lock_guard<std::mutex> lk(m_);
+    for (auto& s : waiting_) s->end(Finish::Cancelled);
+    waiting_.clear();
+}
+
+void Scheduler::retire(size_t i, Finish f, std::string error) {
+    const std::shared_ptr<Sequence> s = running_[i];
+    s->end(f, std::move(error));
+    free_slots_.push_back(s->slot_);
+    s->slot_ = -1;
+    running_.erase(running_.begin() + std::ptrdiff_t(i));
+    std::lock_guard<std::mutex> lk(m_);
+    running_count_ = int(running_.size());
+}
+
+namespace {
+
+// logits (rows, 1, V) on the device -> f32 on the host, row-major
+void download_logits(Backend& be, const Tensor& logits, std::vector<float>& out) {
+    std::vector<uint8_t> raw(logits.nbytes());
+    be.download(raw.data(), logits);
+    out.resize(size_t(logits.numel()));
+    convert_to_f32(out.data(), raw.data(), logits.dtype, out.size());
+}
+
+}  // namespace
+
+Finish Scheduler::prefill(Sequence& s) {
+    Backend& be = model_.backend();
+    const int n = int(s.prompt_.size());
+    be.upload(prefill_acts_->get("tokens", 1, n), s.prompt_.data());
+    ForwardPass f;
+    f.B = 1;
+    f.T = n;
+    f.cache = cache_.get();
+    f.slot = s.slot_;
+    f.last_logits = true;
+    model_.forward(*prefill_acts_, f);
+    std::vector<float> logits;
+    download_logits(be, prefill_acts_->get("logits", 1, 1), logits);
+    s.pos_ = n;
+    return sample_into(s, logits);
+}
+
+// Samples the token after `logits` (V), hands it to the waiter and says whether that ended the sequence (the
+// caller retires it).
+Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
+    const SampleOptions& o = s.opt_;
+    if (o.vocab_real > 0 && size_t(o.vocab_real) < logits.size()) logits.resize(size_t(o.vocab_real));
+    const int32_t next = sample_token(logits, o, s.rng_);
+    const Clock::time_point now = Clock::now();
+    if (observer_) {
+        if (s.produced_ == 0)
+            observer_->on_first_token(std::chrono::duration<double>(now - s.submitted_).count());
+        else
+            observer_->on_next_token(std::chrono::duration<double>(now - s.last_token_).count());
+    }
+    s.last_token_ = now;
+    s.produced_++;
+    Finish fin = Finish::None;
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) {
+        fin = Finish::Stop;  // the end-of-text or end-of-turn token itself is not part of the answer
+    } else {
+        s.push(next);
+        if (s.produced_ >= o.max_new_tokens || s.pos_ >= model_.config().n_ctx) fin = Finish::Length;
+    }
+    s.next_ = next;
+    return fin;
+}
+
+void Scheduler::decode_step() {
+    Backend& be = model_.backend();
+    const int B = int(running_.size());
+    const size_t n = size_t(B);
+    std::vector<int> slot(n), pos(n);
+    std::vector<int32_t> tokens(n);
+    for (int b = 0; b < B; b++) {
+        const Sequence& s = *running_[size_t(b)];
+        slot[size_t(b)] = s.slot_;
+        pos[size_t(b)] = s.pos_;
+        tokens[size_t(b)] = s.next_;
+    }
+    be.upload(decode_acts_->get("tokens", B, 1), tokens.data());
+    ForwardPass f;
+    f.B = B;
+    f.T = 1;
+    f.cache = cache_.get();
+    f.row_slot = slot.data();
+    f.row_pos = pos.data();
+    model_.forward(*decode_acts_, f);
+    std::vector<float> all;
+    download_logits(be, decode_acts_->get("logits", B, 1), all);
+    if (observer_) observer_->on_step(B);
+    const size_t V = all.size() / size_t(B);
+    std::vector<float> logits;
+    std::vector<std::pair<size_t, Finish>> ended;
+    for (int b = 0; b < B; b++) {
+        Sequence& s = *running_[size_t(b)];
+        s.pos_++;
+        logits.assign(all.begin() + std::ptrdiff_t(size_t(b) * V),
+                      all.begin() + std::ptrdiff_t(size_t(b + 1) * V));
+        const Finish fin = sample_into(s, logits);
+        if (fin != Finish::None) ended.emplace_back(size_t(b), fin);
+    }
+    for (size_t k = ended.size(); k-- > 0;) retire(ended[k].first, ended[k].second);
+}
+
+}  // namespace anvil::serve

@@ -1,0 +1,125 @@
+// Continuous batching. One thread owns the model (run() on the caller's: the main thread, where the backend's
+// thread pool and per-thread floating-point modes were set up): every decode step runs the next token of
+// every running sequence in one batched forward (each row continuing its own KV-cache slot, model.h's
+// row_slot), so the weights are read once per step however many requests are in flight. New requests are
+// prefilled on their own between steps and join the next one; finished or cancelled ones leave at once and
+// free their slot. The KV cache is a fixed pool of slots, one sequence each, sized by the caller; requests
+// that find no free slot wait in a bounded queue, and past it submit() refuses them.
+//
+// Tokens only: text and stop strings live in openai.cpp, the HTTP side in server.cpp.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/generate.h"
+#include "model/model.h"
+
+namespace anvil::serve {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Finish : uint8_t { None, Stop, Length, Cancelled, Error };
+const char* finish_name(Finish f);  // "stop", "length", ...
+
+// What the scheduler reports as it works (the server's /metrics); called on the scheduler's thread.
+class SchedulerObserver {
+public:
+    virtual ~SchedulerObserver() = default;
+    virtual void on_first_token(double seconds_since_submit) = 0;
+    virtual void on_next_token(double seconds_since_previous) = 0;
+    virtual void on_step(int rows) = 0;
+};
+
+// One request, shared by the scheduler (which appends tokens) and the waiter (which reads them).
+class Sequence {
+public:
+    Sequence(std::vector<int32_t> prompt, const SampleOptions& opt);
+
+    struct Update {
+        std::vector<int32_t> tokens;   // the new ones since the last wait()
+        Finish finish = Finish::None;  // != None: no more will come
+        std::string error;             // with Finish::Error
+    };
+    // Blocks until a token past `seen` exists, the sequence has ended, or `timeout` passed.
+    Update wait(size_t seen, std::chrono::milliseconds timeout);
+    // The client left or has what it wants (a stop string): the scheduler frees the slot before its next
+    // step.
+    void cancel() { cancelled_ = true; }
+    const std::vector<int32_t>& prompt() const { return prompt_; }
+
+private:
+    friend class Scheduler;
+    void push(int32_t id);
+    void end(Finish f, std::string error = {});
+
+    const std::vector<int32_t> prompt_;
+    const SampleOptions opt_;
+    Rng rng_;
+    std::atomic<bool> cancelled_{false};
+    Clock::time_point submitted_, last_token_;
+    int slot_ = -1, pos_ = 0, produced_ = 0;  // scheduler-side state
+    int32_t next_ = -1;                       // the sampled token the next step feeds
+
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::vector<int32_t> tokens_;
+    Finish finish_ = Finish::None;
+    std::string error_;
+};
+
+struct SchedulerOptions {
+    int slots = 16;      // sequences decoded together: the KV cache's slots
+    int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
+};
+
+class Scheduler {
+public:
+    Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver* observer = nullptr);
+    ~Scheduler();
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Queues a request; nullptr when the queue is full. The prompt must fit the context with room for one
+    // token (the caller checks and says so).
+    std::shared_ptr<Sequence> submit(std::vector<int32_t> prompt, const SampleOptions& opt);
+
+    struct Load {
+        int running = 0, queued = 0, slots = 0;
+    };
+    Load load() const;
+
+    // Serves until stop(): on return, every request still running or waiting has ended as cancelled.
+    void run();
+    void stop();
+
+private:
+    Finish prefill(Sequence& s);
+    void decode_step();
+    Finish sample_into(Sequence& s, std::vector<float>& logits);
+    void retire(size_t i, Finish f, std::string error = {});
+
+    Model& model_;
+    const SchedulerOptions opt_;
+    SchedulerObserver* observer_;
+    std::unique_ptr<KvCache> cache_;
+    std::unique_ptr<Activations> prefill_acts_, decode_acts_;
+    std::vector<int> free_slots_;
+    std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
+
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<Sequence>> waiting_;
+    int running_count_ = 0;  // running_.size(), readable under m_
+    bool stop_ = false;
+};
+
+}  // namespace anvil::serve

@@ -1,0 +1,292 @@
+#include "serve/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "io/json_text.h"
+
+namespace anvil::serve {
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(100);  // how often a waiting handler looks at its client
+
+const char* kJson = "application/json";
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& j) {
+    res.status = status;
+    res.set_content(json_text(j), kJson);
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    send_json(res, e.status, error_body(e));
+}
+
+std::string sse(const nlohmann::json& j) {
+    return "data: " + json_text(j) + "\n\n";
+}
+
+// The endpoint label of a path in /metrics (unknown paths in one label, so clients cannot grow the series).
+std::string endpoint_label(const std::string& path) {
+    for (const char* p : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+        if (path == p) return p;
+    return "other";
+}
+
+// A sequence that ended without its text: the server stopped it (503) or the model failed (500).
+ApiError ended_error(Finish f, const std::string& error) {
+    if (f == Finish::Error) return ApiError(500, "generation failed: " + error, "", "server_error");
+    return ApiError(503, "the server is shutting down; retry on another replica", "", "server_error");
+}
+
+}  // namespace
+
+struct Server::Impl {
+    Scheduler& sched;
+    Metrics& metrics;
+    const ServedModel& model;
+    ServerOptions opt;
+    double kv_bytes;
+    httplib::Server http;
+    std::thread thread;
+    std::atomic<bool> draining{false};
+    std::atomic<uint64_t> next_id{0};
+    std::mutex seed_m;
+    std::mt19937_64 seeds{std::random_device{}()};
+
+    Impl(Scheduler& s, Metrics& m, const ServedModel& md, const ServerOptions& o, double kv)
+        : sched(s), metrics(m), model(md), opt(o), kv_bytes(kv) {}
+
+    uint64_t random_seed() {
+        std::lock_guard<std::mutex> lk(seed_m);
+        return seeds();
+    }
+    void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+    void reply_whole(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
+                     httplib::Response& res);
+    void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
+                      httplib::Response& res);
+};
+
+void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    try {
+        if (draining)
+            throw ApiError(503, "the server is shutting down; retry on another replica", "", "server_error");
+        const GenerationRequest r = parse_request(endpoint, req.body, model, random_seed());
+        std::shared_ptr<Sequence> seq = sched.submit(r.prompt, r.sample);
+        if (!seq) {
+            const Scheduler::Load l = sched.load();
+            throw ApiError(
+                429,
+                fmt::format("the server is busy: {} sequences running and {} waiting (the queue is full); "
+                            "retry later",
+                            l.running, l.queued),
+                "", "rate_limit_exceeded", "rate_limit_exceeded");
+        }
+        const ResponseHead h{
+            endpoint, fmt::format("{}-{:x}", endpoint == Endpoint::Chat ? "chatcmpl" : "cmpl", next_id++),
+            model.name, int64_t(std::time(nullptr))};
+        if (r.stream)
+            reply_stream(r, h, std::move(seq), res);
+        else
+            reply_whole(r, h, std::move(seq), res);
+    } catch (const ApiError& e) {
+        send_error(res, e);
+    }
+}
+
+void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h,
+                               std::shared_ptr<Sequence> seq, httplib::Response& res) {
+    TextStream text(*model.tok, r.stop);
+    size_t seen = 0;
+    Finish finish = Finish::None;
+    std::string error;
+    while (finish == Finish::None) {
+        Sequence::Update u = seq->wait(seen, kPoll);
+        seen += u.tokens.size();
+        text.push(u.tokens);
+        if (text.stopped()) {
+            seq->cancel();  // a stop string: the slot is free for others at once
+            finish = Finish::Stop;
+        } else {
+            finish = u.finish;
+            error = u.error;
+        }
+    }
+    metrics.on_tokens(int64_t(r.prompt.size()), text.tokens());
+    metrics.on_finished(finish_name(finish));
+    if (finish == Finish::Cancelled || finish == Finish::Error) throw ended_error(finish, error);
+    text.finish();
+    send_json(res, 200,
+              completion_response(h, text.text(), finish_name(finish), int(r.prompt.size()), text.tokens()));
+}
+
+void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h,
+                                std::shared_ptr<Sequence> seq, httplib::Response& res) {
+    struct State {
+        std::shared_ptr<Sequence> seq;
+        TextStream text;
+        size_t seen = 0;
+        bool first = true, done = false;
+    };
+    auto st = std::make_shared<State>(State{seq, TextStream(*model.tok, r.stop)});
+    const int prompt_tokens = int(r.prompt.size());
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st, h, prompt_tokens, usage = r.include_usage](size_t, httplib::DataSink& sink) {
+            if (st->done) return false;
+            std::string out;
+            if (st->first && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
+                out += sse(stream_chunk(h, "", nullptr, true));
+                st->first = false;
+            }
+            Sequence::Update u = st->seq->wait(st->seen, kPoll);
+            st->seen += u.tokens.size();
+            std::string delta = st->text.push(u.tokens);
+            Finish finish = u.finish;
+            if (st->text.stopped()) {
+                st->seq->cancel();
+                finish = Finish::Stop;
+            } else if (finish == Finish::Stop || finish == Finish::Length) {
+                delta += st->text.finish();
+            }
+            if (!delta.empty()) {
+                out += sse(stream_chunk(h, delta, nullptr, st->first));
+                st->first = false;
+            }
+            if (finish != Finish::None) {
+                if (finish == Finish::Cancelled || finish == Finish::Error)
+                    out += sse(error_body(ended_error(finish, u.error)));
+                else
+                    out += sse(stream_chunk(h, "", finish_name(finish), st->first));
+                if (usage) out += sse(usage_chunk(h, prompt_tokens, st->text.tokens()));
+                out += "data: [DONE]\n\n";
+                metrics.on_tokens(prompt_tokens, st->text.tokens());
+                metrics.on_finished(finish_name(finish));
+                st->done = true;
+            }
+            // a client that left: its sequence ends and frees the slot
+            if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+            if (!sink.is_writable()) return false;
+            if (st->done) sink.done();
+            return true;
+        },
+        [this, st](bool success) {
+            if (success && st->done) return;
+            st->seq->cancel();  // the client left before the end
+            if (!st->done) metrics.on_finished("abandoned");
+        });
+}
+
+Server::Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o,
+               double kv_cache_bytes)
+    : impl_(std::make_unique<Impl>(sched, metrics, model, o, kv_cache_bytes)) {
+    routes();
+}
+
+Server::~Server() {
+    stop();
+}
+
+void Server::routes() {
+    Impl& s = *impl_;
+    httplib::Server& http = s.http;
+    const Scheduler::Load l = s.sched.load();
+    const size_t threads = s.opt.http_threads > 0 ? size_t(s.opt.http_threads) : size_t(2 * l.slots + 16);
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_payload_max_length(size_t(s.opt.max_body_mb * 1024.0 * 1024.0));
+    http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
+        s.generate(Endpoint::Completions, q, r);
+    });
+    http.Post("/v1/chat/completions",
+              [&s](const httplib::Request& q, httplib::Response& r) { s.generate(Endpoint::Chat, q, r); });
+    http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& r) {
+        send_json(r, 200, models_list(s.model));
+    });
+    http.Get("/health", [&s](const httplib::Request&, httplib::Response& r) {
+        if (s.draining)
+            send_json(r, 503, {{"status", "draining"}});
+        else
+            send_json(r, 200, {{"status", "ok"}});
+    });
+    http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) {
+        r.set_content(s.metrics.text(s.sched.load(), s.kv_bytes), "text/plain; version=0.0.4");
+    });
+    // what the library answers itself (unknown path, body too large, bad HTTP): OpenAI's error body
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
+            if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+            std::string message = fmt::format("HTTP {}", r.status);
+            if (r.status == 404) message = fmt::format("no such endpoint: {} {}", q.method, q.path);
+            if (r.status == 405) message = fmt::format("{} does not take {}", q.path, q.method);
+            if (r.status == 413) message = "the request body is larger than the server's --max-body-mb";
+            send_json(r, r.status, error_body(ApiError(r.status, message)));
+            return httplib::Server::HandlerResponse::Handled;
+        }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_json(r, 500, error_body(ApiError(500, what, "", "server_error")));
+    });
+    http.set_logger([&s](const httplib::Request& q, const httplib::Response& r) {
+        s.metrics.on_request(endpoint_label(q.path), r.status);
+    });
+}
+
+int Server::bind() {
+    Impl& s = *impl_;
+    // The library listens with a backlog of 5 (compiled into Debian's build): past it, a burst of clients
+    // waits on SYN retries. Keep the socket to listen again with the system's limit. SO_REUSEADDR only: the
+    // library's default SO_REUSEPORT would let a second server share the port instead of saying it is taken.
+    socket_t fd = INVALID_SOCKET;
+    s.http.set_socket_options([&fd](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        fd = sock;
+    });
+    int port = s.opt.port;
+    if (port == 0)
+        port = s.http.bind_to_any_port(s.opt.host);
+    else if (!s.http.bind_to_port(s.opt.host, port))
+        port = -1;
+    ANVIL_CHECK(port > 0,
+                "--host {} --port {}: cannot listen there (the port is in use, or the address is not this "
+                "machine's); pick another --port, or 0 for any free one",
+                s.opt.host, s.opt.port);
+    if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
+    return port;
+}
+
+void Server::start() {
+    impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
+}
+
+bool Server::drain(double seconds) {
+    Impl& s = *impl_;
+    s.draining = true;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+        const Scheduler::Load l = s.sched.load();
+        if (l.running == 0 && l.queued == 0) return true;
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
+void Server::stop() {
+    if (!impl_->thread.joinable()) return;
+    impl_->http.stop();
+    impl_->thread.join();
+}
+
+}  // namespace anvil::serve

@@ -1,0 +1,47 @@
+// `anvil serve`'s HTTP side, on cpp-httplib: OpenAI's /v1/completions, /v1/chat/completions (plain or as
+// server-sent events) and /v1/models, /health and /metrics. Handlers run on the library's thread pool and
+// wait on their sequence; the scheduler (scheduler.h) runs the model on the caller's thread. Shutdown drains:
+// new requests get 503, running ones finish (up to a deadline), then everything stops.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "serve/metrics.h"
+#include "serve/openai.h"
+#include "serve/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace anvil::serve {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;           // 0: any free port
+    double max_body_mb = 4.0;  // larger bodies get 413
+    int http_threads = 0;      // 0: enough for every slot and queued request, and a few more
+};
+
+class Server {
+public:
+    Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o,
+           double kv_cache_bytes);
+    ~Server();
+    // Binds the address; returns the port. Throws naming --host/--port when it cannot.
+    int bind();
+    // Serves on a thread of its own until stop().
+    void start();
+    // Refuses new requests (503) from now on; true once nothing runs or waits, false past `seconds`.
+    bool drain(double seconds);
+    void stop();  // stops listening and joins the handlers
+
+private:
+    void routes();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anvil::serve

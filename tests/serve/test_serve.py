@@ -1,0 +1,384 @@
+"""anvil serve end to end: a small model trained here, the server on 127.0.0.1, driven over HTTP.
+
+- Same answers: temperature 0 and seeded sampling equal `anvil generate` (completions and chat); streamed text
+  equals the plain text; stop strings cut the text; 64 concurrent clients (half streaming) all get the
+  answers they get alone, and the scheduler really batched them.
+- Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
+  longer than the context, an unknown model (404), a body over --max-body-mb (413), an unknown path (404),
+  n != 1: each a 4xx with OpenAI's error body, and the server keeps serving.
+- A client that drops mid-stream frees its sequence; a full queue answers 429; SIGTERM drains (running
+  requests finish, new ones get 503) and exits 0.
+- The official OpenAI client (npm `openai`): models, completions plain and streamed, chat plain and
+  streamed, usage counts; skipped with a notice when node/npm or the registry are missing.
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+import common  # noqa: E402
+from common import check, run  # noqa: E402
+
+ANVIL = common.ANVIL
+NPM_CACHE = os.environ.get("ANVIL_NPM_CACHE", os.path.join(os.path.dirname(os.path.abspath(ANVIL)), "npm"))
+PROMPTS = ["alpha beta", "gamma", "tensor GPU 42", "delta delta", "beta gamma delta", "42", "GPU", "alpha"]
+MAX_TOKENS = 24
+
+
+class Server:
+    def __init__(self, model, *extra):
+        self.proc = subprocess.Popen([ANVIL, "serve", "--model", model, "--port", "0", "--threads", "2", *extra],
+                                     stderr=subprocess.PIPE, text=True, errors="replace")
+        self.lines = []
+        self.port = None
+        ready = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        ready.wait(60)
+        if self.port is None:
+            raise AssertionError("the server did not start:\n" + "".join(self.lines))
+
+    def request(self, method, path, body=None, raw=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        c.close()
+        return r.status, text
+
+    def post(self, path, body):
+        status, text = self.request("POST", path, body)
+        return status, json.loads(text)
+
+    def stream(self, path, body):
+        """The SSE events' JSON objects, and whether [DONE] ended them."""
+        status, text = self.request("POST", path, dict(body, stream=True))
+        events, done = [], False
+        for block in text.split("\n\n"):
+            if not block.startswith("data: "):
+                continue
+            payload = block[len("data: "):]
+            if payload == "[DONE]":
+                done = True
+            else:
+                events.append(json.loads(payload))
+        return status, events, done
+
+    def metric(self, name):
+        _, text = self.request("GET", "/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+
+
+def generate(model, *args):
+    r = run(["generate", "--model", model, "--threads", "2", *args], check=True)
+    return r.stdout
+
+
+def reference(model, prompt, max_tokens=MAX_TOKENS, extra=()):
+    out = json.loads(generate(model, "--prompt", prompt, "--max-new-tokens", str(max_tokens), "--temperature", "0",
+                              "--json", *extra))
+    return out
+
+
+def streamed_text(events, chat=False):
+    parts = []
+    for e in events:
+        for c in e.get("choices", []):
+            parts.append(c["delta"].get("content", "") if chat else c["text"])
+    return "".join(parts)
+
+
+def finish_of(events):
+    reasons = [c["finish_reason"] for e in events for c in e.get("choices", []) if c["finish_reason"]]
+    return reasons[-1] if reasons else None
+
+
+def same_answers(srv, model, refs, failures):
+    for p in PROMPTS[:3]:
+        st, r = srv.post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0})
+        ref = refs[p]
+        check(st == 200 and r["choices"][0]["text"] == ref["text"]
+              and r["choices"][0]["finish_reason"] == ref["finish_reason"],
+              f"completions at temperature 0 equal anvil generate for {p!r}", failures)
+        check(r["usage"] == {"prompt_tokens": ref["prompt_tokens"], "completion_tokens": ref["completion_tokens"],
+                             "total_tokens": ref["prompt_tokens"] + ref["completion_tokens"]}
+              and r["object"] == "text_completion", f"usage counts for {p!r}: {r['usage']}", failures)
+        st, ev, done = srv.stream("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0})
+        check(st == 200 and done and streamed_text(ev) == ref["text"] and finish_of(ev) == ref["finish_reason"],
+              f"streamed text equals the plain one for {p!r}", failures)
+    # seeded sampling: reproducible per request, and the same as generate with that seed
+    body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0.9, "seed": 5}
+    a = srv.post("/v1/completions", body)[1]["choices"][0]["text"]
+    b = srv.post("/v1/completions", body)[1]["choices"][0]["text"]
+    g = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0.9",
+                            "--seed", "5", "--json"))["text"]
+    check(a == b == g, f"seed 5 at temperature 0.9: the same text twice and as generate's ({a!r})", failures)
+    # stop strings cut the text before them
+    text = refs[PROMPTS[0]]["text"]
+    stop = text[6:9]
+    st, r = srv.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": MAX_TOKENS, "temperature": 0,
+                                         "stop": [stop, "\u00e9never"]})
+    check(st == 200 and r["choices"][0]["text"] == text[:text.find(stop)]
+          and r["choices"][0]["finish_reason"] == "stop", f"stop {stop!r} ends the text before it", failures)
+    st, ev, done = srv.stream("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": MAX_TOKENS, "temperature": 0,
+                                                  "stop": stop})
+    check(done and streamed_text(ev) == text[:text.find(stop)] and finish_of(ev) == "stop",
+          "streamed, the stop string is held back and never sent", failures)
+    # chat: the model's template, as generate --chat renders it
+    chat_ref = generate(model, "--chat", "--prompt", "alpha", "--max-new-tokens", "12", "--temperature", "0")
+    chat_ref = chat_ref[:-1] if chat_ref.endswith("\n") else chat_ref
+    st, r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "alpha"}], "max_tokens": 12,
+                                              "temperature": 0})
+    check(st == 200 and r["object"] == "chat.completion" and r["choices"][0]["message"] == {
+        "role": "assistant", "content": chat_ref}, f"chat completion equals generate --chat ({chat_ref!r})", failures)
+    st, ev, done = srv.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "alpha"}],
+                                                       "max_tokens": 12, "temperature": 0})
+    check(done and ev[0]["choices"][0]["delta"].get("role") == "assistant"
+          and streamed_text(ev, chat=True) == chat_ref and ev[0]["object"] == "chat.completion.chunk",
+          "streamed chat: the role first, then the same text", failures)
+
+
+def concurrent(srv, refs, failures):
+    steps0, rows0 = srv.metric("anvil_decode_steps_total"), srv.metric("anvil_decode_rows_total")
+    results = [None] * 64
+
+    def client(i):
+        p = PROMPTS[i % len(PROMPTS)]
+        body = {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0}
+        try:
+            if i % 2:
+                st, ev, done = srv.stream("/v1/completions", body)
+                results[i] = (st, streamed_text(ev), finish_of(ev) if done else None)
+            else:
+                st, r = srv.post("/v1/completions", body)
+                results[i] = (st, r["choices"][0]["text"], r["choices"][0]["finish_reason"])
+        except Exception as e:  # noqa: BLE001 - reported below
+            results[i] = (0, repr(e), None)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    wrong = [i for i, r in enumerate(results)
+             if r != (200, refs[PROMPTS[i % len(PROMPTS)]]["text"], refs[PROMPTS[i % len(PROMPTS)]]["finish_reason"])]
+    check(not wrong, f"64 concurrent clients (32 streaming) get their complete answers (wrong: {wrong[:5]} "
+                     f"{[results[i] for i in wrong[:2]]})", failures)
+    steps = srv.metric("anvil_decode_steps_total") - steps0
+    rows = srv.metric("anvil_decode_rows_total") - rows0
+    check(steps > 0 and rows / steps > 4, f"the decode steps were batched: {rows / max(steps, 1):.1f} sequences "
+                                          f"per step on average", failures)
+
+
+def bad_input(srv, failures):
+    cases = [
+        ("/v1/completions", '{"prompt": "x", ', 400, "malformed JSON"),
+        ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": "ten"}), 400, "max_tokens of the wrong type"),
+        ("/v1/completions", json.dumps({"prompt": 12}), 400, "prompt of the wrong type"),
+        ("/v1/completions", json.dumps({"max_tokens": 5}), 400, "missing prompt"),
+        ("/v1/chat/completions", json.dumps({"max_tokens": 5}), 400, "missing messages"),
+        ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 0}), 400, "max_tokens 0"),
+        ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": -3}), 400, "max_tokens < 0"),
+        ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 100000}), 400, "max_tokens past the context"),
+        ("/v1/completions", json.dumps({"prompt": "word " * 400}), 400, "a prompt longer than the context"),
+        ("/v1/completions", json.dumps({"prompt": "x", "model": "gpt-4o"}), 404, "an unknown model"),
+        ("/v1/completions", json.dumps({"prompt": "x", "n": 3}), 400, "n = 3"),
+        ("/v1/chat/completions", json.dumps({"messages": [{"role": "robot", "content": "x"}]}), 400,
+         "an unknown role"),
+        ("/v1/completions", json.dumps({"prompt": "x" * 30000}), 413, "a body over --max-body-mb"),
+        ("/v1/nothing", json.dumps({"prompt": "x"}), 404, "an unknown path"),
+    ]
+    for path, raw, want, what in cases:
+        status, text = srv.request("POST", path, raw=raw)
+        try:
+            err = json.loads(text)["error"]
+            ok = isinstance(err["message"], str) and err["message"] and "type" in err
+        except (ValueError, KeyError, TypeError):
+            ok, err = False, text
+        check(status == want and ok, f"{what}: {status} with an OpenAI error body ({str(err)[:120]})", failures)
+    st, text = srv.request("GET", "/health")
+    check(st == 200 and json.loads(text)["status"] == "ok", "the server keeps serving after bad input", failures)
+
+
+def dropped_client(srv, failures):
+    abandoned0 = srv.metric('anvil_generations_finished_total{reason="abandoned"}')
+    body = json.dumps({"prompt": "alpha", "max_tokens": 200, "temperature": 0, "stream": True})
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    s.close()  # mid-stream
+    deadline = time.time() + 10
+    while time.time() < deadline and (srv.metric("anvil_running_sequences") > 0
+                                      or srv.metric('anvil_generations_finished_total{reason="abandoned"}')
+                                      == abandoned0):
+        time.sleep(0.05)
+    check(srv.metric("anvil_running_sequences") == 0
+          and srv.metric('anvil_generations_finished_total{reason="abandoned"}') == abandoned0 + 1,
+          "a client that drops mid-stream frees its sequence (counted as abandoned)", failures)
+
+
+def queue_full(model, failures):
+    srv = Server(model, "--max-batch", "1", "--max-queue", "0")
+    try:
+        long_body = {"prompt": "alpha", "max_tokens": 200, "temperature": 0}
+        first = {}
+        t = threading.Thread(target=lambda: first.update(zip(("st", "ev", "done"),
+                                                              srv.stream("/v1/completions", long_body))))
+        t.start()
+        deadline = time.time() + 10
+        while time.time() < deadline and srv.metric("anvil_running_sequences") < 1:
+            time.sleep(0.01)
+        st, r = srv.post("/v1/completions", {"prompt": "gamma", "max_tokens": 4})
+        check(st == 429 and r["error"]["code"] == "rate_limit_exceeded",
+              f"one slot, no queue: a second request gets 429 ({r.get('error', {}).get('message')})", failures)
+        t.join(120)
+        check(first.get("st") == 200 and first.get("done"), "the running request still completes", failures)
+    finally:
+        srv.stop()
+
+
+def drain(model, failures):
+    srv = Server(model, "--drain-seconds", "60")
+    long_body = {"prompt": "alpha", "max_tokens": 200, "temperature": 0}
+    ref = reference(model, "alpha", 200)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(zip(("st", "r"), srv.post("/v1/completions", long_body))))
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and srv.metric("anvil_running_sequences") < 1:
+        time.sleep(0.01)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    try:
+        st, text = srv.request("POST", "/v1/completions", raw=json.dumps({"prompt": "x", "max_tokens": 2}))
+        late = st
+    except (ConnectionError, OSError):
+        late = "refused"
+    t.join(120)
+    rc = srv.stop(timeout=60)
+    check(got.get("st") == 200 and got["r"]["choices"][0]["text"] == ref["text"],
+          "SIGTERM: the running request finishes with its whole answer", failures)
+    check(late in (503, "refused"), f"SIGTERM: a new request is refused ({late})", failures)
+    check(rc == 0, f"SIGTERM: the server exits 0 after draining (exit {rc}; {''.join(srv.lines[-2:]).strip()})",
+          failures)
+
+
+def npm_openai():
+    root = os.path.join(NPM_CACHE, "openai")
+    if os.path.exists(os.path.join(root, "node_modules", "openai", "package.json")):
+        return root, None
+    if not shutil.which("node") or not shutil.which("npm"):
+        return None, "node and npm are needed (apt-get install nodejs npm)"
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "package.json"), "w") as f:
+        json.dump({"name": "anvil-openai-check", "version": "1.0.0", "private": True, "type": "module"}, f)
+    r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai"], cwd=root, capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        return None, f"npm install openai failed: {r.stderr.strip()[-300:]}"
+    return root, None
+
+
+def openai_client(srv, model, name, refs, failures):
+    root, why = npm_openai()
+    if root is None:
+        print(f"SKIPPED: the OpenAI client part: {why}")
+        return
+    script = os.path.join(root, "client.mjs")  # beside its node_modules, so the import resolves
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_client.mjs"), script)
+    p = PROMPTS[0]
+    r = subprocess.run(["node", script, f"http://127.0.0.1:{srv.port}/v1", name, p, str(MAX_TOKENS)],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        check(False, f"the OpenAI client ran: {r.stderr[-600:]}", failures)
+        return
+    out = json.loads(r.stdout)
+    ref = refs[p]
+    usage = {"prompt_tokens": ref["prompt_tokens"], "completion_tokens": ref["completion_tokens"],
+             "total_tokens": ref["prompt_tokens"] + ref["completion_tokens"]}
+    check(out["models"] == [name], f"openai: models.list() gives {out['models']}", failures)
+    check(out["completion"] == {"text": ref["text"], "finish": ref["finish_reason"], "usage": usage},
+          f"openai: completions.create() text, finish_reason and usage ({out['completion']})", failures)
+    check(out["streamed"] == {"text": ref["text"], "finish": ref["finish_reason"], "usage": usage},
+          "openai: streamed completion equals the plain one, usage in the last chunk", failures)
+    chat_ref = generate(model, "--chat", "--prompt", p, "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0")
+    chat_ref = chat_ref[:-1] if chat_ref.endswith("\n") else chat_ref
+    check(out["chat"]["role"] == "assistant" and out["chat"]["text"] == chat_ref
+          and out["chat"]["usage"]["completion_tokens"] > 0,
+          f"openai: chat.completions.create() equals generate --chat ({out['chat']['text']!r})", failures)
+    check(out["chatStreamed"] == {"role": "assistant", "text": chat_ref}, "openai: streamed chat equals the plain one",
+          failures)
+    check(isinstance(out["unknownModel"], dict) and out["unknownModel"]["status"] == 404,
+          f"openai: an unknown model is a 404 APIError ({out['unknownModel']})", failures)
+
+
+def main():
+    failures = []
+    with common.TempDir() as d:
+        data = common.text_file(d, "d.txt", 30000)
+        run(["train", "--data", data, "--out", os.path.join(d, "servetest"), "--steps", "40", "--layers", "4",
+             "--heads", "4", "--dim", "128", "--seq", "256", "--batch", "4", "--threads", "2"], check=True, timeout=600)
+        model = os.path.join(d, "servetest", "final")
+        refs = {p: reference(model, p) for p in PROMPTS}
+        srv = Server(model, "--max-body-mb", "0.02")
+        try:
+            st, text = srv.request("GET", "/health")
+            check(st == 200 and json.loads(text) == {"status": "ok"}, "GET /health", failures)
+            st, text = srv.request("GET", "/v1/models")
+            models = json.loads(text)
+            check(st == 200 and models["data"][0]["id"] == "servetest" and models["object"] == "list",
+                  f"GET /v1/models lists the run's name: {models['data'][0]['id']}", failures)
+            same_answers(srv, model, refs, failures)
+            concurrent(srv, refs, failures)
+            bad_input(srv, failures)
+            dropped_client(srv, failures)
+            openai_client(srv, model, "servetest", refs, failures)
+            st, text = srv.request("GET", "/metrics")
+            for name in ("anvil_requests_total", "anvil_time_to_first_token_seconds_bucket",
+                         "anvil_inter_token_latency_seconds_count", "anvil_queue_length", "anvil_running_sequences",
+                         "anvil_kv_cache_usage_ratio", "anvil_generation_tokens_total"):
+                check(name in text, f"/metrics has {name}", failures)
+        finally:
+            rc = srv.stop()
+        check(rc == 0, f"the server exits 0 on SIGTERM (exit {rc})", failures)
+        queue_full(model, failures)
+        drain(model, failures)
+    return common.report(failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

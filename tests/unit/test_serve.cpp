@@ -1,0 +1,303 @@
+// Serving: batched decoding over cache slots against one sequence at a time, the continuous-batching
+// scheduler against the plain generator, the OpenAI request checks and the streamed text's stop strings.
+#include <thread>
+
+#include "model/generate.h"
+#include "model_harness.h"
+#include "serve/openai.h"
+#include "serve/scheduler.h"
+
+namespace anvil::test {
+namespace {
+
+std::unique_ptr<Model> random_model(Backend& be, ModelConfig c) {
+    c.n_ctx = 16;
+    auto m = make_model(be, c);
+    m->params().init(test_seed());
+    auto params = all_params(m->params());
+    std::mt19937_64 g(test_seed() + 1);
+    for (auto& p : params)  // weights well away from init, so the logits differ across positions
+        for (auto& x : p) x += 0.5f * std::normal_distribution<float>(0.0f, 1.0f)(g);
+    set_all_params(m->params(), params);
+    return m;
+}
+
+// Three sequences of different lengths in slots 2, 0, 1 of one cache, decoded together for 6 steps, against
+// each decoded alone in a cache of its own: the same logits.
+void batched_rows_equal_single(const ModelConfig& c) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, c);
+    const int V = m->config().vocab_size;
+    const std::vector<std::vector<int32_t>> prompts = {{3, 1, 4, 1, 5}, {9}, {2, 6, 5}};
+    const std::vector<int> slots = {2, 0, 1};
+    const int B = int(prompts.size()), steps = 6;
+
+    auto pool = m->make_cache(0, 3);
+    auto prefill = m->make_activations(1, m->config().n_ctx, ActMode::Decode);
+    auto rows = m->make_activations(B, 1, ActMode::Decode);
+    auto run_one = [&](KvCache& cache, int slot, const std::vector<int32_t>& ids, int pos0) {
+        be->upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
+        ForwardPass f;
+        f.T = int(ids.size());
+        f.pos0 = pos0;
+        f.cache = &cache;
+        f.slot = slot;
+        f.last_logits = true;
+        m->forward(*prefill, f);
+        return download(*be, prefill->get("logits", 1, 1));
+    };
+    // alone: each sequence greedy for `steps` tokens, its logits at every step
+    std::vector<std::vector<std::vector<float>>> alone(static_cast<size_t>(B));
+    std::vector<std::vector<int32_t>> fed(static_cast<size_t>(B));
+    for (int b = 0; b < B; b++) {
+        auto own = m->make_cache();
+        std::vector<float> l = run_one(*own, 0, prompts[size_t(b)], 0);
+        int pos = int(prompts[size_t(b)].size());
+        for (int s = 0; s < steps; s++) {
+            const int32_t next = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+            fed[size_t(b)].push_back(next);
+            l = run_one(*own, 0, {next}, pos++);
+            alone[size_t(b)].push_back(l);
+        }
+    }
+    // together: prefill into the pool's slots, then one batched pass per step
+    std::vector<int> pos(static_cast<size_t>(B));
+    for (int b = 0; b < B; b++) {
+        run_one(*pool, slots[size_t(b)], prompts[size_t(b)], 0);
+        pos[size_t(b)] = int(prompts[size_t(b)].size());
+    }
+    double worst = 0.0;
+    for (int s = 0; s < steps; s++) {
+        std::vector<int32_t> tok(static_cast<size_t>(B));
+        for (int b = 0; b < B; b++) tok[size_t(b)] = fed[size_t(b)][size_t(s)];
+        be->upload(rows->get("tokens", B, 1), tok.data());
+        ForwardPass f;
+        f.B = B;
+        f.cache = pool.get();
+        f.row_slot = slots.data();
+        f.row_pos = pos.data();
+        m->forward(*rows, f);
+        const std::vector<float> l = download(*be, rows->get("logits", B, 1));
+        for (int b = 0; b < B; b++) {
+            for (int v = 0; v < V; v++)
+                worst = std::max(
+                    worst, double(std::abs(l[size_t(b * V + v)] - alone[size_t(b)][size_t(s)][size_t(v)])));
+            pos[size_t(b)]++;
+        }
+    }
+    EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time";
+}
+
+TEST(BatchedDecode, RowsEqualOneSequenceAtATime) {
+    batched_rows_equal_single(tiny());
+}
+TEST(BatchedDecode, RowsEqualOneSequenceAtATimeLlama) {
+    batched_rows_equal_single(tiny_llama());
+}
+
+// Requests through the scheduler (two slots, so they queue, join and leave while others run) give the
+// generator's tokens: greedy and seeded sampling, stop tokens, length limits.
+TEST(Scheduler, AnswersEqualTheGenerator) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny_llama());
+    struct Case {
+        std::vector<int32_t> prompt;
+        SampleOptions opt;
+    };
+    std::vector<Case> cases;
+    for (int i = 0; i < 7; i++) {
+        Case c;
+        for (int k = 0; k <= i % 4; k++) c.prompt.push_back(int32_t((i * 3 + k * 5) % 11));
+        c.opt.max_new_tokens = 3 + i;
+        c.opt.temperature = i % 2 ? 0.0f : 0.9f;
+        c.opt.seed = uint64_t(100 + i);
+        if (i == 5) c.opt.stop_tokens = {1, 2, 3};  // likely to end early
+        cases.push_back(c);
+    }
+    std::vector<std::vector<int32_t>> want;
+    {
+        Generator gen(*m);
+        for (const Case& c : cases) want.push_back(gen.generate(c.prompt, c.opt));
+        for (size_t i = 0; i < want.size(); i++)  // the generator returns the stop token; the server does not
+            if (!want[i].empty() &&
+                std::count(cases[i].opt.stop_tokens.begin(), cases[i].opt.stop_tokens.end(), want[i].back()))
+                want[i].pop_back();
+    }
+    serve::SchedulerOptions so;
+    so.slots = 2;
+    so.max_queue = 16;
+    serve::Scheduler sched(*m, so);
+    std::vector<std::vector<int32_t>> got(cases.size());
+    std::vector<serve::Finish> finish(cases.size());
+    std::thread client([&] {
+        std::vector<std::shared_ptr<serve::Sequence>> seqs;
+        for (const Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt));
+        for (size_t i = 0; i < seqs.size(); i++) {
+            ASSERT_TRUE(seqs[i]);
+            for (;;) {
+                serve::Sequence::Update u = seqs[i]->wait(got[i].size(), std::chrono::milliseconds(100));
+                got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
+                if (u.finish != serve::Finish::None) {
+                    finish[i] = u.finish;
+                    break;
+                }
+            }
+        }
+        sched.stop();
+    });
+    sched.run();  // the model's thread is this one, as in anvil serve
+    client.join();
+    for (size_t i = 0; i < cases.size(); i++) {
+        EXPECT_EQ(got[i], want[i]) << "request " << i;
+        const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
+        EXPECT_EQ(finish[i], stopped ? serve::Finish::Stop : serve::Finish::Length) << "request " << i;
+    }
+}
+
+// A full queue refuses; a cancelled request leaves and its slot serves the next one.
+TEST(Scheduler, QueueBoundAndCancel) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny());
+    serve::SchedulerOptions so;
+    so.slots = 1;
+    so.max_queue = 1;
+    serve::Scheduler sched(*m, so);
+    SampleOptions long_one;
+    long_one.max_new_tokens = 15;
+    auto a = sched.submit({1, 2}, long_one);
+    auto b = sched.submit({3}, long_one);
+    EXPECT_TRUE(a && b);
+    EXPECT_FALSE(sched.submit({4}, long_one)) << "one slot and a queue of one: the third waits nowhere";
+    a->cancel();
+    b->cancel();
+    std::thread client([&] {
+        EXPECT_EQ(a->wait(0, std::chrono::seconds(10)).finish, serve::Finish::Cancelled);
+        EXPECT_EQ(b->wait(0, std::chrono::seconds(10)).finish, serve::Finish::Cancelled);
+        SampleOptions two;
+        two.max_new_tokens = 2;
+        auto c = sched.submit({5}, two);
+        EXPECT_TRUE(c);
+        serve::Sequence::Update u;
+        size_t seen = 0;
+        while (c && (u = c->wait(seen, std::chrono::seconds(10))).finish == serve::Finish::None)
+            seen += u.tokens.size();
+        EXPECT_EQ(u.finish, serve::Finish::Length);
+        EXPECT_EQ(sched.load().running, 0);
+        sched.stop();
+    });
+    sched.run();
+    client.join();
+}
+
+// ---- the OpenAI side ------------------------------------------------------------------------------------
+
+serve::ServedModel served(const Tokenizer& tok) {
+    serve::ServedModel m;
+    m.name = "tiny";
+    m.n_ctx = 256;  // room for the alpaca template
+    m.tok = &tok;
+    m.stop_tokens = {tok.eot_id()};
+    return m;
+}
+
+TEST(OpenAi, RequestFields) {
+    ByteTokenizer tok;
+    const serve::ServedModel m = served(tok);
+    const serve::GenerationRequest r = serve::parse_request(
+        serve::Endpoint::Completions,
+        R"({"model":"tiny","prompt":"hey","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":3,"seed":7,
+            "stop":["x","yz"],"stream":true,"stream_options":{"include_usage":true}})",
+        m, 1);
+    EXPECT_EQ(r.prompt, tok.encode("hey"));
+    EXPECT_EQ(r.sample.max_new_tokens, 5);
+    EXPECT_FLOAT_EQ(r.sample.temperature, 0.5f);
+    EXPECT_FLOAT_EQ(r.sample.top_p, 0.9f);
+    EXPECT_EQ(r.sample.top_k, 3);
+    EXPECT_EQ(r.sample.seed, 7u);
+    EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
+    EXPECT_TRUE(r.stream && r.include_usage);
+    const serve::GenerationRequest d =
+        serve::parse_request(serve::Endpoint::Completions, R"({"prompt":[1,2]})", m, 9);
+    EXPECT_EQ(d.sample.max_new_tokens, 16) << "OpenAI's default for completions";
+    EXPECT_EQ(d.sample.seed, 9u) << "no seed: the server's random one";
+    EXPECT_EQ(d.prompt, (std::vector<int32_t>{1, 2}));
+    const serve::GenerationRequest c = serve::parse_request(
+        serve::Endpoint::Chat, R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})", m,
+        1);
+    EXPECT_EQ(c.sample.max_new_tokens, 256 - int(c.prompt.size())) << "chat: up to the context";
+}
+
+TEST(OpenAi, BadRequestsNameTheField) {
+    ByteTokenizer tok;
+    const serve::ServedModel m = served(tok);
+    struct Bad {
+        serve::Endpoint e;
+        const char* body;
+        int status;
+        const char* param;
+    };
+    const serve::Endpoint C = serve::Endpoint::Completions, H = serve::Endpoint::Chat;
+    const std::string long_prompt = "{\"prompt\":\"" + std::string(256, 'a') + "\"}";
+    const std::vector<Bad> cases = {
+        {C, "{\"prompt\":", 400, ""},
+        {C, "[1,2]", 400, ""},
+        {C, "{}", 400, "prompt"},
+        {C, R"({"prompt":5})", 400, "prompt"},
+        {C, R"({"prompt":["a","b"]})", 400, "prompt"},
+        {C, R"({"prompt":[999]})", 400, "prompt"},
+        {C, R"({"prompt":"a","max_tokens":"ten"})", 400, "max_tokens"},
+        {C, R"({"prompt":"a","max_tokens":0})", 400, "max_tokens"},
+        {C, R"({"prompt":"a","max_tokens":256})", 400, "max_tokens"},
+        {C, long_prompt.c_str(), 400, "prompt"},
+        {C, R"({"prompt":"a","temperature":3})", 400, "temperature"},
+        {C, R"({"prompt":"a","top_p":0})", 400, "top_p"},
+        {C, R"({"prompt":"a","n":2})", 400, "n"},
+        {C, R"({"prompt":"a","stop":[1]})", 400, "stop"},
+        {C, R"({"prompt":"a","stream":"yes"})", 400, "stream"},
+        {C, R"({"prompt":"a","model":"gpt-4"})", 404, "model"},
+        {H, R"({"prompt":"a"})", 400, "messages"},
+        {H, R"({"messages":[{"role":"wizard","content":"a"}]})", 400, "messages[0].role"},
+        {H, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content"},
+        {H, R"({"messages":[{"role":"user","content":"a"},{"role":"system","content":"b"}]})", 400,
+         "messages[1]"},
+        {H, R"({"messages":[{"role":"system","content":"a"}]})", 400, "messages"},
+    };
+    for (const Bad& b : cases) {
+        try {
+            serve::parse_request(b.e, b.body, m, 1);
+            ADD_FAILURE() << "accepted: " << b.body;
+        } catch (const serve::ApiError& e) {
+            EXPECT_EQ(e.status, b.status) << b.body << ": " << e.what();
+            EXPECT_EQ(e.param, b.param) << b.body << ": " << e.what();
+            const nlohmann::json j = serve::error_body(e);
+            EXPECT_TRUE(j["error"]["message"].is_string() && j["error"]["type"].is_string()) << j.dump();
+        }
+    }
+}
+
+// The byte tokenizer makes each byte a token: stop strings and UTF-8 characters arrive split.
+TEST(OpenAi, TextStreamHoldsBackStopPrefixesAndHalfCharacters) {
+    ByteTokenizer tok;
+    serve::TextStream s(tok, {"END"});
+    std::string shown;
+    for (char ch : std::string("abcEN")) shown += s.push({int32_t(uint8_t(ch))});
+    EXPECT_EQ(shown, "abc") << "\"EN\" may become the stop string";
+    shown += s.push({int32_t('x')});
+    EXPECT_EQ(shown, "abcENx") << "it did not";
+    for (char ch : std::string("yEND tail")) shown += s.push({int32_t(uint8_t(ch))});
+    EXPECT_TRUE(s.stopped());
+    EXPECT_EQ(shown, "abcENxy");
+    EXPECT_EQ(s.finish(), "");
+
+    serve::TextStream u(tok, {});
+    const std::string euro = "\xE2\x82\xAC";  // U+20AC in three bytes
+    EXPECT_EQ(u.push({0xE2}), "");
+    EXPECT_EQ(u.push({0x82}), "");
+    EXPECT_EQ(u.push({0xAC}), euro);
+    EXPECT_EQ(u.push({0xE2}), "");
+    EXPECT_EQ(u.finish(), "\xE2") << "at the end the rest comes out as it is";
+    EXPECT_EQ(u.tokens(), 4);
+}
+
+}  // namespace
+}  // namespace anvil::test
