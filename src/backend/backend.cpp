@@ -9,4 +9,12 @@ AttentionImpl parse_attention(const std::string& name) {
     fail("--attention {}: use auto, gemm or flash", name);
 }
 
+std::vector<float> Backend::download_f32(Tensor src) {
+    std::vector<uint8_t> raw(src.nbytes());
+    download(raw.data(), src);
+    std::vector<float> v(size_t(src.numel()));
+    convert_to_f32(v.data(), raw.data(), src.dtype, v.size());
+    return v;
+}
+
 }  // namespace anvil

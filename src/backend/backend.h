@@ -67,6 +67,8 @@ public:
     // next synchronize() (or download). `host` should come from alloc_host so the device can write it
     // directly.
     virtual void download_async(void* host, Tensor src) = 0;
+    // src's values as f32 on the host, whatever its dtype (download, then convert).
+    std::vector<float> download_f32(Tensor src);
     virtual void convert(Tensor dst, Tensor src) = 0;  // same numel, any float dtypes
     virtual void synchronize() = 0;
     // Device memory accounting (what alloc handed out, not including library workspaces).

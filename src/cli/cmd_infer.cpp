@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "data/dataset.h"
+#include "data/text_stream.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
@@ -126,12 +127,16 @@ Command add_generate(CLI::App& app) {
         Generator gen(*l.model);
         const bool stream = o->json != "-";  // bare --json: the JSON alone on stdout
         nlohmann::json stats;
-        // Streams the reply to stdout (whole decodes: multi-token characters stay intact); returns its text
-        // and leaves its figures in `stats`.
+        // Streams the reply to stdout (whole characters: TextStream holds back a multi-token one until it is
+        // complete); returns its text and leaves its figures in `stats`.
         auto reply = [&](const std::vector<int32_t>& prompt) {
             using Clock = std::chrono::steady_clock;
-            std::vector<int32_t> out;
-            std::string shown;
+            TextStream text(tok, {});
+            const auto show = [&](const std::string& delta) {
+                if (!stream || delta.empty()) return;
+                std::fwrite(delta.data(), 1, delta.size(), stdout);
+                std::fflush(stdout);
+            };
             const auto t0 = Clock::now();
             Clock::time_point first;
             int produced = 0;
@@ -142,16 +147,10 @@ Command add_generate(CLI::App& app) {
                     stopped = true;
                     return;
                 }
-                out.push_back(id);
-                if (!stream) return;
-                const std::string all = tok.decode(out);
-                if (all.size() > shown.size() && all.compare(0, shown.size(), shown) == 0) {
-                    std::fwrite(all.data() + shown.size(), 1, all.size() - shown.size(), stdout);
-                    std::fflush(stdout);
-                    shown = all;
-                }
+                show(text.push({id}));
             });
             const auto t1 = Clock::now();
+            show(text.finish());
             const auto ms = [](Clock::duration d) {
                 return std::chrono::duration<double, std::milli>(d).count();
             };
@@ -161,8 +160,7 @@ Command add_generate(CLI::App& app) {
                 std::printf("\n");
                 std::fflush(stdout);
             }
-            const std::string text = tok.decode(out);
-            stats = {{"text", text},
+            stats = {{"text", text.text()},
                      {"prompt_tokens", prompt.size()},
                      {"completion_tokens", produced},
                      {"finish_reason", stopped ? "stop" : "length"},
@@ -170,7 +168,7 @@ Command add_generate(CLI::App& app) {
                      {"total_ms", ms(t1 - t0)},
                      // the decode rate after the first token (which carries the prompt's prefill)
                      {"tokens_per_s", produced > 1 && decode > 0 ? (produced - 1) * 1e3 / decode : 0.0}};
-            return text;
+            return text.text();
         };
         auto finish = [&]() {
             if (o->json == "-")

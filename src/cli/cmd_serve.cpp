@@ -98,8 +98,8 @@ Command add_serve(CLI::App& app) {
         served.stop_tokens = stop_tokens(l.prompt, *l.tok);
         served.created = int64_t(std::time(nullptr));
 
-        const double kv_bytes = double(slot_bytes) * so.slots;
-        serve::Server server(sched, metrics, served, o->http, kv_bytes);
+        const double kv_bytes = double(sched.cache_bytes());
+        serve::Server server(sched, metrics, served, o->http);
         const int port = server.bind();
         std::fprintf(stderr,
                      "anvil: serving %s (%s, context %d, chat template %s) on http://%s:%d\n"
@@ -112,33 +112,36 @@ Command add_serve(CLI::App& app) {
 
         for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);
         std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is the write's error, not the process's end
+        // the drain, on a thread of its own: on the first signal refuse new requests and wait for the
+        // running and queued ones (a second signal or --drain-seconds cuts it short), then stop the
+        // scheduler, which returns run() below
         std::atomic<bool> over{false};
-        // the drain: on the first signal refuse new requests and wait for the running ones (a second signal
-        // or --drain-seconds cuts it short), then stop the scheduler, which returns run() below
         std::thread drainer([&] {
             while (!over && g_signals == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
             if (over) return;
+            server.refuse_new();
+            const serve::Scheduler::Load at = sched.load();
             std::fprintf(stderr,
                          "anvil: stopping: new requests get 503; waiting up to %.0f s for %d running\n",
-                         o->drain_seconds, sched.load().running + sched.load().queued);
+                         o->drain_seconds, at.running + at.queued);
             const auto deadline = serve::Clock::now() + std::chrono::duration<double>(o->drain_seconds);
-            bool drained = false;
-            while (!drained && g_signals < 2 && serve::Clock::now() < deadline) drained = server.drain(0.05);
-            if (!drained)
+            while (!sched.load().idle() && g_signals < 2 && serve::Clock::now() < deadline)
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (const serve::Scheduler::Load left = sched.load(); !left.idle())
                 std::fprintf(stderr, "anvil: stopping with %d requests unfinished (they get 503)\n",
-                             sched.load().running + sched.load().queued);
+                             left.running + left.queued);
             sched.stop();
         });
+        struct Join {  // the drainer ends before this scope does, however run() returns
+            std::atomic<bool>& over;
+            std::thread& t;
+            ~Join() {
+                over = true;
+                t.join();
+            }
+        } join{over, drainer};
         server.start();
-        try {
-            sched.run();  // the model's thread: this one, where the backend was set up
-        } catch (...) {
-            over = true;
-            drainer.join();
-            throw;
-        }
-        over = true;
-        drainer.join();
+        sched.run();  // the model's thread: this one, where the backend was set up
         server.stop();
         std::fprintf(stderr, "anvil: stopped\n");
         return 0;

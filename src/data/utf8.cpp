@@ -1,5 +1,7 @@
 #include "data/utf8.h"
 
+#include <algorithm>
+
 namespace anvil::utf8 {
 
 size_t first_invalid(std::string_view s) {
@@ -10,6 +12,16 @@ size_t first_invalid(std::string_view s) {
         i += size_t(n);
     }
     return std::string_view::npos;
+}
+
+size_t incomplete_tail(std::string_view s) {
+    for (size_t back = 1; back <= std::min<size_t>(3, s.size()); back++) {
+        const auto c = uint8_t(s[s.size() - back]);
+        if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+        const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
 }
 
 bool valid(std::string_view s) {

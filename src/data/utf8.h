@@ -52,5 +52,7 @@ size_t first_invalid(std::string_view s);
 // Invalid sequences replaced by U+FFFD (one per maximal subpart).
 std::string repair(std::string_view s);
 void append(std::string& out, uint32_t cp);
+// Bytes at the end of s that begin a character not yet complete (text decoded a token at a time): 0 to 3.
+size_t incomplete_tail(std::string_view s);
 
 }  // namespace anvil::utf8

@@ -67,21 +67,23 @@ Generator::Generator(Model& model)
       acts_(model.make_activations(1, model.config().n_ctx, ActMode::Decode)),
       cache_(model.make_cache()) {}  // one sequence, slot 0
 
-void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
-    Backend& be = model_.backend();
-    be.upload(acts_->get("tokens", 1, n), ids);
+std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot, const int32_t* ids,
+                                  int n, int pos0) {
+    Backend& be = model.backend();
+    be.upload(acts.get("tokens", 1, n), ids);
     ForwardPass f;
     f.B = 1;
     f.T = n;
     f.pos0 = pos0;
-    f.cache = cache_.get();
+    f.cache = &cache;
+    f.slot = slot;
     f.last_logits = true;
-    model_.forward(*acts_, f);
-    const Tensor out = acts_->get("logits", 1, 1);
-    std::vector<uint8_t> raw(out.nbytes());
-    be.download(raw.data(), out);
-    logits.resize(size_t(out.numel()));
-    convert_to_f32(logits.data(), raw.data(), out.dtype, logits.size());
+    model.forward(acts, f);
+    return be.download_f32(acts.get("logits", 1, 1));
+}
+
+void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
+    logits = forward_cached(model_, *acts_, *cache_, 0, ids, n, pos0);
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,

@@ -28,6 +28,11 @@ struct SampleOptions {
 // Picks the next token from logits (V) on the host (they may be overwritten).
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
+// Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to the
+// cache; returns the last position's logits (V) in f32. `acts`: decoding activations for at least n positions.
+std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot, const int32_t* ids,
+                                  int n, int pos0);
+
 class Generator {
 public:
     explicit Generator(Model& model);

@@ -88,15 +88,18 @@ std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMo
     return std::make_unique<Activations>(be_, p);
 }
 
+int Model::cache_width() const {
+    return config_.kv_heads() / options_.tp.size * config_.head_size();  // tensor parallel: this rank's heads
+}
+
 std::unique_ptr<KvCache> Model::make_cache(int max_T, int slots) const {
-    // tensor parallel: this rank's key/value heads
     return std::make_unique<KvCache>(be_, config_.n_layer, slots, max_T > 0 ? max_T : config_.n_ctx,
-                                     config_.kv_heads() / options_.tp.size * config_.head_size(), options_.dtype);
+                                     cache_width(), options_.dtype);
 }
 
 size_t Model::cache_slot_bytes(int max_T) const {
-    return KvCache::slot_bytes(config_.n_layer, max_T > 0 ? max_T : config_.n_ctx,
-                               config_.kv_heads() / options_.tp.size * config_.head_size(), options_.dtype);
+    return KvCache::slot_bytes(config_.n_layer, max_T > 0 ? max_T : config_.n_ctx, cache_width(),
+                               options_.dtype);
 }
 
 void Model::reserve(int max_B, int max_T, bool training) {

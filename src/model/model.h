@@ -113,6 +113,7 @@ protected:
     // Families call these from their constructor: layers register into reg_, then allocate_params().
     void allocate_params();
     virtual void plan(ActPlan& plan) const = 0;
+    int cache_width() const;  // a KV-cache row: this rank's key/value heads x head size
 
     Backend& be_;
     ModelConfig config_;

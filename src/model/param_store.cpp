@@ -117,12 +117,7 @@ void ParamStore::init_entries(uint64_t seed, bool adapters_only, const std::func
 }
 
 std::vector<float> ParamStore::read_f32(size_t i) const {
-    const Tensor t = params_[i];
-    std::vector<uint8_t> raw(t.nbytes());
-    be_->download(raw.data(), t);
-    std::vector<float> v(size_t(t.numel()));
-    convert_to_f32(v.data(), raw.data(), t.dtype, v.size());
-    return v;
+    return be_->download_f32(params_[i]);
 }
 
 void ParamStore::write_f32(size_t i, const float* host) {

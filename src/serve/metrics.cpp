@@ -41,15 +41,11 @@ void Metrics::on_request(const std::string& endpoint, int status) {
     requests_[{endpoint, status}]++;
 }
 
-void Metrics::on_tokens(int64_t prompt, int64_t generated) {
-    std::lock_guard<std::mutex> lk(m_);
-    prompt_tokens_ += uint64_t(prompt);
-    generated_tokens_ += uint64_t(generated);
-}
-
-void Metrics::on_finished(const std::string& reason) {
+void Metrics::on_generation(const std::string& reason, int64_t prompt_tokens, int64_t generated) {
     std::lock_guard<std::mutex> lk(m_);
     finished_[reason]++;
+    prompt_tokens_ += uint64_t(prompt_tokens);
+    generated_tokens_ += uint64_t(generated);
 }
 
 namespace {

@@ -36,9 +36,9 @@ public:
     void on_next_token(double s) override;
     void on_step(int rows) override;
     void on_request(const std::string& endpoint, int status);
-    void on_tokens(int64_t prompt, int64_t generated);
-    // How a generation ended for its client: stop, length, abandoned (the client left), cancelled, error.
-    void on_finished(const std::string& reason);
+    // A generation over, for its client: how it ended (stop, length, abandoned: the client left, cancelled,
+    // error), its prompt's tokens and those it produced.
+    void on_generation(const std::string& reason, int64_t prompt_tokens, int64_t generated);
     // Everything, with the scheduler's load and the cache's size.
     std::string text(const Scheduler::Load& load, double kv_cache_bytes) const;
 

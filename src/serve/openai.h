@@ -66,25 +66,4 @@ nlohmann::json stream_chunk(const ResponseHead& h, const std::string& delta, con
 nlohmann::json usage_chunk(const ResponseHead& h, int prompt_tokens, int completion_tokens);
 nlohmann::json models_list(const ServedModel& m);
 
-// Text as tokens arrive: what may be shown so far (never half a UTF-8 character, never the start of what may
-// become a stop string) and whether a stop string has appeared (the text then ends before it).
-class TextStream {
-public:
-    TextStream(const Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
-    // Adds tokens; returns the newly showable text.
-    std::string push(const std::vector<int32_t>& ids);
-    // The generation ended: the rest (held-back bytes included), unless a stop string cut it.
-    std::string finish();
-    bool stopped() const { return stopped_; }
-    const std::string& text() const { return shown_; }
-    int tokens() const { return int(ids_.size()); }
-
-private:
-    const Tokenizer& tok_;
-    std::vector<std::string> stop_;
-    std::vector<int32_t> ids_;
-    std::string shown_;
-    bool stopped_ = false;
-};
-
 }  // namespace anvil::serve

@@ -61,6 +61,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
                 o.max_queue);
     const int n_ctx = model.config().n_ctx;
     cache_ = model.make_cache(n_ctx, o.slots);
+    cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
     prefill_acts_ = model.make_activations(1, n_ctx, ActMode::Decode);
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
@@ -155,31 +156,10 @@ void Scheduler::retire(size_t i, Finish f, std::string error) {
     running_count_ = int(running_.size());
 }
 
-namespace {
-
-// logits (rows, 1, V) on the device -> f32 on the host, row-major
-void download_logits(Backend& be, const Tensor& logits, std::vector<float>& out) {
-    std::vector<uint8_t> raw(logits.nbytes());
-    be.download(raw.data(), logits);
-    out.resize(size_t(logits.numel()));
-    convert_to_f32(out.data(), raw.data(), logits.dtype, out.size());
-}
-
-}  // namespace
-
 Finish Scheduler::prefill(Sequence& s) {
-    Backend& be = model_.backend();
     const int n = int(s.prompt_.size());
-    be.upload(prefill_acts_->get("tokens", 1, n), s.prompt_.data());
-    ForwardPass f;
-    f.B = 1;
-    f.T = n;
-    f.cache = cache_.get();
-    f.slot = s.slot_;
-    f.last_logits = true;
-    model_.forward(*prefill_acts_, f);
-    std::vector<float> logits;
-    download_logits(be, prefill_acts_->get("logits", 1, 1), logits);
+    std::vector<float> logits =
+        forward_cached(model_, *prefill_acts_, *cache_, s.slot_, s.prompt_.data(), n, 0);
     s.pos_ = n;
     return sample_into(s, logits);
 }
@@ -230,8 +210,7 @@ void Scheduler::decode_step() {
     f.row_slot = slot.data();
     f.row_pos = pos.data();
     model_.forward(*decode_acts_, f);
-    std::vector<float> all;
-    download_logits(be, decode_acts_->get("logits", B, 1), all);
+    const std::vector<float> all = be.download_f32(decode_acts_->get("logits", B, 1));
     if (observer_) observer_->on_step(B);
     const size_t V = all.size() / size_t(B);
     std::vector<float> logits;

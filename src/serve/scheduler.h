@@ -6,7 +6,7 @@
 // free their slot. The KV cache is a fixed pool of slots, one sequence each, sized by the caller; requests
 // that find no free slot wait in a bounded queue, and past it submit() refuses them.
 //
-// Tokens only: text and stop strings live in openai.cpp, the HTTP side in server.cpp.
+// Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
 
 #include <atomic>
@@ -94,8 +94,11 @@ public:
 
     struct Load {
         int running = 0, queued = 0, slots = 0;
+        bool idle() const { return running == 0 && queued == 0; }
     };
     Load load() const;
+    const SchedulerOptions& options() const { return opt_; }
+    size_t cache_bytes() const { return cache_bytes_; }  // the KV-cache pool
 
     // Serves until stop(): on return, every request still running or waiting has ended as cancelled.
     void run();
@@ -111,6 +114,7 @@ private:
     const SchedulerOptions opt_;
     SchedulerObserver* observer_;
     std::unique_ptr<KvCache> cache_;
+    size_t cache_bytes_ = 0;
     std::unique_ptr<Activations> prefill_acts_, decode_acts_;
     std::vector<int> free_slots_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only

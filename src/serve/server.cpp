@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/text_stream.h"
 #include "io/json_text.h"
 
 namespace anvil::serve {
@@ -37,11 +38,44 @@ std::string endpoint_label(const std::string& path) {
     return "other";
 }
 
+ApiError shutting_down() {
+    return ApiError(503, "the server is shutting down; retry on another replica", "", "server_error");
+}
+
 // A sequence that ended without its text: the server stopped it (503) or the model failed (500).
 ApiError ended_error(Finish f, const std::string& error) {
     if (f == Finish::Error) return ApiError(500, "generation failed: " + error, "", "server_error");
-    return ApiError(503, "the server is shutting down; retry on another replica", "", "server_error");
+    return shutting_down();
 }
+
+// A handler's side of its sequence: waits for tokens and turns them into text that may be shown, ending the
+// sequence at a stop string (its slot is free for others at once).
+struct Follower {
+    Follower(std::shared_ptr<Sequence> s, const Tokenizer& tok, std::vector<std::string> stop)
+        : seq(std::move(s)), text(tok, std::move(stop)) {}
+    std::shared_ptr<Sequence> seq;
+    TextStream text;
+    size_t seen = 0;
+    Finish finish = Finish::None;  // != None: the generation is over
+    std::string error;             // with Finish::Error
+
+    // Waits up to kPoll; returns the text that may be shown since the last call (the rest once it is over).
+    std::string next() {
+        const Sequence::Update u = seq->wait(seen, kPoll);
+        seen += u.tokens.size();
+        std::string delta = text.push(u.tokens);
+        if (text.stopped()) {
+            seq->cancel();
+            finish = Finish::Stop;
+        } else if (u.finish != Finish::None) {
+            finish = u.finish;
+            error = u.error;
+            if (finish == Finish::Stop || finish == Finish::Length) delta += text.finish();
+        }
+        return delta;
+    }
+    bool ended_badly() const { return finish == Finish::Cancelled || finish == Finish::Error; }
+};
 
 }  // namespace
 
@@ -50,7 +84,6 @@ struct Server::Impl {
     Metrics& metrics;
     const ServedModel& model;
     ServerOptions opt;
-    double kv_bytes;
     httplib::Server http;
     std::thread thread;
     std::atomic<bool> draining{false};
@@ -58,8 +91,8 @@ struct Server::Impl {
     std::mutex seed_m;
     std::mt19937_64 seeds{std::random_device{}()};
 
-    Impl(Scheduler& s, Metrics& m, const ServedModel& md, const ServerOptions& o, double kv)
-        : sched(s), metrics(m), model(md), opt(o), kv_bytes(kv) {}
+    Impl(Scheduler& s, Metrics& m, const ServedModel& md, const ServerOptions& o)
+        : sched(s), metrics(m), model(md), opt(o) {}
 
     uint64_t random_seed() {
         std::lock_guard<std::mutex> lk(seed_m);
@@ -74,8 +107,7 @@ struct Server::Impl {
 
 void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     try {
-        if (draining)
-            throw ApiError(503, "the server is shutting down; retry on another replica", "", "server_error");
+        if (draining) throw shutting_down();
         const GenerationRequest r = parse_request(endpoint, req.body, model, random_seed());
         std::shared_ptr<Sequence> seq = sched.submit(r.prompt, r.sample);
         if (!seq) {
@@ -101,73 +133,46 @@ void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, http
 
 void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h,
                                std::shared_ptr<Sequence> seq, httplib::Response& res) {
-    TextStream text(*model.tok, r.stop);
-    size_t seen = 0;
-    Finish finish = Finish::None;
-    std::string error;
-    while (finish == Finish::None) {
-        Sequence::Update u = seq->wait(seen, kPoll);
-        seen += u.tokens.size();
-        text.push(u.tokens);
-        if (text.stopped()) {
-            seq->cancel();  // a stop string: the slot is free for others at once
-            finish = Finish::Stop;
-        } else {
-            finish = u.finish;
-            error = u.error;
-        }
-    }
-    metrics.on_tokens(int64_t(r.prompt.size()), text.tokens());
-    metrics.on_finished(finish_name(finish));
-    if (finish == Finish::Cancelled || finish == Finish::Error) throw ended_error(finish, error);
-    text.finish();
-    send_json(res, 200,
-              completion_response(h, text.text(), finish_name(finish), int(r.prompt.size()), text.tokens()));
+    Follower f(std::move(seq), *model.tok, r.stop);
+    while (f.finish == Finish::None) f.next();
+    const int P = int(r.prompt.size());
+    metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
+    if (f.ended_badly()) throw ended_error(f.finish, f.error);
+    send_json(res, 200, completion_response(h, f.text.text(), finish_name(f.finish), P, f.text.tokens()));
 }
 
 void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h,
                                 std::shared_ptr<Sequence> seq, httplib::Response& res) {
     struct State {
-        std::shared_ptr<Sequence> seq;
-        TextStream text;
-        size_t seen = 0;
+        explicit State(Follower f) : f(std::move(f)) {}
+        Follower f;
         bool first = true, done = false;
     };
-    auto st = std::make_shared<State>(State{seq, TextStream(*model.tok, r.stop)});
-    const int prompt_tokens = int(r.prompt.size());
+    auto st = std::make_shared<State>(Follower(std::move(seq), *model.tok, r.stop));
+    const int P = int(r.prompt.size());
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, h, prompt_tokens, usage = r.include_usage](size_t, httplib::DataSink& sink) {
-            if (st->done) return false;
+        [this, st, h, P, usage = r.include_usage](size_t, httplib::DataSink& sink) {
+            Follower& f = st->f;
             std::string out;
             if (st->first && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
                 out += sse(stream_chunk(h, "", nullptr, true));
                 st->first = false;
             }
-            Sequence::Update u = st->seq->wait(st->seen, kPoll);
-            st->seen += u.tokens.size();
-            std::string delta = st->text.push(u.tokens);
-            Finish finish = u.finish;
-            if (st->text.stopped()) {
-                st->seq->cancel();
-                finish = Finish::Stop;
-            } else if (finish == Finish::Stop || finish == Finish::Length) {
-                delta += st->text.finish();
-            }
+            const std::string delta = f.next();
             if (!delta.empty()) {
                 out += sse(stream_chunk(h, delta, nullptr, st->first));
                 st->first = false;
             }
-            if (finish != Finish::None) {
-                if (finish == Finish::Cancelled || finish == Finish::Error)
-                    out += sse(error_body(ended_error(finish, u.error)));
+            if (f.finish != Finish::None) {
+                if (f.ended_badly())
+                    out += sse(error_body(ended_error(f.finish, f.error)));
                 else
-                    out += sse(stream_chunk(h, "", finish_name(finish), st->first));
-                if (usage) out += sse(usage_chunk(h, prompt_tokens, st->text.tokens()));
+                    out += sse(stream_chunk(h, "", finish_name(f.finish), st->first));
+                if (usage) out += sse(usage_chunk(h, P, f.text.tokens()));
                 out += "data: [DONE]\n\n";
-                metrics.on_tokens(prompt_tokens, st->text.tokens());
-                metrics.on_finished(finish_name(finish));
+                metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
                 st->done = true;
             }
             // a client that left: its sequence ends and frees the slot
@@ -176,16 +181,15 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
             if (st->done) sink.done();
             return true;
         },
-        [this, st](bool success) {
+        [this, st, P](bool success) {
             if (success && st->done) return;
-            st->seq->cancel();  // the client left before the end
-            if (!st->done) metrics.on_finished("abandoned");
+            st->f.seq->cancel();  // the client left before the end
+            if (!st->done) metrics.on_generation("abandoned", P, st->f.text.tokens());
         });
 }
 
-Server::Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o,
-               double kv_cache_bytes)
-    : impl_(std::make_unique<Impl>(sched, metrics, model, o, kv_cache_bytes)) {
+Server::Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o)
+    : impl_(std::make_unique<Impl>(sched, metrics, model, o)) {
     routes();
 }
 
@@ -196,8 +200,9 @@ Server::~Server() {
 void Server::routes() {
     Impl& s = *impl_;
     httplib::Server& http = s.http;
-    const Scheduler::Load l = s.sched.load();
-    const size_t threads = s.opt.http_threads > 0 ? size_t(s.opt.http_threads) : size_t(2 * l.slots + 16);
+    // a handler per running and per queued request (each waits on its sequence), and some for the rest
+    const SchedulerOptions& so = s.sched.options();
+    const size_t threads = size_t(so.slots + so.max_queue + 16);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(size_t(s.opt.max_body_mb * 1024.0 * 1024.0));
     http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
@@ -215,7 +220,8 @@ void Server::routes() {
             send_json(r, 200, {{"status", "ok"}});
     });
     http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) {
-        r.set_content(s.metrics.text(s.sched.load(), s.kv_bytes), "text/plain; version=0.0.4");
+        r.set_content(s.metrics.text(s.sched.load(), double(s.sched.cache_bytes())),
+                      "text/plain; version=0.0.4");
     });
     // what the library answers itself (unknown path, body too large, bad HTTP): OpenAI's error body
     http.set_error_handler(
@@ -271,16 +277,8 @@ void Server::start() {
     impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
 }
 
-bool Server::drain(double seconds) {
-    Impl& s = *impl_;
-    s.draining = true;
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    for (;;) {
-        const Scheduler::Load l = s.sched.load();
-        if (l.running == 0 && l.queued == 0) return true;
-        if (Clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+void Server::refuse_new() {
+    impl_->draining = true;
 }
 
 void Server::stop() {

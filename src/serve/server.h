@@ -22,20 +22,18 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;           // 0: any free port
     double max_body_mb = 4.0;  // larger bodies get 413
-    int http_threads = 0;      // 0: enough for every slot and queued request, and a few more
 };
 
 class Server {
 public:
-    Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o,
-           double kv_cache_bytes);
+    Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o);
     ~Server();
     // Binds the address; returns the port. Throws naming --host/--port when it cannot.
     int bind();
     // Serves on a thread of its own until stop().
     void start();
-    // Refuses new requests (503) from now on; true once nothing runs or waits, false past `seconds`.
-    bool drain(double seconds);
+    // New requests get 503 and /health says draining from now on (shutdown: the scheduler finishes the rest).
+    void refuse_new();
     void stop();  // stops listening and joins the handlers
 
 private:

@@ -4,10 +4,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <thread>
 
 #include "core/progress.h"
 #include "data/prefetch.h"

@@ -2,6 +2,7 @@
 // scheduler against the plain generator, the OpenAI request checks and the streamed text's stop strings.
 #include <thread>
 
+#include "data/text_stream.h"
 #include "model/generate.h"
 #include "model_harness.h"
 #include "serve/openai.h"
@@ -276,9 +277,9 @@ TEST(OpenAi, BadRequestsNameTheField) {
 }
 
 // The byte tokenizer makes each byte a token: stop strings and UTF-8 characters arrive split.
-TEST(OpenAi, TextStreamHoldsBackStopPrefixesAndHalfCharacters) {
+TEST(TextStream, HoldsBackStopPrefixesAndHalfCharacters) {
     ByteTokenizer tok;
-    serve::TextStream s(tok, {"END"});
+    TextStream s(tok, {"END"});
     std::string shown;
     for (char ch : std::string("abcEN")) shown += s.push({int32_t(uint8_t(ch))});
     EXPECT_EQ(shown, "abc") << "\"EN\" may become the stop string";
@@ -289,7 +290,7 @@ TEST(OpenAi, TextStreamHoldsBackStopPrefixesAndHalfCharacters) {
     EXPECT_EQ(shown, "abcENxy");
     EXPECT_EQ(s.finish(), "");
 
-    serve::TextStream u(tok, {});
+    TextStream u(tok, {});
     const std::string euro = "\xE2\x82\xAC";  // U+20AC in three bytes
     EXPECT_EQ(u.push({0xE2}), "");
     EXPECT_EQ(u.push({0x82}), "");
