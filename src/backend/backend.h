@@ -104,6 +104,18 @@ public:
     virtual void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             WLayout layout, Tensor in_pre_gelu) = 0;
 
+    // Weight-only int8 (anvil quantize): W = q * scale, q (I8) in `layout` as matmul_fwd's W, scale (OC) f32, one
+    // per output channel. out (N,OC) = in @ W + bias, pre_gelu as matmul_fwd. The activations stay float.
+    virtual void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
+                               Tensor pre_gelu) = 0;
+    // din (N,C) = dout @ W^T (overwritten), through the GELU when in_pre_gelu is given. An int8 weight is a
+    // frozen base (QLoRA-style fine-tuning): it has no gradient.
+    virtual void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout,
+                               Tensor in_pre_gelu) = 0;
+    // embedding_fwd over an int8 token table: out (B,T,C) = q[tokens] * scale[tokens] + wpe[t]; q (V,C) I8,
+    // scale (V) f32 (a row of the table is an output channel of the tied head).
+    virtual void embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) = 0;
+
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     virtual void gelu_fwd(Tensor out, Tensor in) = 0;
     virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;  // din = dout * gelu'(in); may alias

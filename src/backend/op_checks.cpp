@@ -89,6 +89,24 @@ MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout
     return d;
 }
 
+MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale, WLayout layout,
+                        const Tensor& bias, const Tensor& pre_gelu) {
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.dtype == DType::F32, "int8 matmul: weight {} must be I8, scale {} F32",
+                dtype_name(q.dtype), dtype_name(scale.dtype));
+    const MatDims d = check_matmul_fwd(out, in, q, layout, bias, pre_gelu);
+    ANVIL_CHECK(scale.numel() == d.OC, "int8 matmul: {} scales for {} output channels", scale.numel(), d.OC);
+    return d;
+}
+
+EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor& q, const Tensor& scale,
+                           const Tensor& wpe) {
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.dtype == DType::F32 && q.shape.ndim == 2,
+                "int8 embedding: table {} must be I8 (V, C), scale {} F32", q.shape.str(), dtype_name(scale.dtype));
+    const EmbDims d = check_embedding(out, tokens, q, wpe);
+    ANVIL_CHECK(scale.numel() == d.V, "int8 embedding: {} scales for {} rows", scale.numel(), d.V);
+    return d;
+}
+
 AttnShape check_attention(const Tensor& qkv, int NH) {
     ANVIL_CHECK(qkv.shape.ndim == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
                 qkv.shape.str());

@@ -40,6 +40,12 @@ MatDims check_matmul_fwd(const Tensor& out, const Tensor& in, const Tensor& w, W
 MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,
                          const Tensor& w, WLayout layout);
 
+// int8 weights: q (I8) shaped as matmul's W, scale (OC) f32; embedding tables (V,C) I8 with scale (V).
+MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale, WLayout layout,
+                        const Tensor& bias, const Tensor& pre_gelu);
+EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor& q, const Tensor& scale,
+                           const Tensor& wpe);
+
 struct AttnShape {
     int B, T, C, NH;
 };

@@ -103,6 +103,18 @@ public:
         timed(matmul_name(pg.empty() ? "matmul_bwd" : "matmul_bwd+gelu", d, i).c_str(), 0,
               [&] { in_.matmul_bwd(di, dw, db, d, i, w, l, pg); });
     }
+    void matmul_q8_fwd(Tensor o, Tensor i, Tensor q, Tensor s, WLayout l, Tensor b, Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_q8_fwd" : "matmul_q8_fwd+gelu", o, i).c_str(), 0,
+              [&] { in_.matmul_q8_fwd(o, i, q, s, l, b, pg); });
+    }
+    void matmul_q8_bwd(Tensor di, Tensor d, Tensor q, Tensor s, WLayout l, Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_q8_bwd" : "matmul_q8_bwd+gelu", d, di).c_str(), 0,
+              [&] { in_.matmul_q8_bwd(di, d, q, s, l, pg); });
+    }
+    void embedding_q8_fwd(Tensor o, Tensor t, Tensor q, Tensor s, Tensor p) override {
+        timed("embedding_q8_fwd", o.nbytes() + o.nbytes() / 4 + t.nbytes() + (p.empty() ? 0 : o.nbytes()),
+              [&] { in_.embedding_q8_fwd(o, t, q, s, p); });
+    }
     void gelu_fwd(Tensor o, Tensor i) override {
         timed("gelu_fwd", o.nbytes() + i.nbytes(), [&] { in_.gelu_fwd(o, i); });
     }

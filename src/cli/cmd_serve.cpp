@@ -102,10 +102,11 @@ Command add_serve(CLI::App& app) {
         serve::Server server(sched, metrics, served, o->http);
         const int port = server.bind();
         std::fprintf(stderr,
-                     "anvil: serving %s (%s, context %d, chat template %s) on http://%s:%d\n"
+                     "anvil: serving %s (%s%s, context %d, chat template %s) on http://%s:%d\n"
                      "anvil: KV cache: %d sequences decoded together (%.1f MiB; %.1f MiB each), up to %d "
                      "waiting\n",
-                     served.name.c_str(), c.model_type.c_str(), c.n_ctx, template_name(l.prompt),
+                     served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "", c.n_ctx,
+                     template_name(l.prompt),
                      o->http.host.c_str(), port, so.slots, kv_bytes / mib, double(slot_bytes) / mib,
                      so.max_queue);
         std::fflush(stderr);

@@ -26,6 +26,7 @@ Command add_doctor(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);
 Command add_lora(CLI::App& app);
+Command add_quantize(CLI::App& app);
 Command add_serve(CLI::App& app);
 // `train`: the flags a sweep's grid may vary
 Command add_sweep(CLI::App& app, const CLI::App& train);

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -20,6 +21,8 @@ std::string_view dtype_name(DType t) {
             return "U16";
         case DType::U8:
             return "U8";
+        case DType::I8:
+            return "I8";
     }
     return "?";
 }
@@ -29,7 +32,8 @@ bool dtype_from_name(std::string_view name, DType* out) {
         std::string_view name;
         DType type;
     } table[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16},
-                 {"I32", DType::I32}, {"U16", DType::U16},   {"U8", DType::U8}};
+                 {"I32", DType::I32}, {"U16", DType::U16},   {"U8", DType::U8},
+                 {"I8", DType::I8}};
     for (const auto& e : table) {
         if (e.name == name) {
             *out = e.type;
@@ -112,6 +116,11 @@ void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) {
             for (size_t i = 0; i < n; i++) dst[i] = from_f16(s[i]);
             return;
         }
+        case DType::I8: {
+            const auto* s = static_cast<const int8_t*>(src);
+            for (size_t i = 0; i < n; i++) dst[i] = float(s[i]);
+            return;
+        }
         default:
             fail("cannot convert {} tensor data to F32", dtype_name(src_type));
     }
@@ -130,6 +139,11 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
         case DType::F16: {
             auto* d = static_cast<f16*>(dst);
             for (size_t i = 0; i < n; i++) d[i] = to_f16(src[i]);
+            return;
+        }
+        case DType::I8: {
+            auto* d = static_cast<int8_t*>(dst);
+            for (size_t i = 0; i < n; i++) d[i] = int8_t(std::clamp(std::nearbyint(src[i]), -127.0f, 127.0f));
             return;
         }
         default:

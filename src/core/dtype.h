@@ -8,7 +8,8 @@
 
 namespace anvil {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, U16, U8 };
+// I8: int8 weights (anvil quantize), one f32 scale per output channel beside them.
+enum class DType : uint8_t { F32, BF16, F16, I32, U16, U8, I8 };
 
 constexpr size_t dtype_size(DType t) {
     switch (t) {
@@ -23,6 +24,7 @@ constexpr size_t dtype_size(DType t) {
         case DType::U16:
             return 2;
         case DType::U8:
+        case DType::I8:
             return 1;
     }
     return 0;
@@ -68,7 +70,8 @@ inline float from_bf16(bf16 h) {
 f16 to_f16(float f);
 float from_f16(f16 h);
 
-// Bulk conversions between a typed buffer and f32 (n elements).
+// Bulk conversions between a typed buffer and f32 (n elements). To I8: rounded to nearest, clamped to
+// [-127, 127] (the symmetric range anvil's int8 weights use).
 void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 

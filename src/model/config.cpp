@@ -43,11 +43,19 @@ std::string ModelConfig::str() const {
                                 n_head, n_embd, n_ctx, vocab_size);
     if (model_type != "gpt2")
         s += fmt::format(", {} key/value heads, MLP {}{}", kv_heads(), ffn(), tie_embeddings ? ", tied head" : "");
+    if (int8_weights) s += ", int8 weights";
     return s;
 }
 
 nlohmann::json config_to_hf_json(const ModelConfig& c, const nlohmann::json& extra) {
     nlohmann::json j = model_family(c.model_type).to_hf(c);
+    if (c.int8_weights)
+        j["quantization_config"] = {{"quant_method", kInt8Method},
+                                    {"bits", 8},
+                                    {"symmetric", true},
+                                    {"granularity", "per-output-channel"},
+                                    {"scale_suffix", "_scale"},
+                                    {"activations", "float"}};
     for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
     return j;
 }
@@ -65,6 +73,17 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& path
                 known_model_types());
     ModelConfig c = f->from_hf(j, path);
     c.model_type = f->model_type;
+    if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+        const nlohmann::json& q = j["quantization_config"];
+        const std::string method = q.is_object() ? q.value("quant_method", std::string("?")) : q.dump();
+        ANVIL_CHECK(method == kInt8Method,
+                    "{}: quantization_config quant_method \"{}\" is not supported; anvil reads its own int8 "
+                    "weights (\"{}\", written by anvil quantize); give the unquantized checkpoint",
+                    path, method, kInt8Method);
+        ANVIL_CHECK(q.value("bits", 0) == 8, "{}: quantization_config bits {} is not supported; anvil's int8 is 8",
+                    path, q.value("bits", 0));
+        c.int8_weights = true;
+    }
     c.validate(path);
     return c;
 }

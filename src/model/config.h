@@ -32,6 +32,9 @@ struct ModelConfig {
     double norm_eps = 1e-5;
     bool tie_embeddings = true;
     RopeScaling rope_scaling;
+    // Weight-only int8 (anvil quantize; config.json's "quantization_config"): every linear layer's weight and the
+    // token embedding are I8 with an f32 scale per output channel, a frozen base for inference and LoRA.
+    bool int8_weights = false;
 
     int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
     int ffn() const { return ffn_dim > 0 ? ffn_dim : 4 * n_embd; }
@@ -47,10 +50,14 @@ struct ModelConfig {
         return model_type == o.model_type && n_layer == o.n_layer && n_head == o.n_head &&
                kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx && vocab_size == o.vocab_size &&
                ffn() == o.ffn() && head_size() == o.head_size() && rope_theta == o.rope_theta &&
-               norm_eps == o.norm_eps && tie_embeddings == o.tie_embeddings && rope_scaling == o.rope_scaling;
+               norm_eps == o.norm_eps && tie_embeddings == o.tie_embeddings && rope_scaling == o.rope_scaling &&
+               int8_weights == o.int8_weights;
     }
     std::string str() const;
 };
+
+// config.json's quantization_config.quant_method for anvil's int8 weights.
+constexpr const char* kInt8Method = "anvil-int8";
 
 // Hugging Face config.json of the family; `extra` adds anvil's own keys (tokenizer, template) beside them.
 nlohmann::json config_to_hf_json(const ModelConfig& c, const nlohmann::json& extra);

@@ -115,7 +115,7 @@ Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) :
             [&] { return Mlp(reg_, h + ".mlp", c.n_embd, 4 * c.n_embd, l, kStd, proj_std); }));
     }
     norm_ = Norm(reg_, "transformer.ln_f", c.n_embd, -1, false);
-    lm_head_ = Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn);
+    lm_head_ = Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn, emb_.token_scale());
     allocate_params();
 }
 

@@ -7,9 +7,26 @@
 namespace anvil {
 
 size_t ParamRegistry::add(ParamSpec s) {
-    s.dtype = dtype;
+    if (!s.keep_dtype) s.dtype = dtype;
     specs.push_back(std::move(s));
     return specs.size() - 1;
+}
+
+size_t ParamRegistry::find(const std::string& name) const {
+    for (size_t i = 0; i < specs.size(); i++)
+        if (specs[i].name == name) return i;
+    return ParamStore::npos;
+}
+
+size_t ParamRegistry::add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale) {
+    ParamSpec w{weight_name, shape, DType::I8, false, {Init::Zeros, 0.0}, false, layer, false};
+    w.keep_dtype = true;
+    w.scale_dim = out_dim;
+    ParamSpec sc{weight_name + "_scale", {shape[out_dim]}, DType::F32, false, {Init::Ones, 0.0}, false, layer, false};
+    sc.keep_dtype = true;
+    const size_t i = add(std::move(w));
+    *scale = add(std::move(sc));
+    return i;
 }
 
 KvCache::KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype)
@@ -73,16 +90,20 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLa
         }
     }
     const Shape ws = layout == WLayout::InOut ? Shape{in_, out_} : Shape{out_, in_};
-    w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false, ws_shard});
+    if (reg.int8)  // the model refuses tensor parallelism with int8 weights
+        w_ = reg.add_int8(name + ".weight", ws, layout == WLayout::InOut ? 1 : 0, layer, &scale_);
+    else
+        w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false, ws_shard});
     if (bias)
         b_ = reg.add({name + ".bias", {out_}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false, b_shard});
 }
 
-Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout) {
+Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t scale) {
     Linear l;
     l.reg_ = &reg;
     l.name_ = reg.specs[weight].name;
     l.w_ = weight;
+    l.scale_ = scale;
     l.layout_ = layout;
     const Shape& ws = reg.specs[weight].shape;
     l.in_ = int(layout == WLayout::InOut ? ws[0] : ws[1]);
@@ -100,10 +121,14 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
     // row-parallel: the outputs are partial sums, summed over the ranks afterwards; one rank adds the bias
     const bool add_bias = b_ != ParamStore::npos && !(parallel_ == Parallel::Row && reg_->tp.rank != 0);
     const Tensor bias = add_bias ? s.param(b_) : Tensor{};
-    if (!adapter_) return p.be.matmul_fwd(out, in, s.param(w_), layout_, bias, pre_gelu);
+    const auto product = [&](Tensor o, Tensor pg) {
+        if (scale_ == ParamStore::npos) return p.be.matmul_fwd(o, in, s.param(w_), layout_, bias, pg);
+        p.be.matmul_q8_fwd(o, in, s.param(w_), s.param(scale_), layout_, bias, pg);
+    };
+    if (!adapter_) return product(out, pre_gelu);
     // the adapter adds to the product before the activation
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
-    p.be.matmul_fwd(y, in, s.param(w_), layout_, bias, {});
+    product(y, {});
     adapter_->forward(p, name_, y, in);
     if (!pre_gelu.empty()) p.be.gelu_fwd(out, pre_gelu);
 }
@@ -111,8 +136,13 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
 void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu) const {
     const ParamStore& s = *reg_->store;
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
-    if (!adapter_) return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, in_pre_gelu);
-    p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, {});
+    const auto product = [&](Tensor pg) {
+        if (scale_ == ParamStore::npos) return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
+        ANVIL_CHECK(dbias.empty(), "{}: an int8 layer is a frozen base; its bias takes no gradient", name_);
+        if (!din.empty()) p.be.matmul_q8_bwd(din, dout, s.param(w_), s.param(scale_), layout_, pg);
+    };
+    if (!adapter_) return product(in_pre_gelu);
+    product({});
     adapter_->backward(p, name_, din, dout, in);
     if (!in_pre_gelu.empty() && !din.empty()) p.be.gelu_bwd(din, din, in_pre_gelu);
 }
@@ -159,14 +189,21 @@ void Norm::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
 Embedding::Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab,
                      int n_ctx, int dim, double std)
     : reg_(&reg) {
-    wte_ = reg.add({tokens, {vocab, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
+    if (reg.int8)  // a row of the table is an output channel of the tied head
+        wte_ = reg.add_int8(tokens, {vocab, dim}, 0, -1, &wte_scale_);
+    else
+        wte_ = reg.add({tokens, {vocab, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
     if (!positions.empty())
         wpe_ = reg.add({positions, {n_ctx, dim}, DType::F32, true, {Init::Normal, std}, true, -1, false});
 }
 
 void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
     const ParamStore& s = *reg_->store;
-    if (wpe_ == ParamStore::npos) return p.be.embedding_fwd(out, tokens, s.param(wte_), {});
+    const auto lookup = [&](Tensor o, Tensor ids, Tensor wpe) {
+        if (wte_scale_ == ParamStore::npos) return p.be.embedding_fwd(o, ids, s.param(wte_), wpe);
+        p.be.embedding_q8_fwd(o, ids, s.param(wte_), s.param(wte_scale_), wpe);
+    };
+    if (wpe_ == ParamStore::npos) return lookup(out, tokens, {});
     // positions pos0.. : the table from row pos0 on
     auto from = [&](int pos0, int T) {
         Tensor wpe = s.param(wpe_);
@@ -176,9 +213,9 @@ void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
         wpe.shape.dims[0] -= pos0;
         return wpe;
     };
-    if (!p.row_pos) return p.be.embedding_fwd(out, tokens, s.param(wte_), from(p.pos0, p.T));
+    if (!p.row_pos) return lookup(out, tokens, from(p.pos0, p.T));
     for (int b = 0; b < p.B; b++)  // each row at its own position
-        p.be.embedding_fwd(batch_row(out, b), batch_row(tokens, b), s.param(wte_), from(p.row_pos[b], 1));
+        lookup(batch_row(out, b), batch_row(tokens, b), from(p.row_pos[b], 1));
 }
 
 void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {

@@ -37,7 +37,14 @@ struct ParamRegistry {
     const ParamStore* store = nullptr;
     DType dtype = DType::F32;
     TensorParallel tp;  // layers register their piece of a split linear layer
-    size_t add(ParamSpec s);
+    // Weight-only int8 (anvil quantize): the linear layers' and the token embedding's weights are I8 ("weight"),
+    // each with an f32 scale per output channel ("weight_scale"), and frozen.
+    bool int8 = false;
+    size_t add(ParamSpec s);  // in the registry's dtype unless the spec keeps its own
+    size_t find(const std::string& name) const;  // ParamStore::npos when absent
+    // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name and
+    // weight_name + "_scale"); returns the weight's index and sets *scale.
+    size_t add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale);
 };
 
 // Keys and values of every layer for `slots` sequences of up to max_T positions each: per layer, k and v of
@@ -108,8 +115,8 @@ public:
     // outputs made of `blocks` equal blocks (c_attn's q, k, v) take a piece of each.
     Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
            InitRule init, int layer, Parallel par = Parallel::None, int blocks = 1);
-    // A linear layer over an existing weight (a tied embedding), no bias.
-    static Linear tied(ParamRegistry& reg, size_t weight, WLayout layout);
+    // A linear layer over an existing weight (a tied embedding, with its int8 scales when it has them), no bias.
+    static Linear tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t scale = ParamStore::npos);
     void set_adapter(std::shared_ptr<const LinearAdapter> a) { adapter_ = std::move(a); }
     const std::string& name() const { return name_; }
     size_t weight_index() const { return w_; }
@@ -128,6 +135,7 @@ private:
     const ParamRegistry* reg_ = nullptr;
     std::string name_;
     size_t w_ = 0, b_ = ParamStore::npos;
+    size_t scale_ = ParamStore::npos;  // int8 weight: its per-output-channel scales
     int in_ = 0, out_ = 0, layer_ = -1;
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;
@@ -163,12 +171,13 @@ public:
     Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab, int n_ctx,
               int dim, double std);
     size_t token_weight() const { return wte_; }
+    size_t token_scale() const { return wte_scale_; }  // an int8 table's row scales, or npos
     void forward(const Pass& p, Tensor out, Tensor tokens) const;  // positions p.pos0 ..
     void backward(const Pass& p, Tensor dout, Tensor tokens) const;
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    size_t wte_ = 0, wpe_ = ParamStore::npos;
+    size_t wte_ = 0, wpe_ = ParamStore::npos, wte_scale_ = ParamStore::npos;
 };
 
 // Causal multi-head self-attention: a fused q, k, v projection, attention, an output projection.

@@ -158,7 +158,7 @@ LlamaModel::LlamaModel(Backend& be, const ModelConfig& c, const ModelOptions& o)
             [&] { return GatedMlp(reg_, h + ".mlp", c.n_embd, c.ffn(), l, kStd); }));
     }
     norm_ = Norm(reg_, "model.norm", c.n_embd, -1, false, NormKind::Rms, float(c.norm_eps));
-    lm_head_ = c.tie_embeddings ? Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn)
+    lm_head_ = c.tie_embeddings ? Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn, emb_.token_scale())
                                 : Linear(reg_, "lm_head", c.n_embd, c.vocab_size, WLayout::OutIn, false,
                                          {Init::Normal, kStd}, -1);
     allocate_params();

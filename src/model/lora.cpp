@@ -224,6 +224,9 @@ void load_peft_weights(const std::string& dir, Model& model, const std::function
 }
 
 void merge_lora(Model& model) {
+    ANVIL_CHECK(!model.config().int8_weights,
+                "merging into int8 weights would round the adapter away; merge into the float base model, then run "
+                "anvil quantize on the merged one");
     ParamStore& store = model.params();
     const LoraOptions& o = model.options().lora;
     const float s = o.scaling();

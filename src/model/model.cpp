@@ -38,8 +38,12 @@ Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), confi
     reg_.dtype = options_.dtype;
     reg_.store = &store_;
     reg_.tp = options_.tp;
+    reg_.int8 = c.int8_weights;
     const int K = options_.tp.size;
     if (K == 1) return;
+    ANVIL_CHECK(!c.int8_weights,
+                "--tensor-parallel {}: int8 weights (anvil quantize) do not split over tensor-parallel ranks; use "
+                "the unquantized model, or data parallelism", K);
     ANVIL_CHECK(options_.tp.reducer && options_.tp.rank >= 0 && options_.tp.rank < K,
                 "tensor parallelism over {} ranks needs this rank's place and a reducer", K);
     const auto splits = [K](int n, const char* what) {

@@ -84,6 +84,10 @@ void load_model_weights(const std::string& dir, Model& model,
     for (const auto& [name, where] : files.tensors) {
         const size_t i = store.find(model.canonical_name(name));
         if (i == ParamStore::npos) {
+            ANVIL_CHECK(model.config().int8_weights || !(where.second->dtype == DType::I8 || name.ends_with("_scale")),
+                        "{}: tensor \"{}\" belongs to int8 weights but {}/config.json has no quantization_config; an "
+                        "int8 directory is written by anvil quantize together with its config.json",
+                        where.first->path(), name, dir);
             ANVIL_CHECK(model.ignorable_tensor(name), "{}: unexpected tensor \"{}\"; is this a {} checkpoint of {}?",
                         where.first->path(), name, model.config().model_type, model.config().str());
             continue;
@@ -102,6 +106,18 @@ void load_model_weights(const std::string& dir, Model& model,
         const StEntry& e = *found[i];
         ANVIL_CHECK(e.shape == dims(s.full_shape()), "{}: tensor \"{}\" has shape {} but config.json implies {}",
                     from[i]->path(), e.name, shape_str(e.shape), shape_str(dims(s.full_shape())));
+        if (s.dtype == DType::I8 || (e.known && e.dtype == DType::I8)) {  // int8 weights (anvil quantize)
+            ANVIL_CHECK(s.dtype == DType::I8,
+                        "{}: tensor \"{}\" is int8 but {}/config.json has no quantization_config; an int8 "
+                        "directory is written by anvil quantize together with its config.json",
+                        from[i]->path(), e.name, dir);
+            ANVIL_CHECK(e.known && e.dtype == DType::I8,
+                        "{}: tensor \"{}\" has dtype {}, but {}/config.json says the weights are int8 "
+                        "(quantization_config); the file does not belong to this config",
+                        from[i]->path(), e.name, e.dtype_name, dir);
+            store.backend().upload(store.param(i), from[i]->raw(e));
+            continue;
+        }
         ANVIL_CHECK(e.known && (e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16),
                     "{}: tensor \"{}\" has dtype {}; anvil reads F32, BF16 and F16 weights", from[i]->path(), e.name,
                     e.dtype_name);
@@ -124,12 +140,14 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
     nlohmann::json cfg = config_to_hf_json(model.config(), extra);
     cfg["torch_dtype"] = format.dtype == DType::F32 ? "float32" : format.dtype == DType::BF16 ? "bfloat16" : "float16";
     const ParamStore& store = model.params();
+    // int8 weights and their scales keep their dtype; every other tensor is written in the format's
+    const auto file_dtype = [&](size_t i) { return store.spec(i).keep_dtype ? store.spec(i).dtype : format.dtype; };
     // the base model's entries (adapters are saved apart), cut into shards in store order
     std::vector<std::vector<size_t>> shards(1);
     uint64_t shard_bytes = 0, total = 0;
     for (size_t i = 0; i < store.size(); i++) {
         if (store.spec(i).adapter) continue;
-        const uint64_t bytes = uint64_t(store.spec(i).full_shape().numel()) * dtype_size(format.dtype);
+        const uint64_t bytes = uint64_t(store.spec(i).full_shape().numel()) * dtype_size(file_dtype(i));
         if (!shards.back().empty() && shard_bytes + bytes > format.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
         shards.back().push_back(i);
         shard_bytes += bytes;
@@ -143,18 +161,19 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
             n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
         std::vector<StMeta> metas;
         for (size_t i : shards[k]) {
-            metas.push_back({store.spec(i).name, format.dtype, dims(store.spec(i).full_shape())});
+            metas.push_back({store.spec(i).name, file_dtype(i), dims(store.spec(i).full_shape())});
             weight_map[store.spec(i).name] = file;
         }
         write_safetensors_streamed(
             dir + "/" + file, metas,
             [&](size_t m, void* dst) {
                 const size_t i = shards[k][m];
+                if (store.spec(i).dtype == DType::I8) return store.backend().download(dst, store.param(i));
                 f32.resize(size_t(store.spec(i).full_shape().numel()));
                 ANVIL_ASSERT(weight_f32 || !store.spec(i).shard.split());  // a piece alone is not the tensor
                 if (weight_f32) weight_f32(i, f32.data());
                 else f32 = store.read_f32(i);
-                convert_from_f32(dst, format.dtype, f32.data(), f32.size());
+                convert_from_f32(dst, file_dtype(i), f32.data(), f32.size());
             },
             {{"format", "pt"}});
     }

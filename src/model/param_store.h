@@ -40,6 +40,9 @@ struct ParamSpec {
     int layer = -1;      // the block it belongs to; -1 for embeddings, the final norm and the head
     bool adapter = false;  // an adapter's (LoRA), saved apart from the base model
     Shard shard{};         // tensor parallelism: `shape` is this rank's piece of full_shape()
+    // Stored, loaded and saved in its own dtype whatever the model's: int8 weights (I8) and their scales (F32).
+    bool keep_dtype = false;
+    int scale_dim = -1;  // an int8 weight: the dimension of its output channels (one scale each)
     // The whole entry's shape, as checkpoints hold it.
     Shape full_shape() const;
 };

@@ -398,6 +398,10 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     nlohmann::json src_config;
     ModelConfig cfg;
     if (!src.base.empty()) cfg = read_model_config(src.base, &src_config);
+    ANVIL_CHECK(!cfg.int8_weights || src.lora.enabled(),
+                "--init {}: its weights are int8 (anvil quantize), a frozen base; fine-tune it with LoRA (add "
+                "--lora-rank R), or train the float model it was quantized from",
+                src.base);
     r.tok = choose_tokenizer(o, src.base, src_config);
     r.data = load_data(o, *r.tok, comm);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);

@@ -306,6 +306,113 @@ OpCase matmul(const OpSizes& s, int OC, WLayout layout, bool bias, bool frozen_w
     return c;
 }
 
+// int8 weights (weight-only): W = q * scale[o], q uniform in [-127, 127], scales f32 per output channel. The
+// backward is the input gradient only (an int8 weight is a frozen base). `N` rows: a few take the direct kernels,
+// many the dequantized panels (several panels when C is wide).
+Arg q8(std::string name, Shape s) {
+    Arg a = arg(std::move(name), s, Role::Int);
+    a.int_min = -127, a.int_max = 128;
+    a.int_dtype = DType::I8;
+    return a;
+}
+// q * scale[o] for a weight of C inputs and OC output channels in `layout`.
+Vec dequant(const Vec& q, const Vec& scale, int C, int OC, WLayout layout) {
+    Vec w(q.size());
+    for (size_t i = 0; i < q.size(); i++) w[i] = q[i] * scale[layout == WLayout::InOut ? i % size_t(OC) : i / size_t(C)];
+    return w;
+}
+Arg scales(std::string name, int n, float scale) {
+    Arg a = f32(in(std::move(name), {n}, scale, false));
+    a.positive = true;
+    return a;
+}
+
+OpCase matmul_q8(int N, int C, int OC, WLayout layout, bool bias) {
+    OpCase c;
+    c.name = fmt::format("matmul int8 {}x{}>{} {}{}", N, C, OC, layout == WLayout::InOut ? "W(in,out)" : "W(out,in)",
+                         bias ? " +bias" : "");
+    const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+    const float sc = 1.0f / (127.0f * std::sqrt(float(C)));  // outputs of order one
+    c.args = {in("x", {N, C}), q8("q", ws), scales("scale", OC, sc), out("out", {N, OC}), grad("dx", {N, C}, false)};
+    if (bias) c.args.push_back(in("b", {OC}, 1.0f, false));
+    c.forward = [layout, bias](Backend& be, const Args& a) {
+        be.matmul_q8_fwd(a["out"], a["x"], a["q"], a["scale"], layout, bias ? a["b"] : Tensor{}, {});
+    };
+    c.backward = [layout](Backend& be, const Args& a) {
+        be.matmul_q8_bwd(a["dx"], a["dout"], a["q"], a["scale"], layout, {});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        want["out"] = ref_matmul(h.at("x"), dequant(h.at("q"), h.at("scale"), C, OC, layout), bias ? &h.at("b") : nullptr,
+                                 N, C, OC, layout);
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    c.flops = 4.0 * N * C * OC;  // forward and input gradient
+    return c;
+}
+
+// The MLP's pattern on int8 weights: h = gelu(x W1 + b1) through the fused epilogue, out = h W2 + b2, and the
+// second product's input gradient taken through the GELU.
+OpCase mlp_q8(int N, int C) {
+    OpCase c;
+    const int H = 4 * C;
+    c.name = fmt::format("matmul+gelu MLP int8 {}x{}>{}>{}", N, C, H, C);
+    c.args = {in("x", {N, C}),
+              q8("q1", {C, H}),
+              scales("s1", H, 1.0f / (127.0f * std::sqrt(float(C)))),
+              in("b1", {H}, 1.0f, false),
+              q8("q2", {H, C}),
+              scales("s2", C, 1.0f / (127.0f * std::sqrt(float(H)))),
+              in("b2", {C}, 1.0f, false),
+              out("pre", {N, H}, false),
+              out("h", {N, H}, false),
+              out("out", {N, C}),
+              grad("dpre", {N, H}, false),
+              grad("dx", {N, C}, false)};
+    c.forward = [](Backend& be, const Args& a) {
+        be.matmul_q8_fwd(a["h"], a["x"], a["q1"], a["s1"], WLayout::InOut, a["b1"], a["pre"]);
+        be.matmul_q8_fwd(a["out"], a["h"], a["q2"], a["s2"], WLayout::InOut, a["b2"], {});
+    };
+    c.backward = [](Backend& be, const Args& a) {
+        be.matmul_q8_bwd(a["dpre"], a["dout"], a["q2"], a["s2"], WLayout::InOut, a["pre"]);
+        be.matmul_q8_bwd(a["dx"], a["dpre"], a["q1"], a["s1"], WLayout::InOut, {});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        const Vec w1 = dequant(h.at("q1"), h.at("s1"), C, H, WLayout::InOut);
+        const Vec w2 = dequant(h.at("q2"), h.at("s2"), H, C, WLayout::InOut);
+        Vec pre = ref_matmul(h.at("x"), w1, &h.at("b1"), N, C, H, WLayout::InOut), act(pre.size());
+        for (size_t i = 0; i < pre.size(); i++) act[i] = float(gelu(pre[i]));
+        want["pre"] = pre;
+        want["h"] = act;
+        want["out"] = ref_matmul(act, w2, &h.at("b2"), N, H, C, WLayout::InOut);
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-4;
+    c.flops = 8.0 * N * C * H;
+    return c;
+}
+
+// The int8 token table: out = q[token] * scale[token] + wpe[t]; no gradient.
+OpCase embedding_q8(const OpSizes& s, bool positions) {
+    OpCase c;
+    const int B = s.B, T = s.T, C = s.C;
+    c.name = fmt::format("embedding int8 C={}{}", C, positions ? "" : " (no positions)");
+    c.args = {ids("tokens", {B, T}, 0, s.V), q8("q", {s.Vp, C}), scales("scale", s.Vp, 0.01f), out("out", {B, T, C})};
+    if (positions) c.args.push_back(in("wpe", {T, C}, 1.0f, false));
+    c.forward = [positions](Backend& be, const Args& a) {
+        be.embedding_q8_fwd(a["out"], a["tokens"], a["q"], a["scale"], positions ? a["wpe"] : Tensor{});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec o(size_t(B) * T * C);
+        for (int i = 0; i < B * T; i++) {
+            const size_t tok = size_t(h.at("tokens")[size_t(i)]);
+            for (int k = 0; k < C; k++)
+                o[size_t(i) * C + k] = h.at("q")[tok * C + k] * h.at("scale")[tok] +
+                                       (positions ? h.at("wpe")[size_t(i % T) * C + k] : 0.0f);
+        }
+        want["out"] = o;
+    };
+    return c;
+}
+
 // The MLP's pattern: h = gelu(x W1 + b1) through the fused epilogue, out = h W2 + b2; the second product's
 // backward takes its input gradient through the GELU.
 OpCase mlp(const OpSizes& s) {
@@ -607,6 +714,16 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         matmul(s, s.Vp, WLayout::OutIn, false, false),  // the tied classifier's product
         matmul(s, 4 * s.C, WLayout::InOut, true, true),
         mlp(s),
+        matmul_q8(3, s.C, 3 * s.C, WLayout::InOut, true),  // decoding: the direct kernels
+        matmul_q8(1, s.C + 8, s.Vp, WLayout::OutIn, false),
+        mlp_q8(5, s.C),
+        matmul_q8(N, s.C, 3 * s.C, WLayout::InOut, true),  // many rows: dequantized panels
+        matmul_q8(N, s.C, s.Vp, WLayout::OutIn, false),
+        mlp_q8(N, s.C),
+        matmul_q8(N, 2048, 1100, WLayout::InOut, true),  // wide: three panels
+        matmul_q8(N, 2048, 1100, WLayout::OutIn, false),
+        embedding_q8(s, true),
+        embedding_q8(s, false),
         gelu_case(s, N * 4 * s.C, false),
         gelu_case(s, N * 4 * s.C + 5, true),
         residual(s),

@@ -83,7 +83,7 @@ struct Run {
             return keep.back().t;
         };
         for (const Arg& a : c.args) {
-            const DType t = a.role == Role::Int ? DType::I32 : (a.f32 ? DType::F32 : dt);
+            const DType t = a.role == Role::Int ? a.int_dtype : (a.f32 ? DType::F32 : dt);
             const Tensor x = add(a.name, shape_on(a, be), t);
             const bool filled = a.role == Role::In || a.role == Role::Int || a.role == Role::InOut ||
                                 (a.role == Role::GradIn && a.accumulates);

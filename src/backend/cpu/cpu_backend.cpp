@@ -182,6 +182,34 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
         cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }
 
+void CpuBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
+                               Tensor pre_gelu) {
+    const auto [N, C, OC] = check_matmul_q8(out, in, q, scale, layout, bias, pre_gelu);
+    const Tensor y = pre_gelu.empty() ? out : pre_gelu;
+    cpu::matmul_q8_forward(y.f32(), in.f32(), q.ptr<int8_t>(), scale.f32(), bias.empty() ? nullptr : bias.f32(), N,
+                           C, OC, layout, q8_panel_);
+    if (!pre_gelu.empty()) cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
+}
+
+void CpuBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) {
+    const auto [N, C, OC] = check_matmul_bwd(din, {}, dout, din, q, layout);
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == OC, "int8 matmul backward: weight {} {}, {} scales",
+                q.shape.str(), dtype_name(q.dtype), scale.numel());
+    cpu::matmul_q8_backward(din.f32(), dout.f32(), q.ptr<int8_t>(), scale.f32(), N, C, OC, layout, q8_panel_);
+    if (!in_pre_gelu.empty()) cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
+}
+
+void CpuBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
+    expect_f32(out, "embedding out");
+    const auto [B, T, C, V] = check_embedding_q8(out, tokens, q, scale, wpe);
+    const int32_t* tok = tokens.ptr<int32_t>();
+    for (int64_t i = 0; i < tokens.numel(); i++)
+        ANVIL_CHECK(tok[i] >= 0 && tok[i] < V, "embedding: token id {} at position {} is outside the vocabulary (0..{})",
+                    tok[i], i, V - 1);
+    cpu::embedding_q8_forward(out.f32(), tok, q.ptr<int8_t>(), scale.f32(), wpe.empty() ? nullptr : wpe.f32(), B, T, C,
+                              V);
+}
+
 void CpuBackend::gelu_fwd(Tensor out, Tensor in) {
     expect_same_numel(out, in, "gelu");
     cpu::gelu_forward(out.f32(), in.f32(), size_t(in.numel()));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/memory_account.h"
@@ -43,6 +44,10 @@ public:
     void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
     void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
                     Tensor in_pre_gelu) override;
+    void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
+                       Tensor pre_gelu) override;
+    void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) override;
+    void embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) override;
     void gelu_fwd(Tensor out, Tensor in) override;
     void gelu_bwd(Tensor din, Tensor dout, Tensor in) override;
     size_t attention_saved_elems(const AttnDims& d) const override;
@@ -61,6 +66,7 @@ public:
 private:
     int threads_;
     MemoryAccount memory_;
+    std::vector<float> q8_panel_;  // int8 products over many rows: a dequantized panel of the weight
 };
 
 }  // namespace anvil

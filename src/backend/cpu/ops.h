@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -28,6 +29,16 @@ void matmul_forward(float* out, const float* in, const float* w, const float* bi
                     WLayout layout);
 void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
                      int N, int C, int OC, WLayout layout);
+
+// matmul_q8.cpp: int8 weights, W = q * scale[o] (q in `layout` as above, scale (OC)); `scratch` holds the f32
+// panels of the weight that products over many rows dequantize into.
+void matmul_q8_forward(float* out, const float* in, const int8_t* q, const float* scale, const float* bias, int N,
+                       int C, int OC, WLayout layout, std::vector<float>& scratch);
+void matmul_q8_backward(float* din, const float* dout, const int8_t* q, const float* scale, int N, int C, int OC,
+                        WLayout layout, std::vector<float>& scratch);  // din (N,C) overwritten
+// q (V,C) I8, scale (V); wpe (maxT,C) or null
+void embedding_q8_forward(float* out, const int32_t* tokens, const int8_t* q, const float* scale, const float* wpe,
+                          int B, int T, int C, int V);
 
 // gelu.cpp (tanh form)
 void gelu_forward(float* out, const float* in, size_t n);

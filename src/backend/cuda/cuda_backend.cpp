@@ -92,6 +92,7 @@ CudaBackend::~CudaBackend() {
     lt_plans_.reset();
     workspace_.reset();
     lt_workspace_.reset();
+    q8_weight_.reset();
     (void)cublasLtDestroy(ctx_.lt);
     (void)cudaStreamDestroy(ctx_.stream);
 }
@@ -221,6 +222,41 @@ void CudaBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, T
                              WLayout layout, Tensor in_pre_gelu) {
     check_matmul_bwd(din, dw, dout, in, w, layout);
     cuda::matmul_bwd(ctx_, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
+}
+
+Tensor CudaBackend::dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype) {
+    const size_t bytes = size_t(q.numel()) * dtype_size(dtype);
+    if (q8_weight_.bytes() < bytes) {  // grows to the largest weight; the products before it are done with it
+        CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        q8_weight_.reset();
+        q8_weight_ = alloc(bytes);
+    }
+    Tensor w = q;
+    w.data = q8_weight_.data();
+    w.dtype = dtype;
+    cuda::dequant_q8(ctx_, w, q, scale, layout);
+    return w;
+}
+
+void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
+                                Tensor pre_gelu) {
+    const MatDims d = check_matmul_q8(out, in, q, scale, layout, bias, pre_gelu);
+    if (d.N > cuda::kQ8DirectRows) return cuda::matmul_fwd(ctx_, out, in, dequantized(q, scale, layout, in.dtype),
+                                                           layout, bias, pre_gelu);
+    cuda::matmul_q8_direct(ctx_, pre_gelu.empty() ? out : pre_gelu, in, q, scale, layout, bias);
+    if (!pre_gelu.empty()) cuda::gelu_fwd(ctx_, out, pre_gelu);
+}
+
+void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) {
+    const MatDims d = check_matmul_bwd(din, {}, dout, din, q, layout);
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == d.OC, "int8 matmul backward: weight {} {}, {} scales",
+                q.shape.str(), dtype_name(q.dtype), scale.numel());
+    cuda::matmul_bwd(ctx_, din, {}, {}, dout, din, dequantized(q, scale, layout, din.dtype), layout, in_pre_gelu);
+}
+
+void CudaBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
+    check_embedding_q8(out, tokens, q, scale, wpe);
+    cuda::embedding_q8_fwd(ctx_, out, tokens, q, scale, wpe);
 }
 
 void CudaBackend::gelu_fwd(Tensor out, Tensor in) {

@@ -49,6 +49,10 @@ public:
     void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
     void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
                     Tensor in_pre_gelu) override;
+    void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
+                       Tensor pre_gelu) override;
+    void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) override;
+    void embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) override;
     void gelu_fwd(Tensor out, Tensor in) override;
     void gelu_bwd(Tensor din, Tensor dout, Tensor in) override;
     size_t attention_saved_elems(const AttnDims& d) const override;
@@ -68,12 +72,15 @@ public:
 private:
     bool attention_gemm_planned(const AttnDims& d) const;
     bool attention_uses_gemm(const AttnDims& d, const Tensor& saved) const;
+    // An int8 weight dequantized into `dtype` in the backend's growing scratch buffer (products over many rows).
+    Tensor dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype);
 
     int device_;
     AttentionImpl attention_;
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;
+    Buffer q8_weight_;  // the largest int8 weight so far, dequantized (see dequantized())
     std::shared_ptr<cuda::LtPlans> lt_plans_;
     MemoryAccount memory_;
 };

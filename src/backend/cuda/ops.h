@@ -46,6 +46,13 @@ void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32
 void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
 void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
 
+// quant.cu: int8 weights, W = q * scale[o]. matmul_q8_direct reads q directly for up to kQ8DirectRows rows of
+// `in` (decoding); dequant_q8 writes W in w's dtype and q's layout for a cuBLASLt product; the int8 token table.
+constexpr int kQ8DirectRows = 8;
+void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias);
+void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
+void embedding_q8_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe);
+
 // layernorm.cu
 void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
 void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,

@@ -1,0 +1,70 @@
+// anvil quantize: a float model directory (optionally with a LoRA adapter folded in first) -> an int8 one.
+#include <chrono>
+#include <memory>
+
+#include "cli/commands.h"
+#include "io/fs.h"
+#include "model/model_io.h"
+#include "model/quantize.h"
+#include "train/autobatch.h"
+#include "train/run_setup.h"
+
+namespace anvil::cli {
+
+Command add_quantize(CLI::App& app) {
+    CLI::App* sub = app.add_subcommand("quantize",
+                                       "write an int8 copy of a model: weight-only, symmetric, one f32 scale "
+                                       "per output channel (safetensors I8 "
+                                       "weights + F32 scales, quantization_config in config.json); generate, "
+                                       "eval, serve and LoRA training load it");
+    struct Opts {
+        InferenceOptions in;
+        std::string out, max_shard = "5G";
+        bool overwrite = false;
+    };
+    auto o = std::make_shared<Opts>();
+    sub->add_option("--model", o->in.model_dir, "the float model directory (or a run directory: its final/)")
+        ->required();
+    sub->add_option("--adapter", o->in.adapter,
+                    "a PEFT LoRA adapter to fold into the weights before quantizing");
+    sub->add_option("--out", o->out, "the int8 model directory to write")->required();
+    sub->add_option("--max-shard-size", o->max_shard, "largest weight file; larger models are sharded")
+        ->capture_default_str();
+    sub->add_flag("--overwrite", o->overwrite, "replace --out if it exists");
+    sub->add_option("--threads", o->in.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+    return {
+        sub, [o]() -> int {
+            ANVIL_CHECK(o->overwrite || !(dir_exists(o->out) || file_exists(o->out)),
+                        "--out {}: already exists; choose another directory or pass --overwrite", o->out);
+            const SaveFormat format{DType::F32, parse_bytes(o->max_shard, "--max-shard-size")};
+            const auto t0 = std::chrono::steady_clock::now();
+            InferenceSetup l = setup_inference(o->in);
+            ANVIL_CHECK(!l.model->config().int8_weights,
+                        "--model {}: its weights are int8 already (quantization_config in config.json); give "
+                        "the float model",
+                        l.base_dir);
+            if (l.model->has_adapters()) merge_lora(*l.model);
+            ModelConfig cfg = l.model->config();
+            cfg.int8_weights = true;
+            std::unique_ptr<Model> q = make_model(*l.backend, cfg);
+            const QuantizeReport r = quantize_model(*l.model, *q);
+            const std::string tmp = temp_dir_for(o->out);
+            make_dirs(tmp);
+            const nlohmann::json extra = {{"anvil_tokenizer", l.tok->kind()},
+                                          {"anvil_template", template_name(l.prompt)}};
+            write_model_dir(tmp, *q, extra, {}, format);
+            l.tok->save(tmp);
+            replace_dir(tmp, o->out);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::printf(
+                "quantized %s%s%s: %d weight matrices (%.3gM values) to int8, largest relative RMS error "
+                "%.4f; parameters %.1f MB -> %.1f MB (%.2fx smaller); %s in %.1f s\n",
+                l.base_dir.c_str(), l.adapter_dir.empty() ? "" : " + ", l.adapter_dir.c_str(), r.tensors,
+                double(r.weights) / 1e6, r.max_rel_error, double(r.bytes_before) / 1e6,
+                double(r.bytes_after) / 1e6,
+                double(r.bytes_before) / double(std::max<size_t>(r.bytes_after, 1)), o->out.c_str(), secs);
+            return 0;
+        }};
+}
+
+}  // namespace anvil::cli
