@@ -12,12 +12,6 @@ size_t ParamRegistry::add(ParamSpec s) {
     return specs.size() - 1;
 }
 
-size_t ParamRegistry::find(const std::string& name) const {
-    for (size_t i = 0; i < specs.size(); i++)
-        if (specs[i].name == name) return i;
-    return ParamStore::npos;
-}
-
 size_t ParamRegistry::add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale) {
     ParamSpec w{weight_name, shape, DType::I8, false, {Init::Zeros, 0.0}, false, layer, false};
     w.keep_dtype = true;

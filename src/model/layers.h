@@ -41,7 +41,6 @@ struct ParamRegistry {
     // each with an f32 scale per output channel ("weight_scale"), and frozen.
     bool int8 = false;
     size_t add(ParamSpec s);  // in the registry's dtype unless the spec keeps its own
-    size_t find(const std::string& name) const;  // ParamStore::npos when absent
     // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name and
     // weight_name + "_scale"); returns the weight's index and sets *scale.
     size_t add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale);

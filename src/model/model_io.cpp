@@ -81,13 +81,17 @@ void load_model_weights(const std::string& dir, Model& model,
     ParamStore& store = model.params();
     std::vector<const StEntry*> found(store.size(), nullptr);
     std::vector<const SafetensorsReader*> from(store.size(), nullptr);
+    // int8 tensors (anvil quantize) in a directory whose config.json does not say so
+    const auto check_int8_config = [&](bool int8_tensor, const SafetensorsReader* file, const std::string& name) {
+        ANVIL_CHECK(model.config().int8_weights || !int8_tensor,
+                    "{}: tensor \"{}\" belongs to int8 weights but {}/config.json has no quantization_config; an "
+                    "int8 directory is written by anvil quantize together with its config.json",
+                    file->path(), name, dir);
+    };
     for (const auto& [name, where] : files.tensors) {
         const size_t i = store.find(model.canonical_name(name));
         if (i == ParamStore::npos) {
-            ANVIL_CHECK(model.config().int8_weights || !(where.second->dtype == DType::I8 || name.ends_with("_scale")),
-                        "{}: tensor \"{}\" belongs to int8 weights but {}/config.json has no quantization_config; an "
-                        "int8 directory is written by anvil quantize together with its config.json",
-                        where.first->path(), name, dir);
+            check_int8_config(where.second->dtype == DType::I8 || name.ends_with("_scale"), where.first, name);
             ANVIL_CHECK(model.ignorable_tensor(name), "{}: unexpected tensor \"{}\"; is this a {} checkpoint of {}?",
                         where.first->path(), name, model.config().model_type, model.config().str());
             continue;
@@ -107,10 +111,7 @@ void load_model_weights(const std::string& dir, Model& model,
         ANVIL_CHECK(e.shape == dims(s.full_shape()), "{}: tensor \"{}\" has shape {} but config.json implies {}",
                     from[i]->path(), e.name, shape_str(e.shape), shape_str(dims(s.full_shape())));
         if (s.dtype == DType::I8 || (e.known && e.dtype == DType::I8)) {  // int8 weights (anvil quantize)
-            ANVIL_CHECK(s.dtype == DType::I8,
-                        "{}: tensor \"{}\" is int8 but {}/config.json has no quantization_config; an int8 "
-                        "directory is written by anvil quantize together with its config.json",
-                        from[i]->path(), e.name, dir);
+            check_int8_config(true, from[i], e.name);
             ANVIL_CHECK(e.known && e.dtype == DType::I8,
                         "{}: tensor \"{}\" has dtype {}, but {}/config.json says the weights are int8 "
                         "(quantization_config); the file does not belong to this config",
