@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -27,6 +28,12 @@ public:
     // An in-place sum over the ranks of `t` (f32, bf16 or f16), started after the work the backend has
     // queued so far and run beside later work (its own stream); `what` names it in errors.
     virtual void allreduce_sum_start(Tensor t, const char* what) = 0;
+    // The sum over the ranks of `t` into rank `root`'s (the others' are left as they were), started the same
+    // way: ZeRO-1 sums each piece of the gradients on the rank that owns it.
+    virtual void reduce_sum_start(Tensor t, int root, const char* what) = 0;
+    // `flat` is one block per rank, rank r's of counts[r] elements, one after another: every block gets the
+    // values its rank holds in it (ZeRO-1's weight all-gather). Started the same way.
+    virtual void allgather_blocks_start(Tensor flat, const std::vector<size_t>& counts, const char* what) = 0;
     // Waits until every started collective is complete (work queued on the backend afterwards sees the
     // sums). Past the deadline, or on an error, it ends the job through CollectiveSetup::abort naming the
     // collective.

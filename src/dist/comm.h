@@ -40,10 +40,11 @@ public:
     virtual void progress() {}
     void allreduce_sum(float* data, size_t n, const char* what) { wait(allreduce_sum_start(data, n, what)); }
     virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
-    // `data` is size() blocks, rank r's of counts[r] floats, one after another. reduce_scatter_sum: this
-    // rank's block becomes the sum over the ranks of their copies of it (the other blocks are left as they
-    // were). allgather_blocks: every block gets the values its rank holds in it.
-    virtual void reduce_scatter_sum(float* data, const std::vector<size_t>& counts, const char* what) = 0;
+    // The sum over the ranks of their `data` into rank `root`'s (the others' are left as they were), started
+    // now and completed by wait(): ZeRO-1 sums each piece of the gradients on the rank that owns it.
+    virtual Pending reduce_sum_start(float* data, size_t n, int root, const char* what) = 0;
+    // `data` is size() blocks, rank r's of counts[r] floats, one after another: every block gets the values
+    // its rank holds in it.
     virtual void allgather_blocks(float* data, const std::vector<size_t>& counts, const char* what) = 0;
     // `all` receives size() blocks of `bytes`, rank r's at r * bytes.
     virtual void allgather(const void* mine, size_t bytes, void* all, const char* what) = 0;

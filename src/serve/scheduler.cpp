@@ -146,14 +146,18 @@ void Scheduler::run() {
     waiting_.clear();
 }
 
+// The sequence leaves (its slot freed, the load updated) before its waiter hears it ended, so a client that
+// has its last token never sees it still running.
 void Scheduler::retire(size_t i, Finish f, std::string error) {
     const std::shared_ptr<Sequence> s = running_[i];
-    s->end(f, std::move(error));
     free_slots_.push_back(s->slot_);
     s->slot_ = -1;
     running_.erase(running_.begin() + std::ptrdiff_t(i));
-    std::lock_guard<std::mutex> lk(m_);
-    running_count_ = int(running_.size());
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        running_count_ = int(running_.size());
+    }
+    s->end(f, std::move(error));
 }
 
 Finish Scheduler::prefill(Sequence& s) {

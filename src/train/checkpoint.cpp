@@ -111,7 +111,8 @@ void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW
             ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
             const ParamSpec& spec = store.spec(i);
             ANVIL_CHECK(e->shape == dims(spec.full_shape()) && e->known && e->dtype == DType::F32,
-                        "{}: tensor \"{}\" must be F32 of shape {}", path, name, shape_str(spec.full_shape()));
+                        "{}: tensor \"{}\" must be F32 of shape {}", path, name,
+                        shape_str(spec.full_shape()));
             mv[k].resize(size_t(spec.full_shape().numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
             keep_shard(spec, mv[k]);  // tensor parallel: this rank's piece
@@ -148,70 +149,97 @@ void drop_old_checkpoints(const std::string& out, int keep) {
     }
 }
 
-// A hash of every weight the optimizer updates (whole_only: of the entries tensor parallelism does not split):
-// data-parallel replicas must agree on all of them bit for bit, a tensor-parallel group on the whole ones.
-uint64_t weights_hash(const RunSetup& run, bool whole_only) {
-    const ParamStore& store = run.model->params();
-    uint64_t h = kFnvOffset;
-    std::vector<float> w;
-    for (size_t i : store.trainable()) {
-        if (whole_only && store.spec(i).shard.split()) continue;
-        w.resize(size_t(store.spec(i).shape.numel()));
-        run.opt->weights_f32(i, w.data());
-        for (float x : w) h = fnv1a_mix(h, std::bit_cast<uint32_t>(x));
+// What a checkpoint holds of the training state, as rank 0 writes it: ZeRO-1's ranges of the moments and the
+// f32 master weights gathered from every replica, tensor-parallel pieces gathered whole. Every rank builds
+// one (the gathering is collective).
+class SavedState {
+public:
+    explicit SavedState(const RunSetup& run) : opt_(*run.opt), store_(run.model->params()) {
+        if (opt_.sharded()) run.dp->gather_state(m_all_, v_all_, master_all_);
+        if (Comm* tp = run.grid.tp) gather_pieces(*tp);
     }
-    return h;
-}
-}  // namespace
+    // An entry's f32 weights as this rank holds them (its tensor-parallel piece) or whole.
+    void local_weights(size_t i, float* dst) const {
+        if (master_all_.empty() || !store_.spec(i).trainable || store_.spec(i).dtype == DType::F32)
+            return opt_.weights_f32(i, dst);
+        std::copy_n(master_all_.data() + opt_.offset(i), size_t(store_.spec(i).shape.numel()), dst);
+    }
+    void weights(size_t i, float* dst) const {
+        if (const auto it = w_whole_.find(i); it != w_whole_.end())
+            return (void)std::copy(it->second.begin(), it->second.end(), dst);
+        local_weights(i, dst);
+    }
+    void moments(size_t i, float* m, float* v) const {
+        if (const auto it = m_whole_.find(i); it != m_whole_.end()) {
+            std::copy(it->second.begin(), it->second.end(), m);
+            std::copy(v_whole_.at(i).begin(), v_whole_.at(i).end(), v);
+            return;
+        }
+        local_moments(i, m, v);
+    }
+    // A hash of every weight the optimizer updates (whole_only: of the entries tensor parallelism does not
+    // split): data-parallel replicas must agree on all of them bit for bit, a tensor-parallel group on the
+    // whole ones.
+    uint64_t hash(bool whole_only) const {
+        uint64_t h = kFnvOffset;
+        std::vector<float> w;
+        for (size_t i : store_.trainable()) {
+            if (whole_only && store_.spec(i).shard.split()) continue;
+            w.resize(size_t(store_.spec(i).shape.numel()));
+            local_weights(i, w.data());
+            for (float x : w) h = fnv1a_mix(h, std::bit_cast<uint32_t>(x));
+        }
+        return h;
+    }
 
-void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
-    Comm& comm = *run.comm;
-    const AdamW& opt = *run.opt;
-    const ParamStore& store = run.model->params();
-    std::vector<float> m_all, v_all;  // ZeRO-1: every replica's range of the moments, gathered
-    if (opt.sharded()) run.dp->gather_moments(m_all, v_all);
-    // an entry's moments as this rank holds them (its tensor-parallel piece)
-    const auto local_moments = [&](size_t i, float* m, float* v) {
-        if (!opt.sharded()) return opt.moments(i, m, v);
-        const size_t n = size_t(store.spec(i).shape.numel());
-        std::copy_n(m_all.data() + opt.offset(i), n, m);
-        std::copy_n(v_all.data() + opt.offset(i), n, v);
-    };
+private:
+    void local_moments(size_t i, float* m, float* v) const {
+        if (!opt_.sharded()) return opt_.moments(i, m, v);
+        const size_t n = size_t(store_.spec(i).shape.numel());
+        std::copy_n(m_all_.data() + opt_.offset(i), n, m);
+        std::copy_n(v_all_.data() + opt_.offset(i), n, v);
+    }
     // tensor parallel: the split entries' weights and moments gathered whole, by store index
-    std::map<size_t, std::vector<float>> weights_whole, m_whole, v_whole;
-    if (Comm* tp = run.grid.tp) {
+    void gather_pieces(Comm& tp) {
         std::vector<float> w, m, v;
-        for (size_t i = 0; i < store.size(); i++) {
-            const ParamSpec& s = store.spec(i);
+        for (size_t i = 0; i < store_.size(); i++) {
+            const ParamSpec& s = store_.spec(i);
             if (!s.shard.split()) continue;
             w.resize(size_t(s.shape.numel()));
-            opt.weights_f32(i, w.data());
-            gather_whole(*tp, s, w.data(), weights_whole[i]);
+            local_weights(i, w.data());
+            gather_whole(tp, s, w.data(), w_whole_[i]);
             if (!s.trainable) continue;
             m.resize(w.size());
             v.resize(w.size());
             local_moments(i, m.data(), v.data());
-            gather_whole(*tp, s, m.data(), m_whole[i]);
-            gather_whole(*tp, s, v.data(), v_whole[i]);
+            gather_whole(tp, s, m.data(), m_whole_[i]);
+            gather_whole(tp, s, v.data(), v_whole_[i]);
         }
     }
+    const AdamW& opt_;
+    const ParamStore& store_;
+    std::vector<float> m_all_, v_all_, master_all_;  // ZeRO-1: every replica's range, gathered
+    std::map<size_t, std::vector<float>> w_whole_, m_whole_, v_whole_;
+};
+}  // namespace
+
+void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
+    Comm& comm = *run.comm;
+    const SavedState saved(run);
     if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all
-        check_same(*run.grid.dp, weights_hash(run, false),
+        check_same(*run.grid.dp, saved.hash(false),
                    fmt::format("the weights at step {} (the replicas drifted apart)", step));
         if (run.grid.tp)
-            check_same(*run.grid.tp, weights_hash(run, true),
-                       fmt::format("the unsplit weights at step {} (the tensor-parallel ranks drifted apart)", step));
+            check_same(*run.grid.tp, saved.hash(true),
+                       fmt::format("the unsplit weights at step {} (the tensor-parallel ranks drifted apart)",
+                                   step));
         if (comm.rank() != 0) return;
     }
     const TrainOptions& o = run.opts;
     const std::string dir = o.out + "/" + name;
     const std::string tmp = temp_dir_for(dir);
     make_dirs(tmp);
-    const auto weights = [&](size_t i, float* dst) {
-        if (const auto it = weights_whole.find(i); it != weights_whole.end())
-            return (void)std::copy(it->second.begin(), it->second.end(), dst);
-        opt.weights_f32(i, dst);
-    };
+    const auto weights = [&](size_t i, float* dst) { saved.weights(i, dst); };
     // a LoRA run saves its adapter in PEFT's format; the base stays where it is
     if (run.model->has_adapters())
         write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(),
@@ -221,14 +249,8 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
                         {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
                         weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
     run.tok->save(tmp);
-    write_optimizer_state(tmp, store, [&](size_t i, float* m, float* v) {
-        if (const auto it = m_whole.find(i); it != m_whole.end()) {
-            std::copy(it->second.begin(), it->second.end(), m);
-            std::copy(v_whole[i].begin(), v_whole[i].end(), v);
-            return;
-        }
-        local_moments(i, m, v);
-    });
+    write_optimizer_state(tmp, run.model->params(),
+                          [&](size_t i, float* m, float* v) { saved.moments(i, m, v); });
     nlohmann::json state = {
         {"step", step},
         {"world_size", comm.size()},

@@ -9,10 +9,12 @@
 // layers (Comm::progress), so they overlap with the rest of the backward. On a GPU they are the backend's
 // (NCCL, f32/bf16/f16 gradients) on a stream of their own, each started after its layer's backward kernels.
 //
-// ZeRO-1 (a sharded AdamW): after the backward one reduce-scatter leaves each rank the summed gradients of
-// its own range of the optimizer's layout; the global norm is summed from the ranges; each rank updates its
-// range; an all-gather then gives every rank every updated weight (through the gradient memory, no longer
-// needed).
+// ZeRO-1 (a sharded AdamW): each rank owns a range of the optimizer's layout, which is one run of the
+// gradient arena (zero_bounds). As each layer's backward completes, its gradients are summed on the rank(s)
+// owning them, one reduce per owner, overlapping with the rest of the backward like the all-reduces (together
+// a reduce-scatter); the global norm is summed from the ranges; each rank updates its range; an all-gather
+// then gives every rank every updated weight (through the gradient memory, no longer needed). Any gradient
+// dtype: on a GPU, bf16/f16 gradients with f32 master weights sharded like the moments.
 //
 // With tensor parallelism (--tensor-parallel) the replicas are the ranks holding the same piece of the model
 // (ProcessGrid::dp): the gradients are summed over them; the loss and the stop vote go over the whole job;
@@ -32,9 +34,10 @@ namespace anvil {
 class DataParallel final : public BackwardHooks {
 public:
     // Throws when the store's gradients cannot be reduced (MPI on the CPU takes f32; a GPU needs NCCL).
-    // `opt` sharded over the ranks: ZeRO-1. `even_alone`: go through the collectives with one rank too (the
-    // GPU tests run the NCCL path so).
-    DataParallel(const ProcessGrid& grid, ParamStore& store, const AdamW& opt, bool even_alone = false);
+    // `opt` sharded over the ranks: ZeRO-1. `even_alone`: go through the collectives with one rank too, and
+    // with `zero_alone` through ZeRO-1's (the GPU tests run the NCCL path so).
+    DataParallel(const ProcessGrid& grid, ParamStore& store, const AdamW& opt, bool even_alone = false,
+                 bool zero_alone = false);
     int rank() const { return comm_.rank(); }  // among the replicas
 
     // The step's target count summed over the ranks (before its forward: the loss is normalised by it).
@@ -56,8 +59,9 @@ public:
     // After the optimizer's update: ZeRO-1 gives every rank every rank's updated weights.
     void after_update();
     bool zero() const { return zero_; }
-    // ZeRO-1: every rank's range of the moments, gathered into the optimizer's whole layout (a checkpoint).
-    void gather_moments(std::vector<float>& m_all, std::vector<float>& v_all);
+    // ZeRO-1: every rank's range of the moments (and of the f32 master weights, when the optimizer keeps
+    // them; else `master_all` is left empty), gathered into the optimizer's whole layout (a checkpoint).
+    void gather_state(std::vector<float>& m_all, std::vector<float>& v_all, std::vector<float>& master_all);
 
     // Seconds the last finish() spent waiting (communication the backward did not hide), and the bytes one
     // step's all-reduces carry per rank.
@@ -68,6 +72,7 @@ public:
 private:
     struct Bucket {
         std::vector<Tensor> spans;  // runs of the gradient arena
+        std::vector<int> roots;     // each span's: -1 all-reduce it; else reduce it to that rank (ZeRO-1)
         std::string what;           // "the gradient all-reduce of layer 3"
     };
     Bucket& bucket(int layer) { return buckets_[size_t(layer + 1)]; }  // [0]: outside the layers
@@ -81,8 +86,8 @@ private:
     ParamStore& store_;
     const AdamW& opt_;
     bool zero_ = false;
-    Tensor flat_;                 // ZeRO-1: the gradient arena as one f32 vector (its first layout_floats())
-    std::vector<size_t> counts_;  // ZeRO-1: floats of each rank's range
+    Tensor grads_;                // ZeRO-1: the gradient arena as one flat tensor
+    std::vector<size_t> bounds_;  // ZeRO-1: rank r owns elements [bounds_[r], bounds_[r+1]) of grads_
     std::vector<Bucket> buckets_;
     std::vector<Tensor> split_grads_, whole_grads_;  // tensor parallel: this rank's gradients (ZeRO-1: range)
     std::vector<Comm::Pending> pending_;
@@ -91,5 +96,12 @@ private:
     double exposed_s_ = 0.0;
     size_t bytes_ = 0;
 };
+
+// ZeRO-1: where each rank's range of the optimizer's layout lies in the gradient arena, as size()+1 element
+// offsets (0 first, the arena's size last): rank r owns [b[r], b[r+1]). The layout counts f32 floats and
+// the arena holds the gradients in their own dtype (one for all), so an entry's offsets differ between them;
+// a range is mapped entry by entry, padding going with the entry after it. Rank r's AdamW pieces lie inside
+// its run, and the runs tile the arena.
+std::vector<size_t> zero_bounds(const ParamStore& store, const AdamW& opt);
 
 }  // namespace anvil

@@ -85,6 +85,10 @@ Tensor AdamW::v_range() const {
     return v_[0].range(0, hi_ - lo_);
 }
 
+Tensor AdamW::master_range() const {
+    return master_[0].range(0, hi_ - lo_);
+}
+
 void AdamW::step(const AdamWArgs& args, Tensor norm_sq) {
     if (!slots_.empty()) store_.backend().adamw(slots_, args, norm_sq);
 }

@@ -43,6 +43,7 @@ public:
     size_t offset(size_t i) const;            // entry i's first float in the layout (i trainable)
     Tensor m_range() const;                   // this rank's moments, (begin(rank+1) - begin(rank)) f32
     Tensor v_range() const;
+    Tensor master_range() const;  // has_master(): this rank's f32 master weights, laid out like m_range()
     // Entry i's moments from host f32 values of its whole shape: the part in this rank's range.
     void set_moments(size_t i, const float* m, const float* v);
     // Entry i's moments into host f32 (whole shape); the entry must lie in this rank's range (always so

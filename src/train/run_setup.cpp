@@ -273,15 +273,17 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
                 o.zero);
     Comm& dp = *r.grid.dp;  // ZeRO shards over the replicas
     if (o.zero == 1 && dp.size() == 1)
-        std::fprintf(stderr,
-                     "anvil: warning: --zero 1 with one %s: nothing to shard; the optimizer state stays whole\n",
-                     r.grid.tp ? "replica" : "process");
+        std::fprintf(
+            stderr,
+            "anvil: warning: --zero 1 with one %s: nothing to shard; the optimizer state stays whole\n",
+            r.grid.tp ? "replica" : "process");
     const OptShard shard = o.zero == 1 ? OptShard{dp.rank(), dp.size()} : OptShard{};
     r.opt = std::make_unique<AdamW>(r.model->params(), o.weight_decay, shard);
-    if (shard.world > 1) {
-        const double whole = 2.0 * double(r.opt->layout_floats()) * sizeof(float) / 1e6;
+    if (shard.world > 1) {  // the moments, and the f32 master weights of bf16/f16 parameters
+        const double arrays = r.opt->has_master() ? 3.0 : 2.0, mb = arrays * sizeof(float) / 1e6;
         std::fprintf(stderr, "anvil: ZeRO-1: optimizer state %.1f MB per rank (%.1f MB unsharded, 1/%d)\n",
-                     2.0 * double(r.opt->begin(1) - r.opt->begin(0)) * sizeof(float) / 1e6, whole, dp.size());
+                     mb * double(r.opt->begin(1) - r.opt->begin(0)), mb * double(r.opt->layout_floats()),
+                     dp.size());
     }
     AdamW& opt = *r.opt;
     const auto master = [&](size_t i, const float* f32) { opt.set_master(i, f32); };  // before any rounding
@@ -295,9 +297,10 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
 }
 
 void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
-    ANVIL_CHECK(!r.grid.tp,
-                "--batch auto: the search does not run tensor parallel yet; give --batch with --tensor-parallel {}",
-                o.tensor_parallel);
+    ANVIL_CHECK(
+        !r.grid.tp,
+        "--batch auto: the search does not run tensor parallel yet; give --batch with --tensor-parallel {}",
+        o.tensor_parallel);
     const int global = o.global_batch > 0 ? o.global_batch : 64, W = comm.size();
     ANVIL_CHECK(global % W == 0,
                 "--global-batch {}: not a multiple of the {} ranks; each rank trains on an "
@@ -331,7 +334,8 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
     const int then_tp = then.value("tensor_parallel", 1);
     const int then_dp = rp.state.value("world_size", 1) / std::max(1, then_tp);
     const auto layout = [](int dp, int z, int tp) {
-        std::string s = z == 1 && dp > 1 ? fmt::format("sharded over {} ranks (ZeRO-1)", dp) : std::string("whole");
+        std::string s =
+            z == 1 && dp > 1 ? fmt::format("sharded over {} ranks (ZeRO-1)", dp) : std::string("whole");
         return tp > 1 ? s + fmt::format(", split over {} tensor-parallel ranks", tp) : s;
     };
     const std::string was = layout(then_dp, then.value("zero", 0), then_tp);
@@ -398,10 +402,11 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     nlohmann::json src_config;
     ModelConfig cfg;
     if (!src.base.empty()) cfg = read_model_config(src.base, &src_config);
-    ANVIL_CHECK(!cfg.int8_weights || src.lora.enabled(),
-                "--init {}: its weights are int8 (anvil quantize), a frozen base; fine-tune it with LoRA (add "
-                "--lora-rank R), or train the float model it was quantized from",
-                src.base);
+    ANVIL_CHECK(
+        !cfg.int8_weights || src.lora.enabled(),
+        "--init {}: its weights are int8 (anvil quantize), a frozen base; fine-tune it with LoRA (add "
+        "--lora-rank R), or train the float model it was quantized from",
+        src.base);
     r.tok = choose_tokenizer(o, src.base, src_config);
     r.data = load_data(o, *r.tok, comm);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);

@@ -234,7 +234,8 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
 // The NCCL path with a world of one (issue 13): the library loads, a communicator forms, f32 and bf16
 // all-reduces on their own stream leave the values as they were (a sum over one rank), and training through
 // data parallelism's hooks (each layer's all-reduce started after its backward kernels, waited for before the
-// optimizer) repeats the plain run bit for bit.
+// optimizer) repeats the plain run bit for bit; so does ZeRO-1's path (each layer's gradients reduced to
+// their owner, the updated bf16 weights all-gathered through the gradient memory).
 TEST_F(CudaModel, NcclWithOneRankLeavesGradientsAndTrainingUnchanged) {
     CollectiveSetup cs;
     cs.broadcast_from_rank0 = [](void*, size_t) {};
@@ -255,20 +256,24 @@ TEST_F(CudaModel, NcclWithOneRankLeavesGradientsAndTrainingUnchanged) {
     const Batches data(B, T, small().vocab_size, steps, test_seed());
     const std::unique_ptr<Comm> one = make_comm(60);
     const ProcessGrid grid = make_grid(*one, 1);
-    std::vector<double> losses[2];
-    std::vector<std::vector<float>> weights[2];
-    for (int r = 0; r < 2; r++) {
+    std::vector<double> losses[3];
+    std::vector<std::vector<float>> weights[3];
+    for (int r = 0; r < 3; r++) {  // plain, through the all-reduces, through ZeRO-1's reduces and all-gather
         TrainRun run(*be.gpu, DType::BF16, 5, B, T);
         std::unique_ptr<DataParallel> dp;
-        if (r == 1) {
-            dp = std::make_unique<DataParallel>(grid, run.model->params(), *run.opt, /*even_alone=*/true);
+        if (r > 0) {
+            dp = std::make_unique<DataParallel>(grid, run.model->params(), *run.opt, /*even_alone=*/true,
+                                                /*zero_alone=*/r == 2);
+            EXPECT_EQ(dp->zero(), r == 2);
             run.trainer->set_data_parallel(dp.get());
         }
         for (int s = 0; s < steps; s++) losses[r].push_back(run.step(data.step(s), B, T, s));
         weights[r] = run.weights();
     }
-    EXPECT_EQ(losses[0], losses[1]);
-    EXPECT_TRUE(weights[0] == weights[1]);
+    for (int r = 1; r < 3; r++) {
+        EXPECT_EQ(losses[0], losses[r]) << (r == 2 ? "ZeRO-1" : "all-reduce");
+        EXPECT_TRUE(weights[0] == weights[r]) << (r == 2 ? "ZeRO-1" : "all-reduce");
+    }
 }
 
 }  // namespace

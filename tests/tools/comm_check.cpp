@@ -64,12 +64,20 @@ int main(int argc, char** argv) try {
     for (int k = 0; k < w; k++) counts.push_back(size_t(3 + 2 * k)), n += counts.back();
     std::vector<float> blocks(n);
     for (size_t i = 0; i < n; i++) blocks[i] = float(i) + float(r);
-    c->reduce_scatter_sum(blocks.data(), counts, "reduce-scatter");
+    std::vector<Comm::Pending> sums;  // each block summed on its own rank, all started before any wait
+    for (int k = 0, at = 0; k < w; at += int(counts[size_t(k)]), k++)
+        sums.push_back(c->reduce_sum_start(blocks.data() + at, counts[size_t(k)], k, "reduce to a root"));
+    for (const Comm::Pending& p : sums) c->wait(p);
     size_t at = 0;
     for (int k = 0; k < r; k++) at += counts[size_t(k)];
     ok = true;
-    for (size_t i = at; i < at + counts[size_t(r)]; i++) ok &= blocks[i] == float(w) * float(i) + ranks;
-    expect(ok, "reduce-scatter");
+    for (size_t i = 0; i < n; i++) {  // the own block summed; the others as this rank had them
+        const bool own = i >= at && i < at + counts[size_t(r)];
+        ok &= blocks[i] == (own ? float(w) * float(i) + ranks : float(i) + float(r));
+    }
+    expect(ok, "reduce to a root");
+    for (size_t i = 0; i < n; i++)
+        if (i < at || i >= at + counts[size_t(r)]) blocks[i] = -1.0f;  // all-gather must overwrite them
     c->allgather_blocks(blocks.data(), counts, "all-gather of blocks");
     ok = true;
     for (size_t i = 0; i < n; i++) ok &= blocks[i] == float(w) * float(i) + ranks;

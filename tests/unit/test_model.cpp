@@ -9,6 +9,7 @@
 #include "model/generate.h"
 #include "model/gpt2.h"
 #include "model_harness.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -150,6 +151,59 @@ TEST(Model, ShardedAdamWUpdatesTheWholeInPieces) {
             const size_t owner = o + k < s0.begin(1) ? 1 : 2;
             ASSERT_EQ(after[owner][i][k], after[0][i][k]) << store.spec(i).name << "[" << k << "]";
             ASSERT_EQ(after[3 - owner][i][k], before[i][k]) << store.spec(i).name << ": not the other rank's";
+        }
+    }
+}
+
+// ZeRO-1 on a GPU reduces bf16/f16 gradients in place, so each rank's range of the f32 layout must map onto
+// one run of the gradient arena: the runs tile the arena, every rank's AdamW pieces lie in its own, and each
+// trainable element is owned once. Odd sizes, a frozen entry between trainable ones, three ranks.
+TEST(Model, ZeroBoundsTileTheGradientArenaInAnyDtype) {
+    auto be = make_backend({Device::CPU, 1, 0});
+    for (DType dt : {DType::F32, DType::BF16}) {
+        std::vector<ParamSpec> specs;
+        for (int k = 0; k < 9; k++) {
+            ParamSpec s;
+            s.name = "p" + std::to_string(k);
+            s.shape = k % 3 == 0 ? Shape{37 * (k + 1), 5} : Shape{int64_t(129 + 61 * k)};
+            s.dtype = dt;
+            s.trainable = k != 4;
+            specs.push_back(s);
+        }
+        ParamStore store(*be, specs);
+        const Tensor arena = store.grad_tensors()[0];
+        const size_t es = dtype_size(dt);
+        const auto element = [&](Tensor t) {
+            return size_t(static_cast<const char*>(t.data) - static_cast<const char*>(arena.data)) / es;
+        };
+        const int W = 3;
+        std::vector<int> owners(size_t(arena.numel()), 0);
+        std::vector<size_t> first;
+        for (int r = 0; r < W; r++) {
+            const AdamW opt(store, 0.1f, OptShard{r, W});
+            const std::vector<size_t> b = zero_bounds(store, opt);
+            ASSERT_EQ(b.size(), size_t(W + 1));
+            if (r == 0) first = b;
+            EXPECT_EQ(b, first) << "every rank computes the same runs";
+            EXPECT_EQ(b.front(), 0u);
+            EXPECT_EQ(b.back(), size_t(arena.numel()));
+            for (int k = 0; k < W; k++) {
+                EXPECT_LE(b[size_t(k)], b[size_t(k) + 1]);
+                if (dt == DType::F32) {
+                    EXPECT_EQ(b[size_t(k)], opt.begin(k)) << "f32: the layout is the arena";
+                }
+            }
+            for (const AdamW::Piece& p : opt.pieces()) {
+                const size_t a = element(p.grad), z = a + size_t(p.grad.numel());
+                EXPECT_GE(a, b[size_t(r)]) << store.spec(p.entry).name;
+                EXPECT_LE(z, b[size_t(r) + 1]) << store.spec(p.entry).name;
+                for (size_t e = a; e < z; e++) owners[e]++;
+            }
+        }
+        for (size_t i : store.trainable()) {
+            const size_t a = element(store.grad(i)), n = size_t(store.spec(i).shape.numel());
+            for (size_t e = a; e < a + n; e++)
+                ASSERT_EQ(owners[e], 1) << store.spec(i).name << "[" << e - a << "]";
         }
     }
 }

@@ -30,6 +30,12 @@ struct NcclApi {
     ncclResult_t (*comm_init_rank_config)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
     ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                cudaStream_t) = nullptr;
+    ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                           cudaStream_t) = nullptr;
+    ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                              cudaStream_t) = nullptr;
+    ncclResult_t (*group_start)() = nullptr;
+    ncclResult_t (*group_end)() = nullptr;
     ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
     ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
     ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
@@ -48,6 +54,10 @@ struct NcclApi {
         bind(get_unique_id, "ncclGetUniqueId");
         bind(comm_init_rank, "ncclCommInitRank");
         bind(all_reduce, "ncclAllReduce");
+        bind(reduce, "ncclReduce");
+        bind(broadcast, "ncclBroadcast");
+        bind(group_start, "ncclGroupStart");
+        bind(group_end, "ncclGroupEnd");
         bind(comm_get_async_error, "ncclCommGetAsyncError");
         bind(comm_abort, "ncclCommAbort");
         bind(comm_destroy, "ncclCommDestroy");
@@ -76,7 +86,7 @@ ncclDataType_t nccl_type(DType t) {
         case DType::F16:
             return ncclFloat16;
         default:
-            fail("NCCL all-reduce of {} tensors", dtype_name(t));
+            fail("NCCL collectives on {} tensors", dtype_name(t));
     }
 }
 
@@ -104,13 +114,29 @@ public:
         return fmt::format("NCCL {}.{}.{}", version_ / 10000, version_ / 100 % 100, version_ % 100);
     }
     void allreduce_sum_start(Tensor t, const char* what) override {
-        CUDA_CHECK(cudaEventRecord(queued_, compute_));  // after the work that wrote t
-        CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));
-        api_.check(
-            api_.all_reduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_),
-            what);
-        what_ = what;
-        pending_ = true;
+        after_compute(what);
+        enqueued(
+            api_.all_reduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_));
+    }
+    void reduce_sum_start(Tensor t, int root, const char* what) override {
+        after_compute(what);
+        enqueued(api_.reduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, root, comm_,
+                             stream_));
+    }
+    // NCCL's all-gather wants equal blocks; ZeRO's ranges differ by an alignment, so each block is a
+    // broadcast from its rank, the broadcasts grouped into one launch.
+    void allgather_blocks_start(Tensor flat, const std::vector<size_t>& counts, const char* what) override {
+        ANVIL_CHECK(int(counts.size()) == setup_.size, "{}: {} blocks for {} ranks", what, counts.size(),
+                    setup_.size);
+        after_compute(what);
+        char* at = static_cast<char*>(flat.data);
+        api_.check(api_.group_start(), what);
+        for (int r = 0; r < setup_.size; r++) {
+            const size_t n = counts[size_t(r)];
+            if (n) api_.check(api_.broadcast(at, at, n, nccl_type(flat.dtype), r, comm_, stream_), what);
+            at += n * dtype_size(flat.dtype);
+        }
+        enqueued(api_.group_end());
     }
     void wait_all() override {
         if (!pending_) return;
@@ -125,6 +151,25 @@ public:
     }
 
 private:
+    // The collective about to be queued on NCCL's stream starts after the work queued so far on the compute
+    // stream (which wrote its data).
+    void after_compute(const char* what) {
+        CUDA_CHECK(cudaEventRecord(queued_, compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));
+        what_ = what;
+        pending_ = true;
+    }
+    // A non-blocking communicator may still be queueing the collective (ncclInProgress): NCCL wants it queued
+    // before the next call, so wait for that (bounded by the deadline).
+    void enqueued(ncclResult_t r) {
+        api_.check(r, what_.c_str());
+        if (r != ncclInProgress) return;
+        poll([&] {
+            ncclResult_t state = ncclInProgress;
+            api_.comm_get_async_error(comm_, &state);
+            return state == ncclSuccess;
+        });
+    }
     // The communicator; non-blocking where NCCL has it, so a rank that never joins ends the job at the
     // deadline.
     void init(const ncclUniqueId& id) {
