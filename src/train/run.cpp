@@ -277,11 +277,13 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
         if (v.targets > 0) {
             summary["val_loss"] = v.loss;
             summary["val_ppl"] = v.ppl;
-            std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl, long(v.targets));
+            std::printf("validation: loss %.4f, perplexity %.3f (%ld targets)\n", v.loss, v.ppl,
+                        long(v.targets));
         } else {  // every held-out record's response starts past the sequence length
-            std::printf("validation: no held-out targets within --seq %d (the held-out records' responses start "
-                        "past it); use a longer --seq\n",
-                        o_.seq);
+            std::printf(
+                "validation: no held-out targets within --seq %d (the held-out records' responses start "
+                "past it); use a longer --seq\n",
+                o_.seq);
         }
     }
     if (!run_.data.val_examples.empty()) {
@@ -326,15 +328,16 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
     std::fprintf(stderr, "anvil: %s\n", model.backend().describe().c_str());
     const int K = run.grid.tp_size(), R = comm.size() / K;  // tensor-parallel group size, replicas
     if (K > 1)
-        std::fprintf(stderr,
-                     "anvil: tensor parallel: %d group%s of %d ranks (%s), each holding 1/%d of every block's "
-                     "heads and MLP columns\n",
-                     R, R == 1 ? "" : "s", K, comm.kind(), K);
+        std::fprintf(
+            stderr,
+            "anvil: tensor parallel: %d group%s of %d ranks (%s), each holding 1/%d of every block's "
+            "heads and MLP columns\n",
+            R, R == 1 ? "" : "s", K, comm.kind(), K);
     if (R > 1)
-        std::fprintf(stderr,
-                     "anvil: data parallel over %d %s (%s), gradients in %d all-reduce buckets of %.1f MB in all\n",
-                     R, K > 1 ? "replicas" : "ranks", comm.kind(), run.dp->buckets(),
-                     double(run.dp->bucket_bytes()) / 1e6);
+        std::fprintf(
+            stderr, "anvil: data parallel over %d %s (%s), gradients in %d %s buckets of %.1f MB in all\n", R,
+            K > 1 ? "replicas" : "ranks", comm.kind(), run.dp->buckets(),
+            run.dp->zero() ? "reduce-to-owner (ZeRO-1)" : "all-reduce", double(run.dp->bucket_bytes()) / 1e6);
     std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
                  double(model.params().numel()) / 1e6, o.precision.c_str());
     std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),

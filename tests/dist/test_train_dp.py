@@ -225,6 +225,8 @@ def main():
         check(n == 20 and d <= 1e-5, f"ZeRO-1: 2 ranks x batch 2 equal 1 process x batch 4 over {n} steps ({d:.2e})")
         line = [x for x in two.stderr.splitlines() if "ZeRO-1: optimizer state" in x]
         check(len(line) == 1 and "1/2)" in line[0], f"ZeRO-1 prints each rank's share of the optimizer memory ({line})")
+        check("reduce-to-owner (ZeRO-1) buckets" in two.stderr,
+              "ZeRO-1 reduces each layer's gradients to their owner as the backward goes (start-up line)")
         same = mpirun(2, ["train", "--resume", "z_two/checkpoint-10", "--out", "z_same"])
         a = losses("z_same") if same.returncode == 0 else {}
         check(len(a) == 10 and all(a[s] == losses("z_two")[s] for s in a),
