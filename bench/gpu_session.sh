@@ -3,7 +3,8 @@
 #   bash bench/gpu_session.sh tests   GPU tests, then compute-sanitizer memcheck, racecheck, synccheck and
 #                                     initcheck on the op tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench), then the GPT-2
-#                                     124M training benchmark (bench/gpu_train_bench.py)
+#                                     124M training benchmark (bench/gpu_train_bench.py), then the multi-GPU
+#                                     step-time model from its rate (bench/step_time_model.py)
 # Writes few files under $OUT (the device tool returns at most 8).
 set -uo pipefail
 what=${1:-tests}
@@ -39,6 +40,9 @@ case "$what" in
     "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2 2>&1 | tee "$out/op_bench.txt"
     python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --shared-bench "$root/torch_gpt2_bench.py" --out "$out" "${@:2}"
+    # docs/distributed.md's step time on 8 to 128 H100s, from the rate just measured
+    [ -f "$out/gpu_train_bench.json" ] && python3 bench/step_time_model.py --compute-json "$out/gpu_train_bench.json" \
+      --json "$out/step_time_model.json" 2>&1 | tee "$out/step_time_model.txt"
     ;;
   *) echo "usage: gpu_session.sh tests|bench [benchmark flags]"; exit 2 ;;
 esac
