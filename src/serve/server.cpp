@@ -3,6 +3,13 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -77,6 +84,59 @@ struct Follower {
     bool ended_badly() const { return finish == Finish::Cancelled || finish == Finish::Error; }
 };
 
+// The numeric host and port of a socket's own end (peer = false) or its peer's, as the HTTP library writes
+// them.
+bool socket_end(int fd, bool peer, std::string& host, int& port) {
+    sockaddr_storage a{};
+    socklen_t n = sizeof a;
+    if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
+              : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+        return false;
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), n, h, sizeof h, p, sizeof p,
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return false;
+    host = h;
+    port = std::atoi(p);
+    return true;
+}
+
+// Whether the client of a request that waits for its whole answer has gone. Debian's cpp-httplib (0.11) tells
+// a handler nothing of its connection (later versions have Request::is_connection_closed), so the connection
+// is found among this process's sockets by its two ends, which identify it while the handler runs (the
+// library closes it only afterwards), and polled for the peer's hang-up. Not found: never gone, the answer
+// runs to its end as before.
+class ClientWatch {
+public:
+    explicit ClientWatch(const httplib::Request& q) {
+        DIR* d = ::opendir("/proc/self/fd");
+        if (!d) return;
+        while (const dirent* e = ::readdir(d)) {
+            char* end = nullptr;
+            const long fd = std::strtol(e->d_name, &end, 10);
+            struct stat st {};
+            if (*end != '\0' || end == e->d_name || ::fstat(int(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
+                continue;
+            std::string host;
+            int port = -1;
+            if (socket_end(int(fd), true, host, port) && port == q.remote_port && host == q.remote_addr &&
+                socket_end(int(fd), false, host, port) && port == q.local_port && host == q.local_addr) {
+                fd_ = int(fd);
+                break;
+            }
+        }
+        ::closedir(d);
+    }
+    bool gone() const {
+        if (fd_ < 0) return false;
+        pollfd p{fd_, POLLRDHUP, 0};
+        return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    }
+
+private:
+    int fd_ = -1;
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -100,7 +160,7 @@ struct Server::Impl {
     }
     void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
     void reply_whole(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
-                     httplib::Response& res);
+                     const httplib::Request& req, httplib::Response& res);
     void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
                       httplib::Response& res);
 };
@@ -125,17 +185,28 @@ void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, http
         if (r.stream)
             reply_stream(r, h, std::move(seq), res);
         else
-            reply_whole(r, h, std::move(seq), res);
+            reply_whole(r, h, std::move(seq), req, res);
     } catch (const ApiError& e) {
         send_error(res, e);
     }
 }
 
 void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h,
-                               std::shared_ptr<Sequence> seq, httplib::Response& res) {
+                               std::shared_ptr<Sequence> seq, const httplib::Request& req,
+                               httplib::Response& res) {
     Follower f(std::move(seq), *model.tok, r.stop);
-    while (f.finish == Finish::None) f.next();
+    const ClientWatch client(req);
     const int P = int(r.prompt.size());
+    while (f.finish == Finish::None) {
+        f.next();
+        if (f.finish == Finish::None &&
+            client.gone()) {  // the client left: its sequence ends, the slot frees
+            f.seq->cancel();
+            metrics.on_generation("abandoned", P, f.text.tokens());
+            res.status = 499;  // nobody reads it; nginx's "client closed request", for the request counters
+            return;
+        }
+    }
     metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
     if (f.ended_badly()) throw ended_error(f.finish, f.error);
     send_json(res, 200, completion_response(h, f.text.text(), finish_name(f.finish), P, f.text.tokens()));

@@ -6,7 +6,7 @@
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
   longer than the context, an unknown model (404), a body over --max-body-mb (413), an unknown path (404),
   n != 1: each a 4xx with OpenAI's error body, and the server keeps serving.
-- A client that drops mid-stream frees its sequence; a full queue answers 429; SIGTERM drains (running
+- A client that drops mid-stream, or while it waits for a whole answer, frees its sequence; a full queue answers 429; SIGTERM drains (running
   requests finish, new ones get 503) and exits 0.
 - The official OpenAI client (npm `openai`): models, completions plain and streamed, chat plain and
   streamed, usage counts; skipped with a notice when node/npm or the registry are missing.
@@ -231,24 +231,28 @@ def bad_input(srv, failures):
     check(st == 200 and json.loads(text)["status"] == "ok", "the server keeps serving after bad input", failures)
 
 
-def dropped_client(srv, failures):
-    abandoned0 = srv.metric('anvil_generations_finished_total{reason="abandoned"}')
-    body = json.dumps({"prompt": "alpha", "max_tokens": 200, "temperature": 0, "stream": True})
+def dropped_client(srv, failures, stream):
+    """A client that leaves frees its sequence: mid-stream, or while it waits for the whole answer."""
+    abandoned = 'anvil_generations_finished_total{reason="abandoned"}'
+    abandoned0, tokens0 = srv.metric(abandoned), srv.metric("anvil_generation_tokens_total")
+    body = json.dumps({"prompt": "alpha", "max_tokens": 200, "temperature": 0, "stream": stream})
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
     s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     got = b""
-    while b"data: " not in got:
+    while stream and b"data: " not in got:
         got += s.recv(4096)
-    s.close()  # mid-stream
+    s.close()  # mid-stream, or before the answer
     deadline = time.time() + 10
-    while time.time() < deadline and (srv.metric("anvil_running_sequences") > 0
-                                      or srv.metric('anvil_generations_finished_total{reason="abandoned"}')
-                                      == abandoned0):
+    # abandoned first: the sequence may start running after a first look at the running count
+    while time.time() < deadline and not (srv.metric(abandoned) > abandoned0
+                                          and srv.metric("anvil_running_sequences") == 0):
         time.sleep(0.05)
-    check(srv.metric("anvil_running_sequences") == 0
-          and srv.metric('anvil_generations_finished_total{reason="abandoned"}') == abandoned0 + 1,
-          "a client that drops mid-stream frees its sequence (counted as abandoned)", failures)
+    made = srv.metric("anvil_generation_tokens_total") - tokens0
+    what = "mid-stream" if stream else "before its whole answer"
+    check(srv.metric("anvil_running_sequences") == 0 and srv.metric(abandoned) == abandoned0 + 1 and made < 200,
+          f"a client that drops {what} frees its sequence (counted as abandoned, {made:.0f} of 200 tokens made)",
+          failures)
 
 
 def queue_full(model, failures):
@@ -365,7 +369,8 @@ def main():
             same_answers(srv, model, refs, failures)
             concurrent(srv, refs, failures)
             bad_input(srv, failures)
-            dropped_client(srv, failures)
+            dropped_client(srv, failures, stream=True)
+            dropped_client(srv, failures, stream=False)
             openai_client(srv, model, "servetest", refs, failures)
             st, text = srv.request("GET", "/metrics")
             for name in ("anvil_requests_total", "anvil_time_to_first_token_seconds_bucket",
