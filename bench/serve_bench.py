@@ -7,7 +7,13 @@ weights; the speed does not depend on them), then per level keeps that many stre
 reports time to first token and inter-token latency (p50, p99, client side), output tokens/s over the level's
 wall time, and the ratio of each level's throughput to one-at-a-time.
 
+With --long-prompt-words N, one more client keeps sending prompts of N words (one token generated each)
+while a level runs: the short requests' inter-token latency then shows how long a long prompt's prefill holds
+the running sequences up (the server's --prefill-chunk, passed through), and the long ones' time to first
+token is reported apart.
+
   python3 bench/serve_bench.py [--model DIR] [--threads N] [--levels 1,4,16,64] [--json FILE]
+                               [--long-prompt-words N --prefill-chunk C]
 """
 import argparse
 import http.client
@@ -36,6 +42,8 @@ def parse():
     p.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
     p.add_argument("--kv-cache-mb", type=float, default=6000, help="the server's --kv-cache-mb")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--long-prompt-words", type=int, default=0, help="one more client sending prompts this long")
+    p.add_argument("--prefill-chunk", type=int, help="the server's --prefill-chunk (default: the server's)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args()
 
@@ -64,6 +72,8 @@ def make_model(tmp, threads):
 def start(model, args):
     cmd = [ANVIL, "serve", "--model", model, "--port", "0", "--threads", str(args.threads), "--max-batch", "64",
            "--max-queue", "256", "--kv-cache-mb", str(args.kv_cache_mb), "--device", args.device]
+    if args.prefill_chunk is not None:
+        cmd += ["--prefill-chunk", str(args.prefill_chunk)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     lines, port = [], None
     while port is None or not lines[-1].startswith("anvil: KV cache"):
@@ -139,13 +149,33 @@ def level(port, conc, args):
             with lock:
                 results.append(res)
 
+    long_ttft, short_done = [], threading.Event()
+
+    def long_worker():  # long prompts, one token each, until the short requests are done
+        k = 0
+        while not short_done.is_set():
+            prompt = " ".join(WORDS[(k * 3 + j) % len(WORDS)] for j in range(args.long_prompt_words))
+            k += 1
+            try:
+                long_ttft.append(one_request(port, prompt, 1)[0])
+            except (OSError, RuntimeError, ValueError) as e:
+                with lock:
+                    errors.append("long prompt: " + repr(e))
+                return
+
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(conc)]
     for t in threads:
         t.start()
+    extra = threading.Thread(target=long_worker) if args.long_prompt_words > 0 else None
+    if extra:
+        extra.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    short_done.set()
+    if extra:
+        extra.join()
     ttft = [r[0] for r in results]
     gaps = [g for r in results for g in r[1]]
     tokens = sum(r[2] for r in results)
@@ -153,7 +183,9 @@ def level(port, conc, args):
             "output_tokens_per_s": tokens / wall,
             "ttft_ms_p50": 1e3 * pct(ttft, 50), "ttft_ms_p99": 1e3 * pct(ttft, 99),
             "itl_ms_p50": 1e3 * pct(gaps, 50), "itl_ms_p99": 1e3 * pct(gaps, 99),
-            "itl_ms_mean": 1e3 * statistics.fmean(gaps) if gaps else float("nan")}
+            "itl_ms_mean": 1e3 * statistics.fmean(gaps) if gaps else float("nan"),
+            "itl_ms_max": 1e3 * max(gaps) if gaps else float("nan"),
+            "long_prompts": len(long_ttft), "long_ttft_ms_p50": 1e3 * pct(long_ttft, 50)}
 
 
 def main():
@@ -169,8 +201,10 @@ def main():
             rows.append(r)
             print(f"concurrency {conc:3d}: {r['output_tokens_per_s']:8.1f} output tokens/s   TTFT p50 "
                   f"{r['ttft_ms_p50']:8.1f} ms p99 {r['ttft_ms_p99']:8.1f} ms   ITL p50 {r['itl_ms_p50']:7.1f} ms "
-                  f"p99 {r['itl_ms_p99']:7.1f} ms" + (f"   {len(r['errors'])} failed: {r['errors'][0]}"
-                                                       if r["errors"] else ""), flush=True)
+                  f"p99 {r['itl_ms_p99']:7.1f} ms max {r['itl_ms_max']:7.1f} ms"
+                  + (f"   {r['long_prompts']} long prompts, TTFT p50 {r['long_ttft_ms_p50']:.0f} ms"
+                     if args.long_prompt_words else "")
+                  + (f"   {len(r['errors'])} failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
         base = rows[0]["output_tokens_per_s"]
         for r in rows:
             r["throughput_vs_one"] = r["output_tokens_per_s"] / base
@@ -182,6 +216,7 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"server": [ln.strip() for ln in lines], "model": model, "prompt_words": args.prompt_words,
+                           "long_prompt_words": args.long_prompt_words, "prefill_chunk": args.prefill_chunk,
                            "max_tokens": args.max_tokens, "threads": args.threads, "levels": rows,
                            "command": " ".join(sys.argv)}, f, indent=2)
     finally:

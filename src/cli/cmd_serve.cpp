@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "serve/server.h"
 
@@ -41,7 +43,7 @@ Command add_serve(CLI::App& app) {
         serve::ServerOptions http;
         std::string name;
         double kv_cache_mb = 2048.0, drain_seconds = 30.0;
-        int max_batch = 64, max_queue = 64;
+        int max_batch = 64, max_queue = 64, prefill_chunk = kPrefillChunk;
     };
     auto o = std::make_shared<Opts>();
     mf->add(sub);
@@ -59,6 +61,13 @@ Command add_serve(CLI::App& app) {
     sub->add_option("--max-batch", o->max_batch, "at most this many sequences decoded together")
         ->capture_default_str()
         ->check(kPositive);
+    sub->add_option(
+           "--prefill-chunk", o->prefill_chunk,
+           "prompt positions run between two decode steps (chunked prefill): a long prompt delays the "
+           "running sequences by one chunk at a time; 0 = whole prompts at once. Answers equal "
+           "`anvil generate`'s at the default")
+        ->capture_default_str()
+        ->check(kNonNegative);
     sub->add_option("--max-queue", o->max_queue,
                     "requests that may wait for a free sequence; past it the server answers 429")
         ->capture_default_str()
@@ -86,6 +95,7 @@ Command add_serve(CLI::App& app) {
         serve::SchedulerOptions so;
         so.slots = std::min(fit, o->max_batch);
         so.max_queue = o->max_queue;
+        so.prefill_chunk = o->prefill_chunk;
         serve::Metrics metrics;
         serve::Scheduler sched(model, so, &metrics);
 
@@ -99,16 +109,18 @@ Command add_serve(CLI::App& app) {
         served.created = int64_t(std::time(nullptr));
 
         const double kv_bytes = double(sched.cache_bytes());
+        const std::string prefill = so.prefill_chunk > 0
+                                        ? fmt::format("{} positions between decode steps", so.prefill_chunk)
+                                        : "whole";
         serve::Server server(sched, metrics, served, o->http);
         const int port = server.bind();
         std::fprintf(stderr,
                      "anvil: serving %s (%s%s, context %d, chat template %s) on http://%s:%d\n"
                      "anvil: KV cache: %d sequences decoded together (%.1f MiB; %.1f MiB each), up to %d "
-                     "waiting\n",
-                     served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "", c.n_ctx,
-                     template_name(l.prompt),
-                     o->http.host.c_str(), port, so.slots, kv_bytes / mib, double(slot_bytes) / mib,
-                     so.max_queue);
+                     "waiting; prompts prefilled %s\n",
+                     served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "",
+                     c.n_ctx, template_name(l.prompt), o->http.host.c_str(), port, so.slots, kv_bytes / mib,
+                     double(slot_bytes) / mib, so.max_queue, prefill.c_str());
         std::fflush(stderr);
 
         for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);

@@ -62,13 +62,14 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
     return idx[size_t(keep - 1)];
 }
 
-Generator::Generator(Model& model)
+Generator::Generator(Model& model, int prefill_chunk)
     : model_(model),
-      acts_(model.make_activations(1, model.config().n_ctx, ActMode::Decode)),
+      chunk_(prefill_chunk > 0 ? std::min(prefill_chunk, model.config().n_ctx) : model.config().n_ctx),
+      acts_(model.make_activations(1, chunk_, ActMode::Decode)),
       cache_(model.make_cache()) {}  // one sequence, slot 0
 
-std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot, const int32_t* ids,
-                                  int n, int pos0) {
+std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot,
+                                  const int32_t* ids, int n, int pos0) {
     Backend& be = model.backend();
     be.upload(acts.get("tokens", 1, n), ids);
     ForwardPass f;
@@ -83,7 +84,11 @@ std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cach
 }
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
-    logits = forward_cached(model_, *acts_, *cache_, 0, ids, n, pos0);
+    for (int done = 0; done < n;) {  // pieces end at multiples of the chunk, as the server cuts them
+        const int k = std::min(n - done, chunk_ - (pos0 + done) % chunk_);
+        logits = forward_cached(model_, *acts_, *cache_, 0, ids + done, k, pos0 + done);
+        done += k;
+    }
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
@@ -108,7 +113,8 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
         const int32_t next = sample_token(logits, opt, rng);
         out.push_back(next);
         if (on_token) on_token(next);
-        const bool stop = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
+        const bool stop =
+            std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
         if (stop || i + 1 == opt.max_new_tokens) break;
         ctx.push_back(next);
         if (pos == n_ctx) {  // full: rebuild the cache from the most recent half of the context

@@ -28,14 +28,21 @@ struct SampleOptions {
 // Picks the next token from logits (V) on the host (they may be overwritten).
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
-// Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to the
-// cache; returns the last position's logits (V) in f32. `acts`: decoding activations for at least n positions.
-std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot, const int32_t* ids,
-                                  int n, int pos0);
+// Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to
+// the cache; returns the last position's logits (V) in f32. `acts`: decoding activations for at least n
+// positions.
+std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot,
+                                  const int32_t* ids, int n, int pos0);
+
+// Prompts run through the model in pieces of this many positions, each starting at a multiple of it: the
+// activations are planned for one piece, and a server (serve/scheduler) can decode other sequences between a
+// long prompt's pieces. The generator and the server cut a prompt alike, so they compute the same logits.
+constexpr int kPrefillChunk = 256;
 
 class Generator {
 public:
-    explicit Generator(Model& model);
+    // prefill_chunk: positions per forward of a prompt (0: the whole context at once)
+    explicit Generator(Model& model, int prefill_chunk = kPrefillChunk);
     // Returns the new tokens (not the prompt). on_token, if set, sees each one as it is produced.
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                   const std::function<void(int32_t)>& on_token = {});
@@ -45,7 +52,8 @@ private:
     void step(const int32_t* ids, int n, int pos0, std::vector<float>& logits);
 
     Model& model_;
-    std::unique_ptr<Activations> acts_;  // decoding activations for up to n_ctx positions
+    int chunk_;                          // positions per forward
+    std::unique_ptr<Activations> acts_;  // decoding activations for one chunk
     std::unique_ptr<KvCache> cache_;
 };
 

@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace anvil::serve {
 
@@ -57,12 +58,14 @@ void Sequence::end(Finish f, std::string error) {
 
 Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver* observer)
     : model_(model), opt_(o), observer_(observer) {
-    ANVIL_CHECK(o.slots > 0 && o.max_queue >= 0, "scheduler: {} slots and a queue of {}", o.slots,
-                o.max_queue);
+    ANVIL_CHECK(o.slots > 0 && o.max_queue >= 0 && o.prefill_chunk >= 0,
+                "scheduler: {} slots, a queue of {}, prefill chunks of {}", o.slots, o.max_queue,
+                o.prefill_chunk);
     const int n_ctx = model.config().n_ctx;
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
-    prefill_acts_ = model.make_activations(1, n_ctx, ActMode::Decode);
+    const int chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, n_ctx) : n_ctx;
+    prefill_acts_ = model.make_activations(1, chunk, ActMode::Decode);
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
@@ -106,33 +109,8 @@ void Scheduler::run() {
         }
         for (size_t i = running_.size(); i-- > 0;)
             if (running_[i]->cancelled_) retire(i, Finish::Cancelled);
-        // join: prefill waiting requests into the free slots
-        while (!free_slots_.empty()) {
-            std::shared_ptr<Sequence> s;
-            {
-                std::lock_guard<std::mutex> lk(m_);
-                if (waiting_.empty()) break;
-                s = std::move(waiting_.front());
-                waiting_.pop_front();
-            }
-            if (s->cancelled_) {
-                s->end(Finish::Cancelled);
-                continue;
-            }
-            s->slot_ = free_slots_.back();
-            free_slots_.pop_back();
-            running_.push_back(s);
-            try {
-                const Finish fin = prefill(*s);  // its first token may end it
-                if (fin != Finish::None) retire(running_.size() - 1, fin);
-            } catch (const std::exception& e) {
-                retire(running_.size() - 1, Finish::Error, e.what());
-            }
-            {
-                std::lock_guard<std::mutex> lk(m_);
-                running_count_ = int(running_.size());
-            }
-        }
+        admit();
+        prefill_some();
         if (running_.empty()) continue;
         try {
             decode_step();
@@ -160,12 +138,61 @@ void Scheduler::retire(size_t i, Finish f, std::string error) {
     s->end(f, std::move(error));
 }
 
-Finish Scheduler::prefill(Sequence& s) {
-    const int n = int(s.prompt_.size());
-    std::vector<float> logits =
-        forward_cached(model_, *prefill_acts_, *cache_, s.slot_, s.prompt_.data(), n, 0);
-    s.pos_ = n;
-    return sample_into(s, logits);
+// Waiting requests take the free slots; their prompts are prefilled from the next prefill_some() on.
+void Scheduler::admit() {
+    while (!free_slots_.empty()) {
+        std::shared_ptr<Sequence> s;
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            if (waiting_.empty()) break;
+            s = std::move(waiting_.front());
+            waiting_.pop_front();
+        }
+        if (s->cancelled_) {
+            s->end(Finish::Cancelled);
+            continue;
+        }
+        s->slot_ = free_slots_.back();
+        free_slots_.pop_back();
+        running_.push_back(s);
+        std::lock_guard<std::mutex> lk(m_);
+        running_count_ = int(running_.size());
+    }
+}
+
+// The oldest unfinished prompts advance by whole chunks, each piece ending at a multiple of the chunk (as the
+// Generator cuts a prompt, so a prompt's logits do not depend on the traffic), until this step's budget of
+// positions is spent. A prompt whose last piece ran samples its first token (which may end it).
+void Scheduler::prefill_some() {
+    const int n_ctx = model_.config().n_ctx;
+    const int chunk = opt_.prefill_chunk > 0 ? std::min(opt_.prefill_chunk, n_ctx) : n_ctx;
+    int budget = opt_.prefill_chunk > 0 ? chunk : std::numeric_limits<int>::max();
+    struct Ended {
+        size_t i;
+        Finish f;
+        std::string error;
+    };
+    std::vector<Ended> ended;
+    for (size_t i = 0; i < running_.size() && budget > 0; i++) {
+        Sequence& s = *running_[i];
+        const int n = int(s.prompt_.size());
+        try {
+            while (s.prefilled_ < n && budget > 0) {
+                const int k = std::min(n - s.prefilled_, chunk - s.prefilled_ % chunk);
+                std::vector<float> logits = forward_cached(model_, *prefill_acts_, *cache_, s.slot_,
+                                                           s.prompt_.data() + s.prefilled_, k, s.prefilled_);
+                s.prefilled_ += k;
+                budget -= k;
+                if (s.prefilled_ < n) continue;
+                s.pos_ = n;
+                const Finish fin = sample_into(s, logits);
+                if (fin != Finish::None) ended.push_back({i, fin, {}});
+            }
+        } catch (const std::exception& e) {
+            ended.push_back({i, Finish::Error, e.what()});
+        }
+    }
+    for (size_t k = ended.size(); k-- > 0;) retire(ended[k].i, ended[k].f, std::move(ended[k].error));
 }
 
 // Samples the token after `logits` (V), hands it to the waiter and says whether that ended the sequence (the
@@ -194,17 +221,22 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     return fin;
 }
 
+// One token for every sequence whose prompt is in the cache, in one batched forward.
 void Scheduler::decode_step() {
     Backend& be = model_.backend();
-    const int B = int(running_.size());
+    std::vector<size_t> rows;  // indices into running_
+    for (size_t i = 0; i < running_.size(); i++)
+        if (running_[i]->prefilled_ == int(running_[i]->prompt_.size())) rows.push_back(i);
+    if (rows.empty()) return;
+    const int B = int(rows.size());
     const size_t n = size_t(B);
     std::vector<int> slot(n), pos(n);
     std::vector<int32_t> tokens(n);
-    for (int b = 0; b < B; b++) {
-        const Sequence& s = *running_[size_t(b)];
-        slot[size_t(b)] = s.slot_;
-        pos[size_t(b)] = s.pos_;
-        tokens[size_t(b)] = s.next_;
+    for (size_t b = 0; b < n; b++) {
+        const Sequence& s = *running_[rows[b]];
+        slot[b] = s.slot_;
+        pos[b] = s.pos_;
+        tokens[b] = s.next_;
     }
     be.upload(decode_acts_->get("tokens", B, 1), tokens.data());
     ForwardPass f;
@@ -216,16 +248,15 @@ void Scheduler::decode_step() {
     model_.forward(*decode_acts_, f);
     const std::vector<float> all = be.download_f32(decode_acts_->get("logits", B, 1));
     if (observer_) observer_->on_step(B);
-    const size_t V = all.size() / size_t(B);
+    const size_t V = all.size() / n;
     std::vector<float> logits;
     std::vector<std::pair<size_t, Finish>> ended;
-    for (int b = 0; b < B; b++) {
-        Sequence& s = *running_[size_t(b)];
+    for (size_t b = 0; b < n; b++) {
+        Sequence& s = *running_[rows[b]];
         s.pos_++;
-        logits.assign(all.begin() + std::ptrdiff_t(size_t(b) * V),
-                      all.begin() + std::ptrdiff_t(size_t(b + 1) * V));
+        logits.assign(all.begin() + std::ptrdiff_t(b * V), all.begin() + std::ptrdiff_t((b + 1) * V));
         const Finish fin = sample_into(s, logits);
-        if (fin != Finish::None) ended.emplace_back(size_t(b), fin);
+        if (fin != Finish::None) ended.emplace_back(rows[b], fin);
     }
     for (size_t k = ended.size(); k-- > 0;) retire(ended[k].first, ended[k].second);
 }

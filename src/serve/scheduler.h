@@ -1,10 +1,11 @@
 // Continuous batching. One thread owns the model (run() on the caller's: the main thread, where the backend's
 // thread pool and per-thread floating-point modes were set up): every decode step runs the next token of
 // every running sequence in one batched forward (each row continuing its own KV-cache slot, model.h's
-// row_slot), so the weights are read once per step however many requests are in flight. New requests are
-// prefilled on their own between steps and join the next one; finished or cancelled ones leave at once and
-// free their slot. The KV cache is a fixed pool of slots, one sequence each, sized by the caller; requests
-// that find no free slot wait in a bounded queue, and past it submit() refuses them.
+// row_slot), so the weights are read once per step however many requests are in flight. New requests take a
+// free slot and are prefilled between steps, a chunk of positions at a time, and join the step after their
+// prompt is in; finished or cancelled ones leave at once and free their slot. The KV cache is a fixed pool of
+// slots, one sequence each, sized by the caller; requests that find no free slot wait in a bounded queue, and
+// past it submit() refuses them.
 //
 // Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
@@ -67,7 +68,8 @@ private:
     std::atomic<bool> cancelled_{false};
     Clock::time_point submitted_, last_token_;
     int slot_ = -1, pos_ = 0, produced_ = 0;  // scheduler-side state
-    int32_t next_ = -1;                       // the sampled token the next step feeds
+    int prefilled_ = 0;  // prompt positions in the cache (< prompt size: still prefilling)
+    int32_t next_ = -1;  // the sampled token the next step feeds
 
     std::mutex m_;
     std::condition_variable cv_;
@@ -79,6 +81,10 @@ private:
 struct SchedulerOptions {
     int slots = 16;      // sequences decoded together: the KV cache's slots
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
+    // Prompt positions run between two decode steps (chunked prefill): admitted prompts advance by whole
+    // chunks of this many (cut as the Generator cuts them) until the budget is spent, so a long prompt delays
+    // the running sequences by one chunk's forward at a time. 0: every admitted prompt whole, at once.
+    int prefill_chunk = kPrefillChunk;
 };
 
 class Scheduler {
@@ -105,7 +111,8 @@ public:
     void stop();
 
 private:
-    Finish prefill(Sequence& s);
+    void admit();
+    void prefill_some();
     void decode_step();
     Finish sample_into(Sequence& s, std::vector<float>& logits);
     void retire(size_t i, Finish f, std::string error = {});

@@ -97,8 +97,9 @@ TEST(BatchedDecode, RowsEqualOneSequenceAtATimeLlama) {
 }
 
 // Requests through the scheduler (two slots, so they queue, join and leave while others run) give the
-// generator's tokens: greedy and seeded sampling, stop tokens, length limits.
-TEST(Scheduler, AnswersEqualTheGenerator) {
+// generator's tokens: greedy and seeded sampling, stop tokens, length limits. With prompts in pieces of
+// `chunk` positions (0: whole), the generator cutting them alike.
+void answers_equal_the_generator(int chunk, int longest_prompt) {
     auto be = make_backend({Device::CPU, 2, 0});
     auto m = random_model(*be, tiny_llama());
     struct Case {
@@ -108,8 +109,8 @@ TEST(Scheduler, AnswersEqualTheGenerator) {
     std::vector<Case> cases;
     for (int i = 0; i < 7; i++) {
         Case c;
-        for (int k = 0; k <= i % 4; k++) c.prompt.push_back(int32_t((i * 3 + k * 5) % 11));
-        c.opt.max_new_tokens = 3 + i;
+        for (int k = 0; k <= i % longest_prompt; k++) c.prompt.push_back(int32_t((i * 3 + k * 5) % 11));
+        c.opt.max_new_tokens = std::min(3 + i, 15 - int(c.prompt.size()));
         c.opt.temperature = i % 2 ? 0.0f : 0.9f;
         c.opt.seed = uint64_t(100 + i);
         if (i == 5) c.opt.stop_tokens = {1, 2, 3};  // likely to end early
@@ -117,7 +118,7 @@ TEST(Scheduler, AnswersEqualTheGenerator) {
     }
     std::vector<std::vector<int32_t>> want;
     {
-        Generator gen(*m);
+        Generator gen(*m, chunk);
         for (const Case& c : cases) want.push_back(gen.generate(c.prompt, c.opt));
         for (size_t i = 0; i < want.size(); i++)  // the generator returns the stop token; the server does not
             if (!want[i].empty() &&
@@ -127,6 +128,7 @@ TEST(Scheduler, AnswersEqualTheGenerator) {
     serve::SchedulerOptions so;
     so.slots = 2;
     so.max_queue = 16;
+    so.prefill_chunk = chunk;
     serve::Scheduler sched(*m, so);
     std::vector<std::vector<int32_t>> got(cases.size());
     std::vector<serve::Finish> finish(cases.size());
@@ -149,9 +151,68 @@ TEST(Scheduler, AnswersEqualTheGenerator) {
     sched.run();  // the model's thread is this one, as in anvil serve
     client.join();
     for (size_t i = 0; i < cases.size(); i++) {
-        EXPECT_EQ(got[i], want[i]) << "request " << i;
+        EXPECT_EQ(got[i], want[i]) << "request " << i << ", prefill chunk " << chunk;
         const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
         EXPECT_EQ(finish[i], stopped ? serve::Finish::Stop : serve::Finish::Length) << "request " << i;
+    }
+}
+
+TEST(Scheduler, AnswersEqualTheGenerator) {
+    answers_equal_the_generator(kPrefillChunk, 4);
+}
+TEST(Scheduler, AnswersEqualTheGeneratorWithPromptsInChunks) {
+    answers_equal_the_generator(3, 11);
+    answers_equal_the_generator(0, 11);
+}
+
+// What the scheduler did, in order: "first" for a sequence's first token, the rows of each decode step.
+struct StepLog : serve::SchedulerObserver {
+    std::vector<int> events;  // 0: a first token; n > 0: a decode step of n rows
+    void on_first_token(double) override { events.push_back(0); }
+    void on_next_token(double) override {}
+    void on_step(int rows) override { events.push_back(rows); }
+};
+
+// A long prompt is prefilled a chunk per step while a running sequence keeps decoding; whole, it is one
+// stall.
+TEST(Scheduler, ChunkedPrefillKeepsRunningSequencesDecoding) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny());
+    for (int chunk : {2, 0}) {
+        serve::SchedulerOptions so;
+        so.slots = 2;
+        so.prefill_chunk = chunk;
+        StepLog log;
+        serve::Scheduler sched(*m, so, &log);
+        SampleOptions greedy;
+        greedy.temperature = 0.0f;
+        greedy.max_new_tokens = 12;
+        auto a = sched.submit({5}, greedy);  // both wait before the scheduler starts: one admission
+        greedy.max_new_tokens = 2;
+        auto b = sched.submit({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2}, greedy);
+        ASSERT_TRUE(a && b);
+        std::thread client([&] {
+            while (a->wait(0, std::chrono::seconds(10)).finish == serve::Finish::None ||
+                   b->wait(0, std::chrono::seconds(10)).finish == serve::Finish::None) {
+            }
+            sched.stop();
+        });
+        sched.run();
+        client.join();
+        const serve::Sequence::Update ub = b->wait(0, std::chrono::seconds(1));
+        EXPECT_EQ(ub.finish, serve::Finish::Length) << ub.error;
+        // a's first token, then decode steps of a alone until b's prompt is in
+        ASSERT_GE(log.events.size(), 3u);
+        EXPECT_EQ(log.events[0], 0);
+        const size_t b_first =
+            size_t(std::find(log.events.begin() + 1, log.events.end(), 0) - log.events.begin());
+        ASSERT_LT(b_first, log.events.size());
+        const long alone =
+            std::count(log.events.begin() + 1, log.events.begin() + std::ptrdiff_t(b_first), 1);
+        if (chunk == 2)
+            EXPECT_EQ(alone, 5) << "12 positions in chunks of 2: one with a's prefill, then 5 steps' worth";
+        else
+            EXPECT_EQ(alone, 0) << "a whole prompt is prefilled before the first step";
     }
 }
 
