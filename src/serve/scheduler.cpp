@@ -64,8 +64,8 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     const int n_ctx = model.config().n_ctx;
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
-    const int chunk = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, n_ctx) : n_ctx;
-    prefill_acts_ = model.make_activations(1, chunk, ActMode::Decode);
+    chunk_ = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, n_ctx) : n_ctx;
+    prefill_acts_ = model.make_activations(1, chunk_, ActMode::Decode);
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
@@ -164,9 +164,7 @@ void Scheduler::admit() {
 // Generator cuts a prompt, so a prompt's logits do not depend on the traffic), until this step's budget of
 // positions is spent. A prompt whose last piece ran samples its first token (which may end it).
 void Scheduler::prefill_some() {
-    const int n_ctx = model_.config().n_ctx;
-    const int chunk = opt_.prefill_chunk > 0 ? std::min(opt_.prefill_chunk, n_ctx) : n_ctx;
-    int budget = opt_.prefill_chunk > 0 ? chunk : std::numeric_limits<int>::max();
+    int budget = opt_.prefill_chunk > 0 ? chunk_ : std::numeric_limits<int>::max();
     struct Ended {
         size_t i;
         Finish f;
@@ -178,7 +176,7 @@ void Scheduler::prefill_some() {
         const int n = int(s.prompt_.size());
         try {
             while (s.prefilled_ < n && budget > 0) {
-                const int k = std::min(n - s.prefilled_, chunk - s.prefilled_ % chunk);
+                const int k = std::min(n - s.prefilled_, chunk_);  // prefilled_ is a multiple of chunk_
                 std::vector<float> logits = forward_cached(model_, *prefill_acts_, *cache_, s.slot_,
                                                            s.prompt_.data() + s.prefilled_, k, s.prefilled_);
                 s.prefilled_ += k;

@@ -122,6 +122,7 @@ private:
     SchedulerObserver* observer_;
     std::unique_ptr<KvCache> cache_;
     size_t cache_bytes_ = 0;
+    int chunk_ = 0;  // positions per prefill forward (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> prefill_acts_, decode_acts_;
     std::vector<int> free_slots_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
