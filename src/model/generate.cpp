@@ -64,7 +64,7 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
 
 Generator::Generator(Model& model, int prefill_chunk)
     : model_(model),
-      chunk_(prefill_chunk > 0 ? std::min(prefill_chunk, model.config().n_ctx) : model.config().n_ctx),
+      chunk_(prefill_chunk_size(prefill_chunk, model.config().n_ctx)),
       acts_(model.make_activations(1, chunk_, ActMode::Decode)),
       cache_(model.make_cache()) {}  // one sequence, slot 0
 
@@ -85,7 +85,7 @@ std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cach
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
     for (int done = 0; done < n;) {  // pieces end at multiples of the chunk, as the server cuts them
-        const int k = std::min(n - done, chunk_ - (pos0 + done) % chunk_);
+        const int k = prefill_piece(pos0 + done, pos0 + n, chunk_);
         logits = forward_cached(model_, *acts_, *cache_, 0, ids + done, k, pos0 + done);
         done += k;
     }

@@ -3,6 +3,7 @@
 // forward runs every position (model.h: a pass with a cache); nothing here knows the family.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -38,6 +39,15 @@ std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cach
 // activations are planned for one piece, and a server (serve/scheduler) can decode other sequences between a
 // long prompt's pieces. The generator and the server cut a prompt alike, so they compute the same logits.
 constexpr int kPrefillChunk = 256;
+// The positions of one piece for a requested chunk (0: the whole context at once).
+inline int prefill_chunk_size(int requested, int n_ctx) {
+    return requested > 0 && requested < n_ctx ? requested : n_ctx;
+}
+// The length of the piece that starts at position `pos` of a prompt ending at `end`: up to the next multiple
+// of `chunk`.
+inline int prefill_piece(int pos, int end, int chunk) {
+    return std::min(end - pos, chunk - pos % chunk);
+}
 
 class Generator {
 public:

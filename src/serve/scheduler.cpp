@@ -64,7 +64,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     const int n_ctx = model.config().n_ctx;
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
-    chunk_ = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, n_ctx) : n_ctx;
+    chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
     prefill_acts_ = model.make_activations(1, chunk_, ActMode::Decode);
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
@@ -175,14 +175,13 @@ void Scheduler::prefill_some() {
         Sequence& s = *running_[i];
         const int n = int(s.prompt_.size());
         try {
-            while (s.prefilled_ < n && budget > 0) {
-                const int k = std::min(n - s.prefilled_, chunk_);  // prefilled_ is a multiple of chunk_
+            while (s.pos_ < n && budget > 0) {  // pos_: the prompt positions in the cache so far
+                const int k = prefill_piece(s.pos_, n, chunk_);
                 std::vector<float> logits = forward_cached(model_, *prefill_acts_, *cache_, s.slot_,
-                                                           s.prompt_.data() + s.prefilled_, k, s.prefilled_);
-                s.prefilled_ += k;
+                                                           s.prompt_.data() + s.pos_, k, s.pos_);
+                s.pos_ += k;
                 budget -= k;
-                if (s.prefilled_ < n) continue;
-                s.pos_ = n;
+                if (s.pos_ < n) continue;
                 const Finish fin = sample_into(s, logits);
                 if (fin != Finish::None) ended.push_back({i, fin, {}});
             }
@@ -219,12 +218,12 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     return fin;
 }
 
-// One token for every sequence whose prompt is in the cache, in one batched forward.
+// One token for every sequence whose prompt is in the cache (it has sampled a token), in one batched forward.
 void Scheduler::decode_step() {
     Backend& be = model_.backend();
     std::vector<size_t> rows;  // indices into running_
     for (size_t i = 0; i < running_.size(); i++)
-        if (running_[i]->prefilled_ == int(running_[i]->prompt_.size())) rows.push_back(i);
+        if (running_[i]->produced_ > 0) rows.push_back(i);
     if (rows.empty()) return;
     const int B = int(rows.size());
     const size_t n = size_t(B);

@@ -67,8 +67,8 @@ private:
     Rng rng_;
     std::atomic<bool> cancelled_{false};
     Clock::time_point submitted_, last_token_;
-    int slot_ = -1, pos_ = 0, produced_ = 0;  // scheduler-side state
-    int prefilled_ = 0;  // prompt positions in the cache (< prompt size: still prefilling)
+    // scheduler-side state: positions in the cache (while prefilling, the prompt's so far), tokens sampled
+    int slot_ = -1, pos_ = 0, produced_ = 0;
     int32_t next_ = -1;  // the sampled token the next step feeds
 
     std::mutex m_;

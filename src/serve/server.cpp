@@ -199,8 +199,8 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
     const int P = int(r.prompt.size());
     while (f.finish == Finish::None) {
         f.next();
-        if (f.finish == Finish::None &&
-            client.gone()) {  // the client left: its sequence ends, the slot frees
+        // the client left: its sequence ends and frees the slot
+        if (f.finish == Finish::None && client.gone()) {
             f.seq->cancel();
             metrics.on_generation("abandoned", P, f.text.tokens());
             res.status = 499;  // nobody reads it; nginx's "client closed request", for the request counters
