@@ -11,7 +11,7 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test test-emu bench clean
 
 all: build
 
@@ -34,6 +34,21 @@ run: configure
 # two multi-threaded tests at once on a small machine costs far more than it saves).
 test: build
 	cd $(BUILD) && ctest --output-on-failure
+	@$(MAKE) test-emu
+
+# The GPU tests with the CUDA backend's kernels run on the CPU (tests/cuemu), in a build tree of their own;
+# it needs the CUDA toolkit's headers (no GPU) and is left out with CUDA=OFF.
+EMU_BUILD ?= $(BUILD)-cuemu
+test-emu: deps
+	@if [ "$(CUDA)" = OFF ]; then echo "test-emu: skipped (CUDA=OFF)"; \
+	elif ! command -v nvcc > /dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then \
+	  echo "test-emu: skipped (no CUDA toolkit: its headers are needed)"; \
+	else \
+	  cmake -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
+	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
+	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests && \
+	  cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests$$'; \
+	fi
 
 bench: build
 	/usr/bin/python3 bench/cpu_train_bench.py --anvil $(BUILD)/anvil --json $(BUILD)/cpu_train_bench.json

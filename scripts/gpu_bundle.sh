@@ -37,7 +37,9 @@ if [ -f ../shared/gpu-check/torch_gpt2_bench.py ]; then cp ../shared/gpu-check/t
 git rev-parse HEAD > "$stage/commit"
 
 mkdir -p .gpu-run
-grep -qx '/.gpu-run/' .git/info/exclude 2> /dev/null || echo '/.gpu-run/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a clone may have no .git/info yet
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu-run/' "$exclude" 2> /dev/null || echo '/.gpu-run/' >> "$exclude"
 tar -cJf .gpu-run/bundle.tar.xz -C "$stage" .
 ls -la .gpu-run/bundle.tar.xz
 echo "carry .gpu-run and run: bash bench/gpu_session.sh tests|bench"

@@ -210,16 +210,24 @@ TEST_F(CudaModel, LoraMatchesTheCpuAndTrainsInBf16) {
         for (float x : gc[k]) scale = std::max(scale, double(std::abs(x)));
         EXPECT_TRUE(all_close(gg[k], gc[k], 1e-4, 1e-4 * scale, "lora gradient " + std::to_string(k)));
     }
-    std::vector<double> curve[2];
-    const DType dts[2] = {DType::F32, DType::BF16};
-    for (int r = 0; r < 2; r++) {
-        TrainRun run(*be.gpu, dts[r], 11, B, T, false, lora);
+    // 30 AdamW steps: the fp32 curve on the GPU is the CPU's, and bf16 tracks it
+    std::vector<double> curve[3];
+    Backend* bes[3] = {be.cpu.get(), be.gpu.get(), be.gpu.get()};
+    const DType dts[3] = {DType::F32, DType::F32, DType::BF16};
+    for (int r = 0; r < 3; r++) {
+        TrainRun run(*bes[r], dts[r], 11, B, T, false, lora);
         for (int s = 0; s < steps; s++) curve[r].push_back(run.step(data.step(s), B, T, s));
     }
-    EXPECT_LT(curve[0].back(), 0.9 * curve[0].front()) << "LoRA learned";
-    for (int s = 0; s < steps; s++)
-        EXPECT_LT(std::abs(curve[1][size_t(s)] - curve[0][size_t(s)]) / curve[0][size_t(s)], 0.05)
-            << "step " << s;
+    auto mean5 = [](const std::vector<double>& c, size_t from) {
+        return (c[from] + c[from + 1] + c[from + 2] + c[from + 3] + c[from + 4]) / 5.0;
+    };
+    EXPECT_LT(mean5(curve[0], steps - 5), mean5(curve[0], 0) - 0.1) << "LoRA learned (on the CPU)";
+    for (int s = 0; s < steps; s++) {
+        const size_t i = size_t(s);
+        EXPECT_LT(std::abs(curve[1][i] - curve[0][i]) / curve[0][i], 1e-4)
+            << "fp32 against the CPU, step " << s;
+        EXPECT_LT(std::abs(curve[2][i] - curve[1][i]) / curve[1][i], 0.05) << "bf16 against fp32, step " << s;
+    }
 }
 
 TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
@@ -237,6 +245,9 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
 // optimizer) repeats the plain run bit for bit; so does ZeRO-1's path (each layer's gradients reduced to
 // their owner, the updated bf16 weights all-gathered through the gradient memory).
 TEST_F(CudaModel, NcclWithOneRankLeavesGradientsAndTrainingUnchanged) {
+#ifdef ANVIL_CUDA_EMU
+    GTEST_SKIP() << "NCCL needs a GPU: the emulated backend (tests/cuemu) is built without it";
+#endif
     CollectiveSetup cs;
     cs.broadcast_from_rank0 = [](void*, size_t) {};
     cs.abort = [](const std::string& why) { throw Error(why); };

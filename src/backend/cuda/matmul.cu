@@ -1,6 +1,7 @@
 // Matrix products through cuBLASLt: bf16/fp16/fp32 operands with fp32 accumulation (tensor cores for the
-// 16-bit types), bias and GELU fused as epilogues. Row-major tensors are column-major transposes, so each op
-// below is stated as the column-major product cuBLASLt computes.
+// 16-bit types), the bias fused as an epilogue in the forward and the GELU's derivative in the backward.
+// Row-major tensors are column-major transposes, so each op below is stated as the column-major product
+// cuBLASLt computes.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/lt_gemm.h"
 
@@ -26,32 +27,32 @@ void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, T
     g.m = OC, g.n = N, g.k = C;
     g.A = w.data, g.ta = layout == WLayout::OutIn, g.lda = layout == WLayout::InOut ? OC : C;
     g.B = in.data, g.ldb = C;
-    g.D = out.data, g.ldd = OC;
-    g.bias = bias.empty() ? nullptr : bias.data;
-    if (!pre_gelu.empty()) {
-        g.epi = bias.empty() ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        g.aux = pre_gelu.data, g.ld_aux = OC;
-    } else if (!bias.empty()) {
-        g.epi = CUBLASLT_EPILOGUE_BIAS;
-    }
-    if (lt_gemm(c, g)) return;
-    // No fused algorithm for this shape: the plain product, then bias and GELU as kernels.
-    Gemm plain = g;
-    plain.epi = CUBLASLT_EPILOGUE_DEFAULT, plain.bias = nullptr, plain.aux = nullptr, plain.ld_aux = 0;
-    plain.D = pre_gelu.empty() ? out.data : pre_gelu.data;
-    lt_gemm_or_fail(c, plain);
+    g.ldd = OC;
+    // With a GELU the product (and bias) goes to pre_gelu and the GELU runs as a kernel on that saved,
+    // rounded value, never in cuBLASLt's epilogue from its f32 accumulator: the backward's recomputation
+    // (--recompute) and the CPU compute exactly the same function of what is saved, so gradients with and
+    // without recomputation are identical.
     Tensor target = pre_gelu.empty() ? out : pre_gelu;
-    if (!bias.empty())
-        dispatch(out.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            launch(bias_add_kernel<T>, size_t(target.numel()), 256, c.stream, target.ptr<T>(), bias.ptr<T>(),
-                   size_t(target.numel()), OC);
-        });
+    g.D = target.data;
+    g.bias = bias.empty() ? nullptr : bias.data;
+    if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS;
+    if (!lt_gemm(c, g)) {
+        // No fused algorithm for this shape: the plain product, then the bias as a kernel.
+        Gemm plain = g;
+        plain.epi = CUBLASLT_EPILOGUE_DEFAULT, plain.bias = nullptr;
+        lt_gemm_or_fail(c, plain);
+        if (!bias.empty())
+            dispatch(out.dtype, [&](auto tag) {
+                using T = decltype(tag);
+                launch(bias_add_kernel<T>, size_t(target.numel()), 256, c.stream, target.ptr<T>(),
+                       bias.ptr<T>(), size_t(target.numel()), OC);
+            });
+    }
     if (!pre_gelu.empty()) gelu_fwd(c, out, pre_gelu);
 }
 
-void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
-                Tensor in_pre_gelu) {
+void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                WLayout layout, Tensor in_pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(dout.shape[dout.shape.ndim - 1]);
     const DType dt = in.dtype;

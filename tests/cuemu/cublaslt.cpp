@@ -1,0 +1,245 @@
+// cuemu's cuBLASLt: the descriptors anvil sets and cublasLtMatmul for them: column-major, op(A) and op(B),
+// f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS, GELU_AUX(_BIAS)
+// and DGELU (GELU in its tanh form, as cuBLASLt computes it). The products run through OpenBLAS in f32.
+#include <cblas.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <vector>
+
+namespace {
+
+struct Desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    void* aux = nullptr;
+    int64_t ld_aux = 0;
+};
+struct Layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch = 1;
+    int64_t stride = 0;
+};
+static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t));
+static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t));
+
+Desc& desc(cublasLtMatmulDesc_t d) {
+    return *reinterpret_cast<Desc*>(d->data);
+}
+Layout& layout(cublasLtMatrixLayout_t l) {
+    return *reinterpret_cast<Layout*>(l->data);
+}
+
+bool supported(cudaDataType_t t) {
+    return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F;
+}
+
+float read(const void* base, cudaDataType_t t, size_t i) {
+    switch (t) {
+        case CUDA_R_16BF:
+            return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+        case CUDA_R_16F:
+            return __half2float(static_cast<const __half*>(base)[i]);
+        default:
+            return static_cast<const float*>(base)[i];
+    }
+}
+void write(void* base, cudaDataType_t t, size_t i, float v) {
+    switch (t) {
+        case CUDA_R_16BF:
+            static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
+            break;
+        case CUDA_R_16F:
+            static_cast<__half*>(base)[i] = __float2half_rn(v);
+            break;
+        default:
+            static_cast<float*>(base)[i] = v;
+    }
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+float gelu(float x) {
+    return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x)));
+}
+float dgelu(float x) {
+    const float u = kGeluC * (x + 0.044715f * x * x * x), th = std::tanh(u);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// op(M) of a stored column-major matrix as a dense row-major rows x cols f32 matrix.
+std::vector<float> dense(const void* base, const Layout& l, bool trans, size_t offset, uint64_t rows,
+                         uint64_t cols) {
+    std::vector<float> out(rows * cols);
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint64_t j = 0; j < cols; j++) {
+            // op(M)(i, j) is M(i, j) or M(j, i); M(r, c) lives at r + c * ld
+            const uint64_t r = trans ? j : i, c = trans ? i : j;
+            out[i * cols + j] = read(base, l.type, offset + r + c * uint64_t(l.ld));
+        }
+    return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+    *h = reinterpret_cast<cublasLtHandle_t>(new char);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete reinterpret_cast<char*>(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+size_t cublasLtGetVersion() {
+    return CUBLAS_VERSION;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    *d = new cublasLtMatmulDescOpaque_t{};
+    new ((*d)->data) Desc{compute, scale};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+    Desc& m = desc(d);
+    auto take = [&](auto& field) {
+        if (size != sizeof field) return CUBLAS_STATUS_INVALID_VALUE;
+        std::memcpy(&field, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    };
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA:
+            return take(m.ta);
+        case CUBLASLT_MATMUL_DESC_TRANSB:
+            return take(m.tb);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE:
+            return take(m.epi);
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+            return take(m.bias);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+            return take(m.aux);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+            return take(m.ld_aux);
+        default:
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (!supported(type) || ld < int64_t(rows)) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new cublasLtMatrixLayoutOpaque_t{};
+    new ((*l)->data) Layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t attr, const void* buf,
+                                                size_t size) {
+    Layout& m = layout(l);
+    if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && size == sizeof m.batch) {
+        std::memcpy(&m.batch, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && size == sizeof m.stride) {
+        std::memcpy(&m.stride, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+    *p = new cublasLtMatmulPreferenceOpaque_t{};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t, const void*,
+                                                    size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* found) {
+    const Desc& m = desc(d);
+    const cublasLtEpilogue_t known[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                        CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                        CUBLASLT_EPILOGUE_DGELU};
+    bool ok = requested >= 1 && m.compute == CUBLAS_COMPUTE_32F && m.scale == CUDA_R_32F &&
+              layout(a).type == layout(b).type && layout(c).type == layout(dl).type;
+    ok = ok && std::find(std::begin(known), std::end(known), m.epi) != std::end(known);
+    *found = ok ? 1 : 0;
+    if (ok) results[0] = cublasLtMatmulHeuristicResult_t{}, results[0].state = CUBLAS_STATUS_SUCCESS;
+    return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A,
+                              cublasLtMatrixLayout_t al, const void* B, cublasLtMatrixLayout_t bl,
+                              const void* beta_p, const void* C, cublasLtMatrixLayout_t cl, void* D,
+                              cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cudaStream_t) {
+    const Desc& m = desc(d);
+    const Layout &la = layout(al), &lb = layout(bl), &lc = layout(cl), &ld = layout(dl);
+    const bool ta = m.ta == CUBLAS_OP_T, tb = m.tb == CUBLAS_OP_T;
+    const uint64_t M = ld.rows, N = ld.cols, K = ta ? la.rows : la.cols;
+    if ((ta ? la.cols : la.rows) != M || (tb ? lb.cols : lb.rows) != K || (tb ? lb.rows : lb.cols) != N ||
+        lc.rows != M || lc.cols != N)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const bool gelu_aux = m.epi == CUBLASLT_EPILOGUE_GELU_AUX || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if ((bias && m.bias == nullptr) || ((gelu_aux || m.epi == CUBLASLT_EPILOGUE_DGELU) && m.aux == nullptr) ||
+        ((gelu_aux || m.epi == CUBLASLT_EPILOGUE_DGELU) && m.ld_aux < int64_t(M)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
+    for (int32_t bi = 0; bi < ld.batch; bi++) {
+        const std::vector<float> a = dense(A, la, ta, size_t(bi) * size_t(la.stride), M, K);
+        const std::vector<float> b = dense(B, lb, tb, size_t(bi) * size_t(lb.stride), K, N);
+        std::vector<float> p(M * N, 0.0f);
+        if (K > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a.data(),
+                        int(K), b.data(), int(N), 0.0f, p.data(), int(N));
+        const size_t doff = size_t(bi) * size_t(ld.stride), coff = size_t(bi) * size_t(lc.stride);
+        for (uint64_t i = 0; i < M; i++)
+            for (uint64_t j = 0; j < N; j++) {
+                float v = alpha * p[i * N + j];
+                if (beta != 0.0f) v += beta * read(C, lc.type, coff + i + j * uint64_t(lc.ld));
+                if (bias) v += read(m.bias, ld.type, i);
+                const size_t ai = i + j * uint64_t(m.ld_aux);
+                if (gelu_aux) {
+                    write(m.aux, ld.type, ai, v);
+                    v = gelu(v);
+                } else if (m.epi == CUBLASLT_EPILOGUE_DGELU) {
+                    v *= dgelu(read(m.aux, ld.type, ai));
+                }
+                write(D, ld.type, doff + i + j * uint64_t(ld.ld), v);
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,486 @@
+// cuemu's runtime (see cuemu.h): the block scheduler with a fiber per thread, the CUDA runtime calls anvil
+// makes, and cuBLASLt's matmul (column-major, batched, with the epilogues anvil uses) through OpenBLAS.
+#include "cuemu.h"
+#undef warpSize  // a field name here, not the device constant
+
+#include <cblas.h>
+#include <cublasLt.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+// The fiber switch: saves the callee-saved registers and the FP control words on the current stack, stores
+// its pointer in *save and continues on `next` (a stack the same routine saved, or a new one laid out by
+// Stack::start). glibc's swapcontext would do, but it makes a system call per switch (the signal mask),
+// which doubled the run time.
+#if !defined(__x86_64__)
+#error "cuemu's fiber switch is written for x86-64"
+#endif
+extern "C" void cuemu_switch(void** save, void* next);
+asm(R"(
+    .text
+    .globl cuemu_switch
+    .type cuemu_switch, @function
+cuemu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuemu_switch, .-cuemu_switch
+    .section .note.GNU-stack, "", @progbits
+    .text
+)");
+
+namespace cuemu {
+namespace {
+
+[[noreturn]] void die(const std::string& what) {
+    std::fprintf(stderr, "cuemu: %s\n", what.c_str());
+    std::fflush(stderr);
+    std::abort();
+}
+
+// ---- the block scheduler ----
+
+enum class St { Run, AtBlock, AtWarp, Done };
+
+constexpr size_t kStackBytes = 256 << 10, kGuardBytes = 4096;
+
+struct Stack {
+    char* base = nullptr;
+    Stack() {
+        void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) die("cannot map a fiber stack");
+        base = static_cast<char*>(p);
+        mprotect(base, kGuardBytes, PROT_NONE);  // an overflow faults instead of writing a neighbour
+    }
+    ~Stack() { munmap(base, kStackBytes + kGuardBytes); }
+    // A stack pointer that cuemu_switch "returns" from into entry(): the saved words, then entry's address,
+    // then a zero return address for entry (which never returns) at the 16-aligned top.
+    void* start(void (*entry)()) const {
+        auto* top = reinterpret_cast<uint64_t*>(base + kGuardBytes + kStackBytes);
+        uint64_t* sp = top - 9;
+        sp[0] = 0x1F80 | uint64_t(0x037F) << 32;  // MXCSR and the x87 control word at their defaults
+        for (int i = 1; i <= 6; i++) sp[i] = 0;   // r15 r14 r13 r12 rbx rbp
+        sp[7] = reinterpret_cast<uint64_t>(entry);
+        sp[8] = 0;
+        return sp;
+    }
+    Stack(const Stack&) = delete;
+    Stack& operator=(const Stack&) = delete;
+};
+
+struct Fiber {
+    void* sp = nullptr;
+    uint3 tid;
+    St st = St::Run;
+    unsigned wmask = 0;  // the mask of the warp barrier it waits at
+};
+
+struct Block {
+    dim3 grid, block;
+    uint3 bid;
+    const std::function<void()>* body = nullptr;
+    std::vector<Fiber> fibers;
+    std::vector<uint64_t> slots;  // one shuffle value per thread
+    std::vector<unsigned char> smem;
+    void* sched = nullptr;
+    int cur = 0;
+};
+
+thread_local Block* g_block = nullptr;
+thread_local std::vector<std::unique_ptr<Stack>> g_stacks;
+thread_local cudaError_t g_last_error = cudaSuccess;
+std::mutex g_attr_mutex;
+std::map<const void*, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel
+
+Fiber& me() {
+    return g_block->fibers[size_t(g_block->cur)];
+}
+
+void yield(St st) {
+    Fiber& f = me();
+    f.st = st;
+    cuemu_switch(&f.sp, g_block->sched);
+}
+
+[[noreturn]] void fiber_entry() {
+    (*g_block->body)();
+    Fiber& f = me();
+    f.st = St::Done;
+    cuemu_switch(&f.sp, g_block->sched);  // never resumed
+    die("a finished fiber was resumed");
+}
+
+enum class Order { Forward, Reverse, Shuffle };
+
+Order order_from_env() {
+    const char* e = std::getenv("CUEMU_ORDER");
+    const std::string s = e ? e : "forward";
+    if (s == "forward") return Order::Forward;
+    if (s == "reverse") return Order::Reverse;
+    if (s == "shuffle") return Order::Shuffle;
+    die("CUEMU_ORDER must be forward, reverse or shuffle, not '" + s + "'");
+}
+
+std::string where(const Block& b) {
+    return "block (" + std::to_string(b.bid.x) + "," + std::to_string(b.bid.y) + "," +
+           std::to_string(b.bid.z) + ")";
+}
+
+// Releases the waiters of barriers every participant has reached; false when none could be released.
+bool release(Block& b) {
+    const size_t n = b.fibers.size();
+    bool released = false;
+    for (size_t w0 = 0; w0 < n; w0 += 32) {
+        const size_t w1 = std::min(n, w0 + 32);
+        unsigned mask = 0;
+        for (size_t i = w0; i < w1; i++)
+            if (b.fibers[i].st == St::AtWarp) mask |= b.fibers[i].wmask;
+        if (mask == 0) continue;
+        bool complete = true;
+        for (unsigned lane = 0; lane < 32; lane++) {
+            if (!(mask >> lane & 1u)) continue;
+            if (w0 + lane >= w1 || b.fibers[w0 + lane].st == St::Done)
+                die(where(b) + ": a warp barrier or shuffle names lane " + std::to_string(lane) +
+                    " of warp " + std::to_string(w0 / 32) +
+                    ", which has exited or does not exist (undefined on a GPU)");
+            if (b.fibers[w0 + lane].st != St::AtWarp) complete = false;
+        }
+        if (!complete) continue;
+        for (size_t i = w0; i < w1; i++)
+            if (b.fibers[i].st == St::AtWarp) b.fibers[i].st = St::Run;
+        released = true;
+    }
+    if (released) return true;
+    bool all_at_block = true, any = false;
+    for (const Fiber& f : b.fibers) {
+        if (f.st == St::Done) continue;
+        any = true;
+        if (f.st != St::AtBlock) all_at_block = false;
+    }
+    if (!any || !all_at_block) return false;
+    for (Fiber& f : b.fibers)
+        if (f.st == St::AtBlock) f.st = St::Run;
+    return true;
+}
+
+void run_block(Block& b, Order order, std::mt19937& rng) {
+    const size_t n = b.fibers.size();
+    while (g_stacks.size() < n) g_stacks.push_back(std::make_unique<Stack>());
+    for (size_t i = 0; i < n; i++) {
+        Fiber& f = b.fibers[i];
+        f.tid = uint3{unsigned(i % b.block.x), unsigned(i / b.block.x % b.block.y),
+                      unsigned(i / (b.block.x * b.block.y))};
+        f.st = St::Run;
+        f.sp = g_stacks[i]->start(fiber_entry);
+    }
+    std::vector<int> idx(n);
+    for (size_t i = 0; i < n; i++) idx[i] = order == Order::Reverse ? int(n - 1 - i) : int(i);
+    for (;;) {
+        if (order == Order::Shuffle) std::shuffle(idx.begin(), idx.end(), rng);
+        for (int i : idx) {
+            if (b.fibers[size_t(i)].st != St::Run) continue;
+            b.cur = i;
+            cuemu_switch(&b.sched, b.fibers[size_t(i)].sp);
+        }
+        bool done = true;
+        for (const Fiber& f : b.fibers) done = done && f.st == St::Done;
+        if (done) return;
+        if (!release(b)) {
+            std::string states;
+            for (size_t i = 0; i < n; i++) {
+                const St s = b.fibers[i].st;
+                states += s == St::Done ? 'D' : s == St::AtBlock ? 'B' : 'W';
+            }
+            die(where(b) +
+                ": deadlock, threads wait at barriers the others never reach (per thread: "
+                "D exited, B __syncthreads, W warp barrier): " +
+                states);
+        }
+    }
+}
+
+}  // namespace
+
+const uint3& thread_idx() {
+    return me().tid;
+}
+const uint3& block_idx() {
+    return g_block->bid;
+}
+const dim3& block_dim() {
+    return g_block->block;
+}
+const dim3& grid_dim() {
+    return g_block->grid;
+}
+void* dynamic_smem() {
+    return g_block->smem.data();
+}
+void sync_block() {
+    yield(St::AtBlock);
+}
+void sync_warp(unsigned mask) {
+    me().wmask = mask;
+    yield(St::AtWarp);
+}
+
+uint64_t shuffle(unsigned mask, uint64_t value, Shfl kind, int arg, int width) {
+    const int self = g_block->cur, lane = self % 32, warp0 = self - lane;
+    if (!(mask >> lane & 1u)) die(where(*g_block) + ": a shuffle's mask leaves out the calling lane");
+    g_block->slots[size_t(self)] = value;
+    sync_warp(mask);
+    const int seg = lane & ~(width - 1);
+    const int src = kind == Shfl::Xor ? lane ^ arg : seg + (arg & (width - 1));
+    // a source outside the segment (xor past the width) gives the caller its own value, as on a GPU
+    const int from = (src < seg || src >= seg + width) ? lane : src;
+    const uint64_t out = g_block->slots[size_t(warp0 + from)];
+    sync_warp(mask);  // nobody overwrites a slot before every lane has read
+    return out;
+}
+
+void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
+    const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+    int max_dyn = 48 << 10;
+    {
+        std::lock_guard<std::mutex> lock(g_attr_mutex);
+        auto it = g_max_dyn_smem.find(kernel);
+        if (it != g_max_dyn_smem.end()) max_dyn = std::max(max_dyn, it->second);
+    }
+    if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+        std::fprintf(stderr, "cuemu: launch of grid (%u,%u,%u) x block (%u,%u,%u) is invalid on a GPU\n",
+                     grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        g_last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (smem > size_t(max_dyn)) {
+        std::fprintf(stderr, "cuemu: %zu bytes of dynamic shared memory, past the kernel's limit of %d%s\n",
+                     smem, max_dyn, max_dyn == (48 << 10) ? " (raise it with cudaFuncSetAttribute)" : "");
+        g_last_error = cudaErrorInvalidValue;
+        return;
+    }
+    if (g_block != nullptr) die("a kernel launched from inside a kernel");
+    static const Order order = order_from_env();
+    std::mt19937 rng(12345);
+    Block b;
+    b.grid = grid;
+    b.block = block;
+    b.body = &body;
+    b.fibers.resize(threads);
+    b.slots.assign(threads, 0);
+    b.smem.resize(std::max<size_t>(smem, 16));
+    g_block = &b;
+    const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+    for (uint64_t k = 0; k < blocks; k++) {
+        const uint64_t i = order == Order::Reverse ? blocks - 1 - k : k;
+        b.bid = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
+                      unsigned(i / (uint64_t(grid.x) * grid.y))};
+        std::fill(b.smem.begin(), b.smem.end(), 0xFF);  // shared memory starts as garbage
+        run_block(b, order, rng);
+    }
+    g_block = nullptr;
+}
+
+}  // namespace cuemu
+
+// ---- the CUDA runtime ----
+
+namespace {
+
+constexpr size_t kDeviceBytes = size_t(80) << 30;
+std::mutex g_mem_mutex;
+std::map<void*, size_t> g_allocs;
+size_t g_allocated = 0;
+
+struct Event {
+    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    if (g_allocated + n > kDeviceBytes) return cudaErrorMemoryAllocation;
+    *p = std::aligned_alloc(256, n);
+    if (*p == nullptr) return cudaErrorMemoryAllocation;
+    std::memset(*p, 0xFF, n);  // never-written memory reads as NaN
+    g_allocs[*p] = n;
+    g_allocated += n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+    if (p == nullptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    auto it = g_allocs.find(p);
+    if (it == g_allocs.end()) return cudaErrorInvalidValue;
+    g_allocated -= it->second;
+    g_allocs.erase(it);
+    std::free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+    *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+    std::free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    *total = kDeviceBytes;
+    *free_bytes = kDeviceBytes - g_allocated;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+    if (n) std::memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
+    if (n) std::memset(p, value, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+    *s = reinterpret_cast<cudaStream_t>(new char);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
+    return cudaStreamCreate(s);
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete reinterpret_cast<char*>(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    *e = reinterpret_cast<cudaEvent_t>(new Event);
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+    return cudaEventCreate(e);
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete reinterpret_cast<Event*>(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    reinterpret_cast<Event*>(e)->t = std::chrono::steady_clock::now();
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(b)->t -
+                                                   reinterpret_cast<Event*>(a)->t)
+              .count();
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+    return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    *p = cudaDeviceProp{};
+    std::snprintf(p->name, sizeof p->name, "cuemu (CPU emulation of an sm_90 device)");
+    p->totalGlobalMem = kDeviceBytes;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10;
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    p->memoryBusWidth = 5120;
+    p->l2CacheSize = 50 << 20;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+    if (value > (227 << 10)) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> lock(cuemu::g_attr_mutex);
+    cuemu::g_max_dyn_smem[f] = value;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+    const cudaError_t e = cuemu::g_last_error;
+    cuemu::g_last_error = cudaSuccess;
+    return e;
+}
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess:
+            return "no error";
+        case cudaErrorMemoryAllocation:
+            return "out of memory";
+        case cudaErrorInvalidConfiguration:
+            return "invalid configuration argument";
+        case cudaErrorInvalidValue:
+            return "invalid argument";
+        case cudaErrorInvalidDevice:
+            return "invalid device ordinal";
+        default:
+            return "cuemu: unexpected error";
+    }
+}
+
+}  // extern "C"
