@@ -48,6 +48,9 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 void* dynamic_smem();
+// Called once per static __shared__ array (rewrite.py adds the call): the array is filled with 0xFF before
+// each later block of the running kernel. Returns true.
+bool register_shared(void* array, size_t bytes);
 void sync_block();
 void sync_warp(unsigned mask);
 enum class Shfl { Idx, Xor };

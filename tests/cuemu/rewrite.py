@@ -66,10 +66,20 @@ def rewrite_launches(src):
         pos = close
 
 
+def register_shared(match):
+    """A static __shared__ declaration, plus a one-time registration of each array with the emulator, which
+    fills them with 0xFF before every later block of the kernel (shared memory starts as garbage on a GPU)."""
+    indent, type_, decls = match.group(1), match.group(2), match.group(3)
+    names = [re.match(r'\s*(\w+)', d).group(1) for d in decls.split(',')]
+    regs = ', '.join(f'::cuemu::register_shared({n}, sizeof {n})' for n in names)
+    return f'{indent}__shared__ {type_} {decls}; static const bool cuemu_shared_ = ({regs}, true); (void)cuemu_shared_;'
+
+
 def main():
     src = open(sys.argv[1]).read()
     src = re.sub(r'extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\s*\[\s*\]\s*;',
                  r'\1* \2 = static_cast<\1*>(::cuemu::dynamic_smem());', src)
+    src = re.sub(r'^(\s*)__shared__\s+(\w+)\s+([^;]+);', register_shared, src, flags=re.M)
     src = re.sub(r'#include\s*<cub/cub\.cuh>', '#include "cub_shim.h"', src)
     src = rewrite_launches(src)
     with open(sys.argv[2], 'w') as f:

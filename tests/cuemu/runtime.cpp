@@ -105,6 +105,7 @@ struct Fiber {
 };
 
 struct Block {
+    const void* kernel = nullptr;
     dim3 grid, block;
     uint3 bid;
     const std::function<void()>* body = nullptr;
@@ -120,6 +121,8 @@ thread_local std::vector<std::unique_ptr<Stack>> g_stacks;
 thread_local cudaError_t g_last_error = cudaSuccess;
 std::mutex g_attr_mutex;
 std::map<const void*, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel
+// each kernel's static __shared__ arrays, as they register on first use
+thread_local std::map<const void*, std::vector<std::pair<void*, size_t>>> g_static_smem;
 
 Fiber& me() {
     return g_block->fibers[size_t(g_block->cur)];
@@ -245,6 +248,10 @@ const dim3& grid_dim() {
 void* dynamic_smem() {
     return g_block->smem.data();
 }
+bool register_shared(void* array, size_t bytes) {
+    g_static_smem[g_block->kernel].emplace_back(array, bytes);
+    return true;
+}
 void sync_block() {
     yield(St::AtBlock);
 }
@@ -292,6 +299,7 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
     static const Order order = order_from_env();
     std::mt19937 rng(12345);
     Block b;
+    b.kernel = kernel;
     b.grid = grid;
     b.block = block;
     b.body = &body;
@@ -305,6 +313,7 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
         b.bid = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
                       unsigned(i / (uint64_t(grid.x) * grid.y))};
         std::fill(b.smem.begin(), b.smem.end(), 0xFF);  // shared memory starts as garbage
+        for (const auto& [array, bytes] : g_static_smem[kernel]) std::memset(array, 0xFF, bytes);
         run_block(b, order, rng);
     }
     g_block = nullptr;
