@@ -1,6 +1,6 @@
 // cuemu's cuBLASLt: the descriptors anvil sets and cublasLtMatmul for them: column-major, op(A) and op(B),
-// f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS, GELU_AUX(_BIAS)
-// and DGELU (GELU in its tanh form, as cuBLASLt computes it). The products run through OpenBLAS in f32.
+// f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS and DGELU (the
+// derivative of GELU's tanh form, as cuBLASLt computes it). The products run through OpenBLAS in f32.
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -68,9 +68,6 @@ void write(void* base, cudaDataType_t t, size_t i, float v) {
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
-float gelu(float x) {
-    return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x)));
-}
 float dgelu(float x) {
     const float u = kGeluC * (x + 0.044715f * x * x * x), th = std::tanh(u);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
@@ -188,7 +185,6 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
     const Desc& m = desc(d);
     const cublasLtEpilogue_t known[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
-                                        CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                                         CUBLASLT_EPILOGUE_DGELU};
     bool ok = requested >= 1 && m.compute == CUBLAS_COMPUTE_32F && m.scale == CUDA_R_32F &&
               layout(a).type == layout(b).type && layout(c).type == layout(dl).type;
@@ -210,10 +206,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if ((ta ? la.cols : la.rows) != M || (tb ? lb.cols : lb.rows) != K || (tb ? lb.rows : lb.cols) != N ||
         lc.rows != M || lc.cols != N)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const bool gelu_aux = m.epi == CUBLASLT_EPILOGUE_GELU_AUX || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    if ((bias && m.bias == nullptr) || ((gelu_aux || m.epi == CUBLASLT_EPILOGUE_DGELU) && m.aux == nullptr) ||
-        ((gelu_aux || m.epi == CUBLASLT_EPILOGUE_DGELU) && m.ld_aux < int64_t(M)))
+    const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS, dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
+    if ((bias && m.bias == nullptr) || (dgelu_epi && (m.aux == nullptr || m.ld_aux < int64_t(M))))
         return CUBLAS_STATUS_INVALID_VALUE;
     const float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
     for (int32_t bi = 0; bi < ld.batch; bi++) {
@@ -229,13 +223,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                 float v = alpha * p[i * N + j];
                 if (beta != 0.0f) v += beta * read(C, lc.type, coff + i + j * uint64_t(lc.ld));
                 if (bias) v += read(m.bias, ld.type, i);
-                const size_t ai = i + j * uint64_t(m.ld_aux);
-                if (gelu_aux) {
-                    write(m.aux, ld.type, ai, v);
-                    v = gelu(v);
-                } else if (m.epi == CUBLASLT_EPILOGUE_DGELU) {
-                    v *= dgelu(read(m.aux, ld.type, ai));
-                }
+                if (dgelu_epi) v *= dgelu(read(m.aux, ld.type, i + j * uint64_t(m.ld_aux)));
                 write(D, ld.type, doff + i + j * uint64_t(ld.ld), v);
             }
     }

@@ -89,7 +89,6 @@ T shfl(unsigned mask, T v, Shfl kind, int arg, int width) {
 #define blockIdx (::cuemu::block_idx())
 #define blockDim (::cuemu::block_dim())
 #define gridDim (::cuemu::grid_dim())
-#define warpSize 32
 
 inline void __syncthreads() {
     ::cuemu::sync_block();

@@ -4,9 +4,6 @@ memory becomes the launch's buffer, cub comes from the emulator. Usage: rewrite.
 import re
 import sys
 
-OPEN = {')': '(', '>': '<', ']': '['}
-
-
 def callee_start(src, end):
     """Index where the launched expression (a name, maybe qualified, maybe with template arguments) that ends
     just before `end` begins."""

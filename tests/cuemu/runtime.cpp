@@ -1,7 +1,6 @@
 // cuemu's runtime (see cuemu.h): the block scheduler with a fiber per thread, the CUDA runtime calls anvil
 // makes, and cuBLASLt's matmul (column-major, batched, with the epilogues anvil uses) through OpenBLAS.
 #include "cuemu.h"
-#undef warpSize  // a field name here, not the device constant
 
 #include <cblas.h>
 #include <cublasLt.h>
