@@ -62,7 +62,8 @@ inline std::vector<float> randn(std::mt19937_64& g, size_t n, float scale = 1.0f
 ::testing::AssertionResult all_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
                                      double atol, const std::string& what);
 
-// Central finite differences of `loss` with respect to x[i] for the given indices (all if empty), compared
+// Central finite differences of `loss` with respect to x[i] for the given indices (all if empty), steps eps
+// and 2 eps combined by Richardson extrapolation (error O(eps^4) instead of O(eps^2)), compared
 // with the analytic gradient `grad`. `loss` is evaluated after each perturbation of x in place.
 ::testing::AssertionResult check_grad(std::vector<float>& x, const std::vector<float>& grad,
                                       const std::function<double()>& loss, const std::string& what,

@@ -356,11 +356,13 @@ TEST(Llama, CachedGenerationMatchesFullForward) {
     cached_generation_matches_full_forward(tiny_llama(false));
 }
 
+// Shaken less than GPT-2: SwiGLU and RMSNorm over large weights curve the loss enough that finite differences
+// at some seeds (about 1 in 130 at 0.3, before Richardson extrapolation) read the curvature as an error.
 TEST(Llama, GradientMatchesFiniteDifferences) {
     for (bool tied : {false, true}) {
         SCOPED_TRACE(tied ? "tied head" : "untied head");
         TinyRun run(test_seed(), {}, tiny_llama(tied));
-        run.shake(test_seed() + 1, 0.3f);
+        run.shake(test_seed() + 1, 0.2f);
         run.check_gradients(test_seed() + 2);
     }
 }
