@@ -5,6 +5,8 @@
 #   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench), then the GPT-2
 #                                     124M training benchmark (bench/gpu_train_bench.py), then the multi-GPU
 #                                     step-time model from its rate (bench/step_time_model.py)
+#   bash bench/gpu_session.sh fp8     --precision fp8 against bf16 at GPT-2 124M and 24 layers x 1024
+#                                     (bench/gpu_fp8_bench.py)
 # Writes few files under $OUT (the device tool returns at most 8).
 set -uo pipefail
 what=${1:-tests}
@@ -44,5 +46,9 @@ case "$what" in
     [ -f "$out/gpu_train_bench.json" ] && python3 bench/step_time_model.py --compute-json "$out/gpu_train_bench.json" \
       --json "$out/step_time_model.json" 2>&1 | tee "$out/step_time_model.txt"
     ;;
-  *) echo "usage: gpu_session.sh tests|bench [benchmark flags]"; exit 2 ;;
+  fp8)
+    python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" --out "$out" "${@:2}" \
+      2>&1 | tee "$out/fp8_bench.log"
+    ;;
+  *) echo "usage: gpu_session.sh tests|bench|fp8 [benchmark flags]"; exit 2 ;;
 esac

@@ -104,6 +104,15 @@ public:
     virtual void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             WLayout layout, Tensor in_pre_gelu) = 0;
 
+    // FP8 products (--precision fp8; core/fp8.h): matmul_fwd and matmul_bwd with each operand rounded to 8-bit
+    // floats under its own power-of-two scale first, the scale picked from the tensor's amax
+    // (fp8_fake_quantize). Forward: in and W in E4M3. Backward: dout in E5M2 (gradients need the range),
+    // against W in E4M3 for din and against in (E4M3) for dw. Products accumulate in f32 and come out in the
+    // activations' dtype; the bias, the GELU and dbias (from the unrounded dout) are as in matmul_fwd/_bwd.
+    virtual void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) = 0;
+    virtual void matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                                WLayout layout, Tensor in_pre_gelu) = 0;
+
     // Weight-only int8 (anvil quantize): W = q * scale, q (I8) in `layout` as matmul_fwd's W, scale (OC) f32, one
     // per output channel. out (N,OC) = in @ W + bias, pre_gelu as matmul_fwd. The activations stay float.
     virtual void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,

@@ -103,6 +103,15 @@ public:
         timed(matmul_name(pg.empty() ? "matmul_bwd" : "matmul_bwd+gelu", d, i).c_str(), 0,
               [&] { in_.matmul_bwd(di, dw, db, d, i, w, l, pg); });
     }
+    void matmul_fp8_fwd(Tensor o, Tensor i, Tensor w, WLayout l, Tensor b, Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_fp8_fwd" : "matmul_fp8_fwd+gelu", o, i).c_str(), 0,
+              [&] { in_.matmul_fp8_fwd(o, i, w, l, b, pg); });
+    }
+    void matmul_fp8_bwd(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, WLayout l,
+                        Tensor pg) override {
+        timed(matmul_name(pg.empty() ? "matmul_fp8_bwd" : "matmul_fp8_bwd+gelu", d, i).c_str(), 0,
+              [&] { in_.matmul_fp8_bwd(di, dw, db, d, i, w, l, pg); });
+    }
     void matmul_q8_fwd(Tensor o, Tensor i, Tensor q, Tensor s, WLayout l, Tensor b, Tensor pg) override {
         timed(matmul_name(pg.empty() ? "matmul_q8_fwd" : "matmul_q8_fwd+gelu", o, i).c_str(), 0,
               [&] { in_.matmul_q8_fwd(o, i, q, s, l, b, pg); });

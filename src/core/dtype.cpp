@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace anvil {
 
@@ -23,6 +24,10 @@ std::string_view dtype_name(DType t) {
             return "U8";
         case DType::I8:
             return "I8";
+        case DType::F8E4M3:
+            return "F8_E4M3";
+        case DType::F8E5M2:
+            return "F8_E5M2";
     }
     return "?";
 }
@@ -33,7 +38,7 @@ bool dtype_from_name(std::string_view name, DType* out) {
         DType type;
     } table[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16},
                  {"I32", DType::I32}, {"U16", DType::U16},   {"U8", DType::U8},
-                 {"I8", DType::I8}};
+                 {"I8", DType::I8}};  // not F8_*: FP8 checkpoints carry scales anvil does not read
     for (const auto& e : table) {
         if (e.name == name) {
             *out = e.type;
@@ -121,6 +126,12 @@ void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) {
             for (size_t i = 0; i < n; i++) dst[i] = float(s[i]);
             return;
         }
+        case DType::F8E4M3:
+        case DType::F8E5M2: {
+            const auto* s = static_cast<const uint8_t*>(src);
+            for (size_t i = 0; i < n; i++) dst[i] = fp8_value(s[i], src_type);
+            return;
+        }
         default:
             fail("cannot convert {} tensor data to F32", dtype_name(src_type));
     }
@@ -144,6 +155,12 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
         case DType::I8: {
             auto* d = static_cast<int8_t*>(dst);
             for (size_t i = 0; i < n; i++) d[i] = int8_t(std::clamp(std::nearbyint(src[i]), -127.0f, 127.0f));
+            return;
+        }
+        case DType::F8E4M3:
+        case DType::F8E5M2: {
+            auto* d = static_cast<uint8_t*>(dst);
+            for (size_t i = 0; i < n; i++) d[i] = fp8_bits(src[i], dst_type);
             return;
         }
         default:

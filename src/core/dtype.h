@@ -8,8 +8,9 @@
 
 namespace anvil {
 
-// I8: int8 weights (anvil quantize), one f32 scale per output channel beside them.
-enum class DType : uint8_t { F32, BF16, F16, I32, U16, U8, I8 };
+// I8: int8 weights (anvil quantize), one f32 scale per output channel beside them. F8E4M3, F8E5M2: the 8-bit
+// float operands of FP8 products (core/fp8.h), each tensor with a power-of-two scale beside it.
+enum class DType : uint8_t { F32, BF16, F16, I32, U16, U8, I8, F8E4M3, F8E5M2 };
 
 constexpr size_t dtype_size(DType t) {
     switch (t) {
@@ -25,6 +26,8 @@ constexpr size_t dtype_size(DType t) {
             return 2;
         case DType::U8:
         case DType::I8:
+        case DType::F8E4M3:
+        case DType::F8E5M2:
             return 1;
     }
     return 0;
@@ -32,7 +35,8 @@ constexpr size_t dtype_size(DType t) {
 
 // Names as safetensors writes them ("F32", "BF16", ...).
 std::string_view dtype_name(DType t);
-// Parses a safetensors dtype name; returns false for names anvil does not handle.
+// Parses a safetensors dtype name; returns false for names anvil does not handle (F8_E4M3 and F8_E5M2 among
+// them: FP8 checkpoints pair their tensors with scales, and reading the bytes alone would be wrong).
 bool dtype_from_name(std::string_view name, DType* out);
 // Parses a user-facing precision name ("fp32", "bf16", "fp16").
 bool dtype_from_precision(std::string_view name, DType* out);
@@ -72,6 +76,7 @@ float from_f16(f16 h);
 
 // Bulk conversions between a typed buffer and f32 (n elements). To I8: rounded to nearest, clamped to
 // [-127, 127] (the symmetric range anvil's int8 weights use).
+// To F8E4M3/F8E5M2: fp8_bits (no scaling).
 void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 

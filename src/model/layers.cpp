@@ -65,7 +65,7 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
                InitRule init, int layer, Parallel par, int blocks)
-    : reg_(&reg), name_(name), in_(in), out_(out), layer_(layer), layout_(layout) {
+    : reg_(&reg), name_(name), fp8_(reg.fp8 && layer >= 0), in_(in), out_(out), layer_(layer), layout_(layout) {
     const TensorParallel& tp = reg.tp;
     Shard ws_shard, b_shard;
     if (tp.on() && par != Parallel::None) {
@@ -116,6 +116,7 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
     const bool add_bias = b_ != ParamStore::npos && !(parallel_ == Parallel::Row && reg_->tp.rank != 0);
     const Tensor bias = add_bias ? s.param(b_) : Tensor{};
     const auto product = [&](Tensor o, Tensor pg) {
+        if (fp8_) return p.be.matmul_fp8_fwd(o, in, s.param(w_), layout_, bias, pg);
         if (scale_ == ParamStore::npos) return p.be.matmul_fwd(o, in, s.param(w_), layout_, bias, pg);
         p.be.matmul_q8_fwd(o, in, s.param(w_), s.param(scale_), layout_, bias, pg);
     };
@@ -131,6 +132,7 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
     const ParamStore& s = *reg_->store;
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
     const auto product = [&](Tensor pg) {
+        if (fp8_) return p.be.matmul_fp8_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
         if (scale_ == ParamStore::npos) return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
         ANVIL_CHECK(dbias.empty(), "{}: an int8 layer is a frozen base; its bias takes no gradient", name_);
         if (!din.empty()) p.be.matmul_q8_bwd(din, dout, s.param(w_), s.param(scale_), layout_, pg);

@@ -40,6 +40,7 @@ struct ParamRegistry {
     // Weight-only int8 (anvil quantize): the linear layers' and the token embedding's weights are I8 ("weight"),
     // each with an f32 scale per output channel ("weight_scale"), and frozen.
     bool int8 = false;
+    bool fp8 = false;  // the blocks' linear layers multiply in FP8 (ModelOptions::fp8)
     size_t add(ParamSpec s);  // in the registry's dtype unless the spec keeps its own
     // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name and
     // weight_name + "_scale"); returns the weight's index and sets *scale.
@@ -135,6 +136,7 @@ private:
     std::string name_;
     size_t w_ = 0, b_ = ParamStore::npos;
     size_t scale_ = ParamStore::npos;  // int8 weight: its per-output-channel scales
+    bool fp8_ = false;                 // FP8 products (a block's layer under ModelOptions::fp8)
     int in_ = 0, out_ = 0, layer_ = -1;
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;

@@ -39,6 +39,9 @@ Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), confi
     reg_.store = &store_;
     reg_.tp = options_.tp;
     reg_.int8 = c.int8_weights;
+    reg_.fp8 = options_.fp8;
+    ANVIL_CHECK(!(c.int8_weights && options_.fp8), "an int8 model (anvil quantize) does not take FP8 products; "
+                "fine-tune the unquantized model with --precision fp8, or use bf16");
     const int K = options_.tp.size;
     if (K == 1) return;
     ANVIL_CHECK(!c.int8_weights,

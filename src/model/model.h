@@ -51,6 +51,9 @@ public:
 struct ModelOptions {
     DType dtype = DType::F32;  // parameters, gradients and activations as the ops see them
     bool recompute = false;    // recompute norms and activations in the backward instead of keeping them
+    // FP8 products (--precision fp8) for the blocks' linear layers (Backend::matmul_fp8_fwd); the embedding,
+    // the head and attention's own products keep the model's dtype, as Transformer Engine's recipes do.
+    bool fp8 = false;
     // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
     std::vector<std::string> frozen;
     // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.

@@ -340,6 +340,12 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
             run.dp->zero() ? "reduce-to-owner (ZeRO-1)" : "all-reduce", double(run.dp->bucket_bytes()) / 1e6);
     std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
                  double(model.params().numel()) / 1e6, o.precision.c_str());
+    if (model.options().fp8)
+        std::fprintf(stderr, "anvil: fp8: the blocks' matrix products take E4M3 operands (E5M2 gradients), one "
+                             "power-of-two scale per tensor; %s\n",
+                     model.backend().device() == Device::CUDA
+                         ? "bf16 elsewhere, fp32 master weights"
+                         : "the CPU simulates FP8's rounding in fp32 (a check, not a speed-up)");
     std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
                  run.data.train.size(), run.data.val.size(), run.data.records);
     const std::string ranks =

@@ -246,11 +246,13 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
                 "--lr-schedule {}: use cosine or constant", o.lr_schedule);
 }
 
-// The parameter dtype from --precision (auto: bf16 on CUDA, fp32 on the CPU).
+// The parameter dtype from --precision (auto: bf16 on CUDA, fp32 on the CPU; fp8: bf16 with FP8 products on
+// CUDA, the CPU's fp32 with FP8's rounding simulated).
 DType run_dtype(TrainOptions& o, Device device) {
     if (o.precision == "auto") o.precision = device == Device::CUDA ? "bf16" : "fp32";
+    if (o.precision == "fp8") return device == Device::CUDA ? DType::BF16 : DType::F32;
     DType dtype;
-    ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16 or fp16",
+    ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16, fp16 or fp8",
                 o.precision);
     ANVIL_CHECK(device == Device::CUDA || dtype == DType::F32,
                 "--precision {}: the CPU backend trains in fp32; use --precision fp32, or --device cuda",
@@ -263,6 +265,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
+    mo.fp8 = o.precision == "fp8";
     mo.recompute = o.recompute;
     mo.lora = src.lora;
     if (r.grid.tp) {

@@ -1,10 +1,14 @@
 // cuemu's cuBLASLt: the descriptors anvil sets and cublasLtMatmul for them: column-major, op(A) and op(B),
 // f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS and DGELU (the
-// derivative of GELU's tanh form, as cuBLASLt computes it). The products run through OpenBLAS in f32.
+// derivative of GELU's tanh form, as cuBLASLt computes it). FP8 operands (E4M3, E5M2, not both E5M2) with their
+// A and B scale pointers, under the conditions Hopper's FP8 kernels set: the "TN" form (A transposed, B not),
+// dimensions and leading dimensions multiples of 16, a 16-bit or f32 output, no bias epilogue into f32. The
+// products run through OpenBLAS in f32.
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +26,8 @@ struct Desc {
     const void* bias = nullptr;
     void* aux = nullptr;
     int64_t ld_aux = 0;
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
 };
 struct Layout {
     cudaDataType_t type;
@@ -40,8 +46,11 @@ Layout& layout(cublasLtMatrixLayout_t l) {
     return *reinterpret_cast<Layout*>(l->data);
 }
 
+bool fp8(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
 bool supported(cudaDataType_t t) {
-    return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F;
+    return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F || fp8(t);
 }
 
 float read(const void* base, cudaDataType_t t, size_t i) {
@@ -50,6 +59,10 @@ float read(const void* base, cudaDataType_t t, size_t i) {
             return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
         case CUDA_R_16F:
             return __half2float(static_cast<const __half*>(base)[i]);
+        case CUDA_R_8F_E4M3:
+            return float(static_cast<const __nv_fp8_e4m3*>(base)[i]);
+        case CUDA_R_8F_E5M2:
+            return float(static_cast<const __nv_fp8_e5m2*>(base)[i]);
         default:
             return static_cast<const float*>(base)[i];
     }
@@ -133,6 +146,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
             return take(m.aux);
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
             return take(m.ld_aux);
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+            return take(m.a_scale);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+            return take(m.b_scale);
         default:
             return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -186,9 +203,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     const Desc& m = desc(d);
     const cublasLtEpilogue_t known[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
                                         CUBLASLT_EPILOGUE_DGELU};
-    bool ok = requested >= 1 && m.compute == CUBLAS_COMPUTE_32F && m.scale == CUDA_R_32F &&
-              layout(a).type == layout(b).type && layout(c).type == layout(dl).type;
+    const Layout &la = layout(a), &lb = layout(b), &lc = layout(c), &ldl = layout(dl);
+    bool ok = requested >= 1 && m.compute == CUBLAS_COMPUTE_32F && m.scale == CUDA_R_32F && lc.type == ldl.type;
     ok = ok && std::find(std::begin(known), std::end(known), m.epi) != std::end(known);
+    if (fp8(la.type) || fp8(lb.type)) {
+        const uint64_t M = ldl.rows, N = ldl.cols, K = la.rows;  // TN: A stored K x M
+        ok = ok && fp8(la.type) && fp8(lb.type) && !(la.type == CUDA_R_8F_E5M2 && lb.type == CUDA_R_8F_E5M2);
+        ok = ok && m.ta == CUBLAS_OP_T && m.tb == CUBLAS_OP_N;
+        ok = ok && M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && la.ld % 16 == 0 && lb.ld % 16 == 0 && ldl.ld % 16 == 0;
+        ok = ok && !fp8(ldl.type) && !(ldl.type == CUDA_R_32F && m.epi == CUBLASLT_EPILOGUE_BIAS);
+        ok = ok && m.epi != CUBLASLT_EPILOGUE_DGELU;
+    } else {
+        ok = ok && la.type == lb.type;
+    }
     *found = ok ? 1 : 0;
     if (ok) results[0] = cublasLtMatmulHeuristicResult_t{}, results[0].state = CUBLAS_STATUS_SUCCESS;
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
@@ -209,7 +236,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS, dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
     if ((bias && m.bias == nullptr) || (dgelu_epi && (m.aux == nullptr || m.ld_aux < int64_t(M))))
         return CUBLAS_STATUS_INVALID_VALUE;
-    const float alpha = *static_cast<const float*>(alpha_p), beta = *static_cast<const float*>(beta_p);
+    float alpha = *static_cast<const float*>(alpha_p);
+    const float beta = *static_cast<const float*>(beta_p);
+    if (fp8(la.type) || fp8(lb.type)) {  // the scales multiply the product (D = alpha sA sB op(A) op(B) + ...)
+        if (!m.a_scale || !m.b_scale) return CUBLAS_STATUS_INVALID_VALUE;
+        alpha *= *m.a_scale * *m.b_scale;
+    }
     for (int32_t bi = 0; bi < ld.batch; bi++) {
         const std::vector<float> a = dense(A, la, ta, size_t(bi) * size_t(la.stride), M, K);
         const std::vector<float> b = dense(B, lb, tb, size_t(bi) * size_t(lb.stride), K, N);

@@ -69,7 +69,8 @@ def register_shared(match):
     indent, type_, decls = match.group(1), match.group(2), match.group(3)
     names = [re.match(r'\s*(\w+)', d).group(1) for d in decls.split(',')]
     regs = ', '.join(f'::cuemu::register_shared({n}, sizeof {n})' for n in names)
-    return f'{indent}__shared__ {type_} {decls}; static const bool cuemu_shared_ = ({regs}, true); (void)cuemu_shared_;'
+    flag = f'cuemu_shared_{names[0]}_'  # one per declaration: a kernel may declare several
+    return f'{indent}__shared__ {type_} {decls}; static const bool {flag} = ({regs}, true); (void){flag};'
 
 
 def main():

@@ -306,6 +306,48 @@ OpCase matmul(const OpSizes& s, int OC, WLayout layout, bool bias, bool frozen_w
     return c;
 }
 
+// matmul_fp8_fwd/_bwd: x and W in E4M3, the output gradient in E5M2. N, C and OC multiples of 16 take cuBLASLt's
+// FP8 kernels on a GPU (bf16, f16); other shapes and f32 the same arithmetic on the rounded values.
+OpCase matmul_fp8(int N, int C, int OC, WLayout layout, bool bias) {
+    OpCase c;
+    c.name = fmt::format("matmul fp8 {}x{}>{} {}{}", N, C, OC, layout == WLayout::InOut ? "W(in,out)" : "W(out,in)",
+                         bias ? " +bias" : "");
+    const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+    // no finite differences: the backward is FP8's (rounded operands), not the derivative of the rounded forward
+    c.args = {in("x", {N, C}, 1.0f, false), in("w", ws, 0.5f, false), out("out", {N, OC}), grad("dx", {N, C}, false),
+              grad("dw", ws, true)};
+    if (bias) c.args.insert(c.args.end(), {in("b", {OC}, 1.0f, false), grad("db", {OC}, true)});
+    c.forward = [layout, bias](Backend& be, const Args& a) {
+        be.matmul_fp8_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {});
+    };
+    c.backward = [layout, bias](Backend& be, const Args& a) {
+        be.matmul_fp8_bwd(a["dx"], a["dw"], bias ? a["db"] : Tensor{}, a["dout"], a["x"], a["w"], layout, {});
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        const Fp8Grid e4(DType::F8E4M3), e5(DType::F8E5M2);
+        const Vec x = e4.quantize(h.at("x")), w = e4.quantize(h.at("w")), dout = e5.quantize(h.at("dout"));
+        want["out"] = ref_matmul(x, w, bias ? &h.at("b") : nullptr, N, C, OC, layout);
+        // dx (N,C) = dout W^T: the same product with W read the other way round
+        want["dx"] = ref_matmul(dout, w, nullptr, N, OC, C, layout == WLayout::InOut ? WLayout::OutIn : WLayout::InOut);
+        Vec dw = h.at("dw");
+        for (int i = 0; i < C; i++)
+            for (int o = 0; o < OC; o++) {
+                double s = 0;
+                for (int n = 0; n < N; n++) s += double(x[size_t(n) * C + i]) * dout[size_t(n) * OC + o];
+                dw[layout == WLayout::InOut ? size_t(i) * OC + o : size_t(o) * C + i] += float(s);
+            }
+        want["dw"] = dw;
+        if (!bias) return;
+        Vec db = h.at("db");  // from the unrounded gradient
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) db[size_t(o)] += h.at("dout")[size_t(n) * OC + o];
+        want["db"] = db;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    c.flops = 6.0 * N * C * OC;
+    return c;
+}
+
 // int8 weights (weight-only): W = q * scale[o], q uniform in [-127, 127], scales f32 per output channel. The
 // backward is the input gradient only (an int8 weight is a frozen base). `N` rows: a few take the direct kernels,
 // many the dequantized panels (several panels when C is wide).
@@ -714,6 +756,9 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         matmul(s, s.Vp, WLayout::OutIn, false, false),  // the tied classifier's product
         matmul(s, 4 * s.C, WLayout::InOut, true, true),
         mlp(s),
+        matmul_fp8(s.B * 16, s.C, 3 * s.C, WLayout::InOut, true),  // multiples of 16: the FP8 kernels
+        matmul_fp8(s.B * 16, s.C, s.C + 16, WLayout::OutIn, false),
+        matmul_fp8(N, s.C, s.C + 8, WLayout::InOut, true),  // not: the same arithmetic in the activations' dtype
         matmul_q8(3, s.C, 3 * s.C, WLayout::InOut, true),  // decoding: the direct kernels
         matmul_q8(1, s.C + 8, s.Vp, WLayout::OutIn, false),
         mlp_q8(5, s.C),

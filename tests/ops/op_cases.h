@@ -60,13 +60,27 @@ struct OpCase {
     std::vector<Arg> args;
     std::function<void(Backend&, const Args&)> forward;
     std::function<void(Backend&, const Args&)> backward;  // empty: the op has no gradient
-    // Expected outputs from the inputs, computed on the host (empty: none).
+    // Expected outputs from the inputs (and the backward's seeds), computed on the host (empty: none): forward
+    // outputs are checked after the forward, gradients (GradIn) after the backward.
     std::function<void(const HostArgs& in, HostArgs& expected)> reference;
     double reference_rtol = 1e-5, reference_atol = 1e-6;
     double flops = 0;                      // per forward + backward, for GFLOP/s (0: memory-bound)
     bool attention = false;                // compare mode runs every CUDA attention implementation
     double fd_eps = 1e-2, fd_rtol = 2e-2, fd_atol = 2e-3;
     bool low_precision = true;             // compare mode runs bf16 and f16 too
+};
+
+// An independent model of the 8-bit float formats (F8E4M3, F8E5M2) for FP8 products: every value decoded from
+// its bit pattern, the nearest found by search (a tie to the even pattern), the scale's exponent searched for.
+struct Fp8Grid {
+    std::vector<double> values;  // by bit pattern; NaN for the NaN (and E5M2's Inf) patterns
+    double max = 0;
+    explicit Fp8Grid(DType t);
+    int nearest_bits(double x) const;  // x within the format's range
+    double nearest(double x) const { return values[size_t(nearest_bits(x))]; }
+    int scale_exp(double amax) const;  // the largest k in [-126, 126] with amax 2^k <= max (0 for amax 0)
+    // x as the FP8 product sees it: x 2^k rounded, scaled back, k from max |x|
+    std::vector<float> quantize(const std::vector<float>& x) const;
 };
 
 // The sizes the table is built at: small for the tests, a model's for perf.

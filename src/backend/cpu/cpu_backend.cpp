@@ -14,6 +14,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/dropout_mask.h"
 #include "backend/op_checks.h"
+#include "core/fp8.h"
 #include "backend/cpu/host_info.h"
 
 extern "C" {
@@ -178,6 +179,35 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
     cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(),
                          dbias.empty() ? nullptr : dbias.f32(),
                          dout.f32(), in.f32(), w.f32(), N, C, OC, layout);
+    if (!in_pre_gelu.empty() && !din.empty())
+        cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
+}
+
+// FP8: the operands rounded as the FP8 product sees them (f32 values on the format's grid, scaled back), then
+// the f32 product: the specification of CUDA's FP8 tensor-core products, not a fast path.
+void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+    const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
+    fp8_scratch_.resize(size_t(in.numel() + w.numel()));
+    float *qin = fp8_scratch_.data(), *qw = qin + in.numel();
+    fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
+    fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
+    const Tensor y = pre_gelu.empty() ? out : pre_gelu;
+    cpu::matmul_forward(y.f32(), qin, qw, bias.empty() ? nullptr : bias.f32(), N, C, OC, layout);
+    if (!pre_gelu.empty()) cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
+}
+
+void CpuBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                                WLayout layout, Tensor in_pre_gelu) {
+    const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
+    fp8_scratch_.resize(size_t(dout.numel() + in.numel() + w.numel()));
+    float *qdout = fp8_scratch_.data(), *qin = qdout + dout.numel(), *qw = qin + in.numel();
+    fp8_fake_quantize(qdout, dout.f32(), size_t(dout.numel()), DType::F8E5M2);
+    if (!dw.empty()) fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
+    if (!din.empty()) fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
+    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(), nullptr, qdout, qin,
+                         qw, N, C, OC, layout);
+    if (!dbias.empty())  // from the unrounded gradient
+        cpu::matmul_backward(nullptr, nullptr, dbias.f32(), dout.f32(), nullptr, nullptr, N, C, OC, layout);
     if (!in_pre_gelu.empty() && !din.empty())
         cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }

@@ -44,6 +44,9 @@ public:
     void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
     void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
                     Tensor in_pre_gelu) override;
+    void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
+    void matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
+                        Tensor in_pre_gelu) override;
     void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
                        Tensor pre_gelu) override;
     void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) override;
@@ -67,6 +70,7 @@ private:
     int threads_;
     MemoryAccount memory_;
     std::vector<float> q8_panel_;  // int8 products over many rows: a dequantized panel of the weight
+    std::vector<float> fp8_scratch_;  // FP8 products: the operands rounded to the format's grid
 };
 
 }  // namespace anvil

@@ -67,7 +67,7 @@ Geo geo(const Ctx& c, const Tensor& qkv, int NH) {
 // between heads' (T,T) matrices.
 Gemm head_gemm(DType dt, int heads) {
     Gemm g;
-    g.ab = dt;
+    g.a_type = g.b_type = dt;
     g.d = dt;
     g.batch = heads;
     return g;

@@ -93,6 +93,7 @@ CudaBackend::~CudaBackend() {
     workspace_.reset();
     lt_workspace_.reset();
     q8_weight_.reset();
+    fp8_scratch_.reset();
     (void)cublasLtDestroy(ctx_.lt);
     (void)cudaStreamDestroy(ctx_.stream);
 }
@@ -224,18 +225,43 @@ void CudaBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, T
     cuda::matmul_bwd(ctx_, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
 }
 
-Tensor CudaBackend::dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype) {
-    const size_t bytes = size_t(q.numel()) * dtype_size(dtype);
-    if (q8_weight_.bytes() < bytes) {  // grows to the largest weight; the products before it are done with it
+void* CudaBackend::grown(Buffer& b, size_t bytes) {
+    if (b.bytes() < bytes) {  // grows to the largest request; the work queued before is done with it
         CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-        q8_weight_.reset();
-        q8_weight_ = alloc(bytes);
+        b.reset();
+        b = alloc(bytes);
     }
+    return b.data();
+}
+
+Tensor CudaBackend::dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype) {
     Tensor w = q;
-    w.data = q8_weight_.data();
+    w.data = grown(q8_weight_, size_t(q.numel()) * dtype_size(dtype));
     w.dtype = dtype;
     cuda::dequant_q8(ctx_, w, q, scale, layout);
     return w;
+}
+
+void CudaBackend::check_fp8() const {
+    ANVIL_CHECK(prop_.major * 10 + prop_.minor >= 89,
+                "--precision fp8: the {} (compute capability {}.{}) has no FP8 tensor cores; they start with 8.9 (Ada) "
+                "and 9.0 (Hopper). Use --precision bf16",
+                prop_.name, prop_.major, prop_.minor);
+}
+
+void CudaBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+    const MatDims d = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
+    check_fp8();
+    void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
+    cuda::matmul_fp8_fwd(ctx_, scratch, out, in, w, layout, bias, pre_gelu);
+}
+
+void CudaBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                                 WLayout layout, Tensor in_pre_gelu) {
+    const MatDims d = check_matmul_bwd(din, dw, dout, in, w, layout);
+    check_fp8();
+    void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
+    cuda::matmul_fp8_bwd(ctx_, scratch, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
 }
 
 void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,

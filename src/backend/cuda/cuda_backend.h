@@ -49,6 +49,9 @@ public:
     void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
     void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
                     Tensor in_pre_gelu) override;
+    void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) override;
+    void matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w, WLayout layout,
+                        Tensor in_pre_gelu) override;
     void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
                        Tensor pre_gelu) override;
     void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) override;
@@ -72,15 +75,19 @@ public:
 private:
     bool attention_gemm_planned(const AttnDims& d) const;
     bool attention_uses_gemm(const AttnDims& d, const Tensor& saved) const;
+    // b, grown to at least `bytes` (after the queued work is done with it): scratch that grows to the largest use.
+    void* grown(Buffer& b, size_t bytes);
     // An int8 weight dequantized into `dtype` in the backend's growing scratch buffer (products over many rows).
     Tensor dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype);
+    void check_fp8() const;  // FP8 tensor cores (compute capability 8.9+), or a clear error
 
     int device_;
     AttentionImpl attention_;
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;
-    Buffer q8_weight_;  // the largest int8 weight so far, dequantized (see dequantized())
+    Buffer q8_weight_;    // the largest int8 weight so far, dequantized (see dequantized())
+    Buffer fp8_scratch_;  // FP8 products: the rounded operands and their scales (cuda::matmul_fp8_scratch_bytes)
     std::shared_ptr<cuda::LtPlans> lt_plans_;
     MemoryAccount memory_;
 };

@@ -17,7 +17,7 @@ struct Plan {
     bool ok = false;  // the heuristic found an algorithm
 };
 
-using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
                            int64_t, int64_t, uint32_t>;
 
 }  // namespace
@@ -45,6 +45,10 @@ cudaDataType_t cuda_type(DType t) {
             return CUDA_R_16BF;
         case DType::F16:
             return CUDA_R_16F;
+        case DType::F8E4M3:
+            return CUDA_R_8F_E4M3;
+        case DType::F8E5M2:
+            return CUDA_R_8F_E5M2;
         default:
             ::anvil::fail("matmul: dtype {} is not supported", dtype_name(t));
     }
@@ -59,17 +63,18 @@ uint32_t alignment(const void* p, int64_t stride_elems, int batch, DType t) {
 }
 
 const Plan& plan_for(const Ctx& c, const Gemm& g) {
-    const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.ab),
-                   al_b = alignment(g.B, g.stride_b, g.batch, g.ab),
+    const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.a_type),
+                   al_b = alignment(g.B, g.stride_b, g.batch, g.b_type),
                    al_d = alignment(g.D, g.stride_d, g.batch, g.d);
-    const PlanKey key{g.ta,     g.tb,    g.m,        g.n,        g.k,        g.lda,
-                      g.ldb,    g.ldd,   int(g.ab),  int(g.d),   int(g.epi), g.beta != 0.0f,
-                      g.ld_aux, g.batch, g.stride_a, g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18};
+    const PlanKey key{g.ta,        g.tb,       g.m,        g.n,        g.k,
+                      g.lda,       g.ldb,      g.ldd,      int(g.a_type), int(g.b_type),
+                      int(g.d),    int(g.epi), g.beta != 0.0f, g.ld_aux, g.batch,
+                      g.stride_a,  g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18};
     auto& cache = c.lt_plans->map;
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     Plan p;
-    const cudaDataType_t type = cuda_type(g.ab), dtype = cuda_type(g.d);
+    const cudaDataType_t atype = cuda_type(g.a_type), btype = cuda_type(g.b_type), dtype = cuda_type(g.d);
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -81,8 +86,8 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
             cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     // the bias and aux pointers are set on the descriptor per call (lt_gemm), not here
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, atype, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, btype, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dtype, g.m, g.n, g.ldd));
     if (g.batch > 1) {
         const int32_t count = g.batch;
@@ -128,6 +133,12 @@ bool lt_gemm(const Ctx& c, const Gemm& g) {
     if (g.aux)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                                     sizeof g.aux));
+    if (g.a_scale)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale,
+                                                    sizeof g.a_scale));
+    if (g.b_scale)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale,
+                                                    sizeof g.b_scale));
     CUBLAS_CHECK(cublasLtMatmul(c.lt, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.D, p.d, g.D, p.d,
                                 &p.algo, c.lt_workspace, c.lt_workspace_bytes, c.stream));
     return true;
@@ -135,7 +146,7 @@ bool lt_gemm(const Ctx& c, const Gemm& g) {
 
 void lt_gemm_or_fail(const Ctx& c, const Gemm& g) {
     ANVIL_CHECK(lt_gemm(c, g), "cuBLASLt has no algorithm for a {}x{}x{} {} product (batch {})", g.m, g.n,
-                g.k, dtype_name(g.ab), g.batch);
+                g.k, dtype_name(g.a_type), g.batch);
 }
 
 std::shared_ptr<LtPlans> make_lt_plans() {

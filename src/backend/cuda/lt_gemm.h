@@ -1,4 +1,5 @@
-// One column-major matrix product through cuBLASLt, D = alpha * op(A) . op(B) + beta * D, optionally batched
+// One column-major matrix product through cuBLASLt, D = alpha * op(A) . op(B) + beta * D (FP8 operands: times
+// *a_scale * *b_scale), optionally batched
 // with fixed strides and with an epilogue. Row-major tensors are column-major transposes; each caller states
 // its product in those terms. Plans (descriptors + the heuristic's algorithm) are cached per shape.
 #pragma once
@@ -16,8 +17,10 @@ struct Gemm {
     int ldb = 0;
     void* D = nullptr;
     int ldd = 0;
-    DType ab = DType::F32;  // A and B
-    DType d = DType::F32;   // D (f32 output from 16-bit operands is allowed)
+    DType a_type = DType::F32, b_type = DType::F32;  // FP8 operands (E4M3, E5M2) only in the TN form, ta && !tb
+    DType d = DType::F32;                            // D (f32 output from 16-bit operands is allowed)
+    const float* a_scale = nullptr;  // FP8: device pointers to the factors that scale A's and B's values back
+    const float* b_scale = nullptr;
     float alpha = 1.0f, beta = 0.0f;
     int batch = 1;  // with strides in elements between consecutive A, B and D matrices
     int64_t stride_a = 0, stride_b = 0, stride_d = 0;

@@ -17,13 +17,22 @@ __global__ void bias_add_kernel(T* out, const T* bias, size_t n, int OC) {
 
 }  // namespace
 
+void bias_add(const Ctx& c, Tensor out, Tensor bias) {
+    const int OC = int(out.shape[out.shape.ndim - 1]);
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        launch(bias_add_kernel<T>, size_t(out.numel()), 256, c.stream, out.ptr<T>(), bias.ptr<T>(),
+               size_t(out.numel()), OC);
+    });
+}
+
 // out (N,OC) = in (N,C) @ W (+ bias) [-> gelu]. Column-major: out^T (OC x N) = W' (OC x C) . in^T (C x N),
 // where W' is W's storage read as (OC x C): directly for InOut (C,OC) row-major, transposed for OutIn.
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(out.shape[out.shape.ndim - 1]);
     Gemm g;
-    g.ab = g.d = in.dtype;
+    g.a_type = g.b_type = g.d = in.dtype;
     g.m = OC, g.n = N, g.k = C;
     g.A = w.data, g.ta = layout == WLayout::OutIn, g.lda = layout == WLayout::InOut ? OC : C;
     g.B = in.data, g.ldb = C;
@@ -41,12 +50,7 @@ void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, T
         Gemm plain = g;
         plain.epi = CUBLASLT_EPILOGUE_DEFAULT, plain.bias = nullptr;
         lt_gemm_or_fail(c, plain);
-        if (!bias.empty())
-            dispatch(out.dtype, [&](auto tag) {
-                using T = decltype(tag);
-                launch(bias_add_kernel<T>, size_t(target.numel()), 256, c.stream, target.ptr<T>(),
-                       bias.ptr<T>(), size_t(target.numel()), OC);
-            });
+        if (!bias.empty()) bias_add(c, target, bias);
     }
     if (!pre_gelu.empty()) gelu_fwd(c, out, pre_gelu);
 }
@@ -59,7 +63,7 @@ void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
     if (!din.empty()) {
         // din^T (C x N) = W'' (C x OC) . dout^T (OC x N); W'' is W's storage read as (C x OC)
         Gemm g;
-        g.ab = g.d = dt;
+        g.a_type = g.b_type = g.d = dt;
         g.m = C, g.n = N, g.k = OC;
         g.A = w.data, g.ta = layout == WLayout::InOut, g.lda = layout == WLayout::InOut ? OC : C;
         g.B = dout.data, g.ldb = OC;
@@ -79,7 +83,7 @@ void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
     if (dw.empty()) return;  // a frozen weight
     // weight gradient, accumulated (beta 1)
     Gemm g;
-    g.ab = g.d = dt;
+    g.a_type = g.b_type = g.d = dt;
     g.beta = 1.0f;
     if (layout == WLayout::InOut) {  // dW (C,OC) row-major = (OC x C): dout^T (OC x N) . in (N x C)
         g.m = OC, g.n = C, g.k = N;

@@ -71,6 +71,15 @@ void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int 
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu);
 void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                 WLayout layout, Tensor in_pre_gelu);
+void bias_add(const Ctx& c, Tensor out, Tensor bias);  // out (N,OC) += bias (OC), every row
+
+// fp8.cu: FP8 products (Backend::matmul_fp8_fwd/_bwd) in a scratch of matmul_fp8_scratch_bytes for the
+// product's N, C, OC and activation dtype (either direction)
+size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t);
+void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                    Tensor pre_gelu);
+void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                    Tensor w, WLayout layout, Tensor in_pre_gelu);
 
 // attention.cu: anvil's flash-style kernels (keep only the log-sum-exp)
 size_t attention_flash_saved_bytes(const AttnDims& d);

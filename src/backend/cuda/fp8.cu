@@ -1,0 +1,233 @@
+// FP8 products (--precision fp8) on Hopper/Ada tensor cores through cuBLASLt. Each operand gets its amax (a
+// pass of partial maxima, then one warp reduces them), a power-of-two scale from it (fp8_scale_exp, the CPU
+// backend's rule), and is rounded to E4M3/E5M2 in the orientation cuBLASLt's FP8
+// kernels take: A transposed and B not ("TN"), so some operands are written transposed (a 32x32 tile through
+// shared memory keeps both the reads and the writes coalesced). The inverse scales go to cuBLASLt as its A
+// and B scales. Shapes FP8's kernels cannot take (a dimension not a multiple of 16) or f32 activations run
+// the same arithmetic in the activations' dtype: the rounded operands scaled back (exact) and an ordinary
+// product.
+#include <cuda_fp8.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/lt_gemm.h"
+#include "core/fp8.h"
+
+namespace anvil::cuda {
+
+namespace {
+
+constexpr int kParts = 256;  // at most this many blocks in the amax pass (partial maxima)
+constexpr unsigned kThreads = 256;
+constexpr int kTile = 32;
+
+template <DType F>
+__device__ __forceinline__ uint8_t to_fp8(float x) {
+    return __nv_cvt_float_to_fp8(x, __NV_NOSAT, F == DType::F8E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+template <DType F>
+__device__ __forceinline__ float from_fp8(uint8_t q) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(q, F == DType::F8E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __half2float(__half(h));
+}
+
+// partial[block] = max |x| over the block's grid-stride share (NaN skipped, as fmaxf does)
+template <typename T>
+__global__ void amax_partial_kernel(float* partial, const T* x, size_t n) {
+    __shared__ float red[32];
+    float m = 0.0f;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        m = fmaxf(m, fabsf(to_f(x[i])));
+    m = block_reduce(m, red, 0.0f, MaxOp{});
+    if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+// scale = {2^k, 2^-k} from the partial maxima (one warp): the factor the quantizing kernels multiply by, and
+// the one cuBLASLt scales the product back with
+template <DType F>
+__global__ void scale_kernel(float* scale, const float* partial, int parts) {
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < parts; i += 32) m = fmaxf(m, partial[i]);
+    m = warp_max(m);
+    if (threadIdx.x == 0) {
+        const int k = fp8_scale_exp(m, F);
+        scale[0] = ldexpf(1.0f, k);
+        scale[1] = ldexpf(1.0f, -k);
+    }
+}
+
+// q = fp8(x * 2^k), same layout
+template <typename T, DType F>
+__global__ void quantize_kernel(uint8_t* q, const T* x, size_t n, const float* scale) {
+    const float s = scale[0];
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        q[i] = to_fp8<F>(to_f(x[i]) * s);
+}
+
+// q (C, R) = fp8(x (R, C) * 2^k) transposed; a 32 x 32 tile per block of 256 threads (32 x 8)
+template <typename T, DType F>
+__global__ void quantize_t_kernel(uint8_t* q, const T* x, int R, int C, const float* scale) {
+    __shared__ float tile[kTile][kTile + 1];
+    const float s = scale[0];
+    const int tx = int(threadIdx.x) % kTile, ty = int(threadIdx.x) / kTile, rows = int(blockDim.x) / kTile;
+    const int c0 = int(blockIdx.x) * kTile, r0 = int(blockIdx.y) * kTile;
+    for (int j = ty; j < kTile; j += rows)
+        if (r0 + j < R && c0 + tx < C) tile[j][tx] = to_f(x[size_t(r0 + j) * C + c0 + tx]) * s;
+    __syncthreads();
+    for (int j = ty; j < kTile; j += rows)
+        if (c0 + j < C && r0 + tx < R) q[size_t(c0 + j) * R + r0 + tx] = to_fp8<F>(tile[tx][j]);
+}
+
+// out = fp8 value * 2^-k in T: the rounded operand for a product FP8's kernels cannot take (exact in
+// bf16/f32)
+template <typename T, DType F>
+__global__ void dequantize_kernel(T* out, const uint8_t* q, size_t n, const float* dequant) {
+    const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = from_f<T>(from_fp8<F>(q[i]) * *dequant);
+}
+
+// Sub-buffers of one call's scratch, 256-aligned.
+struct Carve {
+    char* p;
+    template <typename T>
+    T* take(size_t count) {
+        T* r = reinterpret_cast<T*>(p);
+        p += (count * sizeof(T) + 255) / 256 * 256;
+        return r;
+    }
+};
+
+// An operand as the product reads it: stored k x (m or n) column-major, i.e. row-major (m or n, k) rows of
+// the contraction; FP8 (q, fmt, 2^-k) or, after dequantize(), plain values of the activations' dtype.
+struct Operand {
+    const void* data = nullptr;
+    DType type = DType::F8E4M3;
+    const float* dequant = nullptr;
+    size_t n = 0;
+};
+
+template <typename F>
+void dispatch_fp8(DType fmt, F&& f) {
+    if (fmt == DType::F8E4M3) return f(std::integral_constant<DType, DType::F8E4M3>{});
+    f(std::integral_constant<DType, DType::F8E5M2>{});
+}
+
+// x (R, C) rounded to fmt, as is or transposed to (C, R).
+Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose) {
+    float* partial = sc.take<float>(kParts);
+    float* scale = sc.take<float>(2);
+    uint8_t* q = sc.take<uint8_t>(size_t(x.numel()));
+    const size_t n = size_t(x.numel());
+    // at least 16 elements per thread of the amax pass
+    const int parts = int(std::min<size_t>(kParts, std::max<size_t>(1, n / (16 * kThreads))));
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        amax_partial_kernel<T><<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<T>(), n);
+        CUDA_LAUNCH_CHECK();
+        dispatch_fp8(fmt, [&](auto f) {
+            constexpr DType F = decltype(f)::value;
+            scale_kernel<F><<<1, 32, 0, c.stream>>>(scale, partial, parts);
+            CUDA_LAUNCH_CHECK();
+            if (transpose) {
+                const dim3 grid((C + kTile - 1) / kTile, (R + kTile - 1) / kTile);
+                quantize_t_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
+            } else {
+                const unsigned blocks = std::min(blocks_for(n, 4 * kThreads), 8u * unsigned(c.sm_count));
+                quantize_kernel<T, F><<<blocks, kThreads, 0, c.stream>>>(q, x.ptr<T>(), n, scale);
+            }
+            CUDA_LAUNCH_CHECK();
+        });
+    });
+    return {q, fmt, scale + 1, n};
+}
+
+// The same operand's values (fp8 * 2^-k) in dtype t.
+Operand dequantize(const Ctx& c, Carve& sc, const Operand& o, DType t) {
+    void* out = sc.take<char>(o.n * dtype_size(t));
+    dispatch(t, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_fp8(o.type, [&](auto f) {
+            launch(dequantize_kernel<T, decltype(f)::value>, o.n, kThreads, c.stream, static_cast<T*>(out),
+                   static_cast<const uint8_t*>(o.data), o.n, o.dequant);
+        });
+    });
+    return {out, t, nullptr, o.n};
+}
+
+bool fp8_kernels_take(DType t, int N, int C, int OC) {
+    return (t == DType::BF16 || t == DType::F16) && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+}
+
+// d (m x n column-major, i.e. row-major (n, m)) = beta d + A^T B (+ bias), A stored k x m and B k x n (the TN
+// form), in FP8 on the tensor cores or, for shapes they cannot take, on the operands scaled back.
+void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int n, int k, Tensor d,
+             float beta, Tensor bias) {
+    if (!fp8) a = dequantize(c, sc, a, d.dtype), b = dequantize(c, sc, b, d.dtype);
+    Gemm g;
+    g.ta = true;
+    g.m = m, g.n = n, g.k = k;
+    g.A = a.data, g.lda = k, g.a_type = a.type, g.a_scale = a.dequant;
+    g.B = b.data, g.ldb = k, g.b_type = b.type, g.b_scale = b.dequant;
+    g.D = d.data, g.ldd = m, g.d = d.dtype;
+    g.beta = beta;
+    if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS, g.bias = bias.data;
+    if (lt_gemm(c, g)) return;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT, g.bias = nullptr;
+    ANVIL_CHECK(lt_gemm(c, g), "cuBLASLt has no {} algorithm for a {}x{}x{} product on this GPU{}",
+                fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
+                fp8 ? ": --precision fp8 needs FP8 tensor cores (compute capability 8.9+: Ada, Hopper)" : "");
+    if (!bias.empty()) bias_add(c, d, bias);
+}
+
+}  // namespace
+
+size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
+    const size_t per_operand = kParts * sizeof(float) + 3 * 256;  // partial maxima, scales, rounding up
+    const size_t elems = 2 * size_t(N) * OC + size_t(N) * C + size_t(C) * OC;  // the backward's operands
+    const size_t dequantized = fp8_kernels_take(t, N, C, OC) ? 0 : elems * dtype_size(t) + 4 * 256;
+    return 4 * per_operand + elems + 4 * 256 + dequantized;
+}
+
+// out (N,OC) = fp8(in) (N,C) @ fp8(W) + bias [-> gelu]. Column-major: out^T (OC x N) = W'^T . in^T with W'
+// stored C x OC (row-major (OC, C): OutIn as is, InOut transposed) and in^T stored C x N (in as is).
+void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                    Tensor pre_gelu) {
+    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
+    const int OC = int(out.shape[out.shape.ndim - 1]);
+    Carve sc{static_cast<char*>(scratch)};
+    const Operand qin = quantize(c, sc, in, N, C, DType::F8E4M3, false);
+    const Operand qw = layout == WLayout::OutIn ? quantize(c, sc, w, OC, C, DType::F8E4M3, false)
+                                                : quantize(c, sc, w, C, OC, DType::F8E4M3, true);
+    const Tensor target = pre_gelu.empty() ? out : pre_gelu;
+    product(c, sc, fp8_kernels_take(in.dtype, N, C, OC), qw, qin, OC, N, C, target, 0.0f, bias);
+    if (!pre_gelu.empty()) gelu_fwd(c, out, pre_gelu);
+}
+
+// din (N,C) = fp8(dout) @ fp8(W)^T [* gelu'], dW += fp8(in)^T @ fp8(dout), dbias += column sums of dout.
+void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                    Tensor w, WLayout layout, Tensor in_pre_gelu) {
+    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
+    const int OC = int(dout.shape[dout.shape.ndim - 1]);
+    const bool fp8 = fp8_kernels_take(in.dtype, N, C, OC);
+    Carve sc{static_cast<char*>(scratch)};
+    if (!din.empty()) {
+        // din^T (C x N) = W''^T . dout^T: W'' stored OC x C (row-major (C, OC): InOut as is), dout^T stored
+        // OC x N
+        const Operand qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false);
+        const Operand qw = layout == WLayout::InOut ? quantize(c, sc, w, C, OC, DType::F8E4M3, false)
+                                                    : quantize(c, sc, w, OC, C, DType::F8E4M3, true);
+        product(c, sc, fp8, qw, qdout, C, N, OC, din, 0.0f, {});
+        if (!in_pre_gelu.empty()) gelu_bwd(c, din, din, in_pre_gelu);
+    }
+    if (!dbias.empty()) colsum_accumulate(c, dbias, dout);
+    if (dw.empty()) return;  // a frozen weight
+    // the contraction runs over the N rows: dout^T (OC, N) and in^T (C, N), both written transposed
+    sc = Carve{static_cast<char*>(scratch)};
+    const Operand tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true);
+    const Operand tin = quantize(c, sc, in, N, C, DType::F8E4M3, true);
+    if (layout == WLayout::InOut)  // dW (C,OC) row-major = (OC x C): dout^T stored N x OC, in^T stored N x C
+        product(c, sc, fp8, tdout, tin, OC, C, N, dw, 1.0f, {});
+    else  // dW (OC,C) row-major = (C x OC)
+        product(c, sc, fp8, tin, tdout, C, OC, N, dw, 1.0f, {});
+}
+
+}  // namespace anvil::cuda
