@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
-"""anvil's own PyTorch 2.x reference for GPU training speed: GPT-2 with PyTorch's fastest plain recipe.
+"""anvil's own PyTorch 2.x reference for GPU training: GPT-2 with PyTorch's fastest plain recipe.
 
 torch.compile, scaled_dot_product_attention (flash attention), fused AdamW, bf16 autocast with fp32 master
-weights, TF32 allowed for whatever stays in fp32. It reads the same shard as anvil (an anvil-shards token file)
-in the same order (batch i is the window of B*T+1 tokens at token i*B*T, wrapping, cut into B rows), so the two
-runs see the same tokens and their losses can be compared too. Prints one JSON line.
+weights, TF32 allowed for whatever stays in fp32. It reads the same tokens as anvil in the same order as
+`anvil train --shuffle off` (batch i is the window of B*T+1 tokens at token i*B*T of the training split,
+wrapping, cut into B rows; micro-batch m of step s is batch s*A+m), so the two runs' losses can be compared
+step by step. Prints one JSON line.
 
+Speed (what bench/gpu_train_bench.py runs):
   python3 bench/torch_gpt_reference.py --shard DATA/train_000000.bin --batch 16 --seq 1024
+Loss against anvil from the same weights (what bench/loss_match.py runs):
+  python3 bench/torch_gpt_reference.py --save-init INIT --layers 12 ...   # a Hugging Face GPT-2 directory
+  python3 bench/torch_gpt_reference.py --init INIT --data DATA --warmup 0 --steps 500 --lr-warmup 50 \\
+      --lr-schedule cosine --metrics torch/metrics.jsonl
+where DATA is an `anvil data prepare` directory; both then train from INIT with anvil's hyperparameters
+(AdamW betas 0.9/0.95, eps 1e-8, weight decay on matrices only, global-norm clipping, linear warmup then a
+cosine down to --min-lr-frac of --lr, anvil's schedule). --device cpu --dtype fp32 --no-compile runs the
+same on the CPU with the PyTorch 1.13 Debian ships (plain attention where SDPA is missing).
 """
 import argparse
 import json
 import math
+import os
 import statistics
+import struct
 import time
 
 import numpy as np
@@ -22,25 +34,51 @@ import torch.nn.functional as F
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shard", required=True, help="an anvil-shards token file (64-byte header, then ids)")
+    p.add_argument("--shard", help="an anvil-shards token file (64-byte header, then ids)")
+    p.add_argument("--data", help="an `anvil data prepare` directory: its training split, in order")
+    p.add_argument("--init", help="start from this Hugging Face GPT-2 directory (model.safetensors, F32)")
+    p.add_argument("--save-init", help="write the seeded initial model there as a Hugging Face GPT-2 "
+                   "directory and exit")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--steps", type=int, default=30, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--lr-warmup", type=int, default=0, help="linear learning-rate warmup steps")
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant")
+    p.add_argument("--min-lr-frac", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="autocast dtype (fp32: none)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--metrics", help="also write each step's loss and learning rate there, as JSON lines "
+                   "(step counted from 1, as anvil's metrics.jsonl)")
     return p.parse_args()
 
 
 def read_shard(path):
     head = np.fromfile(path, dtype=np.uint8, count=64)
     assert bytes(head[:8]) == b"ANVILTOK", f"{path}: not an anvil shard"
-    width = int(np.frombuffer(head[12:16].tobytes(), "<u4")[0])
+    width, _, has_flags = (int(x) for x in np.frombuffer(head[12:24].tobytes(), "<u4"))
+    assert not has_flags, f"{path}: has per-token loss flags (instruction data); give plain text"
     count = int(np.frombuffer(head[24:32].tobytes(), "<u8")[0])
     return np.memmap(path, dtype="<u2" if width == 2 else "<u4", mode="r", offset=64, shape=(count,))
+
+
+def read_tokens(a):
+    if a.shard:
+        return read_shard(a.shard)
+    meta = json.load(open(os.path.join(a.data, "meta.json")))
+    parts = [read_shard(os.path.join(a.data, f)) for f in meta["splits"]["train"]["files"]]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class Block(nn.Module):
@@ -54,7 +92,12 @@ class Block(nn.Module):
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).view(B, T, 3, self.NH, C // self.NH).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch 1.x
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            y = att.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
         x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
@@ -80,46 +123,144 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+# ---- Hugging Face GPT-2 layout: names, and Conv1D weights stored (in, out) ------------------------------
+HF_NAMES = {"ln_1": "ln_1", "ln_2": "ln_2", "c_attn": "attn.c_attn", "attn_proj": "attn.c_proj",
+            "c_fc": "mlp.c_fc", "c_proj": "mlp.c_proj"}
+
+
+def hf_name(name):
+    """This module's parameter name -> (Hugging Face name, transposed?)."""
+    parts = name.split(".")
+    if parts[0] == "h":
+        hf = f"transformer.h.{parts[1]}.{HF_NAMES[parts[2]]}.{parts[3]}"
+        return hf, parts[2] not in ("ln_1", "ln_2") and parts[3] == "weight"
+    return "transformer." + name, False
+
+
+def save_hf(model, a, path):
+    os.makedirs(path, exist_ok=True)
+    header, blobs, offset = {}, [], 0
+    for name, p in model.named_parameters():
+        key, transposed = hf_name(name)
+        arr = (p.detach().t() if transposed else p.detach()).contiguous().cpu().float().numpy()
+        header[key] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+        blobs.append(arr.tobytes())
+        offset += arr.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for b in blobs:
+            f.write(b)
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": a.layers, "n_head": a.heads,
+              "n_embd": a.dim, "n_positions": a.seq, "n_ctx": a.seq, "vocab_size": a.vocab,
+              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def load_hf(model, path):
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    body = memoryview(raw)[8 + n:]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            key, transposed = hf_name(name)
+            e = header[key]
+            assert e["dtype"] == "F32", f"{path}: {key} is {e['dtype']}; this reference reads F32"
+            b, end = e["data_offsets"]
+            t = torch.from_numpy(np.frombuffer(body[b:end], dtype=np.float32).reshape(e["shape"]).copy())
+            p.copy_(t.t() if transposed else t)
+
+
+def lr_at(a, step):
+    """anvil's schedule (train/schedule.h): linear warmup, then constant or a cosine to min_lr_frac * lr."""
+    total = a.warmup + a.steps
+    if step < a.lr_warmup:
+        return a.lr * (step + 1) / a.lr_warmup
+    if a.lr_schedule == "constant":
+        return a.lr
+    span = total - a.lr_warmup
+    ratio = min((step - a.lr_warmup) / (span - 1), 1.0) if span > 1 else 1.0
+    low = a.lr * a.min_lr_frac
+    return low + 0.5 * (1 + math.cos(math.pi * ratio)) * (a.lr - low)
+
+
 def main():
     a = parse()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    dev = "cuda"
-    tokens = read_shard(a.shard)
-    model = GPT(a.layers, a.heads, a.dim, a.seq, a.vocab).to(dev)
+    torch.manual_seed(a.seed)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model = GPT(a.layers, a.heads, a.dim, a.seq, a.vocab)
+    if a.save_init:
+        save_hf(model, a, a.save_init)
+        print(json.dumps({"saved": a.save_init, "params": sum(p.numel() for p in model.parameters())}))
+        return
+    assert a.shard or a.data, "give --shard FILE or --data DIR"
+    if a.init:
+        load_hf(model, a.init)
+    dev = a.device
+    cuda = dev.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    tokens = read_tokens(a)
+    model = model.to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    extra = {"fused": True} if cuda else {}
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **extra)
     fwd = model if a.no_compile else torch.compile(model)
-    B, T = a.batch, a.seq
+    B, T, A = a.batch, a.seq, a.grad_accum
     window = B * T + 1
-    times, losses = [], []
+    times, losses, rows = [], [], []
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for step in range(a.warmup + a.steps):
-        start = (step * B * T) % len(tokens)
-        chunk = np.take(tokens, np.arange(start, start + window), mode="wrap").astype(np.int64)
-        buf = torch.from_numpy(chunk).pin_memory().to(dev, non_blocking=True)
-        x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
-        torch.cuda.synchronize()
+        lr = lr_at(a, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        total = 0.0
+        for m in range(A):
+            start = ((step * A + m) * B * T) % len(tokens)
+            chunk = np.take(tokens, np.arange(start, start + window), mode="wrap").astype(np.int64)
+            buf = torch.from_numpy(chunk)
+            buf = buf.pin_memory().to(dev, non_blocking=True) if cuda else buf
+            x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
+            if a.dtype == "bf16":
+                with torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16):
+                    loss = fwd(x, y)
+            else:
+                loss = fwd(x, y)
+            (loss / A).backward()
+            total = total + loss.detach()
+        if a.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # the step's one host synchronisation, as anvil's logging
+        losses.append((total / A).item())  # the step's one host synchronisation, as anvil's logging
         dt = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(dt)
-    step_s = statistics.median(times)
+        rows.append({"step": step + 1, "loss": losses[-1], "lr": lr, "step_ms": dt * 1e3,
+                     "tokens_per_s": B * T * A / dt})
+    if a.metrics:
+        os.makedirs(os.path.dirname(os.path.abspath(a.metrics)), exist_ok=True)
+        with open(a.metrics, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    step_s = statistics.median(times) if times else float("nan")
     print(json.dumps({
-        "impl": "torch-reference", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-        "compile": not a.no_compile, "params": n_params, "batch": B, "seq": T,
-        "step_ms_median": round(step_s * 1e3, 2), "tokens_per_s": round(B * T / step_s),
-        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "impl": "torch-reference", "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": not a.no_compile, "dtype": a.dtype,
+        "params": n_params, "batch": B, "seq": T, "grad_accum": A,
+        "step_ms_median": round(step_s * 1e3, 2), "tokens_per_s": round(B * T * A / step_s) if times else 0,
+        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else 0,
         "losses": [round(x, 4) for x in losses]}))
 
 

@@ -34,6 +34,24 @@ if [ -z "$vocab" ]; then
 fi
 cp "$vocab/encoder.json" "$vocab/vocab.bpe" "$stage/gpt2/"
 if [ -f ../shared/gpu-check/torch_gpt2_bench.py ]; then cp ../shared/gpu-check/torch_gpt2_bench.py "$stage/"; fi
+# real text for the 500-step loss comparison with PyTorch (gpu_session.sh train, bench/loss_match.py): the
+# reStructuredText sources of Python's documentation from Debian's python3-doc (about 3.4M GPT-2 tokens),
+# prepared here with GPT-2's BPE (the device machine has no apt)
+pkg=$(apt-cache depends python3-doc 2> /dev/null | awk '/Depends: python3\.[0-9]+-doc/{print $2; exit}')
+if [ -n "$pkg" ] && (cd "$stage" && apt-get download "$pkg" > /dev/null 2>&1); then
+  dpkg-deb -x "$stage"/"$pkg"_*.deb "$stage/pydoc"
+  find "$stage/pydoc" -name '*.rst.txt' | sort > "$stage/pydoc.list"
+  xargs -a "$stage/pydoc.list" -d '\n' "$build/anvil" data prepare --tokenizer "$stage/gpt2" --out "$stage/corpus" \
+    --in > /dev/null
+  rm -rf "$stage/pydoc" "$stage"/*.deb "$stage/pydoc.list"
+  python3 - "$stage/corpus/meta.json" "$pkg" << 'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))["splits"]
+print(f"corpus: {s['train']['tokens']} training and {s['val']['tokens']} validation tokens ({sys.argv[2]})")
+EOF
+else
+  echo "note: could not download python3-doc; gpu_session.sh train will need text given with --text"
+fi
 git rev-parse HEAD > "$stage/commit"
 
 mkdir -p .gpu-run
@@ -42,4 +60,4 @@ mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu-run/' "$exclude" 2> /dev/null || echo '/.gpu-run/' >> "$exclude"
 tar -cJf .gpu-run/bundle.tar.xz -C "$stage" .
 ls -la .gpu-run/bundle.tar.xz
-echo "carry .gpu-run and run: bash bench/gpu_session.sh tests|bench"
+echo "carry .gpu-run and run: bash bench/gpu_session.sh tests|sanitize|bench|fp8|train"

@@ -135,6 +135,14 @@ def main():
             run(["train", "--data", data, "--out", o, "--steps", "1", "--batch", str(bs), "--tensorboard", "off",
                  *SMALL], check=True)
             peaks[bs] = json.load(open(os.path.join(o, "summary.json")))["peak_mem_mb"]
+        # several runs in one plot: both named, the loss relative to the first, default FIRST/compare.png
+        svg = os.path.join(d, "cmp.svg")
+        run(["plot", out, os.path.join(d, "peak4"), os.path.join(d, "peak8"), "--out", svg], check=True)
+        text = "".join(ET.parse(svg).getroot().itertext())
+        check(all(n in text for n in (os.path.basename(out), "peak4", "peak8")) and
+              f"relative to {os.path.basename(out)}" in text, "plot of three runs names each and compares", f)
+        r = run(["plot", os.path.join(d, "peak4"), out], check=True)
+        check(os.path.exists(os.path.join(d, "peak4", "compare.png")), "several runs: FIRST/compare.png", f)
         limit = int((peaks[4] + peaks[8]) / 2 * (1 << 20))
         auto = os.path.join(d, "auto")
         r = run(["train", "--data", data, "--out", auto, "--steps", "4", "--batch", "auto", "--global-batch", "16",
