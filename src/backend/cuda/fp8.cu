@@ -111,22 +111,34 @@ void dispatch_fp8(DType fmt, F&& f) {
     f(std::integral_constant<DType, DType::F8E5M2>{});
 }
 
-// x (R, C) rounded to fmt, as is or transposed to (C, R).
-Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose) {
+// x's scale for fmt from its amax: {2^k, 2^-k} on the device.
+const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
     float* partial = sc.take<float>(kParts);
     float* scale = sc.take<float>(2);
-    uint8_t* q = sc.take<uint8_t>(size_t(x.numel()));
     const size_t n = size_t(x.numel());
     // at least 16 elements per thread of the amax pass
     const int parts = int(std::min<size_t>(kParts, std::max<size_t>(1, n / (16 * kThreads))));
     dispatch(x.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        amax_partial_kernel<T><<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<T>(), n);
+        amax_partial_kernel<decltype(tag)><<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<decltype(tag)>(), n);
         CUDA_LAUNCH_CHECK();
+    });
+    dispatch_fp8(fmt, [&](auto f) {
+        scale_kernel<decltype(f)::value><<<1, 32, 0, c.stream>>>(scale, partial, parts);
+        CUDA_LAUNCH_CHECK();
+    });
+    return scale;
+}
+
+// x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C, R).
+Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose,
+                 const float* scale = nullptr) {
+    if (!scale) scale = scale_of(c, sc, x, fmt);
+    uint8_t* q = sc.take<uint8_t>(size_t(x.numel()));
+    const size_t n = size_t(x.numel());
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
         dispatch_fp8(fmt, [&](auto f) {
             constexpr DType F = decltype(f)::value;
-            scale_kernel<F><<<1, 32, 0, c.stream>>>(scale, partial, parts);
-            CUDA_LAUNCH_CHECK();
             if (transpose) {
                 const dim3 grid((C + kTile - 1) / kTile, (R + kTile - 1) / kTile);
                 quantize_t_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
@@ -209,10 +221,13 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
     const int OC = int(dout.shape[dout.shape.ndim - 1]);
     const bool fp8 = fp8_kernels_take(in.dtype, N, C, OC);
     Carve sc{static_cast<char*>(scratch)};
+    // dout's one scale serves both of its roundings: it stays below `mark`, where the scratch starts over
+    const float* dout_scale = scale_of(c, sc, dout, DType::F8E5M2);
+    char* const mark = sc.p;
     if (!din.empty()) {
         // din^T (C x N) = W''^T . dout^T: W'' stored OC x C (row-major (C, OC): InOut as is), dout^T stored
         // OC x N
-        const Operand qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false);
+        const Operand qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false, dout_scale);
         const Operand qw = layout == WLayout::InOut ? quantize(c, sc, w, C, OC, DType::F8E4M3, false)
                                                     : quantize(c, sc, w, OC, C, DType::F8E4M3, true);
         product(c, sc, fp8, qw, qdout, C, N, OC, din, 0.0f, {});
@@ -221,8 +236,8 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
     if (!dbias.empty()) colsum_accumulate(c, dbias, dout);
     if (dw.empty()) return;  // a frozen weight
     // the contraction runs over the N rows: dout^T (OC, N) and in^T (C, N), both written transposed
-    sc = Carve{static_cast<char*>(scratch)};
-    const Operand tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true);
+    sc = Carve{mark};
+    const Operand tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale);
     const Operand tin = quantize(c, sc, in, N, C, DType::F8E4M3, true);
     if (layout == WLayout::InOut)  // dW (C,OC) row-major = (OC x C): dout^T stored N x OC, in^T stored N x C
         product(c, sc, fp8, tdout, tin, OC, C, N, dw, 1.0f, {});
