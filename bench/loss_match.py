@@ -18,10 +18,10 @@ Exit status 1 when a check fails.
 
 On the GPU (issue 9's "Trained", GPT-2 124M on real text, bf16 both; what `bench/gpu_session.sh train` runs):
   python3 bench/loss_match.py --anvil build/anvil --data corpus --fp8 --steps 500 --out /tmp/match
-On the CPU, a small model in fp32 (what the ctest bench_loss_match runs):
+On the CPU, a small model in fp32 (what the ctest oracle_loss_match runs):
   python3 bench/loss_match.py --anvil build/anvil --text docs/*.md --tokenizer byte --device cpu \\
       --precision fp32 --layers 2 --dim 64 --heads 4 --seq 64 --vocab 320 --batch 4 --steps 30 --after 0 \\
-      --tolerance 1e-4
+      --tolerance 1e-4 --no-compile --python /usr/bin/python3
 """
 import argparse
 import json

@@ -215,7 +215,8 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": other, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **extra)
-    fwd = model if a.no_compile else torch.compile(model)
+    compiled = not a.no_compile and hasattr(torch, "compile")  # PyTorch 1.x has no compiler
+    fwd = torch.compile(model) if compiled else model
     B, T, A = a.batch, a.seq, a.grad_accum
     window = B * T + 1
     times, losses, rows = [], [], []
@@ -257,7 +258,7 @@ def main():
     step_s = statistics.median(times) if times else float("nan")
     print(json.dumps({
         "impl": "torch-reference", "torch": torch.__version__,
-        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": not a.no_compile, "dtype": a.dtype,
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": compiled, "dtype": a.dtype,
         "params": n_params, "batch": B, "seq": T, "grad_accum": A,
         "step_ms_median": round(step_s * 1e3, 2), "tokens_per_s": round(B * T * A / step_s) if times else 0,
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else 0,
