@@ -27,11 +27,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gpu_train_bench  # noqa: E402
 
 
 def parse():
@@ -67,19 +68,9 @@ def parse():
     return p.parse_args()
 
 
-LOG = []
-
-
 def sh(cmd, out):
-    print("+ " + " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    LOG.append(f"$ {' '.join(cmd)}\n{r.stderr}{r.stdout}\n")
-    with open(os.path.join(out, "logs.txt"), "w") as f:
-        f.write("".join(LOG))
-    if r.returncode != 0:
-        print(r.stderr[-4000:], r.stdout[-2000:])
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; log in {out}/logs.txt")
-    return r.stdout
+    """Runs cmd, its output appended to out/logs.txt (gpu_train_bench's runner); exits on failure."""
+    return gpu_train_bench.sh(cmd, os.path.join(out, "logs.txt"))
 
 
 def read_metrics(path):
