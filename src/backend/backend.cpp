@@ -6,7 +6,8 @@ AttentionImpl parse_attention(const std::string& name) {
     if (name == "auto") return AttentionImpl::Auto;
     if (name == "gemm") return AttentionImpl::Gemm;
     if (name == "flash") return AttentionImpl::Flash;
-    fail("--attention {}: use auto, gemm or flash", name);
+    if (name == "flash-simt") return AttentionImpl::FlashSimt;
+    fail("--attention {}: use auto, gemm, flash or flash-simt", name);
 }
 
 std::vector<float> Backend::download_f32(Tensor src) {

@@ -188,10 +188,11 @@ public:
 };
 
 // How the CUDA backend computes attention: Gemm (cuBLASLt products on the tensor cores, keeping the (T,T)
-// probabilities), Flash (anvil's tiled kernels, keeping only the log-sum-exp), Auto (Gemm where the
+// probabilities), Flash (anvil's tiled kernels, keeping only the log-sum-exp: on the tensor cores in bf16 and
+// fp16, on the CUDA cores in fp32), FlashSimt (the CUDA-core kernels in every dtype), Auto (Gemm where the
 // probabilities take at most 1 GiB per layer). The CPU backend has one implementation.
-enum class AttentionImpl : uint8_t { Auto, Gemm, Flash };
-// Parses --attention auto|gemm|flash; throws naming the flag otherwise.
+enum class AttentionImpl : uint8_t { Auto, Gemm, Flash, FlashSimt };
+// Parses --attention auto|gemm|flash|flash-simt; throws naming the flag otherwise.
 AttentionImpl parse_attention(const std::string& name);
 
 struct BackendOptions {

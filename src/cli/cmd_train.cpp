@@ -281,9 +281,10 @@ Command add_train(CLI::App& app) {
     sub->add_option(
            "--attention", o->attention,
            "CUDA attention: gemm (cuBLASLt on the tensor cores, keeps the T x T probabilities), flash "
-           "(anvil's tiled kernels, keeps only the log-sum-exp) or auto (gemm up to 1 GiB per layer)")
+           "(anvil's tiled kernels, keeps only the log-sum-exp; tensor cores in bf16/fp16), flash-simt "
+           "(the same on the CUDA cores) or auto (gemm up to 1 GiB per layer)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"auto", "gemm", "flash"}));
+        ->check(CLI::IsMember({"auto", "gemm", "flash", "flash-simt"}));
     sub->add_option(
            "--zero", o->zero,
            "1: ZeRO-1, shard the AdamW state over the data-parallel ranks (reduce-scatter the gradients, "

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 
 #undef __global__
 #undef __device__
@@ -51,6 +52,10 @@ void* dynamic_smem();
 // Called once per static __shared__ array (rewrite.py adds the call): the array is filled with 0xFF before
 // each later block of the running kernel. Returns true.
 bool register_shared(void* array, size_t bytes);
+// Stops the run naming the block and thread (for the shims' checks).
+[[noreturn]] void fail(const std::string& what);
+// Fails when [first, last) starts in the running block's dynamic shared memory and leaves it.
+void check_smem_span(const void* first, const void* last);
 void sync_block();
 void sync_warp(unsigned mask);
 enum class Shfl { Idx, Xor };

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA kernel source for cuemu (see cuemu.h): kernel launches become calls, dynamic shared
-memory becomes the launch's buffer, cub comes from the emulator. Usage: rewrite.py IN.cu OUT.cpp"""
+memory becomes the launch's buffer, cub and WMMA (<mma.h>) come from the emulator. Usage: rewrite.py IN.cu OUT.cpp"""
 import re
 import sys
 
@@ -79,6 +79,7 @@ def main():
                  r'\1* \2 = static_cast<\1*>(::cuemu::dynamic_smem());', src)
     src = re.sub(r'^(\s*)__shared__\s+(\w+)\s+([^;]+);', register_shared, src, flags=re.M)
     src = re.sub(r'#include\s*<cub/cub\.cuh>', '#include "cub_shim.h"', src)
+    src = re.sub(r'#include\s*<mma\.h>', '#include "mma_shim.h"', src)
     src = rewrite_launches(src)
     with open(sys.argv[2], 'w') as f:
         f.write(f'#line 1 "{sys.argv[1]}"\n')

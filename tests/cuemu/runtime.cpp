@@ -110,7 +110,9 @@ struct Block {
     const std::function<void()>* body = nullptr;
     std::vector<Fiber> fibers;
     std::vector<uint64_t> slots;  // one shuffle value per thread
-    std::vector<unsigned char> smem;
+    std::vector<unsigned char> smem_buf;  // dynamic shared memory, from a 1024-byte boundary in it
+    unsigned char* smem = nullptr;
+    size_t smem_bytes = 0;
     void* sched = nullptr;
     int cur = 0;
 };
@@ -245,7 +247,17 @@ const dim3& grid_dim() {
     return g_block->grid;
 }
 void* dynamic_smem() {
-    return g_block->smem.data();
+    return g_block->smem;
+}
+void check_smem_span(const void* first, const void* last) {
+    const auto* b = g_block->smem_buf.data();
+    const auto* f = static_cast<const unsigned char*>(first);
+    if (f < b || f >= b + g_block->smem_buf.size()) return;  // not the dynamic shared memory
+    if (f < g_block->smem || static_cast<const unsigned char*>(last) > g_block->smem + g_block->smem_bytes)
+        fail("an access past the launch's " + std::to_string(g_block->smem_bytes) + " bytes of dynamic shared memory");
+}
+void fail(const std::string& what) {
+    die(where(*g_block) + ", thread " + std::to_string(g_block->cur) + ": " + what);
 }
 bool register_shared(void* array, size_t bytes) {
     g_static_smem[g_block->kernel].emplace_back(array, bytes);
@@ -304,14 +316,17 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
     b.body = &body;
     b.fibers.resize(threads);
     b.slots.assign(threads, 0);
-    b.smem.resize(std::max<size_t>(smem, 16));
+    // a GPU's dynamic shared memory starts on a large boundary: WMMA's 32-byte pointer rule is checked against it
+    b.smem_bytes = std::max<size_t>(smem, 16);
+    b.smem_buf.resize(b.smem_bytes + 1024);
+    b.smem = b.smem_buf.data() + (1024 - reinterpret_cast<uintptr_t>(b.smem_buf.data()) % 1024);
     g_block = &b;
     const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
     for (uint64_t k = 0; k < blocks; k++) {
         const uint64_t i = order == Order::Reverse ? blocks - 1 - k : k;
         b.bid = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
                       unsigned(i / (uint64_t(grid.x) * grid.y))};
-        std::fill(b.smem.begin(), b.smem.end(), 0xFF);  // shared memory starts as garbage
+        std::fill(b.smem, b.smem + b.smem_bytes, 0xFF);  // shared memory starts as garbage
         for (const auto& [array, bytes] : g_static_smem[kernel]) std::memset(array, 0xFF, bytes);
         run_block(b, order, rng);
     }

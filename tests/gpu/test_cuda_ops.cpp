@@ -1,6 +1,7 @@
 // The op table's second mode (tests/ops/op_cases.h): every CUDA op against the CPU backend (the spec) on
 // fresh random inputs in f32, bf16 and f16, outputs poisoned with NaN first, each run twice and required to
-// repeat bit for bit; attention with each CUDA implementation. Then what is not one op: the optimizer's
+// repeat bit for bit; attention with each CUDA implementation (gemm, flash on the tensor cores in bf16/f16,
+// flash on the CUDA cores). Then what is not one op: the optimizer's
 // master weights in low precision and its skipped step, conversions bit for bit, allocation and the memory
 // limit. The seed is printed at the start and ANVIL_TEST_SEED replays it.
 #include <cmath>
@@ -20,9 +21,12 @@ TEST_P(CudaOps, MatchTheCpu) {
     if (dt != DType::F32 && !c.low_precision) GTEST_SKIP() << c.name << " runs in f32 only";
     auto cpu = make_backend({Device::CPU, 0, 0});
     std::vector<AttentionImpl> impls = {AttentionImpl::Auto};
-    if (c.attention) impls = {AttentionImpl::Gemm, AttentionImpl::Flash};
+    if (c.attention) impls = {AttentionImpl::Gemm, AttentionImpl::Flash, AttentionImpl::FlashSimt};
     for (AttentionImpl impl : impls) {
-        SCOPED_TRACE(impl == AttentionImpl::Gemm ? "gemm" : impl == AttentionImpl::Flash ? "flash" : "");
+        SCOPED_TRACE(impl == AttentionImpl::Gemm        ? "gemm"
+                     : impl == AttentionImpl::Flash     ? "flash"
+                     : impl == AttentionImpl::FlashSimt ? "flash-simt"
+                                                        : "");
         auto gpu = make_backend({Device::CUDA, 0, 0, impl});
         const std::string err = compare_backends(c, *cpu, *gpu, dt, test_seed() + index);
         EXPECT_TRUE(err.empty()) << err << "seed " << test_seed();

@@ -795,6 +795,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
         t.push_back(attention(s, 1, 70, 2, 16));
         t.push_back(attention(s, 2, 33, 1, 80));
+        t.push_back(attention(s, 1, 130, 2, 64));  // tensor cores: three tiles of 64, the last one partial
+        t.push_back(attention(s, 2, 40, 2, 20));   // rows not whole 16-byte packs: element loads
     }
     return t;
 }

@@ -1,31 +1,24 @@
-// Causal self-attention, anvil's own kernels (the fallback where cuDNN's fused attention is not used):
-// flash-style, the softmax computed online and only its log-sum-exp (B,NH,T) kept for the backward.
+// Causal self-attention on the CUDA cores, anvil's own kernels (fp32, and --attention flash-simt; bf16 and
+// fp16 go to the tensor-core kernels of attention_tc.cu): flash-style, the softmax computed online and only
+// its log-sum-exp (B,NH,T) kept for the backward.
 // Tiles of 32 keys live in shared memory, rows padded by one float so lanes reading their own row hit
 // distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
 // so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
 #include <cmath>
 
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/ops.h"
 
 namespace anvil::cuda {
 
 namespace {
 
-constexpr int kTile = 32;          // keys (or queries) per tile: one per lane
-constexpr int kWarps = 4;          // forward: warps per block
-constexpr int kRowsPerWarp = 4;    // forward: query rows per warp
+constexpr int kTile = 32;        // keys (or queries) per tile: one per lane
+constexpr int kWarps = 4;        // forward: warps per block
+constexpr int kRowsPerWarp = 4;  // forward: query rows per warp
 constexpr int kRows = kWarps * kRowsPerWarp;
 
-struct Geom {
-    int B, T, C, NH, HS;
-    float scale;
-    __device__ size_t q(int b, int t, int h) const { return (size_t(b) * T + t) * 3 * C + size_t(h) * HS; }
-    __device__ size_t k(int b, int t, int h) const { return q(b, t, h) + C; }
-    __device__ size_t v(int b, int t, int h) const { return q(b, t, h) + 2 * C; }
-    __device__ size_t o(int b, int t, int h) const { return (size_t(b) * T + t) * C + size_t(h) * HS; }
-    __device__ size_t row(int b, int h, int t) const { return (size_t(b) * NH + h) * T + t; }
-};
+using Geom = AttnGeom;
 
 // Loads `rows` rows of HS elements (stride `stride` apart in global memory, from `src`) into shared rows of
 // D+1 floats; rows past the end become zero.
@@ -155,7 +148,8 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
 
 // dQ for a tile of 32 query rows (one warp, a lane per row), over every earlier key.
 template <typename T, int D>
-__global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow, Geom g) {
+__global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
+                                  Geom g) {
     extern __shared__ float smem[];
     auto* Qs = reinterpret_cast<float(*)[D + 1]>(smem);
     auto* dOs = Qs + kTile;
@@ -251,27 +245,28 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
     }
 }
 
-// Calls f(std::integral_constant<int, D>) with D the head-size bound (32, 64 or 128).
-template <typename F>
-void dispatch_head(int HS, F&& f) {
-    if (HS <= 32) f(std::integral_constant<int, 32>{});
-    else if (HS <= 64) f(std::integral_constant<int, 64>{});
-    else if (HS <= 128) f(std::integral_constant<int, 128>{});
-    else ::anvil::fail("attention: head size {} is above the 128 anvil's kernels support", HS);
-}
-
-Geom geom(const Tensor& qkv, int NH) {
-    const int C = int(qkv.dim(2) / 3), HS = C / NH;
-    return Geom{int(qkv.dim(0)), int(qkv.dim(1)), C, NH, HS, 1.0f / std::sqrt(float(HS))};
-}
-
 }  // namespace
 
-size_t attention_flash_saved_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
-size_t attention_flash_scratch_bytes(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * sizeof(float); }
+size_t attention_flash_saved_bytes(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * sizeof(float);
+}
+size_t attention_flash_scratch_bytes(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * sizeof(float);
+}
 
-void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const Geom g = geom(qkv, NH);
+void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tensor& out, const AttnGeom& g) {
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const int rows = g.B * g.NH * g.T;
+        attn_bwd_rowdot_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(Drow, dout.ptr<T>(), out.ptr<T>(), g);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH, bool tensor_cores) {
+    const Geom g = attn_geom(qkv, NH);
+    if (tensor_cores && qkv.dtype != DType::F32)
+        return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
@@ -283,30 +278,29 @@ void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int
     });
 }
 
-void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                   int NH) {
-    const Geom g = geom(qkv, NH);
+void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
+                         Tensor saved, int NH, bool tensor_cores) {
+    const Geom g = attn_geom(qkv, NH);
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
+    attention_rowdot(c, Drow, dout, out, g);
+    if (tensor_cores && qkv.dtype != DType::F32) return attention_tc_bwd(c, dqkv, dout, qkv, lse, Drow, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
-        const int rows = g.B * NH * g.T;
-        attn_bwd_rowdot_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(Drow, dout.ptr<T>(), out.ptr<T>(), g);
-        CUDA_LAUNCH_CHECK();
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
             const dim3 grid((g.T + kTile - 1) / kTile, g.B * NH);
             const size_t kv_smem = (4 * kTile * (D + 1) + 2 * D) * sizeof(float);
-            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(kv_smem)));
-            attn_bwd_kv_kernel<T, D><<<grid, 32, kv_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse,
-                                                                      Drow, g);
+            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kv_kernel<T, D>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(kv_smem)));
+            attn_bwd_kv_kernel<T, D>
+                <<<grid, 32, kv_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g);
             CUDA_LAUNCH_CHECK();
             const size_t q_smem = 5 * kTile * (D + 1) * sizeof(float);
-            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_q_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(q_smem)));
-            attn_bwd_q_kernel<T, D><<<grid, 32, q_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse,
-                                                                    Drow, g);
+            CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_q_kernel<T, D>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(q_smem)));
+            attn_bwd_q_kernel<T, D>
+                <<<grid, 32, q_smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g);
             CUDA_LAUNCH_CHECK();
         });
     });
@@ -322,9 +316,9 @@ void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tenso
                qkv.ptr<T>(), Tq, pos0, QC, KC);
         dispatch_head(HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            attn_cached_kernel<T, D><<<dim3(Tq, NH), 32, 0, c.stream>>>(out.ptr<T>(), qkv.ptr<T>(), kcache.ptr<T>(),
-                                                                        vcache.ptr<T>(), pos0, QC, KC, HS, group,
-                                                                        1.0f / std::sqrt(float(HS)));
+            attn_cached_kernel<T, D><<<dim3(Tq, NH), 32, 0, c.stream>>>(
+                out.ptr<T>(), qkv.ptr<T>(), kcache.ptr<T>(), vcache.ptr<T>(), pos0, QC, KC, HS, group,
+                1.0f / std::sqrt(float(HS)));
             CUDA_LAUNCH_CHECK();
         });
     });

@@ -305,7 +305,9 @@ constexpr size_t kGemmSavedLimit = size_t(1) << 30;
 }
 
 bool CudaBackend::attention_gemm_planned(const AttnDims& d) const {
-    if (attention_ == AttentionImpl::Flash || !cuda::attention_gemm_fits(ctx_, d)) return false;
+    if (attention_ == AttentionImpl::Flash || attention_ == AttentionImpl::FlashSimt ||
+        !cuda::attention_gemm_fits(ctx_, d))
+        return false;
     return attention_ == AttentionImpl::Gemm || cuda::attention_gemm_saved_elems(d) * 2 <= kGemmSavedLimit;
 }
 
@@ -329,7 +331,7 @@ void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
     const AttnDims d{s.B, s.T, NH, s.C / NH};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, out, saved, qkv, NH);
     ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
-    cuda::attention_flash_fwd(ctx_, out, saved, qkv, NH);
+    cuda::attention_flash_fwd(ctx_, out, saved, qkv, NH, attention_ != AttentionImpl::FlashSimt);
 }
 
 void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
@@ -340,7 +342,8 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
     const AttnDims d{s.B, s.T, NH, s.C / NH};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, dqkv, dout, qkv, saved, NH);
     ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
-    cuda::attention_flash_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH);
+    cuda::attention_flash_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH,
+                              attention_ != AttentionImpl::FlashSimt);
 }
 
 void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {

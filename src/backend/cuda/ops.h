@@ -81,12 +81,13 @@ void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w
 void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
                     Tensor w, WLayout layout, Tensor in_pre_gelu);
 
-// attention.cu: anvil's flash-style kernels (keep only the log-sum-exp)
+// attention.cu: anvil's flash-style kernels (keep only the log-sum-exp); with `tensor_cores`, bf16 and f16
+// run attention_tc.cu's kernels (f32 always the CUDA-core ones)
 size_t attention_flash_saved_bytes(const AttnDims& d);
 size_t attention_flash_scratch_bytes(const AttnDims& d);
-void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH);
+void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH, bool tensor_cores);
 void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
-                         Tensor saved, int NH);
+                         Tensor saved, int NH, bool tensor_cores);
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
 // attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
 size_t attention_gemm_saved_elems(const AttnDims& d);
