@@ -47,7 +47,7 @@ test-emu: deps
 	  cmake -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
 	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
 	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests && \
-	  cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests$$'; \
+	  cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests'; \
 	fi
 
 bench: build

@@ -52,6 +52,8 @@ void* dynamic_smem();
 // Called once per static __shared__ array (rewrite.py adds the call): the array is filled with 0xFF before
 // each later block of the running kernel. Returns true.
 bool register_shared(void* array, size_t bytes);
+// The most dynamic shared memory a block may opt in to: Hopper's 227 KiB, or CUEMU_SMEM_OPTIN_KIB (99 for Ada).
+size_t smem_optin();
 // Stops the run naming the block and thread (for the shims' checks).
 [[noreturn]] void fail(const std::string& what);
 // Fails when [first, last) starts in the running block's dynamic shared memory and leaves it.

@@ -256,6 +256,13 @@ void check_smem_span(const void* first, const void* last) {
     if (f < g_block->smem || static_cast<const unsigned char*>(last) > g_block->smem + g_block->smem_bytes)
         fail("an access past the launch's " + std::to_string(g_block->smem_bytes) + " bytes of dynamic shared memory");
 }
+size_t smem_optin() {
+    static const size_t kib = [] {
+        const char* e = std::getenv("CUEMU_SMEM_OPTIN_KIB");
+        return e && *e ? size_t(std::strtoul(e, nullptr, 10)) : size_t(227);
+    }();
+    return kib << 10;
+}
 void fail(const std::string& what) {
     die(where(*g_block) + ", thread " + std::to_string(g_block->cur) + ": " + what);
 }
@@ -462,7 +469,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     p->minor = 0;
     p->multiProcessorCount = 132;
     p->sharedMemPerBlock = 48 << 10;
-    p->sharedMemPerBlockOptin = 227 << 10;
+    p->sharedMemPerBlockOptin = cuemu::smem_optin();
     p->maxThreadsPerBlock = 1024;
     p->warpSize = 32;
     p->memoryBusWidth = 5120;
@@ -479,7 +486,7 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
 }
 cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-    if (value > (227 << 10)) return cudaErrorInvalidValue;
+    if (size_t(value) > cuemu::smem_optin()) return cudaErrorInvalidValue;
     std::lock_guard<std::mutex> lock(cuemu::g_attr_mutex);
     cuemu::g_max_dyn_smem[f] = value;
     return cudaSuccess;

@@ -265,7 +265,7 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
 
 void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH, bool tensor_cores) {
     const Geom g = attn_geom(qkv, NH);
-    if (tensor_cores && qkv.dtype != DType::F32)
+    if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g))
         return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -284,7 +284,8 @@ void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout,
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
     attention_rowdot(c, Drow, dout, out, g);
-    if (tensor_cores && qkv.dtype != DType::F32) return attention_tc_bwd(c, dqkv, dout, qkv, lse, Drow, g);
+    if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g))
+        return attention_tc_bwd(c, dqkv, dout, qkv, lse, Drow, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {

@@ -14,6 +14,8 @@
 // 32-byte aligned (WMMA's rule) and rows start in different banks.
 #include <mma.h>
 
+#include <algorithm>
+
 #include "backend/cuda/attention.cuh"
 
 namespace anvil::cuda {
@@ -371,6 +373,15 @@ void allow_smem(K kernel, size_t bytes) {
 }
 
 }  // namespace
+
+bool attention_tc_fits(const Ctx& c, const AttnGeom& g) {
+    size_t need = 0;
+    dispatch_head(g.HS, [&](auto dtag) {
+        constexpr int D = decltype(dtag)::value;
+        need = std::max(fwd_smem<bf16_t, D>(), bwd_smem<bf16_t, D>());  // f16 tiles take the same
+    });
+    return need <= c.smem_optin;
+}
 
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g) {
     const bool vec = rows_aligned(g, qkv.data, out.data);

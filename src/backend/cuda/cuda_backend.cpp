@@ -76,6 +76,7 @@ CudaBackend::CudaBackend(int device, AttentionImpl attention) : device_(device),
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     ctx_.sm_count = prop_.multiProcessorCount;
+    ctx_.smem_optin = prop_.sharedMemPerBlockOptin;
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);
     ctx_.workspace = static_cast<char*>(workspace_.data());

@@ -20,6 +20,8 @@ struct Ctx {
     char* workspace = nullptr;  // device scratch for partial sums, sort buffers
     size_t workspace_bytes = 0;
     int sm_count = 0;
+    size_t smem_optin =
+        0;  // the most dynamic shared memory a block may opt in to (99 KiB on Ada, 227 on Hopper)
     cublasLtHandle_t lt = nullptr;
     void* lt_workspace = nullptr;
     size_t lt_workspace_bytes = 0;
@@ -47,9 +49,11 @@ void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor w
 void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
 
 // quant.cu: int8 weights, W = q * scale[o]. matmul_q8_direct reads q directly for up to kQ8DirectRows rows of
-// `in` (decoding); dequant_q8 writes W in w's dtype and q's layout for a cuBLASLt product; the int8 token table.
+// `in` (decoding); dequant_q8 writes W in w's dtype and q's layout for a cuBLASLt product; the int8 token
+// table.
 constexpr int kQ8DirectRows = 8;
-void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias);
+void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout,
+                      Tensor bias);
 void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
 void embedding_q8_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe);
 
@@ -65,7 +69,8 @@ void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Te
 // rope.cu: rotary embeddings on x (B, T, H*HS) in place; grouped-query head packing (KH = KVH or NH)
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
 void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS);
-void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH, int HS);
+void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH,
+                int HS);
 
 // matmul.cu (cuBLASLt)
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu);
