@@ -1,11 +1,13 @@
 // The op table's third mode (tests/ops/op_cases.h): every backend op's time at a model's sizes, with
-// GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest.
+// GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
+// CUDA, attention is timed in each implementation (gemm, flash, flash-simt).
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
 // `make bench` runs it on the CPU at `make bench`'s model (4 layers, width 256, context 128, batch 8).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "../tests/ops/op_cases.h"
 
@@ -27,7 +29,8 @@ int main(int argc, char** argv) {
         else if (k == "--threads")
             threads = std::atoi(v.c_str());
         else {
-            std::fprintf(stderr, "anvil_op_bench: unknown flag %s; see the comment at the top of op_bench.cpp\n",
+            std::fprintf(stderr,
+                         "anvil_op_bench: unknown flag %s; see the comment at the top of op_bench.cpp\n",
                          k.c_str());
             return 2;
         }
@@ -37,16 +40,29 @@ int main(int argc, char** argv) {
         ANVIL_CHECK(dtype_from_precision(precision, &dt), "--dtype {}: use fp32, bf16 or fp16", precision);
         ANVIL_CHECK(sizes == "bench" || sizes == "gpt2", "--sizes {}: use bench or gpt2", sizes);
         auto be = make_backend({device == "cuda" ? Device::CUDA : Device::CPU, threads, 0});
-        std::printf("%s, %s, %s sizes, mean of %d runs after a warm-up\n", be->describe().c_str(), precision.c_str(),
-                    sizes.c_str(), reps);
+        std::printf("%s, %s, %s sizes, mean of %d runs after a warm-up\n", be->describe().c_str(),
+                    precision.c_str(), sizes.c_str(), reps);
         std::printf("%-52s %10s %10s %10s %10s\n", "op", "fwd ms", "bwd ms", "GFLOP/s", "GB/s");
+        const std::pair<AttentionImpl, const char*> impls[] = {{AttentionImpl::Gemm, "gemm"},
+                                                               {AttentionImpl::Flash, "flash"},
+                                                               {AttentionImpl::FlashSimt, "flash-simt"}};
         for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
             if (dt != DType::F32 && !c.low_precision) continue;
-            const OpTiming t = time_case(c, *be, dt, reps);
-            const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
-            const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
-                                                 : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
-            std::printf("%-52s %10.3f %10s %s\n", c.name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
+            auto report = [&](Backend& b, const std::string& name) {
+                const OpTiming t = time_case(c, b, dt, reps);
+                const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
+                const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
+                                                     : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
+                std::printf("%-52s %10.3f %10s %s\n", name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
+            };
+            if (!c.attention || device != "cuda") {
+                report(*be, c.name);
+                continue;
+            }
+            for (const auto& [impl, impl_name] : impls) {
+                auto b = make_backend({Device::CUDA, threads, 0, impl});
+                report(*b, c.name + " " + impl_name);
+            }
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "anvil_op_bench: %s\n", e.what());
