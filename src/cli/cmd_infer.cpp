@@ -1,4 +1,5 @@
 // anvil eval and anvil generate: load a model directory, then score data or sample text.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,7 +90,9 @@ Command add_generate(CLI::App& app) {
         "--chat", o->chat,
         "a conversation in the model's chat template: the user's turns from --prompt, else one per line "
         "of standard input (an empty line or end of input ends it); only the replies are printed");
-    sub->add_option("--system", o->system, "with --chat: a system message before the conversation");
+    sub->add_option(
+        "--system", o->system,
+        "with --chat: a system message before the conversation (kept when old turns are dropped)");
     sub->add_option("--max-new-tokens", o->s.max_new_tokens, "tokens to generate")
         ->capture_default_str()
         ->check(kPositive);
@@ -202,7 +205,26 @@ Command add_generate(CLI::App& app) {
                 user = line;
             }
             conv.messages.push_back({Role::User, user});
-            conv.messages.push_back({Role::Assistant, reply(prompt_tokens(conv, l.prompt, tok))});
+            std::vector<int32_t> prompt = prompt_tokens(conv, l.prompt, tok);
+            // past the context (with room for the reply), the oldest whole turns go, the system message
+            // stays (as llama.cpp's context shift does), instead of cutting the rendering mid-turn
+            const int n_ctx = l.model->config().n_ctx;
+            const size_t budget = size_t(n_ctx - std::min(s.max_new_tokens, n_ctx / 2));
+            const size_t first = o->system.empty() ? 0 : 1;
+            int dropped = 0;
+            while (prompt.size() > budget && conv.messages.size() >= first + 3) {
+                conv.messages.erase(conv.messages.begin() + long(first),
+                                    conv.messages.begin() + long(first) + 2);
+                prompt = prompt_tokens(conv, l.prompt, tok);
+                dropped++;
+            }
+            if (dropped)
+                std::fprintf(stderr,
+                             "anvil: the conversation passed the context (%d tokens, %d kept for the reply): "
+                             "dropped the oldest %d turn%s%s\n",
+                             n_ctx, n_ctx - int(budget), dropped, dropped == 1 ? "" : "s",
+                             first ? ", kept the system message" : "");
+            conv.messages.push_back({Role::Assistant, reply(prompt)});
             if (!o->prompt.empty()) break;
         }
         return 0;

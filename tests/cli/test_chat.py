@@ -8,6 +8,7 @@ errors naming the file, line or flag."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -134,6 +135,12 @@ def main():
               len(two.stdout) > len(first.stdout) and stopped.stdout == two.stdout,
               "generate --chat reads turns from stdin (the first reply as --prompt gives it, then a second) until "
               "an empty line", f)
+        # past the context (64 tokens, 12 kept for the reply) the oldest whole turns go and the system stays
+        long = chat_stdin("".join(f"turn {i}: abcdefgh\n" for i in range(8)))
+        drops = re.findall(r"dropped the oldest \d+ turns?, kept the system message", long.stderr)
+        check(long.returncode == 0 and len(drops) >= 2,
+              f"generate --chat drops the oldest turns past the context and says so, turn after turn ({len(drops)} "
+              f"times: {drops[:1] or long.stderr[-300:]!r})", f)
         one_line_error(run([*gen, "--chat", "--instruction", "x"]), ["--chat", "--instruction"], "--chat with --instruction", f)
         one_line_error(run([*gen, "--prompt", "x", "--system", "y"]), ["--system", "--chat"], "--system without --chat", f)
 
