@@ -38,8 +38,8 @@ std::string num(const nlohmann::json& r, const char* key) {
 struct Metrics {
     std::string name;  // the run directory's name: the curves' title
     std::vector<nlohmann::json> rows;
-    std::string dat;                // its gnuplot data file
-    std::array<bool, 10> has = {};  // which data columns (1-based) hold at least one number
+    std::string dat;               // its gnuplot data file
+    std::array<int, 10> has = {};  // how many numbers each data column (1-based) holds
 };
 
 Metrics read_metrics(const std::string& run) {
@@ -95,7 +95,7 @@ std::string data_rows(Metrics& m, const std::map<double, double>& ref) {
                 cols[8] = fmt::format("{:.8g}", 100.0 * (r["loss"].get<double>() - it->second) / it->second);
         }
         for (int c = 0; c < 9; c++) {
-            m.has[size_t(c + 1)] = m.has[size_t(c + 1)] || (cols[c] != "?" && cols[0] != "?");
+            m.has[size_t(c + 1)] += cols[c] != "?" && cols[0] != "?";
             data += cols[c] + (c < 8 ? " " : "\n");
         }
     }
@@ -118,10 +118,15 @@ struct Curve {
 std::string panel(const std::string& title, const std::vector<Curve>& curves, const char* yrange = nullptr) {
     std::string cmd;
     for (const auto& c : curves) {
-        if (!c.run->has[size_t(c.col)]) continue;
+        const int points = c.run->has[size_t(c.col)];
+        if (points == 0) continue;
+        // one point draws no line: mark it
+        const std::string style = points == 1 && c.style.rfind("lines ", 0) == 0
+                                      ? "linespoints pt 7 " + c.style.substr(6)
+                                      : c.style;
         cmd +=
             fmt::format("{}{} using 1:{} with {} {}", cmd.empty() ? "plot " : ", ", quoted(c.run->dat), c.col,
-                        c.style, c.title.empty() ? std::string("notitle") : "title " + quoted(c.title));
+                        style, c.title.empty() ? std::string("notitle") : "title " + quoted(c.title));
     }
     const std::string head =
         fmt::format("set title {}\n{}", quoted(title), yrange ? yrange : "set autoscale y\n");

@@ -141,6 +141,10 @@ def main():
         text = "".join(ET.parse(svg).getroot().itertext())
         check(all(n in text for n in (os.path.basename(out), "peak4", "peak8")) and
               f"relative to {os.path.basename(out)}" in text, "plot of three runs names each and compares", f)
+        one = os.path.join(d, "one.svg")  # a one-step run: each curve is a marked point (a line needs two)
+        run(["plot", os.path.join(d, "peak4"), "--out", one], check=True)
+        marks = open(one).read().count("gpPt6' transform")
+        check(marks >= 3, f"a one-step run's curves are drawn as points ({marks} marked)", f)
         r = run(["plot", os.path.join(d, "peak4"), out], check=True)
         check(os.path.exists(os.path.join(d, "peak4", "compare.png")), "several runs: FIRST/compare.png", f)
         limit = int((peaks[4] + peaks[8]) / 2 * (1 << 20))
