@@ -8,11 +8,13 @@
 
 namespace anvil {
 
-SpecialMatcher::SpecialMatcher(const std::vector<std::pair<std::string, int32_t>>& specials) : by_first_(256) {
+SpecialMatcher::SpecialMatcher(const std::vector<std::pair<std::string, int32_t>>& specials)
+    : by_first_(256) {
     for (const auto& [text, id] : specials)
         if (!text.empty()) by_first_[uint8_t(text[0])].push_back({text, id});
     for (auto& v : by_first_)
-        std::stable_sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+        std::stable_sort(v.begin(), v.end(),
+                         [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
 }
 
 size_t SpecialMatcher::find(std::string_view text, size_t pos, size_t* len, int32_t* id) const {
@@ -107,19 +109,20 @@ void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& 
             out.push_back(byte_ids_[uint8_t(piece[0])]);
             continue;
         }
-        cached_word(this, piece, out, [this](std::string_view w, std::vector<int32_t>& o) { encode_piece(w, o); });
+        cached_word(this, piece, out,
+                    [this](std::string_view w, std::vector<int32_t>& o) { encode_piece(w, o); });
     }
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
-    if (utf8::valid(text)) {
-        encode_ordinary(text, out);
-    } else {
-        const std::string fixed = utf8::repair(text);
-        encode_ordinary(fixed, out);
+    std::string fixed, normalized;
+    if (!utf8::valid(text)) {
+        fixed = utf8::repair(text);
+        text = fixed;
     }
+    encode_ordinary(utf8::normalize(norm_, text, normalized), out);
     return out;
 }
 
@@ -130,7 +133,8 @@ std::vector<int32_t> BpeTokenizer::encode_with_specials(std::string_view text) c
         size_t len = 0;
         int32_t id = -1;
         const size_t at = matcher_.find(text, pos, &len, &id);
-        const std::string_view chunk = text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos);
+        const std::string_view chunk =
+            text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos);
         const std::vector<int32_t> ids = encode(chunk);
         out.insert(out.end(), ids.begin(), ids.end());
         if (at == std::string_view::npos) break;

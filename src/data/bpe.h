@@ -1,20 +1,22 @@
 // Byte-level BPE as GPT-2 defines it: pre-tokenize with GPT-2's regex (or a tokenizer.json's Split pattern:
-// Llama 3, Qwen), then apply merges lowest rank first (leftmost on ties) to each piece's bytes. Vocabulary forms read: encoder.json + vocab.bpe (OpenAI),
-// vocab.json + merges.txt (Hugging Face), tokenizer.json (Hugging Face tokenizers, ByteLevel BPE). Text that
-// is not valid UTF-8 is first repaired (U+FFFD per maximal invalid subpart, as Python and JavaScript
-// decoders do), so invalid input tokenizes as GPT-2 tokenizes the decoded text.
+// Llama 3, Qwen), then apply merges lowest rank first (leftmost on ties) to each piece's bytes. Vocabulary
+// forms read: encoder.json + vocab.bpe (OpenAI), vocab.json + merges.txt (Hugging Face), tokenizer.json
+// (Hugging Face tokenizers, ByteLevel BPE). Text that is not valid UTF-8 is first repaired (U+FFFD per
+// maximal invalid subpart, as Python and JavaScript decoders do), so invalid input tokenizes as GPT-2
+// tokenizes the decoded text.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "data/bpe_merge.h"
 #include "data/regex_split.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
 
 namespace anvil {
 
@@ -43,11 +45,16 @@ public:
     // token is that token), its BOS and EOS (tokenizer_config.json), and the files to copy into checkpoints.
     void set_split(std::shared_ptr<const RegexSplit> split) { split_ = std::move(split); }
     void set_ignore_merges(bool v) { ignore_merges_ = v; }
+    // A Unicode normalizer applied to ordinary text before the split (Qwen's NFC); special tokens match the
+    // raw text.
+    void set_normalizer(utf8::Form f) { norm_ = f; }
     void set_bos_eos(int32_t bos, int32_t eos) {
         bos_ = bos;
         if (eos >= 0) eot_ = eos;
     }
-    void set_hf_files(std::vector<std::pair<std::string, std::string>> files) { hf_files_ = std::move(files); }
+    void set_hf_files(std::vector<std::pair<std::string, std::string>> files) {
+        hf_files_ = std::move(files);
+    }
 
     using Tokenizer::decode;
     std::vector<int32_t> encode(std::string_view text) const override;
@@ -79,6 +86,7 @@ private:
     SpecialMatcher matcher_;
     int32_t eot_ = -1, bos_ = -1;
     bool ignore_merges_ = false;
+    utf8::Form norm_ = utf8::Form::None;
     std::shared_ptr<const RegexSplit> split_;
     std::vector<std::pair<std::string, std::string>> hf_files_;  // (name, contents) copied by save()
     std::string source_;

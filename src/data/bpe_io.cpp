@@ -107,7 +107,8 @@ std::string type_of(const nlohmann::json& j) {
 }
 
 // The merges list: "a b" strings or ["a", "b"] pairs.
-std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::json& m, const std::string& path) {
+std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::json& m,
+                                                               const std::string& path) {
     ANVIL_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model has no merges list", path);
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& e : m["merges"]) {
@@ -126,6 +127,19 @@ std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::j
     return out;
 }
 
+// The Unicode normalization form a tokenizer.json's normalizer is (Qwen's NFC; alone or the only member of a
+// Sequence), else Form::None.
+utf8::Form unicode_form_of(const nlohmann::json& j) {
+    if (!j.contains("normalizer") || !j["normalizer"].is_object()) return utf8::Form::None;
+    const nlohmann::json* n = &j["normalizer"];
+    if (type_of(*n) == "Sequence" && n->contains("normalizers") && (*n)["normalizers"].size() == 1)
+        n = &(*n)["normalizers"][0];
+    return utf8::form_from_name(type_of(*n));
+}
+bool has_normalizer(const nlohmann::json& j) {
+    return j.contains("normalizer") && !j["normalizer"].is_null();
+}
+
 // Byte-level BPE: GPT-2's ByteLevel pre-tokenizer, or a Split pattern followed by ByteLevel(use_regex false).
 BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& path) {
     const auto& m = j["model"];
@@ -134,29 +148,39 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
     };
     ANVIL_CHECK(empty_or_null("continuing_subword_prefix") && empty_or_null("end_of_word_suffix"),
                 "{}: BPE subword prefixes and suffixes (WordPiece-style) are not supported", path);
-    ANVIL_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(),
-                "{}: normalizer {} is not supported with a byte-level BPE; anvil reads tokenizers without one (GPT-2, "
-                "Llama 3, Qwen)", path, type_of(j["normalizer"]));
+    const utf8::Form norm = unicode_form_of(j);
+    ANVIL_CHECK(
+        !has_normalizer(j) || norm != utf8::Form::None,
+        "{}: normalizer {} is not supported with a byte-level BPE; anvil reads none (GPT-2, Llama 3) or one "
+        "Unicode form: NFC (Qwen), NFD, NFKC or NFKD",
+        path, type_of(j["normalizer"]));
     std::shared_ptr<const RegexSplit> split;
     if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
         const auto& pt = j["pre_tokenizer"];
         const std::string type = type_of(pt);
         if (type == "ByteLevel") {
-            ANVIL_CHECK(!pt.value("add_prefix_space", false), "{}: ByteLevel add_prefix_space is not supported", path);
-            ANVIL_CHECK(pt.value("use_regex", true), "{}: a ByteLevel pre-tokenizer without its regex is not supported",
-                        path);
+            ANVIL_CHECK(!pt.value("add_prefix_space", false),
+                        "{}: ByteLevel add_prefix_space is not supported", path);
+            ANVIL_CHECK(pt.value("use_regex", true),
+                        "{}: a ByteLevel pre-tokenizer without its regex is not supported", path);
         } else {
-            const bool seq = type == "Sequence" && pt.contains("pretokenizers") && pt["pretokenizers"].size() == 2;
+            const bool seq =
+                type == "Sequence" && pt.contains("pretokenizers") && pt["pretokenizers"].size() == 2;
             const nlohmann::json& sp = seq ? pt["pretokenizers"][0] : pt;
             const nlohmann::json& bl = seq ? pt["pretokenizers"][1] : nlohmann::json();
             ANVIL_CHECK(seq && type_of(sp) == "Split" && type_of(bl) == "ByteLevel",
-                        "{}: pre_tokenizer {} is not supported; anvil reads ByteLevel, or a Sequence of a Split pattern "
-                        "and ByteLevel (Llama 3 style)", path, type == "Sequence" ? pt.dump().substr(0, 120) : type);
-            ANVIL_CHECK(sp.value("behavior", std::string()) == "Isolated" && !sp.value("invert", false) &&
-                            sp.contains("pattern") && sp["pattern"].contains("Regex"),
-                        "{}: a Split pre-tokenizer must have a Regex pattern, behavior Isolated and invert false", path);
+                        "{}: pre_tokenizer {} is not supported; anvil reads ByteLevel, or a Sequence of a "
+                        "Split pattern "
+                        "and ByteLevel (Llama 3 style)",
+                        path, type == "Sequence" ? pt.dump().substr(0, 120) : type);
+            ANVIL_CHECK(
+                sp.value("behavior", std::string()) == "Isolated" && !sp.value("invert", false) &&
+                    sp.contains("pattern") && sp["pattern"].contains("Regex"),
+                "{}: a Split pre-tokenizer must have a Regex pattern, behavior Isolated and invert false",
+                path);
             ANVIL_CHECK(!bl.value("use_regex", true) && !bl.value("add_prefix_space", false),
-                        "{}: after a Split, ByteLevel must have use_regex false and add_prefix_space false", path);
+                        "{}: after a Split, ByteLevel must have use_regex false and add_prefix_space false",
+                        path);
             split = std::make_shared<RegexSplit>(sp["pattern"]["Regex"].get<std::string>(), path);
         }
     }
@@ -183,7 +207,9 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
     }
     BpeTokenizer t(std::move(p.tokens), p.merges, std::move(p.specials), path);
     t.set_split(split);
-    t.set_ignore_merges(m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>());
+    t.set_ignore_merges(m.contains("ignore_merges") && m["ignore_merges"].is_boolean() &&
+                        m["ignore_merges"].get<bool>());
+    t.set_normalizer(norm);
     return t;
 }
 
@@ -199,11 +225,15 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
         if (type == "Prepend") {
             s.prepend = n.value("prepend", std::string());
         } else if (type == "Replace") {
-            ANVIL_CHECK(n["pattern"].value("String", std::string()) == " " && n.value("content", std::string()) == "\u2581",
+            ANVIL_CHECK(n["pattern"].value("String", std::string()) == " " &&
+                            n.value("content", std::string()) == "\u2581",
                         "{}: a Replace normalizer other than \" \" -> \"\u2581\" is not supported", path);
         } else {
-            fail("{}: normalizer {} is not supported; anvil reads SentencePiece-style BPE with the Prepend and Replace "
-                 "normalizers or the Metaspace pre-tokenizer", path, type);
+            fail(
+                "{}: normalizer {} is not supported; anvil reads SentencePiece-style BPE with the Prepend "
+                "and Replace "
+                "normalizers or the Metaspace pre-tokenizer",
+                path, type);
         }
     };
     if (j.contains("normalizer") && j["normalizer"].is_object()) {
@@ -214,22 +244,26 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
     }
     if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
         const auto& pt = j["pre_tokenizer"];
-        ANVIL_CHECK(type_of(pt) == "Metaspace", "{}: pre_tokenizer {} is not supported with SentencePiece-style BPE; "
-                    "anvil reads Metaspace or none", path, type_of(pt));
-        ANVIL_CHECK(pt.value("replacement", std::string("\u2581")) == "\u2581", "{}: Metaspace replacement must be \u2581",
-                    path);
-        const std::string scheme = pt.value("prepend_scheme", pt.value("add_prefix_space", true) ? "always" : "never");
+        ANVIL_CHECK(type_of(pt) == "Metaspace",
+                    "{}: pre_tokenizer {} is not supported with SentencePiece-style BPE; "
+                    "anvil reads Metaspace or none",
+                    path, type_of(pt));
+        ANVIL_CHECK(pt.value("replacement", std::string("\u2581")) == "\u2581",
+                    "{}: Metaspace replacement must be \u2581", path);
+        const std::string scheme =
+            pt.value("prepend_scheme", pt.value("add_prefix_space", true) ? "always" : "never");
         s.prepend = scheme == "never" ? "" : "\u2581";
         s.prepend_every_stretch = scheme == "always";
     }
     const auto& vocab = m["vocab"];
-    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object", path);
+    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object",
+                path);
     s.pieces.assign(vocab.size(), std::string());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
         const int64_t id = it.value().get<int64_t>();
         ANVIL_CHECK(id >= 0 && id < int64_t(vocab.size()) && s.pieces[size_t(id)].empty(),
-                    "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path, vocab.size() - 1,
-                    it.key(), id);
+                    "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path,
+                    vocab.size() - 1, it.key(), id);
         s.pieces[size_t(id)] = it.key();
     }
     s.merges = merge_strings(m, path);
@@ -244,7 +278,8 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
             s.added_special.push_back(t.value("special", false));
         }
     if (m.contains("unk_token") && m["unk_token"].is_string())
-        if (const auto it = vocab.find(m["unk_token"].get<std::string>()); it != vocab.end()) s.unk = it->get<int32_t>();
+        if (const auto it = vocab.find(m["unk_token"].get<std::string>()); it != vocab.end())
+            s.unk = it->get<int32_t>();
     return s;
 }
 
@@ -274,15 +309,20 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
                 "{}: no \"model\" section; is this a Hugging Face tokenizer.json?", path);
     const auto& m = j["model"];
     ANVIL_CHECK(m.value("type", std::string("BPE")) == "BPE",
-                "{}: model type {} is not supported; anvil reads BPE tokenizers (byte-level, as GPT-2 and Llama 3; or "
-                "SentencePiece-style with byte fallback, as Llama 2)", path, m.value("type", std::string("?")));
+                "{}: model type {} is not supported; anvil reads BPE tokenizers (byte-level, as GPT-2 and "
+                "Llama 3; or "
+                "SentencePiece-style with byte fallback, as Llama 2)",
+                path, m.value("type", std::string("?")));
     nlohmann::json cfg = nlohmann::json::object();
     std::vector<std::pair<std::string, std::string>> files = {{"tokenizer.json", text}};
     if (fs::is_regular_file(cfg_path, ec)) {
         cfg = read_json_file(cfg_path);
         files.push_back({"tokenizer_config.json", read_file(cfg_path)});
     }
-    const bool sentencepiece = m.value("byte_fallback", false) || type_of(j.value("normalizer", nlohmann::json())) != "null" ||
+    // SentencePiece-style: byte fallback, Metaspace, or its own normalizers (a Unicode form alone is
+    // byte-level's)
+    const bool sentencepiece = m.value("byte_fallback", false) ||
+                               (has_normalizer(j) && unicode_form_of(j) == utf8::Form::None) ||
                                type_of(j.value("pre_tokenizer", nlohmann::json())) == "Metaspace";
     // BOS: tokenizer_config.json's add_bos_token, else a TemplateProcessing that starts with a special token
     const std::string bos_text = config_token(cfg, "bos_token"), eos_text = config_token(cfg, "eos_token");
@@ -304,21 +344,25 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
         bl->set_hf_files(files);
         tok = std::move(bl);
     }
-    const int bos = bos_text.empty() ? -1 : tok->special_id(bos_text), eos = eos_text.empty() ? -1 : tok->special_id(eos_text);
-    ANVIL_CHECK(bos_text.empty() || bos >= 0, "{}: bos_token \"{}\" is not a token of {}", cfg_path, bos_text, path);
-    ANVIL_CHECK(eos_text.empty() || eos >= 0, "{}: eos_token \"{}\" is not a token of {}", cfg_path, eos_text, path);
+    const int bos = bos_text.empty() ? -1 : tok->special_id(bos_text),
+              eos = eos_text.empty() ? -1 : tok->special_id(eos_text);
+    ANVIL_CHECK(bos_text.empty() || bos >= 0, "{}: bos_token \"{}\" is not a token of {}", cfg_path, bos_text,
+                path);
+    ANVIL_CHECK(eos_text.empty() || eos >= 0, "{}: eos_token \"{}\" is not a token of {}", cfg_path, eos_text,
+                path);
     if (auto* sp = dynamic_cast<SpBpeTokenizer*>(tok.get())) {
         sp->set_bos_eos(add_bos ? bos : -1, eos);
     } else {
         static_cast<BpeTokenizer*>(tok.get())->set_bos_eos(add_bos ? bos : -1, eos);
     }
-    ANVIL_CHECK(tok->eot_id() >= 0, "{}: no end-of-text token: give eos_token in {} (or the tokenizer has none of "
-                "<|endoftext|>)", path, cfg_path);
+    ANVIL_CHECK(tok->eot_id() >= 0,
+                "{}: no end-of-text token: give eos_token in {} (or the tokenizer has none of "
+                "<|endoftext|>)",
+                path, cfg_path);
     return tok;
 }
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 std::string bytes_to_vocab_string(std::string_view bytes) {
     std::string s;
@@ -355,7 +399,8 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
                 path);
     const auto has = [&](const char* f) { return fs::is_regular_file(fs::path(path) / f, ec); };
     const auto at = [&](const char* f) { return (fs::path(path) / f).string(); };
-    if (has("tokenizer.json")) return byte_level_from_json(read_json_file(at("tokenizer.json")), at("tokenizer.json"));
+    if (has("tokenizer.json"))
+        return byte_level_from_json(read_json_file(at("tokenizer.json")), at("tokenizer.json"));
     if (has("vocab.json") && has("merges.txt"))
         return from_vocab_and_merges(at("vocab.json"), at("merges.txt"));
     if (has("encoder.json") && has("vocab.bpe"))

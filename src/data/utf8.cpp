@@ -1,6 +1,11 @@
 #include "data/utf8.h"
 
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+
 #include <algorithm>
+
+#include "core/error.h"
 
 namespace anvil::utf8 {
 
@@ -89,6 +94,33 @@ std::string repair(std::string_view s) {
         }
     }
     return out;
+}
+
+Form form_from_name(std::string_view name) {
+    if (name == "NFC") return Form::NFC;
+    if (name == "NFD") return Form::NFD;
+    if (name == "NFKC") return Form::NFKC;
+    if (name == "NFKD") return Form::NFKD;
+    return Form::None;
+}
+
+std::string_view normalize(Form f, std::string_view s, std::string& storage) {
+    if (f == Form::None || std::all_of(s.begin(), s.end(), [](char c) { return uint8_t(c) < 0x80; }))
+        return s;
+    UErrorCode err = U_ZERO_ERROR;
+    const icu::Normalizer2* n = f == Form::NFC    ? icu::Normalizer2::getNFCInstance(err)
+                                : f == Form::NFD  ? icu::Normalizer2::getNFDInstance(err)
+                                : f == Form::NFKC ? icu::Normalizer2::getNFKCInstance(err)
+                                                  : icu::Normalizer2::getNFKDInstance(err);
+    ANVIL_CHECK(U_SUCCESS(err), "ICU: no Unicode normalizer ({})", u_errorName(err));
+    const icu::StringPiece in(s.data(), int32_t(s.size()));
+    if (n->isNormalizedUTF8(in, err) && U_SUCCESS(err)) return s;
+    err = U_ZERO_ERROR;
+    storage.clear();
+    icu::StringByteSink<std::string> sink(&storage);
+    n->normalizeUTF8(0, in, sink, nullptr, err);
+    ANVIL_CHECK(U_SUCCESS(err), "ICU: Unicode normalization failed ({})", u_errorName(err));
+    return storage;
 }
 
 }  // namespace anvil::utf8

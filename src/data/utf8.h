@@ -55,4 +55,12 @@ void append(std::string& out, uint32_t cp);
 // Bytes at the end of s that begin a character not yet complete (text decoded a token at a time): 0 to 3.
 size_t incomplete_tail(std::string_view s);
 
+// Unicode normalization forms (a tokenizer.json's NFC, NFD, NFKC and NFKD normalizers), through ICU.
+enum class Form : uint8_t { None, NFC, NFD, NFKC, NFKD };
+// "NFC" -> Form::NFC ...; Form::None for any other name.
+Form form_from_name(std::string_view name);
+// `s` (valid UTF-8) in form `f`: `s` itself when it already is (ASCII always is), else the normalized text in
+// `storage`.
+std::string_view normalize(Form f, std::string_view s, std::string& storage);
+
 }  // namespace anvil::utf8

@@ -174,6 +174,55 @@ TEST(Bpe, RejectsBrokenVocabularies) {
     fsys::remove_all(d);
 }
 
+TEST(Utf8, NormalizationForms) {
+    std::string st;
+    const std::string decomposed = "cafe\xcc\x81", composed = "caf\xc3\xa9";  // e + U+0301, U+00E9
+    EXPECT_EQ(utf8::normalize(utf8::Form::NFC, decomposed, st), composed);
+    EXPECT_EQ(utf8::normalize(utf8::Form::NFD, composed, st), decomposed);
+    EXPECT_EQ(utf8::normalize(utf8::Form::NFKC, "\xef\xac\x81x\xc2\xb2", st),
+              "fix2");  // U+FB01 ligature, superscript 2
+    const std::string_view ascii = "plain ascii";
+    EXPECT_EQ(utf8::normalize(utf8::Form::NFC, ascii, st).data(), ascii.data()) << "ASCII is returned as is";
+    EXPECT_EQ(utf8::normalize(utf8::Form::NFC, composed, st).data(), composed.data())
+        << "already NFC: no copy";
+    EXPECT_EQ(utf8::form_from_name("NFKD"), utf8::Form::NFKD);
+    EXPECT_EQ(utf8::form_from_name("Lowercase"), utf8::Form::None);
+}
+
+// A tokenizer.json's normalizer on a byte-level BPE: a Unicode form (Qwen's NFC) is applied to ordinary text
+// (special tokens still match the raw text); any other is refused naming it.
+TEST(Bpe, TokenizerJsonNormalizer) {
+    const BpeTokenizer t = train_bpe(corpus(), 300, false);
+    const std::string d =
+        (fsys::temp_directory_path() / ("anvil_bpenorm_" + std::to_string(::getpid()))).string();
+    fsys::remove_all(d);
+    fsys::create_directories(d);
+    t.save(d);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(d + "/tokenizer.json"));
+    const std::string decomposed = "cafe\xcc\x81 <|endoftext|>", composed = "caf\xc3\xa9 <|endoftext|>";
+    const std::unique_ptr<Tokenizer> plain = load_tokenizer_json(d);
+    EXPECT_NE(plain->encode(decomposed), plain->encode(composed)) << "without a normalizer the two differ";
+    j["normalizer"] = {{"type", "NFC"}};
+    std::ofstream(d + "/tokenizer.json") << j.dump();
+    const std::unique_ptr<Tokenizer> nfc = load_tokenizer_json(d);
+    EXPECT_EQ(nfc->kind(), "bpe") << "a Unicode form keeps the tokenizer byte-level";
+    EXPECT_EQ(nfc->encode(decomposed), plain->encode(composed));
+    EXPECT_EQ(nfc->encode_with_specials(decomposed), plain->encode_with_specials(composed));
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}};
+    std::ofstream(d + "/tokenizer.json") << j.dump();
+    EXPECT_EQ(load_tokenizer_json(d)->encode(decomposed), plain->encode(composed));
+    j["normalizer"] = {{"type", "Lowercase"}};
+    j["model"]["byte_fallback"] = false;
+    std::ofstream(d + "/tokenizer.json") << j.dump();
+    try {
+        load_tokenizer_json(d);
+        ADD_FAILURE() << "a Lowercase normalizer was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("Lowercase"), std::string::npos) << e.what();
+    }
+    fsys::remove_all(d);
+}
+
 TEST(Utf8, RepairFollowsMaximalSubparts) {
     EXPECT_TRUE(utf8::valid("héllo 日本 😀"));
     EXPECT_FALSE(utf8::valid("\xff"));
