@@ -186,7 +186,7 @@ def main():
         bad_tokenizer("tok_pretok", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
                                      "pre_tokenizer": {"type": "Whitespace"}}, ["tokenizer.json", "Whitespace"])
         bad_tokenizer("tok_normalizer", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
-                                         "normalizer": {"type": "NFKC"}}, ["tokenizer.json", "NFKC"])
+                                         "normalizer": {"type": "Lowercase"}}, ["tokenizer.json", "Lowercase"])
         bad_tokenizer("tok_bad_regex", {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]},
                                         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                                             {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated",
