@@ -102,21 +102,25 @@ __device__ void product_ab_acc(FragC (&acc)[D / 16], const T* p, const T* b, int
     }
 }
 
-// Writes a warp's (16, D) accumulators, times `scale`, to 16 rows of HS elements at `dst` (stride `stride`):
-// through the fp32 staging tile `stage` (16, D + 4), rows from `valid` on skipped.
+// A warp writes the fp32 tile `stage` (16, D + 4) to 16 rows of HS elements at `dst` (stride `stride`),
+// rows from `valid` on skipped, the warp's lanes along each row (coalesced).
+template <typename T, int D>
+__device__ void write_stage(T* dst, size_t stride, const float* stage, int valid, int HS) {
+    for (int idx = threadIdx.x % 32; idx < 16 * HS; idx += 32) {
+        const int r = idx / HS, d = idx % HS;
+        if (r < valid) dst[size_t(r) * stride + d] = from_f<T>(stage[r * Sizes<D>::ldo + d]);
+    }
+}
+
+// The same for a warp's (16, D) accumulators, stored to `stage` first.
 template <typename T, int D>
 __device__ void write_rows(T* dst, size_t stride, const FragC (&acc)[D / 16], float* stage, int valid,
                            int HS) {
-    constexpr int ldo = Sizes<D>::ldo;
-    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int j = 0; j < D / 16; j++)
-        wmma::store_matrix_sync(stage + j * 16, acc[j], ldo, wmma::mem_row_major);
+        wmma::store_matrix_sync(stage + j * 16, acc[j], Sizes<D>::ldo, wmma::mem_row_major);
     __syncwarp();
-    for (int idx = lane; idx < 16 * HS; idx += 32) {
-        const int r = idx / HS, d = idx % HS;
-        if (r < valid) dst[size_t(r) * stride + d] = from_f<T>(stage[r * ldo + d]);
-    }
+    write_stage<T, D>(dst, stride, stage, valid, HS);
 }
 
 // Forward: block (64 queries from row0, head); warp w owns queries row0 + 16w .. + 15. Shared: Q, K, V tiles,
@@ -198,10 +202,7 @@ __global__ void __launch_bounds__(kThreads)
     if (half == 0 && t < g.T) lse[g.row(b, h, t)] = m + logf(l);
     __syncwarp();
     const int rows = min(16, g.T - (row0 + warp * 16));
-    for (int idx = lane; idx < 16 * g.HS; idx += 32) {
-        const int rr = idx / g.HS, d = idx % g.HS;
-        if (rr < rows) out[g.o(b, row0 + warp * 16 + rr, h) + d] = from_f<T>(Ow[rr * ldo + d]);
-    }
+    if (rows > 0) write_stage<T, D>(out + g.o(b, row0 + warp * 16, h), size_t(g.C), Ow, rows, g.HS);
 }
 
 // Per-warp scratch of the backward kernels: two fp32 (16, 64) tiles and two 16-bit (16, 64) tiles.
@@ -361,15 +362,30 @@ __global__ void __launch_bounds__(kThreads)
     if (valid > 0) write_rows<T, D>(dqkv + g.q(b, q0 + warp * 16, h), qstride, dq, stage, valid, g.HS);
 }
 
-// 16-byte loads need every row start (qkv rows of 3C, dO rows of C, head offsets) on 16 bytes.
-bool rows_aligned(const AttnGeom& g, const void* a, const void* b) {
-    return g.HS % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(b) % 16 == 0;
+// 16-byte tile loads need every row start of what is loaded (qkv rows of 3C, dO rows of C, head offsets) on
+// 16 bytes: head sizes that are whole packs and aligned bases.
+bool rows_aligned(const AttnGeom& g, const void* p) {
+    return g.HS % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// The shared memory a kernel needs past 48 KiB, allowed once per kernel (the caller keeps the flag per
+// instantiation), not on every launch of the training step.
 template <typename K>
-void allow_smem(K kernel, size_t bytes) {
+bool allow_smem(K kernel, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return true;
+}
+
+// Calls f(T{}) for bf16 and f16; the tensor-core kernels take nothing else.
+template <typename F>
+void dispatch_16bit(DType dt, F&& f) {
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, float>)
+            ::anvil::fail("attention: the tensor-core kernels take bf16 or f16, not f32");
+        else
+            f(tag);
+    });
 }
 
 }  // namespace
@@ -384,47 +400,41 @@ bool attention_tc_fits(const Ctx& c, const AttnGeom& g) {
 }
 
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g) {
-    const bool vec = rows_aligned(g, qkv.data, out.data);
-    dispatch(qkv.dtype, [&](auto tag) {
+    const bool vec = rows_aligned(g, qkv.data);
+    dispatch_16bit(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, float>) {
-            dispatch_head(g.HS, [&](auto dtag) {
-                constexpr int D = decltype(dtag)::value;
-                const size_t smem = fwd_smem<T, D>();
-                allow_smem(attn_tc_fwd_kernel<T, D>, smem);
-                const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
-                attn_tc_fwd_kernel<T, D>
-                    <<<grid, kThreads, smem, c.stream>>>(out.ptr<T>(), lse, qkv.ptr<T>(), g, vec);
-                CUDA_LAUNCH_CHECK();
-            });
-        } else {
-            ::anvil::fail("attention: the tensor-core kernels take bf16 or f16, not f32");
-        }
+        dispatch_head(g.HS, [&](auto dtag) {
+            constexpr int D = decltype(dtag)::value;
+            const size_t smem = fwd_smem<T, D>();
+            static const bool allowed = allow_smem(attn_tc_fwd_kernel<T, D>, smem);
+            (void)allowed;
+            const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
+            attn_tc_fwd_kernel<T, D>
+                <<<grid, kThreads, smem, c.stream>>>(out.ptr<T>(), lse, qkv.ptr<T>(), g, vec);
+            CUDA_LAUNCH_CHECK();
+        });
     });
 }
 
 void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                       const float* Drow, const AttnGeom& g) {
-    const bool vec = rows_aligned(g, qkv.data, dout.data) && reinterpret_cast<uintptr_t>(dqkv.data) % 16 == 0;
-    dispatch(qkv.dtype, [&](auto tag) {
+    const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, dout.data);  // dqkv is written by element
+    dispatch_16bit(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, float>) {
-            dispatch_head(g.HS, [&](auto dtag) {
-                constexpr int D = decltype(dtag)::value;
-                const size_t smem = bwd_smem<T, D>();
-                const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
-                allow_smem(attn_tc_bwd_kv_kernel<T, D>, smem);
-                attn_tc_bwd_kv_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(
-                    dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
-                CUDA_LAUNCH_CHECK();
-                allow_smem(attn_tc_bwd_q_kernel<T, D>, smem);
-                attn_tc_bwd_q_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(
-                    dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
-                CUDA_LAUNCH_CHECK();
-            });
-        } else {
-            ::anvil::fail("attention: the tensor-core kernels take bf16 or f16, not f32");
-        }
+        dispatch_head(g.HS, [&](auto dtag) {
+            constexpr int D = decltype(dtag)::value;
+            const size_t smem = bwd_smem<T, D>();
+            const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
+            static const bool allowed =
+                allow_smem(attn_tc_bwd_kv_kernel<T, D>, smem) && allow_smem(attn_tc_bwd_q_kernel<T, D>, smem);
+            (void)allowed;
+            attn_tc_bwd_kv_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(),
+                                                                            dout.ptr<T>(), lse, Drow, g, vec);
+            CUDA_LAUNCH_CHECK();
+            attn_tc_bwd_q_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(),
+                                                                           dout.ptr<T>(), lse, Drow, g, vec);
+            CUDA_LAUNCH_CHECK();
+        });
     });
 }
 
