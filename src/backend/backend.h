@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,9 @@ public:
     // the pair (x_i, x_{i+HS/2}) of every head turns by the angle (pos0 + t) * inv_freq[i], inv_freq (HS/2)
     // f32. inverse turns it back: the backward, applied to the gradient.
     virtual void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) = 0;
+    // The same for B sequences at their own positions: row b of x (B,T,H*HS) starts at pos[b] (B host
+    // integers), in one call (a decode step of continuous batching).
+    virtual void rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) = 0;
     // SwiGLU: out = silu(gate) * up, elementwise; the backward overwrites dgate and dup.
     virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
     virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
@@ -155,6 +159,12 @@ public:
     // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH
     // for GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
+    // attention_cached for B sequences at once, one new position each (continuous batching's decode step): row
+    // b of qkv (B, (NH + 2 KVH) HS) is position pos[b] of cache slot slot[b]; its k and v are written there
+    // in kcache/vcache (S, maxT, KVH HS), then its query attends over that slot's positions 0..pos[b]. slot,
+    // pos: B host integers, the slots distinct. out (B, NH HS).
+    virtual void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+                                       std::span<const int> slot, std::span<const int> pos, int NH) = 0;
 
     // out = a + b, elementwise (out may alias a)
     virtual void residual_fwd(Tensor out, Tensor a, Tensor b) = 0;

@@ -173,6 +173,41 @@ CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Te
     return {Tq, int(KC / HS), HS};
 }
 
+CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
+                                           const Tensor& vcache, std::span<const int> slot,
+                                           std::span<const int> pos, int NH) {
+    ANVIL_CHECK(kcache.shape.ndim == 3 && kcache.shape == vcache.shape,
+                "attention_cached_rows: caches {} and {}, want (slots, positions, width)", kcache.shape.str(),
+                vcache.shape.str());
+    const int B = int(rows(qkv)), S = int(kcache.dim(0)), maxT = int(kcache.dim(1));
+    const int64_t KC = cols(kcache), qc = cols(qkv) - 2 * KC;
+    ANVIL_CHECK(NH > 0 && qc > 0 && qc % NH == 0, "attention_cached_rows: qkv {} and caches {} do not fit {} heads",
+                qkv.shape.str(), kcache.shape.str(), NH);
+    const int HS = int(qc / NH);
+    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached_rows: cache width {} for head size {}", KC,
+                HS);
+    ANVIL_CHECK(rows(out) == B && cols(out) == qc, "attention_cached_rows: out {} for ({}, {})", out.shape.str(), B,
+                qc);
+    ANVIL_CHECK(slot.size() == size_t(B) && pos.size() == size_t(B),
+                "attention_cached_rows: {} slots and {} positions for {} rows", slot.size(), pos.size(), B);
+    std::vector<char> taken(size_t(S), 0);
+    for (int b = 0; b < B; b++) {
+        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S && !taken[size_t(slot[size_t(b)])],
+                    "attention_cached_rows: row {} in slot {} ({} slots, each taken once)", b, slot[size_t(b)], S);
+        taken[size_t(slot[size_t(b)])] = 1;
+        ANVIL_CHECK(pos[size_t(b)] >= 0 && pos[size_t(b)] < maxT,
+                    "generation: position {} is past the model's context {}", pos[size_t(b)], maxT);
+    }
+    return {B, S, maxT, int(KC / HS), HS};
+}
+
+RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos) {
+    const RopeDims d = check_rope(x, inv_freq, H);
+    ANVIL_CHECK(pos.size() == size_t(d.B), "rope_rows: {} positions for {} rows", pos.size(), d.B);
+    for (int p : pos) ANVIL_CHECK(p >= 0, "rope_rows: position {}", p);
+    return d;
+}
+
 ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tensor& targets, int vocab_real) {
     const ClsDims d{int(rows(logits)), int(cols(logits))};
     ANVIL_CHECK(losses.numel() == d.N && targets.numel() == d.N && targets.dtype == DType::I32 &&

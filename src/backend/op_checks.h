@@ -2,6 +2,8 @@
 // throws naming the op and the mismatched tensors.
 #pragma once
 
+#include <span>
+
 #include "backend/backend.h"
 
 namespace anvil {
@@ -72,6 +74,16 @@ struct CachedDims {
 // qkv (Tq, (NH + 2 KVH) HS), caches (maxT, KVH HS), out (Tq, NH HS)
 CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache, const Tensor& vcache,
                                   int pos0, int NH);
+struct CachedRowsDims {
+    int B, S, maxT, KVH, HS;
+};
+// qkv (B, (NH + 2 KVH) HS), caches (S, maxT, KVH HS), out (B, NH HS); B slots in [0, S), distinct, and
+// positions in [0, maxT)
+CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
+                                           const Tensor& vcache, std::span<const int> slot,
+                                           std::span<const int> pos, int NH);
+// rope_rows: x (B, T, H HS) and B non-negative positions
+RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos);
 
 struct ClsDims {
     int N, Vp;

@@ -79,6 +79,9 @@ public:
     void rope(Tensor x, Tensor f, int h, int pos0, bool inv) override {
         timed("rope", 2 * x.nbytes(), [&] { in_.rope(x, f, h, pos0, inv); });
     }
+    void rope_rows(Tensor x, Tensor f, int h, std::span<const int> pos, bool inv) override {
+        timed("rope", 2 * x.nbytes(), [&] { in_.rope_rows(x, f, h, pos, inv); });
+    }
     void swiglu_fwd(Tensor o, Tensor g, Tensor u) override {
         timed("swiglu_fwd", o.nbytes() + g.nbytes() + u.nbytes(), [&] { in_.swiglu_fwd(o, g, u); });
     }
@@ -142,6 +145,10 @@ public:
     }
     void attention_cached(Tensor o, Tensor q, Tensor k, Tensor v, int p, int nh) override {
         timed("attention_cached", 0, [&] { in_.attention_cached(o, q, k, v, p, nh); });
+    }
+    void attention_cached_rows(Tensor o, Tensor q, Tensor k, Tensor v, std::span<const int> slot,
+                               std::span<const int> pos, int nh) override {
+        timed("attention_cached", 0, [&] { in_.attention_cached_rows(o, q, k, v, slot, pos, nh); });
     }
     void residual_fwd(Tensor o, Tensor a, Tensor b) override {
         timed("residual_fwd", o.nbytes() + a.nbytes() + b.nbytes(), [&] { in_.residual_fwd(o, a, b); });

@@ -85,11 +85,13 @@ void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI:
     if (then_tp > 1 && launched_world_size() == 1 && sub.get_option("--tensor-parallel")->count() == 0) {
         merged["tensor_parallel"] = 1;  // the checkpoint's tensors are whole: one process takes all of them
         if (lead)
-            std::fprintf(stderr, "anvil: resuming a %d-way tensor-parallel checkpoint in one process\n", then_tp);
+            std::fprintf(stderr, "anvil: resuming a %d-way tensor-parallel checkpoint in one process\n",
+                         then_tp);
     }
     const int now_tp = std::max(1, merged.value("tensor_parallel", 1));
     if (launched_world_size() % now_tp != 0) return;  // the job's set-up says what is wrong
-    const int then = rp.state.value("world_size", 1) / std::max(1, then_tp), now = launched_world_size() / now_tp;
+    const int then = rp.state.value("world_size", 1) / std::max(1, then_tp),
+              now = launched_world_size() / now_tp;
     if (then == now) return;
     const char* unit = then_tp > 1 || now_tp > 1 ? "replica" : "rank";  // a replica: a tensor-parallel group
     const int batch = stored.value("batch", 1), accum = stored.value("grad_accum", 1);
@@ -116,16 +118,18 @@ void keep_global_batch(nlohmann::json& merged, const ResumePoint& rp, const CLI:
     merged["batch"] = b;
     merged["grad_accum"] = a;
     if (lead)
-        std::fprintf(stderr,
-                     "anvil: resuming a %d-%s checkpoint on %d %s%s: %d x %d accumulation per %s keeps the %d "
-                     "sequences of each step (the same rows)\n",
-                     then, unit, now, unit, now == 1 ? "" : "s", b, a, unit, global);
+        std::fprintf(
+            stderr,
+            "anvil: resuming a %d-%s checkpoint on %d %s%s: %d x %d accumulation per %s keeps the %d "
+            "sequences of each step (the same rows)\n",
+            then, unit, now, unit, now == 1 ? "" : "s", b, a, unit, global);
 }
 
 }  // namespace
 
 Command add_train(CLI::App& app) {
-    CLI::App* sub = app.add_subcommand("train", "train a GPT-2 model (no flags: the embedded default demo)");
+    CLI::App* sub =
+        app.add_subcommand("train", "train a GPT-2 or Llama model (no flags: the embedded default demo)");
     auto o = std::make_shared<TrainOptions>();
     auto shuffle = std::make_shared<std::string>("on");
     const auto& pos = kPositive;
@@ -135,11 +139,16 @@ Command add_train(CLI::App& app) {
         "training data: text file, .jsonl of {\"text\"}, {\"instruction\",\"input\",\"output\"} or "
         "{\"messages\":[{\"role\",\"content\"}]} records, or a `data prepare` directory (default: the "
         "embedded synthetic set)");
-    sub->add_option("--tokenizer", o->tokenizer, "tokenizer: byte (default for new models)");
+    sub->add_option(
+        "--tokenizer", o->tokenizer,
+        "tokenizer: byte, GPT-2 BPE files (encoder.json + vocab.bpe) or a Hugging Face tokenizer.json (file "
+        "or directory); default: the prepared data's, else the --init or --resume model's, else byte");
     sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
     add_template_flag(sub, o->prompt_template, "the chosen one is stored in the checkpoint")
         ->capture_default_str();
-    sub->add_option("--init", o->init, "start from this Hugging Face GPT-2 model directory (LoRA's base)");
+    sub->add_option("--init", o->init,
+                    "start from this Hugging Face GPT-2 or Llama model directory (config.json + safetensors; "
+                    "LoRA's base)");
     sub->add_option(
            "--lora-rank", o->lora_rank,
            "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "
@@ -151,8 +160,9 @@ Command add_train(CLI::App& app) {
         ->check(pos);
     sub->add_option(
         "--lora-targets", o->lora_targets,
-        "comma-separated layer names LoRA adapts, matched at the end of a name as PEFT does (c_attn, "
-        "c_proj, c_fc; default c_attn)");
+        "comma-separated layer names LoRA adapts, matched at the end of a name as PEFT does (GPT-2: c_attn, "
+        "c_proj, c_fc, default c_attn; Llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
+        "default q_proj,v_proj)");
     sub->add_option("--lora-dropout", o->lora_dropout, "dropout on the adapters' input while training")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));
@@ -293,7 +303,8 @@ Command add_train(CLI::App& app) {
         ->check(CLI::Range(0, 1));
     sub->add_option(
            "--tensor-parallel", o->tensor_parallel,
-           "multi-process jobs: ranks that split each model (Megatron: attention heads and MLP columns over K "
+           "multi-process jobs: ranks that split each model (Megatron: attention heads and MLP columns over "
+           "K "
            "consecutive ranks, one all-reduce per sub-block each way); the job's ranks / K replicas train "
            "data-parallel")
         ->capture_default_str()

@@ -53,10 +53,10 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
         p.be.attention_cached(y.slice0(0), qkv.slice0(0), c.k(layer, p.slot), c.v(layer, p.slot), p.pos0, heads);
         return;
     }
-    for (int b = 0; b < p.B; b++) {
-        const int s = p.row_slot[b];
-        p.be.attention_cached(y.slice0(b), qkv.slice0(b), c.k(layer, s), c.v(layer, s), p.row_pos[b], heads);
-    }
+    // one token a row (T = 1): every row in one call
+    const auto rows = [&](Tensor t) { return t.view(Shape{p.B, t.shape[t.shape.ndim - 1]}); };
+    p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), {p.row_slot, size_t(p.B)},
+                               {p.row_pos, size_t(p.B)}, heads);
 }
 
 }  // namespace
@@ -387,10 +387,8 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     k_.forward(p, k, in);
     v_.forward(p, v, in);
     if (p.row_pos) {  // each row at its own position
-        for (int b = 0; b < p.B; b++) {
-            p.be.rope(batch_row(q, b), inv_freq_, heads_, p.row_pos[b], false);
-            p.be.rope(batch_row(k, b), inv_freq_, kv_heads_, p.row_pos[b], false);
-        }
+        p.be.rope_rows(q, inv_freq_, heads_, {p.row_pos, size_t(p.B)}, false);
+        p.be.rope_rows(k, inv_freq_, kv_heads_, {p.row_pos, size_t(p.B)}, false);
     } else {
         p.be.rope(q, inv_freq_, heads_, p.pos0, false);
         p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);

@@ -53,8 +53,10 @@ struct ParamRegistry {
 class KvCache {
 public:
     KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype);
-    Tensor k(int layer, int slot) const { return arena_[size_t(2 * layer)].slice0(slot); }
-    Tensor v(int layer, int slot) const { return arena_[size_t(2 * layer + 1)].slice0(slot); }
+    Tensor k(int layer, int slot) const { return k(layer).slice0(slot); }
+    Tensor v(int layer, int slot) const { return v(layer).slice0(slot); }
+    Tensor k(int layer) const { return arena_[size_t(2 * layer)]; }  // (slots, max_T, kv_dim)
+    Tensor v(int layer) const { return arena_[size_t(2 * layer + 1)]; }
     int slots() const { return slots_; }
     int max_T() const { return max_T_; }
     static size_t slot_bytes(int layers, int max_T, int kv_dim, DType dtype) {

@@ -166,19 +166,27 @@ OpCase rmsnorm(const OpSizes& s, int C, bool frozen) {
 }
 
 // Rotary embedding on (B, T, H*HS) at positions pos0..; its backward is the inverse rotation of the gradient.
-OpCase rope_case(const OpSizes& s, int H, int HS, int pos0) {
+// per_row: rope_rows with row b at pos0 + 5 b (a decode step's rows at their own positions)
+OpCase rope_case(const OpSizes& s, int H, int HS, int pos0, bool per_row = false) {
     OpCase c;
-    c.name = fmt::format("rope H={} HS={} pos0={}", H, HS, pos0);
+    c.name = fmt::format("rope{} H={} HS={} pos0={}", per_row ? "_rows" : "", H, HS, pos0);
     Arg f = f32(in("inv_freq", {HS / 2}, 0.3f, false));
     f.positive = true;
     c.args = {in("x", {s.B, s.T, H * HS}), f, out("y", {s.B, s.T, H * HS}), grad("dx", {s.B, s.T, H * HS}, false)};
+    std::vector<int> first(size_t(s.B), pos0);
+    if (per_row)
+        for (int b = 0; b < s.B; b++) first[size_t(b)] = pos0 + 5 * b;
+    const auto turn = [=](Backend& be, Tensor x, Tensor inv_freq, bool inverse) {
+        if (per_row) return be.rope_rows(x, inv_freq, H, first, inverse);
+        be.rope(x, inv_freq, H, pos0, inverse);
+    };
     c.forward = [=](Backend& be, const Args& a) {
         be.convert(a["y"], a["x"]);  // the op works in place
-        be.rope(a["y"], a["inv_freq"], H, pos0, false);
+        turn(be, a["y"], a["inv_freq"], false);
     };
     c.backward = [=](Backend& be, const Args& a) {
         be.convert(a["dx"], a["dy"]);
-        be.rope(a["dx"], a["inv_freq"], H, pos0, true);
+        turn(be, a["dx"], a["inv_freq"], true);
     };
     const int B = s.B, T = s.T;
     c.reference = [=](const HostArgs& h, HostArgs& want) {
@@ -189,7 +197,7 @@ OpCase rope_case(const OpSizes& s, int H, int HS, int pos0) {
                 for (int hh = 0; hh < H; hh++)
                     for (int i = 0; i < half; i++) {
                         const size_t o = ((size_t(b) * T + t) * H + hh) * HS;
-                        const double a = double(float(pos0 + t) * h.at("inv_freq")[size_t(i)]);
+                        const double a = double(float(first[size_t(b)] + t) * h.at("inv_freq")[size_t(i)]);
                         const double x1 = h.at("x")[o + i], x2 = h.at("x")[o + i + half];
                         y[o + i] = float(x1 * std::cos(a) - x2 * std::sin(a));
                         y[o + i + half] = float(x2 * std::cos(a) + x1 * std::sin(a));
@@ -629,6 +637,58 @@ OpCase attention_cached(const OpSizes& s, int KVH) {
     return c;
 }
 
+// Continuous batching's decode step: B rows, each one new position in its own slot of the caches (S, maxT,
+// KVH HS), in one call; slots out of order with one left idle, positions from 0 to the last. The caches'
+// other positions hold earlier keys and values (drawn); the new ones must land at (slot, pos) and nowhere else.
+OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT) {
+    OpCase c;
+    const int NH = s.NH, C = s.C, HS = C / NH, KC = KVH * HS, W = C + 2 * KC, S = B + 1, group = NH / KVH;
+    c.name = fmt::format("attention_cached_rows B={} maxT={} NH={} KVH={} C={}", B, maxT, NH, KVH, C);
+    std::vector<int> slot(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
+    for (int b = 0; b < B; b++) {
+        slot[size_t(b)] = (S - 1 - b + 2) % S;  // a permutation of the slots but one
+        pos[size_t(b)] = b == 0 ? maxT - 1 : (b * 7) % maxT;
+    }
+    c.args = {in("qkv", {B, W}, 1.0f, false), out("out", {B, C}), arg("k", {S, maxT, KC}, Role::InOut),
+              arg("v", {S, maxT, KC}, Role::InOut)};
+    c.forward = [=](Backend& be, const Args& a) {
+        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], slot, pos, NH);
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec k = h.at("k"), v = h.at("v"), out(size_t(B) * C);
+        const Vec& qkv = h.at("qkv");
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < KC; j++) {
+                const size_t at = (size_t(slot[size_t(b)]) * maxT + size_t(pos[size_t(b)])) * KC + size_t(j);
+                k[at] = qkv[size_t(b) * W + C + j];
+                v[at] = qkv[size_t(b) * W + C + KC + j];
+            }
+        std::vector<double> p(static_cast<size_t>(maxT));
+        for (int b = 0; b < B; b++)
+            for (int hh = 0; hh < NH; hh++) {
+                const size_t base = size_t(slot[size_t(b)]) * maxT * KC + size_t(hh / group) * HS;
+                const int last = pos[size_t(b)];
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= last; j++) {
+                    double sc = 0;
+                    for (int d = 0; d < HS; d++)
+                        sc += double(qkv[size_t(b) * W + size_t(hh) * HS + d]) * k[base + size_t(j) * KC + d];
+                    p[size_t(j)] = sc / std::sqrt(double(HS));
+                    mx = std::max(mx, p[size_t(j)]);
+                }
+                for (int j = 0; j <= last; j++) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+                for (int d = 0; d < HS; d++) {
+                    double o = 0;
+                    for (int j = 0; j <= last; j++) o += p[size_t(j)] / sum * v[base + size_t(j) * KC + d];
+                    out[size_t(b) * C + size_t(hh) * HS + d] = float(o);
+                }
+            }
+        want["out"] = out, want["k"] = k, want["v"] = v;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
 OpCase classifier(const OpSizes& s) {
     OpCase c;
     const int N = s.B * s.T, V = s.V, Vp = s.Vp;
@@ -777,12 +837,15 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         attention(s, s.B, s.T, s.NH, s.C / s.NH),
         attention_cached(s, s.NH),
         attention_cached(s, s.NH / 2),
+        attention_cached_rows(s, s.NH, 4, std::min(s.T, 40)),
+        attention_cached_rows(s, s.NH / 2, 4, std::min(s.T, 40)),
         embedding_tokens(s, s.C),
         rmsnorm(s, s.C, false),
         rmsnorm(s, s.C + 1, false),
         rmsnorm(s, s.C, true),
         rope_case(s, s.NH, s.C / s.NH, 0),
         rope_case(s, 2, 16, 7),
+        rope_case(s, 2, 16, 7, true),
         swiglu(s),
         qkv_pack_case(s, s.NH, s.NH / 2, true),
         qkv_pack_case(s, s.NH, s.NH / 2, false),
@@ -797,6 +860,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention(s, 2, 33, 1, 80));
         t.push_back(attention(s, 1, 130, 2, 64));  // tensor cores: three tiles of 64, the last one partial
         t.push_back(attention(s, 2, 40, 2, 20));   // rows not whole 16-byte packs: element loads
+        t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
     }
     return t;
 }

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -89,6 +90,37 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
+namespace {
+
+// One query head over cached positions 0..last: o (HS) = softmax(q . k_j * scale) . v_j, the keys and values
+// of position j at kc/vc + j * KC. p: last + 1 floats of scratch.
+void attend_cached(float* o, const float* q, const float* kc, const float* vc, int last, int KC, int HS,
+                   float scale, float* p) {
+    float mx = -INFINITY;
+    for (int j = 0; j <= last; j++) {
+        const float* k = kc + size_t(j) * KC;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int d = 0; d < HS; d++) s += q[d] * k[d];
+        p[j] = s * scale;
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j <= last; j++) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+    }
+    for (int d = 0; d < HS; d++) o[d] = 0.0f;
+    for (int j = 0; j <= last; j++) {
+        const float w = p[j] / sum;
+        const float* v = vc + size_t(j) * KC;
+#pragma omp simd
+        for (int d = 0; d < HS; d++) o[d] += w * v[d];
+    }
+}
+
+}  // namespace
+
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
                       int KVH, int HS) {
     const int C = NH * HS, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
@@ -105,35 +137,39 @@ void attention_cached(float* out, const float* qkv, float* kcache, float* vcache
     {
         std::vector<float> p(static_cast<size_t>(Tk));
 #pragma omp for collapse(2) schedule(static)
-        for (int i = 0; i < Tq; i++) {
+        for (int i = 0; i < Tq; i++)
             for (int h = 0; h < NH; h++) {
-                const float* q = qkv + size_t(i) * W + h * HS;
-                const int kh = h / group;
-                const int last = pos0 + i;
-                float mx = -INFINITY;
-                for (int j = 0; j <= last; j++) {
-                    const float* k = kcache + size_t(j) * KC + kh * HS;
-                    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
-                    p[size_t(j)] = s * scale;
-                    mx = p[size_t(j)] > mx ? p[size_t(j)] : mx;
-                }
-                float sum = 0.0f;
-                for (int j = 0; j <= last; j++) {
-                    p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-                    sum += p[size_t(j)];
-                }
-                float* o = out + size_t(i) * C + h * HS;
-                for (int d = 0; d < HS; d++) o[d] = 0.0f;
-                for (int j = 0; j <= last; j++) {
-                    const float w = p[size_t(j)] / sum;
-                    const float* v = vcache + size_t(j) * KC + kh * HS;
-#pragma omp simd
-                    for (int d = 0; d < HS; d++) o[d] += w * v[d];
-                }
+                const size_t kv_off = size_t(h / group) * HS;
+                attend_cached(out + size_t(i) * C + h * HS, qkv + size_t(i) * W + h * HS, kcache + kv_off,
+                              vcache + kv_off, pos0 + i, KC, HS, scale, p.data());
             }
+    }
+}
+
+void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, int B, const int* slot,
+                           const int* pos, int maxT, int NH, int KVH, int HS) {
+    const int C = NH * HS, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    int Tk = 0;
+    for (int b = 0; b < B; b++) {
+        const size_t at = (size_t(slot[b]) * maxT + size_t(pos[b])) * KC;
+        const float* row = qkv + size_t(b) * W;
+        for (int c = 0; c < KC; c++) {
+            kcache[at + c] = row[C + c];
+            vcache[at + c] = row[C + KC + c];
         }
+        Tk = std::max(Tk, pos[b] + 1);
+    }
+#pragma omp parallel
+    {
+        std::vector<float> p(static_cast<size_t>(Tk));
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                const size_t base = size_t(slot[b]) * maxT * KC + size_t(h / group) * HS;
+                attend_cached(out + size_t(b) * C + h * HS, qkv + size_t(b) * W + h * HS, kcache + base,
+                              vcache + base, pos[b], KC, HS, scale, p.data());
+            }
     }
 }
 

@@ -138,6 +138,11 @@ void CpuBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) 
     cpu::rope(x.f32(), inv_freq.f32(), B, T, h, HS, pos0, inverse);
 }
 
+void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) {
+    const auto [B, T, h, HS] = check_rope_rows(x, inv_freq, H, pos);
+    cpu::rope(x.f32(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.data());
+}
+
 void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
     expect_same_numel(out, gate, "swiglu");
     expect_same_numel(gate, up, "swiglu");
@@ -280,6 +285,13 @@ void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor 
 void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
     const CachedDims d = check_attention_cached(out, qkv, kcache, vcache, pos0, NH);
     cpu::attention_cached(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), d.Tq, pos0, NH, d.KVH, d.HS);
+}
+
+void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+                                       std::span<const int> slot, std::span<const int> pos, int NH) {
+    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, slot, pos, NH);
+    cpu::attention_cached_rows(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), d.B, slot.data(), pos.data(),
+                               d.maxT, NH, d.KVH, d.HS);
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

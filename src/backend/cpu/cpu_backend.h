@@ -37,6 +37,7 @@ public:
     void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) override;
     void rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) override;
     void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) override;
+    void rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) override;
     void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override;
     void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override;
     void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) override;
@@ -59,6 +60,8 @@ public:
     void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                        int NH) override;
     void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
+    void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, std::span<const int> slot,
+                               std::span<const int> pos, int NH) override;
     void residual_fwd(Tensor out, Tensor a, Tensor b) override;
     void scale(Tensor x, float s) override;
     void dropout(Tensor out, Tensor in, float p, uint64_t seed) override;

@@ -51,6 +51,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // qkv (Tq, (NH + 2 KVH) HS); caches (maxT, KVH HS): query head h reads key/value head h / (NH / KVH)
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
                       int KVH, int HS);
+// B rows, row b at position pos[b] of slot slot[b]; caches (S, maxT, KVH HS)
+void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, int B, const int* slot,
+                           const int* pos, int maxT, int NH, int KVH, int HS);
 
 // rmsnorm.cpp: out (N,C) = in * rstd * w; rstd (N)
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* w, int N, int C, float eps);
@@ -58,7 +61,9 @@ void rmsnorm_backward(float* din, float* dw, const float* dout, const float* in,
                       int N, int C);  // din accumulates; dw may be null
 
 // rope.cpp: x (B,T,H,HS) rotated in place; qkv packing of grouped-query heads (KH = KVH or NH)
-void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
+// (row b at positions row_pos[b].. when row_pos is given)
+void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
+          const int* row_pos = nullptr);
 void qkv_pack(float* qkv, const float* q, const float* k, const float* v, int N, int NH, int KVH, int KH, int HS);
 void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS);
 

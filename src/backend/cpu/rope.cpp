@@ -7,13 +7,15 @@
 namespace anvil::cpu {
 
 // x (B, T, H, HS) in place: for i < HS/2, (x_i, x_{i+HS/2}) rotated by angle (pos0 + t) * inv_freq[i]; the
-// inverse rotation (the backward) turns the other way. The angle is formed in f32, as transformers does.
-void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse) {
+// inverse rotation (the backward) turns the other way. The angle is formed in f32, as transformers does. With
+// row_pos, row b starts at row_pos[b] instead of pos0.
+void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
+          const int* row_pos) {
     const int half = HS / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const float pos = float(pos0 + t);
+            const float pos = float((row_pos ? row_pos[b] : pos0) + t);
             for (int i = 0; i < half; i++) {
                 const float a = pos * inv_freq[i];
                 const float c = std::cos(a), s = inverse ? -std::sin(a) : std::sin(a);

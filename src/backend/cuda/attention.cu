@@ -4,6 +4,7 @@
 // Tiles of 32 keys live in shared memory, rows padded by one float so lanes reading their own row hit
 // distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
 // so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/attention.cuh"
@@ -190,25 +191,40 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
         for (int d = 0; d < g.HS; d++) dqkv[g.q(b, t, h) + d] = from_f<T>(dQs[lane][d]);
 }
 
-template <typename T>
-// qkv rows (QC + 2 KC): the new keys and values into the caches (maxT, KC)
-__global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, int pos0, int QC, int KC) {
+// Where each new query's key and value go, and which cached positions it reads (positions 0..last(i) from
+// row base(i) of the caches). One sequence: query i is position pos0 + i of the one slot given.
+struct SeqRows {
+    int pos0;
+    __device__ size_t base(int) const { return 0; }
+    __device__ int last(int i) const { return pos0 + i; }
+};
+// A decode step: query i is position pos[i] of slot slot[i], the caches (S, maxT, KC); passed by value.
+struct SlotRows {
+    int maxT = 0;
+    int slot[kDecodeRows], pos[kDecodeRows];
+    __device__ size_t base(int i) const { return size_t(slot[i]) * maxT; }
+    __device__ int last(int i) const { return pos[i]; }
+};
+
+// qkv rows (QC + 2 KC): the new keys and values into the caches (rows of KC)
+template <typename T, typename Rows>
+__global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, Rows r, int QC, int KC) {
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(Tq) * KC) return;
     const int i = int(idx / KC), c = int(idx % KC);
-    const size_t row = size_t(i) * (QC + 2 * KC);
-    kc[size_t(pos0 + i) * KC + c] = qkv[row + QC + c];
-    vc[size_t(pos0 + i) * KC + c] = qkv[row + QC + KC + c];
+    const size_t row = size_t(i) * (QC + 2 * KC), at = (r.base(i) + size_t(r.last(i))) * KC + c;
+    kc[at] = qkv[row + QC + c];
+    vc[at] = qkv[row + QC + KC + c];
 }
 
 // One warp per (new query, head): online softmax over the cached keys 0..its position. Query head h reads
 // key/value head h / group (grouped-query attention; group 1 for GPT-2). qkv rows (QC + 2 KC), out rows QC.
-template <typename T, int D>
-__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, int pos0, int QC, int KC,
+template <typename T, int D, typename Rows>
+__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, Rows r, int QC, int KC,
                                    int HS, int group, float scale) {
     __shared__ float q[D];
-    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = pos0 + i;
-    const size_t kv_off = size_t(h / group) * HS;
+    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = r.last(i);
+    const size_t kv_off = r.base(i) * KC + size_t(h / group) * HS;
     for (int d = lane; d < D; d += 32)
         q[d] = d < HS ? to_f(qkv[size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d]) : 0.0f;
     __syncwarp();
@@ -307,22 +323,50 @@ void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout,
     });
 }
 
-void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
-    // shapes checked by the backend (check_attention_cached)
-    const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[kcache.shape.ndim - 1]);
-    const int QC = W - 2 * KC, Tq = int(qkv.numel() / W), HS = QC / NH, group = NH / (KC / HS);
-    dispatch(qkv.dtype, [&](auto tag) {
+namespace {
+
+// The caches' writes, then the attention, for Tq new queries placed by `rows`.
+template <typename Rows>
+void run_cached(const Ctx& c, void* out, const void* qkv, void* kc, void* vc, DType dt, int Tq,
+                const Rows& rows, int QC, int KC, int NH) {
+    const int HS = QC / NH, group = NH / (KC / HS);
+    dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        launch(kv_cache_write_kernel<T>, size_t(Tq) * KC, 256, c.stream, kcache.ptr<T>(), vcache.ptr<T>(),
-               qkv.ptr<T>(), Tq, pos0, QC, KC);
+        launch(kv_cache_write_kernel<T, Rows>, size_t(Tq) * KC, 256, c.stream, static_cast<T*>(kc),
+               static_cast<T*>(vc), static_cast<const T*>(qkv), Tq, rows, QC, KC);
         dispatch_head(HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            attn_cached_kernel<T, D><<<dim3(Tq, NH), 32, 0, c.stream>>>(
-                out.ptr<T>(), qkv.ptr<T>(), kcache.ptr<T>(), vcache.ptr<T>(), pos0, QC, KC, HS, group,
-                1.0f / std::sqrt(float(HS)));
+            attn_cached_kernel<T, D, Rows><<<dim3(Tq, NH), 32, 0, c.stream>>>(
+                static_cast<T*>(out), static_cast<const T*>(qkv), static_cast<const T*>(kc),
+                static_cast<const T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)));
             CUDA_LAUNCH_CHECK();
         });
     });
+}
+
+}  // namespace
+
+void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
+    // shapes checked by the backend (check_attention_cached)
+    const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[kcache.shape.ndim - 1]);
+    run_cached(c, out.data, qkv.data, kcache.data, vcache.data, qkv.dtype, int(qkv.numel() / W),
+               SeqRows{pos0}, W - 2 * KC, KC, NH);
+}
+
+void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+                           std::span<const int> slot, std::span<const int> pos, int NH) {
+    // shapes, slots and positions checked by the backend (check_attention_cached_rows)
+    const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[2]), QC = W - 2 * KC;
+    const size_t esz = dtype_size(qkv.dtype);
+    for (size_t r0 = 0; r0 < slot.size(); r0 += kDecodeRows) {  // a launch per kDecodeRows rows
+        const int n = int(std::min<size_t>(kDecodeRows, slot.size() - r0));
+        SlotRows rows;
+        rows.maxT = int(kcache.shape[1]);
+        for (int i = 0; i < n; i++) rows.slot[i] = slot[r0 + size_t(i)], rows.pos[i] = pos[r0 + size_t(i)];
+        run_cached(c, static_cast<char*>(out.data) + r0 * QC * esz,
+                   static_cast<const char*>(qkv.data) + r0 * size_t(W) * esz, kcache.data, vcache.data,
+                   qkv.dtype, n, rows, QC, KC, NH);
+    }
 }
 
 }  // namespace anvil::cuda

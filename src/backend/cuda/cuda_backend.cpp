@@ -194,6 +194,11 @@ void CudaBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse)
     cuda::rope(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos0, inverse);
 }
 
+void CudaBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) {
+    const RopeDims d = check_rope_rows(x, inv_freq, H, pos);
+    cuda::rope_rows(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos, inverse);
+}
+
 void CudaBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
     expect_same_numel(out, gate, "swiglu");
     expect_same_numel(gate, up, "swiglu");
@@ -350,6 +355,12 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
 void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
     check_attention_cached(out, qkv, kcache, vcache, pos0, NH);
     cuda::attention_cached(ctx_, out, qkv, kcache, vcache, pos0, NH);
+}
+
+void CudaBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+                                        std::span<const int> slot, std::span<const int> pos, int NH) {
+    check_attention_cached_rows(out, qkv, kcache, vcache, slot, pos, NH);
+    cuda::attention_cached_rows(ctx_, out, qkv, kcache, vcache, slot, pos, NH);
 }
 
 void CudaBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

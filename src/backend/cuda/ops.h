@@ -6,10 +6,15 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 
 namespace anvil::cuda {
+
+// A decode step's rows per launch of the per-row kernels (attention_cached_rows, rope_rows): their slots and
+// positions travel by value in the kernel's parameters (2 KiB of its 4), no upload and no host wait.
+constexpr int kDecodeRows = 256;
 
 // cuBLASLt plans (descriptors + chosen algorithm) per product shape, owned by the backend.
 struct LtPlans;
@@ -68,6 +73,9 @@ void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Te
 
 // rope.cu: rotary embeddings on x (B, T, H*HS) in place; grouped-query head packing (KH = KVH or NH)
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
+// row b from pos[b] (a launch per kDecodeRows rows: the positions go by value in the kernel's parameters)
+void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, std::span<const int> pos,
+               bool inverse);
 void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS);
 void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH,
                 int HS);
@@ -94,6 +102,9 @@ void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int
 void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
                          Tensor saved, int NH, bool tensor_cores);
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
+// a decode step's rows in their slots: one launch of each kernel per kDecodeRows rows
+void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+                           std::span<const int> slot, std::span<const int> pos, int NH);
 // attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
 size_t attention_gemm_saved_elems(const AttnDims& d);
 bool attention_gemm_fits(const Ctx& c, const AttnDims& d);  // one head's fp32 scores fit the workspace

@@ -1,5 +1,7 @@
 // Rotary position embeddings (Hugging Face's rotate_half layout) in place, and the packing of grouped-query
 // heads into attention's (q, k, v) layout. Memory-bound: one thread per element pair or per element.
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -7,16 +9,26 @@ namespace anvil::cuda {
 
 namespace {
 
-// x (B*T, H, HS): thread per (row, head, i < HS/2); angle (pos0 + t) * inv_freq[i] in f32
-template <typename T>
-__global__ void rope_kernel(T* x, const float* inv_freq, int rows, int T_, int H, int HS, int pos0, float sign) {
+// The position of row b's first token: pos0 for every row, or each row's own (a decode step, by value).
+struct FromPos0 {
+    int pos0;
+    __device__ int at(int) const { return pos0; }
+};
+struct RowPos {
+    int pos[kDecodeRows];
+    __device__ int at(int b) const { return pos[b]; }
+};
+
+// x (B*T, H, HS): thread per (row, head, i < HS/2); angle (first + t) * inv_freq[i] in f32
+template <typename T, typename Pos>
+__global__ void rope_kernel(T* x, const float* inv_freq, int rows, int T_, int H, int HS, Pos first, float sign) {
     const int half = HS / 2;
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(rows) * H * half) return;
     const int i = int(idx % half);
     const size_t rh = idx / half;  // row * H + head
-    const int t = int((rh / H) % T_);
-    const float a = float(pos0 + t) * inv_freq[i];
+    const int t = int((rh / H) % T_), b = int(rh / H / T_);
+    const float a = float(first.at(b) + t) * inv_freq[i];
     float s, c;
     sincosf(a, &s, &c);
     s *= sign;
@@ -64,8 +76,23 @@ __global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, int pos0, bool inverse) {
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        launch(rope_kernel<T>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.ptr<T>(), inv_freq.ptr<float>(),
-               B * T_, T_, H, HS, pos0, inverse ? -1.0f : 1.0f);
+        launch(rope_kernel<T, FromPos0>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.ptr<T>(),
+               inv_freq.ptr<float>(), B * T_, T_, H, HS, FromPos0{pos0}, inverse ? -1.0f : 1.0f);
+    });
+}
+
+void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, std::span<const int> pos,
+               bool inverse) {
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        for (int b0 = 0; b0 < B; b0 += kDecodeRows) {
+            const int n = std::min(kDecodeRows, B - b0);
+            RowPos first;
+            for (int b = 0; b < n; b++) first.pos[b] = pos[size_t(b0 + b)];
+            launch(rope_kernel<T, RowPos>, size_t(n) * T_ * H * (HS / 2), 256, c.stream,
+                   x.ptr<T>() + size_t(b0) * T_ * H * HS, inv_freq.ptr<float>(), n * T_, T_, H, HS, first,
+                   inverse ? -1.0f : 1.0f);
+        }
     });
 }
 
