@@ -81,6 +81,10 @@ public:
     // ---- ops ------------------------------------------------------------------------------------
     // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C) or empty (no positions)
     virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+    // out (B,C) += table[rows[b]] for each b: a decode step's learned positions, each row at its own (rows: B
+    // host integers within the table). With a token-only embedding_fwd before it, out equals embedding_fwd's
+    // with wpe[rows[b]].
+    virtual void embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) = 0;
     // dwte += scatter(dout by tokens); dwpe += sum over B of dout. Deterministic.
     virtual void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
 

@@ -201,6 +201,16 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
     return {B, S, maxT, int(KC / HS), HS};
 }
 
+int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows) {
+    ANVIL_CHECK(table.shape.ndim == 2 && cols(out) == table.dim(1) && rows.size() == size_t(::anvil::rows(out)) &&
+                    out.dtype == table.dtype,
+                "embedding_rows_add: out {} ({}), table {} ({}) and {} rows", out.shape.str(), dtype_name(out.dtype),
+                table.shape.str(), dtype_name(table.dtype), rows.size());
+    for (int r : rows)
+        ANVIL_CHECK(r >= 0 && r < table.dim(0), "position {} is past the model's context {}", r, table.dim(0));
+    return int(cols(out));
+}
+
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos) {
     const RopeDims d = check_rope(x, inv_freq, H);
     ANVIL_CHECK(pos.size() == size_t(d.B), "rope_rows: {} positions for {} rows", pos.size(), d.B);

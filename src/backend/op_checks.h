@@ -84,6 +84,8 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
                                            std::span<const int> pos, int NH);
 // rope_rows: x (B, T, H HS) and B non-negative positions
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos);
+// embedding_rows_add: out (B, C), table (R, C), B rows in [0, R); returns C
+int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows);
 
 struct ClsDims {
     int N, Vp;

@@ -123,6 +123,9 @@ public:
         timed(matmul_name(pg.empty() ? "matmul_q8_bwd" : "matmul_q8_bwd+gelu", d, di).c_str(), 0,
               [&] { in_.matmul_q8_bwd(di, d, q, s, l, pg); });
     }
+    void embedding_rows_add(Tensor o, Tensor t, std::span<const int> rows) override {
+        timed("embedding_fwd", 3 * o.nbytes(), [&] { in_.embedding_rows_add(o, t, rows); });
+    }
     void embedding_q8_fwd(Tensor o, Tensor t, Tensor q, Tensor s, Tensor p) override {
         timed("embedding_q8_fwd", o.nbytes() + o.nbytes() / 4 + t.nbytes() + (p.empty() ? 0 : o.nbytes()),
               [&] { in_.embedding_q8_fwd(o, t, q, s, p); });

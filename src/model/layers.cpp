@@ -33,15 +33,6 @@ KvCache::KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim,
     arena_ = Arena(alloc, t);
 }
 
-Tensor batch_row(const Tensor& t, int b) {
-    Tensor r = t.slice0(b);
-    Shape s;
-    s.ndim = t.shape.ndim;
-    s.dims[0] = 1;
-    for (int d = 1; d < t.shape.ndim; d++) s.dims[size_t(d)] = t.shape.dims[size_t(d)];
-    return r.view(s);
-}
-
 namespace {
 
 // Attention of the pass's new queries over the cache, appending their keys and values: the one sequence, or
@@ -210,8 +201,11 @@ void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
         return wpe;
     };
     if (!p.row_pos) return lookup(out, tokens, from(p.pos0, p.T));
-    for (int b = 0; b < p.B; b++)  // each row at its own position
-        lookup(batch_row(out, b), batch_row(tokens, b), from(p.row_pos[b], 1));
+    // a decode step, one token a row, each at its own position: the tokens in one lookup, then the positions
+    ANVIL_ASSERT(p.T == 1);
+    lookup(out, tokens, {});
+    p.be.embedding_rows_add(out.view(Shape{p.B, out.shape[out.shape.ndim - 1]}), s.param(wpe_),
+                            {p.row_pos, size_t(p.B)});
 }
 
 void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {

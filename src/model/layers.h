@@ -68,9 +68,6 @@ private:
     int slots_, max_T_;
 };
 
-// Row b of a (B, ...) activation as a batch of one: (1, ...).
-Tensor batch_row(const Tensor& t, int b);
-
 // What one pass gives every layer.
 struct Pass {
     Backend& be;

@@ -689,6 +689,25 @@ OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT) {
     return c;
 }
 
+// A decode step's learned positions: row b of out gets row rows[b] of the table added (rows out of order, a
+// repeat, the first and the last).
+OpCase embedding_rows_add_case(const OpSizes& s) {
+    OpCase c;
+    const int B = 5, C = s.C, R = s.T;
+    const std::vector<int> rows = {R - 1, 0, 3 % R, 3 % R, R / 2};
+    c.name = fmt::format("embedding_rows_add B={} C={} R={}", B, C, R);
+    c.args = {in("table", {R, C}, 1.0f, false), arg("out", {B, C}, Role::InOut)};
+    c.forward = [=](Backend& be, const Args& a) { be.embedding_rows_add(a["out"], a["table"], rows); };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec out = h.at("out");
+        for (int b = 0; b < B; b++)
+            for (int k = 0; k < C; k++)
+                out[size_t(b) * C + k] += h.at("table")[size_t(rows[size_t(b)]) * C + k];
+        want["out"] = out;
+    };
+    return c;
+}
+
 OpCase classifier(const OpSizes& s) {
     OpCase c;
     const int N = s.B * s.T, V = s.V, Vp = s.Vp;
@@ -840,6 +859,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         attention_cached_rows(s, s.NH, 4, std::min(s.T, 40)),
         attention_cached_rows(s, s.NH / 2, 4, std::min(s.T, 40)),
         embedding_tokens(s, s.C),
+        embedding_rows_add_case(s),
         rmsnorm(s, s.C, false),
         rmsnorm(s, s.C + 1, false),
         rmsnorm(s, s.C, true),

@@ -234,6 +234,11 @@ void CpuBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, 
     if (!in_pre_gelu.empty()) cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }
 
+void CpuBackend::embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) {
+    const int C = check_embedding_rows_add(out, table, rows);
+    cpu::embedding_rows_add(out.f32(), table.f32(), rows.data(), int(rows.size()), C);
+}
+
 void CpuBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
     expect_f32(out, "embedding out");
     const auto [B, T, C, V] = check_embedding_q8(out, tokens, q, scale, wpe);

@@ -30,6 +30,7 @@ public:
     void set_memory_limit(size_t bytes) override { memory_.set_limit(bytes); }
 
     void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+    void embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) override;
     void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
     void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) override;
     void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,

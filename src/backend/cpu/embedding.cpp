@@ -29,6 +29,15 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     }
 }
 
+void embedding_rows_add(float* out, const float* table, const int* rows, int B, int C) {
+    for (int b = 0; b < B; b++) {
+        const float* p = table + size_t(rows[b]) * C;
+        float* o = out + size_t(b) * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] += p[c];
+    }
+}
+
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                         int C) {
     constexpr int kBlock = 64;

@@ -13,8 +13,8 @@ namespace anvil::cpu {
 
 // embedding.cpp
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C,
-                       int V);  // out (B,T,C)
+                       int C, int V);  // out (B,T,C)
+void embedding_rows_add(float* out, const float* table, const int* rows, int B, int C);  // out (B,C) += table[rows]
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                         int C);
 

@@ -286,6 +286,11 @@ void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale,
     cuda::matmul_bwd(ctx_, din, {}, {}, dout, din, dequantized(q, scale, layout, din.dtype), layout, in_pre_gelu);
 }
 
+void CudaBackend::embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) {
+    check_embedding_rows_add(out, table, rows);
+    cuda::embedding_rows_add(ctx_, out, table, rows);
+}
+
 void CudaBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
     check_embedding_q8(out, tokens, q, scale, wpe);
     cuda::embedding_q8_fwd(ctx_, out, tokens, q, scale, wpe);

@@ -2,6 +2,8 @@
 // (CUB radix sort), and one block per distinct token sums its positions' gradients in position order.
 #include <cub/cub.cuh>
 
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -86,6 +88,37 @@ void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor w
         else
             launch(embedding_fwd_scalar<T>, size_t(N) * C, 256, c.stream, out.ptr<T>(), tokens.ptr<int32_t>(),
                    wte.ptr<T>(), wpe.ptr<T>(), N, T_, C, V);
+    });
+}
+
+namespace {
+
+struct RowIndex {  // by value in the kernel's parameters
+    int r[kDecodeRows];
+};
+
+// out (n, C) += table[rows.r[i]]; thread per element
+template <typename T>
+__global__ void rows_add_kernel(T* out, const T* table, RowIndex rows, int n, int C) {
+    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= size_t(n) * C) return;
+    const int i = int(idx / C), c = int(idx % C);
+    out[idx] = from_f<T>(to_f(out[idx]) + to_f(table[size_t(rows.r[i]) * C + c]));
+}
+
+}  // namespace
+
+void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, std::span<const int> rows) {
+    const int C = int(table.dim(1)), B = int(rows.size());
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        for (int b0 = 0; b0 < B; b0 += kDecodeRows) {
+            const int n = std::min(kDecodeRows, B - b0);
+            RowIndex idx;
+            for (int i = 0; i < n; i++) idx.r[i] = rows[size_t(b0 + i)];
+            launch(rows_add_kernel<T>, size_t(n) * C, 256, c.stream, out.ptr<T>() + size_t(b0) * C, table.ptr<T>(),
+                   idx, n, C);
+        }
     });
 }
 

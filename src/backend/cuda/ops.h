@@ -51,6 +51,8 @@ void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32
 
 // embedding.cu
 void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
+// out (B, C) += table[rows[b]]: one launch per kDecodeRows rows
+void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, std::span<const int> rows);
 void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
 
 // quant.cu: int8 weights, W = q * scale[o]. matmul_q8_direct reads q directly for up to kQ8DirectRows rows of
