@@ -28,6 +28,7 @@ struct Desc {
     int64_t ld_aux = 0;
     const float* a_scale = nullptr;
     const float* b_scale = nullptr;
+    int8_t fast_accum = 0;
 };
 struct Layout {
     cudaDataType_t type;
@@ -150,6 +151,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
             return take(m.a_scale);
         case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
             return take(m.b_scale);
+        case CUBLASLT_MATMUL_DESC_FAST_ACCUM:  // accepted; the emulation always accumulates in f32
+            return take(m.fast_accum);
         default:
             return CUBLAS_STATUS_NOT_SUPPORTED;
     }

@@ -172,7 +172,7 @@ bool fp8_kernels_take(DType t, int N, int C, int OC) {
 // d (m x n column-major, i.e. row-major (n, m)) = beta d + A^T B (+ bias), A stored k x m and B k x n (the TN
 // form), in FP8 on the tensor cores or, for shapes they cannot take, on the operands scaled back.
 void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int n, int k, Tensor d,
-             float beta, Tensor bias) {
+             float beta, Tensor bias, bool fast_accum = false) {
     if (!fp8) a = dequantize(c, sc, a, d.dtype), b = dequantize(c, sc, b, d.dtype);
     Gemm g;
     g.ta = true;
@@ -181,6 +181,7 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
     g.B = b.data, g.ldb = k, g.b_type = b.type, g.b_scale = b.dequant;
     g.D = d.data, g.ldd = m, g.d = d.dtype;
     g.beta = beta;
+    g.fast_accum = fp8 && fast_accum;
     if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS, g.bias = bias.data;
     if (lt_gemm(c, g)) return;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT, g.bias = nullptr;
@@ -210,7 +211,8 @@ void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w
     const Operand qw = layout == WLayout::OutIn ? quantize(c, sc, w, OC, C, DType::F8E4M3, false)
                                                 : quantize(c, sc, w, C, OC, DType::F8E4M3, true);
     const Tensor target = pre_gelu.empty() ? out : pre_gelu;
-    product(c, sc, fp8_kernels_take(in.dtype, N, C, OC), qw, qin, OC, N, C, target, 0.0f, bias);
+    product(c, sc, fp8_kernels_take(in.dtype, N, C, OC), qw, qin, OC, N, C, target, 0.0f, bias,
+            /*fast_accum=*/true);
     if (!pre_gelu.empty()) gelu_fwd(c, out, pre_gelu);
 }
 

@@ -18,7 +18,7 @@ struct Plan {
 };
 
 using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
-                           int64_t, int64_t, uint32_t>;
+                           int64_t, int64_t, uint32_t, bool>;
 
 }  // namespace
 
@@ -69,7 +69,7 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
     const PlanKey key{g.ta,        g.tb,       g.m,        g.n,        g.k,
                       g.lda,       g.ldb,      g.ldd,      int(g.a_type), int(g.b_type),
                       int(g.d),    int(g.epi), g.beta != 0.0f, g.ld_aux, g.batch,
-                      g.stride_a,  g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18};
+                      g.stride_a,  g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18, g.fast_accum};
     auto& cache = c.lt_plans->map;
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -84,6 +84,10 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
         const int64_t ld = g.ld_aux;
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    if (g.fast_accum) {
+        const int8_t on = 1;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
     }
     // the bias and aux pointers are set on the descriptor per call (lt_gemm), not here
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, atype, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));

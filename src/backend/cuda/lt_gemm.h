@@ -21,6 +21,9 @@ struct Gemm {
     DType d = DType::F32;                            // D (f32 output from 16-bit operands is allowed)
     const float* a_scale = nullptr;  // FP8: device pointers to the factors that scale A's and B's values back
     const float* b_scale = nullptr;
+    // FP8: cuBLASLt's fast accumulation (partial sums not periodically promoted to higher precision). On for
+    // the forward's products only, as Transformer Engine and XLA do; the gradients' products keep it off.
+    bool fast_accum = false;
     float alpha = 1.0f, beta = 0.0f;
     int batch = 1;  // with strides in elements between consecutive A, B and D matrices
     int64_t stride_a = 0, stride_b = 0, stride_d = 0;
