@@ -3,6 +3,7 @@
 // activation recomputation giving the same gradients.
 #include <cmath>
 
+#include "../unit/model_harness.h"
 #include "dist/comm.h"
 #include "gpu_harness.h"
 #include "train/data_parallel.h"
@@ -186,39 +187,11 @@ std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DT
     mo.dtype = dt;
     auto m = make_model(be, cfg, mo);
     m->params().init(7);
-    const std::vector<std::vector<int32_t>> prompts = {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3, 5, 8, 9, 7, 9}};
-    const std::vector<int> slots = {2, 0, 1};
-    const int B = 3, steps = 6;
-    auto pool = m->make_cache(0, 3);
-    auto prefill = m->make_activations(1, cfg.n_ctx, ActMode::Decode);
-    auto rows = m->make_activations(B, 1, ActMode::Decode);
-    std::vector<int> pos(static_cast<size_t>(B));
-    for (int b = 0; b < B; b++) {
-        const auto& ids = prompts[size_t(b)];
-        be.upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
-        ForwardPass f;
-        f.T = int(ids.size());
-        f.cache = pool.get();
-        f.slot = slots[size_t(b)];
-        f.last_logits = true;
-        m->forward(*prefill, f);
-        pos[size_t(b)] = int(ids.size());
-    }
+    const auto steps =
+        decode_rows(*m, {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3, 5, 8, 9, 7, 9}}, {2, 0, 1}, 6,
+                    [&](int b, int s) { return int32_t((7 * s + 5 * b + 1) % cfg.vocab_size); });
     std::vector<float> all;
-    for (int s = 0; s < steps; s++) {
-        std::vector<int32_t> tok(static_cast<size_t>(B));
-        for (int b = 0; b < B; b++) tok[size_t(b)] = int32_t((7 * s + 5 * b + 1) % cfg.vocab_size);
-        be.upload(rows->get("tokens", B, 1), tok.data());
-        ForwardPass f;
-        f.B = B;
-        f.cache = pool.get();
-        f.row_slot = slots.data();
-        f.row_pos = pos.data();
-        m->forward(*rows, f);
-        const std::vector<float> l = get(be, rows->get("logits", B, 1));
-        all.insert(all.end(), l.begin(), l.end());
-        for (int& p : pos) p++;
-    }
+    for (const auto& l : steps) all.insert(all.end(), l.begin(), l.end());
     return all;
 }
 

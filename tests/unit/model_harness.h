@@ -42,6 +42,50 @@ inline void set_all_params(ParamStore& s, const std::vector<std::vector<float>>&
     for (size_t i = 0; i < s.size(); i++) s.write_f32(i, v[i].data());
 }
 
+// Continuous batching's decode step on the model seam: each prompt prefilled alone into its slot of one cache
+// (B = slots.size() slots), then `steps` passes of all B rows together, one token each (row_slot/row_pos), row
+// b fed feed(b, s) at step s. Every step's logits (B rows of the vocabulary), in step order.
+template <typename Feed>
+std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<int>& slots, int steps, Feed feed) {
+    Backend& be = m.backend();
+    const int B = int(prompts.size());
+    auto pool = m.make_cache(0, int(slots.size()));
+    auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
+    auto rows = m.make_activations(B, 1, ActMode::Decode);
+    std::vector<int> pos(static_cast<size_t>(B));
+    for (int b = 0; b < B; b++) {
+        const auto& ids = prompts[size_t(b)];
+        be.upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
+        ForwardPass f;
+        f.T = int(ids.size());
+        f.cache = pool.get();
+        f.slot = slots[size_t(b)];
+        f.last_logits = true;
+        m.forward(*prefill, f);
+        pos[size_t(b)] = int(ids.size());
+    }
+    std::vector<std::vector<float>> out;
+    for (int s = 0; s < steps; s++) {
+        std::vector<int32_t> tok(static_cast<size_t>(B));
+        for (int b = 0; b < B; b++) tok[size_t(b)] = feed(b, s);
+        be.upload(rows->get("tokens", B, 1), tok.data());
+        ForwardPass f;
+        f.B = B;
+        f.cache = pool.get();
+        f.row_slot = slots.data();
+        f.row_pos = pos.data();
+        m.forward(*rows, f);
+        const Tensor l = rows->get("logits", B, 1);  // in the model's dtype
+        std::vector<uint8_t> raw(l.nbytes());
+        be.download(raw.data(), l);
+        out.emplace_back(size_t(l.numel()));
+        convert_to_f32(out.back().data(), raw.data(), l.dtype, out.back().size());
+        for (int& p : pos) p++;
+    }
+    return out;
+}
+
 struct TinyRun {
     std::unique_ptr<Backend> be = make_backend({Device::CPU, 2, 0});
     std::unique_ptr<Model> model;

@@ -33,9 +33,7 @@ void batched_rows_equal_single(const ModelConfig& c) {
     const std::vector<int> slots = {2, 0, 1};
     const int B = int(prompts.size()), steps = 6;
 
-    auto pool = m->make_cache(0, 3);
     auto prefill = m->make_activations(1, m->config().n_ctx, ActMode::Decode);
-    auto rows = m->make_activations(B, 1, ActMode::Decode);
     auto run_one = [&](KvCache& cache, int slot, const std::vector<int32_t>& ids, int pos0) {
         be->upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
         ForwardPass f;
@@ -62,30 +60,13 @@ void batched_rows_equal_single(const ModelConfig& c) {
         }
     }
     // together: prefill into the pool's slots, then one batched pass per step
-    std::vector<int> pos(static_cast<size_t>(B));
-    for (int b = 0; b < B; b++) {
-        run_one(*pool, slots[size_t(b)], prompts[size_t(b)], 0);
-        pos[size_t(b)] = int(prompts[size_t(b)].size());
-    }
+    const auto together = decode_rows(*m, prompts, slots, steps, [&](int b, int s) { return fed[size_t(b)][size_t(s)]; });
     double worst = 0.0;
-    for (int s = 0; s < steps; s++) {
-        std::vector<int32_t> tok(static_cast<size_t>(B));
-        for (int b = 0; b < B; b++) tok[size_t(b)] = fed[size_t(b)][size_t(s)];
-        be->upload(rows->get("tokens", B, 1), tok.data());
-        ForwardPass f;
-        f.B = B;
-        f.cache = pool.get();
-        f.row_slot = slots.data();
-        f.row_pos = pos.data();
-        m->forward(*rows, f);
-        const std::vector<float> l = download(*be, rows->get("logits", B, 1));
-        for (int b = 0; b < B; b++) {
+    for (int s = 0; s < steps; s++)
+        for (int b = 0; b < B; b++)
             for (int v = 0; v < V; v++)
-                worst = std::max(
-                    worst, double(std::abs(l[size_t(b * V + v)] - alone[size_t(b)][size_t(s)][size_t(v)])));
-            pos[size_t(b)]++;
-        }
-    }
+                worst = std::max(worst, double(std::abs(together[size_t(s)][size_t(b * V + v)] -
+                                                        alone[size_t(b)][size_t(s)][size_t(v)])));
     EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time";
 }
 

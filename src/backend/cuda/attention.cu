@@ -4,7 +4,6 @@
 // Tiles of 32 keys live in shared memory, rows padded by one float so lanes reading their own row hit
 // distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
 // so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
-#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/attention.cuh"
@@ -200,10 +199,10 @@ struct SeqRows {
 };
 // A decode step: query i is position pos[i] of slot slot[i], the caches (S, maxT, KC); passed by value.
 struct SlotRows {
-    int maxT = 0;
-    int slot[kDecodeRows], pos[kDecodeRows];
-    __device__ size_t base(int i) const { return size_t(slot[i]) * maxT; }
-    __device__ int last(int i) const { return pos[i]; }
+    int maxT;
+    RowInts slot, pos;
+    __device__ size_t base(int i) const { return size_t(slot.v[i]) * maxT; }
+    __device__ int last(int i) const { return pos.v[i]; }
 };
 
 // qkv rows (QC + 2 KC): the new keys and values into the caches (rows of KC)
@@ -358,15 +357,12 @@ void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, 
     // shapes, slots and positions checked by the backend (check_attention_cached_rows)
     const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[2]), QC = W - 2 * KC;
     const size_t esz = dtype_size(qkv.dtype);
-    for (size_t r0 = 0; r0 < slot.size(); r0 += kDecodeRows) {  // a launch per kDecodeRows rows
-        const int n = int(std::min<size_t>(kDecodeRows, slot.size() - r0));
-        SlotRows rows;
-        rows.maxT = int(kcache.shape[1]);
-        for (int i = 0; i < n; i++) rows.slot[i] = slot[r0 + size_t(i)], rows.pos[i] = pos[r0 + size_t(i)];
-        run_cached(c, static_cast<char*>(out.data) + r0 * QC * esz,
-                   static_cast<const char*>(qkv.data) + r0 * size_t(W) * esz, kcache.data, vcache.data,
+    for_row_runs(int(slot.size()), [&](int r0, int n) {
+        const SlotRows rows{int(kcache.shape[1]), row_ints(slot, r0, n), row_ints(pos, r0, n)};
+        run_cached(c, static_cast<char*>(out.data) + size_t(r0) * QC * esz,
+                   static_cast<const char*>(qkv.data) + size_t(r0) * W * esz, kcache.data, vcache.data,
                    qkv.dtype, n, rows, QC, KC, NH);
-    }
+    });
 }
 
 }  // namespace anvil::cuda

@@ -2,8 +2,6 @@
 // (CUB radix sort), and one block per distinct token sums its positions' gradients in position order.
 #include <cub/cub.cuh>
 
-#include <algorithm>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -93,17 +91,13 @@ void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor w
 
 namespace {
 
-struct RowIndex {  // by value in the kernel's parameters
-    int r[kDecodeRows];
-};
-
 // out (n, C) += table[rows.r[i]]; thread per element
 template <typename T>
-__global__ void rows_add_kernel(T* out, const T* table, RowIndex rows, int n, int C) {
+__global__ void rows_add_kernel(T* out, const T* table, RowInts rows, int n, int C) {
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(n) * C) return;
     const int i = int(idx / C), c = int(idx % C);
-    out[idx] = from_f<T>(to_f(out[idx]) + to_f(table[size_t(rows.r[i]) * C + c]));
+    out[idx] = from_f<T>(to_f(out[idx]) + to_f(table[size_t(rows.v[i]) * C + c]));
 }
 
 }  // namespace
@@ -112,13 +106,10 @@ void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, std::span<const 
     const int C = int(table.dim(1)), B = int(rows.size());
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        for (int b0 = 0; b0 < B; b0 += kDecodeRows) {
-            const int n = std::min(kDecodeRows, B - b0);
-            RowIndex idx;
-            for (int i = 0; i < n; i++) idx.r[i] = rows[size_t(b0 + i)];
+        for_row_runs(B, [&](int b0, int n) {
             launch(rows_add_kernel<T>, size_t(n) * C, 256, c.stream, out.ptr<T>() + size_t(b0) * C, table.ptr<T>(),
-                   idx, n, C);
-        }
+                   row_ints(rows, b0, n), n, C);
+        });
     });
 }
 

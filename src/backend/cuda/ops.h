@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <span>
 
@@ -12,9 +13,24 @@
 
 namespace anvil::cuda {
 
-// A decode step's rows per launch of the per-row kernels (attention_cached_rows, rope_rows): their slots and
-// positions travel by value in the kernel's parameters (2 KiB of its 4), no upload and no host wait.
+// A decode step's rows per launch of the per-row kernels (attention_cached_rows, rope_rows,
+// embedding_rows_add): their slots and positions travel by value in the kernel's parameters (1 KiB each of
+// the 4 KiB a launch may pass), no upload and no host wait.
 constexpr int kDecodeRows = 256;
+struct RowInts {
+    int v[kDecodeRows];
+};
+// Rows first..first+n-1 of s, n <= kDecodeRows, for a kernel's parameters.
+inline RowInts row_ints(std::span<const int> s, int first, int n) {
+    RowInts r;
+    for (int i = 0; i < n; i++) r.v[i] = s[size_t(first + i)];
+    return r;
+}
+// f(first, n) for each run of at most kDecodeRows of B rows: one launch each.
+template <typename F>
+void for_row_runs(int B, F&& f) {
+    for (int b0 = 0; b0 < B; b0 += kDecodeRows) f(b0, std::min(kDecodeRows, B - b0));
+}
 
 // cuBLASLt plans (descriptors + chosen algorithm) per product shape, owned by the backend.
 struct LtPlans;

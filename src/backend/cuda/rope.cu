@@ -1,7 +1,5 @@
 // Rotary position embeddings (Hugging Face's rotate_half layout) in place, and the packing of grouped-query
 // heads into attention's (q, k, v) layout. Memory-bound: one thread per element pair or per element.
-#include <algorithm>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -15,8 +13,8 @@ struct FromPos0 {
     __device__ int at(int) const { return pos0; }
 };
 struct RowPos {
-    int pos[kDecodeRows];
-    __device__ int at(int b) const { return pos[b]; }
+    RowInts pos;
+    __device__ int at(int b) const { return pos.v[b]; }
 };
 
 // x (B*T, H, HS): thread per (row, head, i < HS/2); angle (first + t) * inv_freq[i] in f32
@@ -85,14 +83,11 @@ void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, in
                bool inverse) {
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        for (int b0 = 0; b0 < B; b0 += kDecodeRows) {
-            const int n = std::min(kDecodeRows, B - b0);
-            RowPos first;
-            for (int b = 0; b < n; b++) first.pos[b] = pos[size_t(b0 + b)];
+        for_row_runs(B, [&](int b0, int n) {
             launch(rope_kernel<T, RowPos>, size_t(n) * T_ * H * (HS / 2), 256, c.stream,
-                   x.ptr<T>() + size_t(b0) * T_ * H * HS, inv_freq.ptr<float>(), n * T_, T_, H, HS, first,
-                   inverse ? -1.0f : 1.0f);
-        }
+                   x.ptr<T>() + size_t(b0) * T_ * H * HS, inv_freq.ptr<float>(), n * T_, T_, H, HS,
+                   RowPos{row_ints(pos, b0, n)}, inverse ? -1.0f : 1.0f);
+        });
     });
 }
 
