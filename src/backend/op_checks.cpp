@@ -168,6 +168,9 @@ CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Te
     const int HS = int(qc / NH);
     ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached: cache width {} for head size {}", KC, HS);
     ANVIL_CHECK(rows(out) == Tq && cols(out) == qc, "attention_cached: out {} for ({}, {})", out.shape.str(), Tq, qc);
+    ANVIL_CHECK(out.dtype == qkv.dtype && kcache.dtype == qkv.dtype && vcache.dtype == qkv.dtype,
+                "attention_cached: out {}, qkv {} and caches {}/{} in one dtype", dtype_name(out.dtype),
+                dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
     ANVIL_CHECK(pos0 >= 0 && pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
                 pos0 + Tq - 1, kcache.dim(0));
     return {Tq, int(KC / HS), HS};
@@ -188,6 +191,9 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
                 HS);
     ANVIL_CHECK(rows(out) == B && cols(out) == qc, "attention_cached_rows: out {} for ({}, {})", out.shape.str(), B,
                 qc);
+    ANVIL_CHECK(out.dtype == qkv.dtype && kcache.dtype == qkv.dtype && vcache.dtype == qkv.dtype,
+                "attention_cached_rows: out {}, qkv {} and caches {}/{} in one dtype", dtype_name(out.dtype),
+                dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
     ANVIL_CHECK(slot.size() == size_t(B) && pos.size() == size_t(B),
                 "attention_cached_rows: {} slots and {} positions for {} rows", slot.size(), pos.size(), B);
     std::vector<char> taken(size_t(S), 0);
