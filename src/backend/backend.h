@@ -163,10 +163,11 @@ public:
     // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH
     // for GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
-    // attention_cached for B sequences at once, one new position each (continuous batching's decode step): row
-    // b of qkv (B, (NH + 2 KVH) HS) is position pos[b] of cache slot slot[b]; its k and v are written there
-    // in kcache/vcache (S, maxT, KVH HS), then its query attends over that slot's positions 0..pos[b]. slot,
-    // pos: B host integers, the slots distinct. out (B, NH HS).
+    // attention_cached for B rows of one token each (continuous batching): row b of qkv (B, (NH + 2 KVH) HS)
+    // is position pos[b] of cache slot slot[b]. Every row's k and v are written there in kcache/vcache (S,
+    // maxT, KVH HS) first, then each row's query attends over its slot's positions 0..pos[b]; so rows of one
+    // slot at consecutive positions attend over each other (a packed prefill), and a decode step's rows each
+    // continue their own slot. slot, pos: B host integers, no (slot, position) pair twice. out (B, NH HS).
     virtual void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
                                        std::span<const int> slot, std::span<const int> pos, int NH) = 0;
 

@@ -1,5 +1,7 @@
 #include "backend/op_checks.h"
 
+#include <algorithm>
+
 namespace anvil {
 
 void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what) {
@@ -196,14 +198,17 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
                 dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
     ANVIL_CHECK(slot.size() == size_t(B) && pos.size() == size_t(B),
                 "attention_cached_rows: {} slots and {} positions for {} rows", slot.size(), pos.size(), B);
-    std::vector<char> taken(size_t(S), 0);
+    std::vector<int64_t> at(static_cast<size_t>(B));
     for (int b = 0; b < B; b++) {
-        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S && !taken[size_t(slot[size_t(b)])],
-                    "attention_cached_rows: row {} in slot {} ({} slots, each taken once)", b, slot[size_t(b)], S);
-        taken[size_t(slot[size_t(b)])] = 1;
+        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S, "attention_cached_rows: row {} in slot {} of {}", b,
+                    slot[size_t(b)], S);
         ANVIL_CHECK(pos[size_t(b)] >= 0 && pos[size_t(b)] < maxT,
                     "generation: position {} is past the model's context {}", pos[size_t(b)], maxT);
+        at[size_t(b)] = int64_t(slot[size_t(b)]) * maxT + pos[size_t(b)];
     }
+    std::sort(at.begin(), at.end());
+    ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
+                "attention_cached_rows: two rows at one position of one slot");
     return {B, S, maxT, int(KC / HS), HS};
 }
 

@@ -77,8 +77,8 @@ CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Te
 struct CachedRowsDims {
     int B, S, maxT, KVH, HS;
 };
-// qkv (B, (NH + 2 KVH) HS), caches (S, maxT, KVH HS), out (B, NH HS); B slots in [0, S), distinct, and
-// positions in [0, maxT)
+// qkv (B, (NH + 2 KVH) HS), caches (S, maxT, KVH HS), out (B, NH HS); B slots in [0, S) and positions in
+// [0, maxT), no pair twice
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
                                            const Tensor& vcache, std::span<const int> slot,
                                            std::span<const int> pos, int NH);

@@ -21,7 +21,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                 "forward: gradients need targets and training activations");
     if (f.row_slot) {
         ANVIL_CHECK(f.cache && f.row_pos && f.T == 1 && !f.targets && !f.last_logits,
-                    "forward: per-row cache slots decode one token per row into a cache");
+                    "forward: per-row cache slots take one token per row into a cache");
         for (int b = 0; b < f.B; b++)
             ANVIL_CHECK(f.row_pos[b] >= 0 && f.row_pos[b] < config_.n_ctx && f.row_slot[b] >= 0 &&
                             f.row_slot[b] < f.cache->slots(),
@@ -46,21 +46,42 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         b->forward(p, x);
         x = b->out(p);
     }
-    // the final norm, the logits and the loss: over every position, or (last_logits) over the last one
+    // the final norm, the logits and the loss: over every position, or (last_logits) over the last one, or
+    // over the logit rows
     Pass q = p;
     if (f.last_logits) {
         ANVIL_CHECK(f.B == 1 && !f.targets, "last_logits: one sequence, no targets");
         x = x.slice0(0).slice0(f.T - 1).view(Shape{1, 1, config_.n_embd});
         q.T = 1;
+    } else if (f.logit_rows) {
+        x = gather_rows(x, f);
+        q.B = f.n_logit_rows;
     }
-    norm_.forward(q, x);
-    const Tensor logits = q.act("logits");
-    lm_head_.forward(q, logits, norm_.out(q));
-    if (f.targets) be_.classifier(q.act("losses"), logits, q.act("targets"), f.dloss, config_.vocab_size);
+    if (q.B > 0) {  // (no logit rows: no row wants logits)
+        norm_.forward(q, x);
+        lm_head_.forward(q, q.act("logits"), norm_.out(q));
+    }
+    if (f.targets)
+        be_.classifier(q.act("losses"), q.act("logits"), q.act("targets"), f.dloss, config_.vocab_size);
     last_B_ = f.B;
     last_T_ = f.T;
     last_seed_ = f.seed;
     have_grad_logits_ = f.dloss != 0.0f;
+}
+
+// The logit rows of x (B, 1, C) moved, in order, to its first rows (in place: the rows ascend, so a row is
+// read before it is overwritten), as (n, 1, C).
+Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) {
+    const int n = f.n_logit_rows;
+    const size_t C = size_t(config_.n_embd);
+    ANVIL_CHECK(f.row_slot && n >= 0 && n <= f.B, "forward: {} logit rows of {} need per-row slots", n, f.B);
+    for (int i = 0; i < n; i++) {
+        const int r = f.logit_rows[i];
+        ANVIL_CHECK(r >= i && r < f.B && (i == 0 || r > f.logit_rows[i - 1]),
+                    "forward: logit rows must ascend within the {} rows, got {} at {}", f.B, r, i);
+        if (r != i) be_.convert(x.range(size_t(i) * C, C), x.range(size_t(r) * C, C));
+    }
+    return x.range(0, size_t(n) * C).view(Shape{n, 1, int64_t(C)});
 }
 
 void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {

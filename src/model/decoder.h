@@ -1,6 +1,6 @@
-// The decoder-only skeleton every family shares: token embedding, a stack of pre-norm residual blocks, a final
-// norm, an output layer and the fused loss; and the backward through them, calling the per-layer hooks. A
-// family (gpt2.cpp, llama.cpp) builds the parts: what its blocks are, its norm, whether the head is tied.
+// The decoder-only skeleton every family shares: token embedding, a stack of pre-norm residual blocks, a
+// final norm, an output layer and the fused loss; and the backward through them, calling the per-layer hooks.
+// A family (gpt2.cpp, llama.cpp) builds the parts: what its blocks are, its norm, whether the head is tied.
 #pragma once
 
 #include <memory>
@@ -10,8 +10,8 @@
 
 namespace anvil {
 
-// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer; the backward takes d(out) in
-// dres and leaves d(in) there (dln is scratch).
+// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer; the backward takes d(out)
+// in dres and leaves d(in) there (dln is scratch).
 class Block {
 public:
     virtual ~Block() = default;
@@ -22,9 +22,9 @@ public:
     virtual std::vector<Linear*> linears() = 0;
 };
 
-// The pre-norm residual block both families use: x + mixer(norm1(x)), then + ffn(norm2(.)). A family gives its
-// parts (GPT-2: LayerNorm, fused-qkv attention, GELU MLP; Llama: RMSNorm, rotary GQA attention, SwiGLU); they
-// are built in that order, which is the order their parameters are registered (Hugging Face's order).
+// The pre-norm residual block both families use: x + mixer(norm1(x)), then + ffn(norm2(.)). A family gives
+// its parts (GPT-2: LayerNorm, fused-qkv attention, GELU MLP; Llama: RMSNorm, rotary GQA attention, SwiGLU);
+// they are built in that order, which is the order their parameters are registered (Hugging Face's order).
 // Tensor parallel, the mixer and the ffn each hold a slice of the heads or columns: their outputs and their
 // input gradients are partial sums, summed over the ranks here (Megatron's f and g), so norms, residuals and
 // everything outside the blocks stay whole and identical on every rank.
@@ -110,6 +110,7 @@ public:
 protected:
     DecoderModel(Backend& be, const ModelConfig& c, const ModelOptions& o) : Model(be, c, o) {}
     void plan(ActPlan& plan) const override;
+    Tensor gather_rows(Tensor x, const ForwardPass& f);
 
     Embedding emb_;
     std::vector<std::unique_ptr<Block>> blocks_;

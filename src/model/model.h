@@ -28,10 +28,16 @@ struct ForwardPass {
     int pos0 = 0;               // the position of the first token (decoding continues a sequence)
     KvCache* cache = nullptr;   // append keys and values at pos0.. and attend over the cache (B = 1)
     int slot = 0;               // the cache slot of that one sequence
-    // Or, when set, a batch of B sequences of one token each (T = 1), each continuing its own cache slot:
-    // row b in slot row_slot[b] at position row_pos[b] (a server's decode step, continuous batching).
+    // Or, when set, B rows of one token each (T = 1), row b at position row_pos[b] of cache slot row_slot[b]
+    // (continuous batching): a decode step's rows each continue their own slot, and rows of one slot at
+    // consecutive positions are a piece of a prompt (a packed prefill); every row's key and value are in the
+    // cache before any row attends.
     const int* row_slot = nullptr;
     const int* row_pos = nullptr;
+    // With row_slot: logits only for these rows (ascending indices), as logits(n_logit_rows, 1); none when
+    // n_logit_rows is 0 (prompt pieces that do not end their prompt need none).
+    const int* logit_rows = nullptr;
+    int n_logit_rows = 0;
     bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
     float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)

@@ -65,7 +65,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
-    prefill_acts_ = model.make_activations(1, chunk_, ActMode::Decode);
+    prefill_acts_ = model.make_activations(chunk_, 1, ActMode::Decode);  // a row per prompt position
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
@@ -161,35 +161,70 @@ void Scheduler::admit() {
 }
 
 // The oldest unfinished prompts advance by whole chunks, each piece ending at a multiple of the chunk (as the
-// Generator cuts a prompt, so a prompt's logits do not depend on the traffic), until this step's budget of
-// positions is spent. A prompt whose last piece ran samples its first token (which may end it).
+// Generator cuts a prompt), until this step's budget of positions is spent; with --prefill-chunk 0, every
+// admitted prompt whole. The pieces of several prompts run packed in one forward (prefill_pass). A prompt
+// whose last piece ran samples its first token (which may end it).
 void Scheduler::prefill_some() {
-    int budget = opt_.prefill_chunk > 0 ? chunk_ : std::numeric_limits<int>::max();
+    const bool whole = opt_.prefill_chunk == 0;
+    while (prefill_pass() && whole) {
+    }
+}
+
+// One forward of up to chunk_ prompt positions: each position a row in its sequence's cache slot, so the
+// pieces of several prompts share the weights' reads. Returns whether any position ran.
+bool Scheduler::prefill_pass() {
+    std::vector<int> slot, pos, logit_rows;
+    std::vector<int32_t> tok;
+    std::vector<std::pair<size_t, int>>
+        moved;                 // (index in running_, the prompt positions in the cache after)
+    std::vector<size_t> last;  // the sequences whose prompt this pass finishes
+    for (size_t i = 0; i < running_.size() && int(tok.size()) < chunk_; i++) {
+        Sequence& s = *running_[i];
+        const int n = int(s.prompt_.size());
+        int at = s.pos_;  // pos_: the prompt positions in the cache so far
+        for (int k; at < n && int(tok.size()) + (k = prefill_piece(at, n, chunk_)) <= chunk_; at += k)
+            for (int j = at; j < at + k; j++)
+                slot.push_back(s.slot_), pos.push_back(j), tok.push_back(s.prompt_[size_t(j)]);
+        if (at == s.pos_) continue;
+        moved.emplace_back(i, at);
+        if (at == n) logit_rows.push_back(int(tok.size()) - 1), last.push_back(i);
+    }
+    if (tok.empty()) return false;
     struct Ended {
         size_t i;
         Finish f;
         std::string error;
     };
     std::vector<Ended> ended;
-    for (size_t i = 0; i < running_.size() && budget > 0; i++) {
-        Sequence& s = *running_[i];
-        const int n = int(s.prompt_.size());
-        try {
-            while (s.pos_ < n && budget > 0) {  // pos_: the prompt positions in the cache so far
-                const int k = prefill_piece(s.pos_, n, chunk_);
-                std::vector<float> logits = forward_cached(model_, *prefill_acts_, *cache_, s.slot_,
-                                                           s.prompt_.data() + s.pos_, k, s.pos_);
-                s.pos_ += k;
-                budget -= k;
-                if (s.pos_ < n) continue;
-                const Finish fin = sample_into(s, logits);
-                if (fin != Finish::None) ended.push_back({i, fin, {}});
+    Backend& be = model_.backend();
+    const int B = int(tok.size()), n = int(last.size());
+    try {
+        be.upload(prefill_acts_->get("tokens", B, 1), tok.data());
+        ForwardPass f;
+        f.B = B;
+        f.cache = cache_.get();
+        f.row_slot = slot.data();
+        f.row_pos = pos.data();
+        f.logit_rows = logit_rows.data();
+        f.n_logit_rows = n;
+        model_.forward(*prefill_acts_, f);
+        for (const auto& [i, at] : moved) running_[i]->pos_ = at;
+        if (n > 0) {
+            const std::vector<float> all = be.download_f32(prefill_acts_->get("logits", n, 1));
+            const size_t V = all.size() / size_t(n);
+            std::vector<float> logits;
+            for (size_t r = 0; r < last.size(); r++) {
+                logits.assign(all.begin() + std::ptrdiff_t(r * V), all.begin() + std::ptrdiff_t((r + 1) * V));
+                const Finish fin = sample_into(*running_[last[r]], logits);
+                if (fin != Finish::None) ended.push_back({last[r], fin, {}});
             }
-        } catch (const std::exception& e) {
-            ended.push_back({i, Finish::Error, e.what()});
         }
+    } catch (const std::exception& e) {  // every sequence of the pass ends with the error
+        ended.clear();
+        for (const auto& mv : moved) ended.push_back({mv.first, Finish::Error, e.what()});
     }
     for (size_t k = ended.size(); k-- > 0;) retire(ended[k].i, ended[k].f, std::move(ended[k].error));
+    return true;
 }
 
 // Samples the token after `logits` (V), hands it to the waiter and says whether that ended the sequence (the

@@ -2,8 +2,8 @@
 // thread pool and per-thread floating-point modes were set up): every decode step runs the next token of
 // every running sequence in one batched forward (each row continuing its own KV-cache slot, model.h's
 // row_slot), so the weights are read once per step however many requests are in flight. New requests take a
-// free slot and are prefilled between steps, a chunk of positions at a time, and join the step after their
-// prompt is in; finished or cancelled ones leave at once and free their slot. The KV cache is a fixed pool of
+// free slot and are prefilled between steps, a chunk of positions at a time (the pieces of several prompts
+// packed into one forward, a row per position in its own slot), and join the step after their prompt is in; finished or cancelled ones leave at once and free their slot. The KV cache is a fixed pool of
 // slots, one sequence each, sized by the caller; requests that find no free slot wait in a bounded queue, and
 // past it submit() refuses them.
 //
@@ -113,6 +113,7 @@ public:
 private:
     void admit();
     void prefill_some();
+    bool prefill_pass();
     void decode_step();
     Finish sample_into(Sequence& s, std::vector<float>& logits);
     void retire(size_t i, Finish f, std::string error = {});

@@ -179,17 +179,18 @@ TEST_P(CudaModelFamily, LowPrecisionTracksFp32) {
     EXPECT_NE(curve[3], curve[1]) << "the fp8 run must differ from bf16 (its products round to FP8)";
 }
 
-// Continuous batching's decode step: three prompts prefilled into slots 2, 0, 1 of one cache, then 6 steps
-// of all three rows in one pass each (attention_cached_rows, and rope_rows for Llama), the same tokens fed on
-// both backends. Every step's logits, rows in order.
-std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DType dt) {
+// Continuous batching: three prompts prefilled into slots 2, 0, 1 of one cache (each alone, or packed in one
+// forward of a row per position), then 6 steps of all three rows in one pass each (attention_cached_rows,
+// rope_rows for Llama, embedding_rows_add for GPT-2), the same tokens fed on both backends. Every step's
+// logits, rows in order.
+std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DType dt, bool packed) {
     ModelOptions mo;
     mo.dtype = dt;
     auto m = make_model(be, cfg, mo);
     m->params().init(7);
-    const auto steps =
-        decode_rows(*m, {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3, 5, 8, 9, 7, 9}}, {2, 0, 1}, 6,
-                    [&](int b, int s) { return int32_t((7 * s + 5 * b + 1) % cfg.vocab_size); });
+    const auto steps = decode_rows(
+        *m, {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3, 5, 8, 9, 7, 9}}, {2, 0, 1}, 6,
+        [&](int b, int s) { return int32_t((7 * s + 5 * b + 1) % cfg.vocab_size); }, packed);
     std::vector<float> all;
     for (const auto& l : steps) all.insert(all.end(), l.begin(), l.end());
     return all;
@@ -197,13 +198,16 @@ std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DT
 
 TEST_P(CudaModelFamily, BatchedDecodeMatchesTheCpu) {
     const ModelConfig cfg = small(GetParam());
-    const std::vector<float> want = batched_decode_logits(*be.cpu, cfg, DType::F32);
-    double scale = 0.0;
-    for (float x : want) scale = std::max(scale, double(std::abs(x)));
-    EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::F32), want, 1e-4, 1e-4 * scale,
-                          "fp32 decode-step logits"));
-    EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::BF16), want, 5e-2, 5e-2 * scale,
-                          "bf16 decode-step logits"));
+    for (const bool packed : {false, true}) {
+        const std::vector<float> want = batched_decode_logits(*be.cpu, cfg, DType::F32, packed);
+        double scale = 0.0;
+        for (float x : want) scale = std::max(scale, double(std::abs(x)));
+        const std::string how = packed ? " (packed prefill)" : "";
+        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::F32, packed), want, 1e-4,
+                              1e-4 * scale, "fp32 decode-step logits" + how));
+        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::BF16, packed), want, 5e-2,
+                              5e-2 * scale, "bf16 decode-step logits" + how));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, CudaModelFamily, ::testing::Values("gpt2", "llama"));

@@ -1,5 +1,6 @@
 // The op table: every Backend op as a case (op_cases.h). Host references are written from the op contract
 // in backend/backend.h, in double.
+#include <algorithm>
 #include <cmath>
 
 #include "op_cases.h"
@@ -640,15 +641,24 @@ OpCase attention_cached(const OpSizes& s, int KVH) {
 // Continuous batching's decode step: B rows, each one new position in its own slot of the caches (S, maxT,
 // KVH HS), in one call; slots out of order with one left idle, positions from 0 to the last. The caches'
 // other positions hold earlier keys and values (drawn); the new ones must land at (slot, pos) and nowhere else.
-OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT) {
+// packed: a packed prefill beside decode rows: two pieces of prompts (rows of one slot at consecutive
+// positions, one after cached positions, one from position 0) and two one-token rows.
+OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false) {
     OpCase c;
-    const int NH = s.NH, C = s.C, HS = C / NH, KC = KVH * HS, W = C + 2 * KC, S = B + 1, group = NH / KVH;
-    c.name = fmt::format("attention_cached_rows B={} maxT={} NH={} KVH={} C={}", B, maxT, NH, KVH, C);
     std::vector<int> slot(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
     for (int b = 0; b < B; b++) {
-        slot[size_t(b)] = (S - 1 - b + 2) % S;  // a permutation of the slots but one
+        slot[size_t(b)] = (B + 2 - b) % (B + 1);  // a permutation of B + 1 slots but one
         pos[size_t(b)] = b == 0 ? maxT - 1 : (b * 7) % maxT;
     }
+    if (packed) {
+        slot = {2, 2, 2, 2, 4, 3, 0, 0, 0};
+        pos = {3, 4, 5, 6, maxT - 1, 2, 0, 1, 2};
+        B = int(slot.size());
+    }
+    const int NH = s.NH, C = s.C, HS = C / NH, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
+    const int S = *std::max_element(slot.begin(), slot.end()) + 2;
+    c.name = fmt::format("attention_cached_rows{} B={} maxT={} NH={} KVH={} C={}", packed ? "_packed" : "", B, maxT,
+                         NH, KVH, C);
     c.args = {in("qkv", {B, W}, 1.0f, false), out("out", {B, C}), arg("k", {S, maxT, KC}, Role::InOut),
               arg("v", {S, maxT, KC}, Role::InOut)};
     c.forward = [=](Backend& be, const Args& a) {
@@ -858,6 +868,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         attention_cached(s, s.NH / 2),
         attention_cached_rows(s, s.NH, 4, std::min(s.T, 40)),
         attention_cached_rows(s, s.NH / 2, 4, std::min(s.T, 40)),
+        attention_cached_rows(s, s.NH / 2, 0, std::min(s.T, 40), true),
         embedding_tokens(s, s.C),
         embedding_rows_add_case(s),
         rmsnorm(s, s.C, false),

@@ -42,19 +42,41 @@ inline void set_all_params(ParamStore& s, const std::vector<std::vector<float>>&
     for (size_t i = 0; i < s.size(); i++) s.write_f32(i, v[i].data());
 }
 
-// Continuous batching's decode step on the model seam: each prompt prefilled alone into its slot of one cache
-// (B = slots.size() slots), then `steps` passes of all B rows together, one token each (row_slot/row_pos), row
-// b fed feed(b, s) at step s. Every step's logits (B rows of the vocabulary), in step order.
+// Continuous batching on the model seam: the prompts prefilled into their slots of one cache (B =
+// slots.size() slots), each alone or (packed) all in one forward of a row per position with the prompts' last
+// rows as logit rows, then `steps` passes of all B rows together, one token each (row_slot/row_pos), row b
+// fed feed(b, s) at step s. Every step's logits (B rows of the vocabulary), in step order.
 template <typename Feed>
 std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vector<int32_t>>& prompts,
-                                            const std::vector<int>& slots, int steps, Feed feed) {
+                                            const std::vector<int>& slots, int steps, Feed feed,
+                                            bool packed = false) {
     Backend& be = m.backend();
     const int B = int(prompts.size());
     auto pool = m.make_cache(0, int(slots.size()));
-    auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
     auto rows = m.make_activations(B, 1, ActMode::Decode);
     std::vector<int> pos(static_cast<size_t>(B));
-    for (int b = 0; b < B; b++) {
+    if (packed) {
+        std::vector<int> slot, at, ends;
+        std::vector<int32_t> tok;
+        for (int b = 0; b < B; b++) {
+            for (size_t j = 0; j < prompts[size_t(b)].size(); j++)
+                slot.push_back(slots[size_t(b)]), at.push_back(int(j)), tok.push_back(prompts[size_t(b)][j]);
+            ends.push_back(int(tok.size()) - 1);
+            pos[size_t(b)] = int(prompts[size_t(b)].size());
+        }
+        auto acts = m.make_activations(int(tok.size()), 1, ActMode::Decode);
+        be.upload(acts->get("tokens", int(tok.size()), 1), tok.data());
+        ForwardPass f;
+        f.B = int(tok.size());
+        f.cache = pool.get();
+        f.row_slot = slot.data();
+        f.row_pos = at.data();
+        f.logit_rows = ends.data();
+        f.n_logit_rows = B;
+        m.forward(*acts, f);
+    }
+    auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
+    for (int b = 0; b < B && !packed; b++) {
         const auto& ids = prompts[size_t(b)];
         be.upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
         ForwardPass f;

@@ -59,15 +59,19 @@ void batched_rows_equal_single(const ModelConfig& c) {
             alone[size_t(b)].push_back(l);
         }
     }
-    // together: prefill into the pool's slots, then one batched pass per step
-    const auto together = decode_rows(*m, prompts, slots, steps, [&](int b, int s) { return fed[size_t(b)][size_t(s)]; });
-    double worst = 0.0;
-    for (int s = 0; s < steps; s++)
-        for (int b = 0; b < B; b++)
-            for (int v = 0; v < V; v++)
-                worst = std::max(worst, double(std::abs(together[size_t(s)][size_t(b * V + v)] -
-                                                        alone[size_t(b)][size_t(s)][size_t(v)])));
-    EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time";
+    // together: prefill into the pool's slots (each alone, or all packed in one forward), then one batched
+    // pass per step
+    for (const bool packed : {false, true}) {
+        const auto together = decode_rows(
+            *m, prompts, slots, steps, [&](int b, int s) { return fed[size_t(b)][size_t(s)]; }, packed);
+        double worst = 0.0;
+        for (int s = 0; s < steps; s++)
+            for (int b = 0; b < B; b++)
+                for (int v = 0; v < V; v++)
+                    worst = std::max(worst, double(std::abs(together[size_t(s)][size_t(b * V + v)] -
+                                                            alone[size_t(b)][size_t(s)][size_t(v)])));
+        EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time" << (packed ? ", packed prefill" : "");
+    }
 }
 
 TEST(BatchedDecode, RowsEqualOneSequenceAtATime) {
@@ -191,7 +195,8 @@ TEST(Scheduler, ChunkedPrefillKeepsRunningSequencesDecoding) {
         const long alone =
             std::count(log.events.begin() + 1, log.events.begin() + std::ptrdiff_t(b_first), 1);
         if (chunk == 2)
-            EXPECT_EQ(alone, 5) << "12 positions in chunks of 2: one with a's prefill, then 5 steps' worth";
+            EXPECT_EQ(alone, 6) << "12 positions in chunks of 2, at most 2 a step: after a's prompt (1) no room for "
+                                   "b's first piece, then 6 steps' worth";
         else
             EXPECT_EQ(alone, 0) << "a whole prompt is prefilled before the first step";
     }
