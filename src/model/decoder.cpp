@@ -53,7 +53,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         ANVIL_CHECK(f.B == 1 && !f.targets, "last_logits: one sequence, no targets");
         x = x.slice0(0).slice0(f.T - 1).view(Shape{1, 1, config_.n_embd});
         q.T = 1;
-    } else if (f.logit_rows) {
+    } else if (f.n_logit_rows >= 0) {
         x = gather_rows(x, f);
         q.B = f.n_logit_rows;
     }
@@ -74,7 +74,8 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
 Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) {
     const int n = f.n_logit_rows;
     const size_t C = size_t(config_.n_embd);
-    ANVIL_CHECK(f.row_slot && n >= 0 && n <= f.B, "forward: {} logit rows of {} need per-row slots", n, f.B);
+    ANVIL_CHECK(f.row_slot && n <= f.B && (n == 0 || f.logit_rows), "forward: {} logit rows of {} need per-row slots",
+                n, f.B);
     for (int i = 0; i < n; i++) {
         const int r = f.logit_rows[i];
         ANVIL_CHECK(r >= i && r < f.B && (i == 0 || r > f.logit_rows[i - 1]),

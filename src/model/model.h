@@ -34,15 +34,30 @@ struct ForwardPass {
     // cache before any row attends.
     const int* row_slot = nullptr;
     const int* row_pos = nullptr;
-    // With row_slot: logits only for these rows (ascending indices), as logits(n_logit_rows, 1); none when
-    // n_logit_rows is 0 (prompt pieces that do not end their prompt need none).
+    // With row_slot and n_logit_rows >= 0: logits only for rows logit_rows[0..n_logit_rows) (ascending
+    // indices), as logits(n_logit_rows, 1); none at 0 (prompt pieces that do not end their prompt need none).
+    // -1: every row's.
     const int* logit_rows = nullptr;
-    int n_logit_rows = 0;
+    int n_logit_rows = -1;
     bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
     float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)
     uint64_t seed = 0;          // the pass's randomness (LoRA dropout), reused by its backward
 };
+
+// A pass of B one-token rows, row b at position pos[b] of cache slot slot[b] (continuous batching: a decode
+// step, or packed prompt pieces); logits for every row, or (n_logit_rows >= 0) for logit_rows only.
+inline ForwardPass rows_pass(int B, KvCache* cache, const int* slot, const int* pos, const int* logit_rows = nullptr,
+                             int n_logit_rows = -1) {
+    ForwardPass f;
+    f.B = B;
+    f.cache = cache;
+    f.row_slot = slot;
+    f.row_pos = pos;
+    f.logit_rows = logit_rows;
+    f.n_logit_rows = n_logit_rows;
+    return f;
+}
 
 // Called by backward() as gradients complete: on_layer_grads_ready(l) once per block, l = n_layers-1 .. 0,
 // right after block l's parameter gradients are final, then once with kOutsideLayers for the parameters

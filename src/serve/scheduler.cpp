@@ -65,7 +65,8 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
-    prefill_acts_ = model.make_activations(chunk_, 1, ActMode::Decode);  // a row per prompt position
+    // a row per prompt position: the pieces that start within a chunk's budget, the last one whole
+    prefill_acts_ = model.make_activations(o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_, 1, ActMode::Decode);
     decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
@@ -161,18 +162,20 @@ void Scheduler::admit() {
 }
 
 // The oldest unfinished prompts advance by whole chunks, each piece ending at a multiple of the chunk (as the
-// Generator cuts a prompt), until this step's budget of positions is spent; with --prefill-chunk 0, every
-// admitted prompt whole. The pieces of several prompts run packed in one forward (prefill_pass). A prompt
-// whose last piece ran samples its first token (which may end it).
+// Generator cuts a prompt), until this step's budget of positions is spent (the piece that starts within it
+// runs whole); with --prefill-chunk 0, every admitted prompt whole. The pieces run packed, one forward a pass
+// (prefill_pass). A prompt whose last piece ran samples its first token (which may end it).
 void Scheduler::prefill_some() {
     const bool whole = opt_.prefill_chunk == 0;
     while (prefill_pass() && whole) {
     }
 }
 
-// One forward of up to chunk_ prompt positions: each position a row in its sequence's cache slot, so the
-// pieces of several prompts share the weights' reads. Returns whether any position ran.
+// One forward of the pieces that start within chunk_ positions (so at most 2 chunk_ - 1 rows; with whole
+// prompts, those that fit chunk_): each position a row in its sequence's cache slot, so the pieces of several
+// prompts share the weights' reads. Returns whether any position ran.
 bool Scheduler::prefill_pass() {
+    const bool whole = opt_.prefill_chunk == 0;
     std::vector<int> slot, pos, logit_rows;
     std::vector<int32_t> tok;
     std::vector<std::pair<size_t, int>>
@@ -182,9 +185,12 @@ bool Scheduler::prefill_pass() {
         Sequence& s = *running_[i];
         const int n = int(s.prompt_.size());
         int at = s.pos_;  // pos_: the prompt positions in the cache so far
-        for (int k; at < n && int(tok.size()) + (k = prefill_piece(at, n, chunk_)) <= chunk_; at += k)
+        for (int k; at < n && int(tok.size()) < chunk_; at += k) {
+            k = prefill_piece(at, n, chunk_);
+            if (whole && int(tok.size()) + k > chunk_) break;  // a whole prompt: in a pass where it fits
             for (int j = at; j < at + k; j++)
                 slot.push_back(s.slot_), pos.push_back(j), tok.push_back(s.prompt_[size_t(j)]);
+        }
         if (at == s.pos_) continue;
         moved.emplace_back(i, at);
         if (at == n) logit_rows.push_back(int(tok.size()) - 1), last.push_back(i);
@@ -200,14 +206,8 @@ bool Scheduler::prefill_pass() {
     const int B = int(tok.size()), n = int(last.size());
     try {
         be.upload(prefill_acts_->get("tokens", B, 1), tok.data());
-        ForwardPass f;
-        f.B = B;
-        f.cache = cache_.get();
-        f.row_slot = slot.data();
-        f.row_pos = pos.data();
-        f.logit_rows = logit_rows.data();
-        f.n_logit_rows = n;
-        model_.forward(*prefill_acts_, f);
+        model_.forward(*prefill_acts_,
+                       rows_pass(B, cache_.get(), slot.data(), pos.data(), logit_rows.data(), n));
         for (const auto& [i, at] : moved) running_[i]->pos_ = at;
         if (n > 0) {
             const std::vector<float> all = be.download_f32(prefill_acts_->get("logits", n, 1));
@@ -271,13 +271,7 @@ void Scheduler::decode_step() {
         tokens[b] = s.next_;
     }
     be.upload(decode_acts_->get("tokens", B, 1), tokens.data());
-    ForwardPass f;
-    f.B = B;
-    f.T = 1;
-    f.cache = cache_.get();
-    f.row_slot = slot.data();
-    f.row_pos = pos.data();
-    model_.forward(*decode_acts_, f);
+    model_.forward(*decode_acts_, rows_pass(B, cache_.get(), slot.data(), pos.data()));
     const std::vector<float> all = be.download_f32(decode_acts_->get("logits", B, 1));
     if (observer_) observer_->on_step(B);
     const size_t V = all.size() / n;

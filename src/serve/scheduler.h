@@ -82,8 +82,9 @@ struct SchedulerOptions {
     int slots = 16;      // sequences decoded together: the KV cache's slots
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
     // Prompt positions run between two decode steps (chunked prefill): admitted prompts advance by whole
-    // chunks of this many (cut as the Generator cuts them) until the budget is spent, so a long prompt delays
-    // the running sequences by one chunk's forward at a time. 0: every admitted prompt whole, at once.
+    // chunks of this many (cut as the Generator cuts them) until the budget is spent, packed in one forward,
+    // so a long prompt delays the running sequences by one chunk's forward at a time. 0: every admitted
+    // prompt whole, at once.
     int prefill_chunk = kPrefillChunk;
 };
 

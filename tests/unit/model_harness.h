@@ -66,14 +66,7 @@ std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vec
         }
         auto acts = m.make_activations(int(tok.size()), 1, ActMode::Decode);
         be.upload(acts->get("tokens", int(tok.size()), 1), tok.data());
-        ForwardPass f;
-        f.B = int(tok.size());
-        f.cache = pool.get();
-        f.row_slot = slot.data();
-        f.row_pos = at.data();
-        f.logit_rows = ends.data();
-        f.n_logit_rows = B;
-        m.forward(*acts, f);
+        m.forward(*acts, rows_pass(int(tok.size()), pool.get(), slot.data(), at.data(), ends.data(), B));
     }
     auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
     for (int b = 0; b < B && !packed; b++) {
@@ -92,12 +85,7 @@ std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vec
         std::vector<int32_t> tok(static_cast<size_t>(B));
         for (int b = 0; b < B; b++) tok[size_t(b)] = feed(b, s);
         be.upload(rows->get("tokens", B, 1), tok.data());
-        ForwardPass f;
-        f.B = B;
-        f.cache = pool.get();
-        f.row_slot = slots.data();
-        f.row_pos = pos.data();
-        m.forward(*rows, f);
+        m.forward(*rows, rows_pass(B, pool.get(), slots.data(), pos.data()));
         const Tensor l = rows->get("logits", B, 1);  // in the model's dtype
         std::vector<uint8_t> raw(l.nbytes());
         be.download(raw.data(), l);
