@@ -63,8 +63,8 @@ Command add_serve(CLI::App& app) {
         ->check(kPositive);
     sub->add_option(
            "--prefill-chunk", o->prefill_chunk,
-           "prompt positions run between two decode steps (chunked prefill): a long prompt delays the "
-           "running sequences by one chunk at a time; 0 = whole prompts at once. Answers equal "
+           "prompt positions an iteration, in the decode step's forward (chunked prefill): a long prompt "
+           "slows the running sequences by one chunk at a time; 0 = whole prompts at once. Answers equal "
            "`anvil generate`'s at the default")
         ->capture_default_str()
         ->check(kNonNegative);
@@ -109,9 +109,8 @@ Command add_serve(CLI::App& app) {
         served.created = int64_t(std::time(nullptr));
 
         const double kv_bytes = double(sched.cache_bytes());
-        const std::string prefill = so.prefill_chunk > 0
-                                        ? fmt::format("{} positions between decode steps", so.prefill_chunk)
-                                        : "whole";
+        const std::string prefill =
+            so.prefill_chunk > 0 ? fmt::format("{} positions a step", so.prefill_chunk) : "whole";
         serve::Server server(sched, metrics, served, o->http);
         const int port = server.bind();
         std::fprintf(stderr,

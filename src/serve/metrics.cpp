@@ -30,10 +30,12 @@ void Metrics::on_next_token(double s) {
     itl_.observe(s);
 }
 
-void Metrics::on_step(int rows) {
+void Metrics::on_pass(int decode_rows, int /*prompt_rows*/) {
     std::lock_guard<std::mutex> lk(m_);
+    passes_++;
+    if (decode_rows == 0) return;
     steps_++;
-    rows_ += uint64_t(rows);
+    rows_ += uint64_t(decode_rows);
 }
 
 void Metrics::on_request(const std::string& endpoint, int status) {
@@ -72,7 +74,12 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
         out += fmt::format("anvil_generations_finished_total{{reason=\"{}\"}} {}\n", reason, n);
     out += scalar("anvil_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(prompt_tokens_));
     out += scalar("anvil_generation_tokens_total", "counter", "Tokens generated.", double(generated_tokens_));
-    out += scalar("anvil_decode_steps_total", "counter", "Batched decode steps.", double(steps_));
+    out +=
+        scalar("anvil_forward_passes_total", "counter",
+               "Batched forwards, each the decoding sequences' next tokens and prompt positions beside them.",
+               double(passes_));
+    out += scalar("anvil_decode_steps_total", "counter", "Forwards that advanced decoding sequences.",
+                  double(steps_));
     out += scalar("anvil_decode_rows_total", "counter",
                   "Sequences those steps advanced (rows / steps = mean batch).", double(rows_));
     out += ttft_.text("anvil_time_to_first_token_seconds", "From a request's arrival to its first token.");

@@ -1,7 +1,7 @@
 // The server's /metrics in Prometheus' text format (version 0.0.4): requests by endpoint and status, prompt
 // and generated tokens, generations by how they ended, time-to-first-token and inter-token latency
-// histograms, decode steps and the rows they carried; queue length, running sequences and KV-cache use are
-// read from the scheduler when scraped.
+// histograms, forwards, those that decoded and the rows they carried; queue length, running sequences and
+// KV-cache use are read from the scheduler when scraped.
 #pragma once
 
 #include <array>
@@ -34,7 +34,7 @@ class Metrics final : public SchedulerObserver {
 public:
     void on_first_token(double s) override;
     void on_next_token(double s) override;
-    void on_step(int rows) override;
+    void on_pass(int decode_rows, int prompt_rows) override;
     void on_request(const std::string& endpoint, int status);
     // A generation over, for its client: how it ended (stop, length, abandoned: the client left, cancelled,
     // error), its prompt's tokens and those it produced.
@@ -47,7 +47,7 @@ private:
     Histogram ttft_, itl_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::map<std::string, uint64_t> finished_;
-    uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, steps_ = 0, rows_ = 0;
+    uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, passes_ = 0, steps_ = 0, rows_ = 0;
 };
 
 }  // namespace anvil::serve

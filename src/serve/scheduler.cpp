@@ -65,9 +65,10 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     cache_ = model.make_cache(n_ctx, o.slots);
     cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
-    // a row per prompt position: the pieces that start within a chunk's budget, the last one whole
-    prefill_acts_ = model.make_activations(o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_, 1, ActMode::Decode);
-    decode_acts_ = model.make_activations(o.slots, 1, ActMode::Decode);
+    // a pass's rows: every slot decoding, and the prompt pieces that start within a chunk's budget, the last
+    // one whole
+    acts_ =
+        model.make_activations(o.slots + (o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_), 1, ActMode::Decode);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
 
@@ -111,12 +112,8 @@ void Scheduler::run() {
         for (size_t i = running_.size(); i-- > 0;)
             if (running_[i]->cancelled_) retire(i, Finish::Cancelled);
         admit();
-        prefill_some();
-        if (running_.empty()) continue;
-        try {
-            decode_step();
-        } catch (const std::exception& e) {
-            for (size_t i = running_.size(); i-- > 0;) retire(i, Finish::Error, e.what());
+        // one forward an iteration (--prefill-chunk 0: more of prompts alone till every admitted one is in)
+        for (bool first = true; pass(first) && opt_.prefill_chunk == 0; first = false) {
         }
     }
     for (size_t i = running_.size(); i-- > 0;) retire(i, Finish::Cancelled);
@@ -139,7 +136,7 @@ void Scheduler::retire(size_t i, Finish f, std::string error) {
     s->end(f, std::move(error));
 }
 
-// Waiting requests take the free slots; their prompts are prefilled from the next prefill_some() on.
+// Waiting requests take the free slots; their prompts go in from the next pass on.
 void Scheduler::admit() {
     while (!free_slots_.empty()) {
         std::shared_ptr<Sequence> s;
@@ -161,70 +158,102 @@ void Scheduler::admit() {
     }
 }
 
-// The oldest unfinished prompts advance by whole chunks, each piece ending at a multiple of the chunk (as the
-// Generator cuts a prompt), until this step's budget of positions is spent (the piece that starts within it
-// runs whole); with --prefill-chunk 0, every admitted prompt whole. The pieces run packed, one forward a pass
-// (prefill_pass). A prompt whose last piece ran samples its first token (which may end it).
-void Scheduler::prefill_some() {
-    const bool whole = opt_.prefill_chunk == 0;
-    while (prefill_pass() && whole) {
-    }
-}
-
-// One forward of the pieces that start within chunk_ positions (so at most 2 chunk_ - 1 rows; with whole
-// prompts, those that fit chunk_): each position a row in its sequence's cache slot, so the pieces of several
-// prompts share the weights' reads. Returns whether any position ran.
-bool Scheduler::prefill_pass() {
-    const bool whole = opt_.prefill_chunk == 0;
+// A pass's rows, in order: the decoding sequences' (rows 0..n_decode), then the prompt pieces'.
+struct Scheduler::PassRows {
     std::vector<int> slot, pos, logit_rows;
     std::vector<int32_t> tok;
+    std::vector<size_t> sampling;  // indices into running_ of the logit rows' sequences, in their order
+    size_t n_decode = 0;           // the first sampling entries decode (the others end their prompt here)
     std::vector<std::pair<size_t, int>>
-        moved;                 // (index in running_, the prompt positions in the cache after)
-    std::vector<size_t> last;  // the sequences whose prompt this pass finishes
-    for (size_t i = 0; i < running_.size() && int(tok.size()) < chunk_; i++) {
-        Sequence& s = *running_[i];
+        moved;  // (index in running_, its prompt positions in the cache after)
+};
+
+// A row for every sequence whose prompt is in the cache (it has sampled a token): that token, at its next
+// position.
+void Scheduler::add_decode_rows(PassRows& r) const {
+    for (size_t i = 0; i < running_.size(); i++) {
+        const Sequence& s = *running_[i];
+        if (s.produced_ == 0) continue;
+        r.logit_rows.push_back(int(r.tok.size()));
+        r.slot.push_back(s.slot_), r.pos.push_back(s.pos_), r.tok.push_back(s.next_);
+        r.sampling.push_back(i);
+    }
+    r.n_decode = r.sampling.size();
+}
+
+// Prompts advance by whole pieces, each ending at a multiple of the chunk (as the Generator cuts a prompt),
+// until the pass's budget of chunk_ prompt positions is spent (the piece that starts within it runs whole, so
+// at most 2 chunk_ - 1 rows). First the prompts whose rest fits in half the budget, oldest first, so a short
+// prompt is not held behind a long one's pieces; then the others, oldest first, with at least half the budget
+// left to them. With --prefill-chunk 0, the whole prompts that fit chunk_ together, oldest first. A prompt
+// whose last piece is in the pass has its last row's logits.
+void Scheduler::add_prompt_pieces(PassRows& r) const {
+    const bool whole = opt_.prefill_chunk == 0;
+    const size_t rows0 = r.tok.size();
+    const auto used = [&] { return int(r.tok.size() - rows0); };
+    std::vector<bool> done(running_.size(), false);
+    // sequence i's pieces while there is budget (and, for a whole prompt, while it fits)
+    const auto advance = [&](size_t i) {
+        const Sequence& s = *running_[i];
         const int n = int(s.prompt_.size());
         int at = s.pos_;  // pos_: the prompt positions in the cache so far
-        for (int k; at < n && int(tok.size()) < chunk_; at += k) {
+        for (int k; at < n && used() < chunk_; at += k) {
             k = prefill_piece(at, n, chunk_);
-            if (whole && int(tok.size()) + k > chunk_) break;  // a whole prompt: in a pass where it fits
+            if (whole && used() + k > chunk_) break;
             for (int j = at; j < at + k; j++)
-                slot.push_back(s.slot_), pos.push_back(j), tok.push_back(s.prompt_[size_t(j)]);
+                r.slot.push_back(s.slot_), r.pos.push_back(j), r.tok.push_back(s.prompt_[size_t(j)]);
         }
-        if (at == s.pos_) continue;
-        moved.emplace_back(i, at);
-        if (at == n) logit_rows.push_back(int(tok.size()) - 1), last.push_back(i);
-    }
-    if (tok.empty()) return false;
-    struct Ended {
-        size_t i;
-        Finish f;
-        std::string error;
+        done[i] = true;
+        if (at == s.pos_) return;
+        r.moved.emplace_back(i, at);
+        if (at == n) r.logit_rows.push_back(int(r.tok.size()) - 1), r.sampling.push_back(i);
     };
-    std::vector<Ended> ended;
+    if (!whole)
+        for (size_t i = 0; i < running_.size(); i++) {
+            const Sequence& s = *running_[i];
+            const int rest = int(s.prompt_.size()) - s.pos_;
+            if (rest > 0 && used() + rest <= chunk_ / 2) advance(i);
+        }
+    for (size_t i = 0; i < running_.size() && used() < chunk_; i++)
+        if (!done[i]) advance(i);
+}
+
+// One forward: (decode) every decoding sequence's next token, and the prompt pieces the budget allows; each
+// logit row samples its sequence's next token. Returns whether any prompt position ran.
+bool Scheduler::pass(bool decode) {
+    PassRows r;
+    if (decode) add_decode_rows(r);
+    add_prompt_pieces(r);
+    if (r.tok.empty()) return false;
+    std::vector<std::pair<size_t, Finish>> ended;  // (index in running_, why)
+    std::string error;
     Backend& be = model_.backend();
-    const int B = int(tok.size()), n = int(last.size());
+    const int B = int(r.tok.size()), n = int(r.sampling.size());
     try {
-        be.upload(prefill_acts_->get("tokens", B, 1), tok.data());
-        model_.forward(*prefill_acts_,
-                       rows_pass(B, cache_.get(), slot.data(), pos.data(), logit_rows.data(), n));
-        for (const auto& [i, at] : moved) running_[i]->pos_ = at;
-        if (n > 0) {
-            const std::vector<float> all = be.download_f32(prefill_acts_->get("logits", n, 1));
-            const size_t V = all.size() / size_t(n);
-            std::vector<float> logits;
-            for (size_t r = 0; r < last.size(); r++) {
-                logits.assign(all.begin() + std::ptrdiff_t(r * V), all.begin() + std::ptrdiff_t((r + 1) * V));
-                const Finish fin = sample_into(*running_[last[r]], logits);
-                if (fin != Finish::None) ended.push_back({last[r], fin, {}});
-            }
+        be.upload(acts_->get("tokens", B, 1), r.tok.data());
+        model_.forward(*acts_,
+                       rows_pass(B, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
+        std::vector<float> all;
+        if (n > 0) all = be.download_f32(acts_->get("logits", n, 1));
+        if (observer_) observer_->on_pass(int(r.n_decode), B - int(r.n_decode));
+        for (size_t k = 0; k < r.n_decode; k++) running_[r.sampling[k]]->pos_++;
+        for (const auto& [i, at] : r.moved) running_[i]->pos_ = at;
+        const size_t V = n > 0 ? all.size() / size_t(n) : 0;
+        std::vector<float> logits;
+        for (size_t k = 0; k < r.sampling.size(); k++) {
+            logits.assign(all.begin() + std::ptrdiff_t(k * V), all.begin() + std::ptrdiff_t((k + 1) * V));
+            const Finish fin = sample_into(*running_[r.sampling[k]], logits);
+            if (fin != Finish::None) ended.emplace_back(r.sampling[k], fin);
         }
     } catch (const std::exception& e) {  // every sequence of the pass ends with the error
         ended.clear();
-        for (const auto& mv : moved) ended.push_back({mv.first, Finish::Error, e.what()});
+        error = e.what();
+        for (size_t k = 0; k < r.n_decode; k++) ended.emplace_back(r.sampling[k], Finish::Error);
+        for (const auto& mv : r.moved) ended.emplace_back(mv.first, Finish::Error);
     }
-    for (size_t k = ended.size(); k-- > 0;) retire(ended[k].i, ended[k].f, std::move(ended[k].error));
-    return true;
+    std::sort(ended.begin(), ended.end());  // retired from the back, so the indices stay valid
+    for (size_t k = ended.size(); k-- > 0;) retire(ended[k].first, ended[k].second, error);
+    return r.tok.size() > r.n_decode;
 }
 
 // Samples the token after `logits` (V), hands it to the waiter and says whether that ended the sequence (the
@@ -251,40 +280,6 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     }
     s.next_ = next;
     return fin;
-}
-
-// One token for every sequence whose prompt is in the cache (it has sampled a token), in one batched forward.
-void Scheduler::decode_step() {
-    Backend& be = model_.backend();
-    std::vector<size_t> rows;  // indices into running_
-    for (size_t i = 0; i < running_.size(); i++)
-        if (running_[i]->produced_ > 0) rows.push_back(i);
-    if (rows.empty()) return;
-    const int B = int(rows.size());
-    const size_t n = size_t(B);
-    std::vector<int> slot(n), pos(n);
-    std::vector<int32_t> tokens(n);
-    for (size_t b = 0; b < n; b++) {
-        const Sequence& s = *running_[rows[b]];
-        slot[b] = s.slot_;
-        pos[b] = s.pos_;
-        tokens[b] = s.next_;
-    }
-    be.upload(decode_acts_->get("tokens", B, 1), tokens.data());
-    model_.forward(*decode_acts_, rows_pass(B, cache_.get(), slot.data(), pos.data()));
-    const std::vector<float> all = be.download_f32(decode_acts_->get("logits", B, 1));
-    if (observer_) observer_->on_step(B);
-    const size_t V = all.size() / n;
-    std::vector<float> logits;
-    std::vector<std::pair<size_t, Finish>> ended;
-    for (size_t b = 0; b < n; b++) {
-        Sequence& s = *running_[rows[b]];
-        s.pos_++;
-        logits.assign(all.begin() + std::ptrdiff_t(b * V), all.begin() + std::ptrdiff_t((b + 1) * V));
-        const Finish fin = sample_into(s, logits);
-        if (fin != Finish::None) ended.emplace_back(rows[b], fin);
-    }
-    for (size_t k = ended.size(); k-- > 0;) retire(ended[k].first, ended[k].second);
 }
 
 }  // namespace anvil::serve

@@ -1,11 +1,12 @@
 // Continuous batching. One thread owns the model (run() on the caller's: the main thread, where the backend's
-// thread pool and per-thread floating-point modes were set up): every decode step runs the next token of
-// every running sequence in one batched forward (each row continuing its own KV-cache slot, model.h's
-// row_slot), so the weights are read once per step however many requests are in flight. New requests take a
-// free slot and are prefilled between steps, a chunk of positions at a time (the pieces of several prompts
-// packed into one forward, a row per position in its own slot), and join the step after their prompt is in; finished or cancelled ones leave at once and free their slot. The KV cache is a fixed pool of
-// slots, one sequence each, sized by the caller; requests that find no free slot wait in a bounded queue, and
-// past it submit() refuses them.
+// thread pool and per-thread floating-point modes were set up). Each iteration is one batched forward of
+// one-token rows, each row a position in its sequence's KV-cache slot (model.h's row_slot): the next token of
+// every running sequence, and beside them up to a chunk of prompt positions of the newly admitted requests
+// (the pieces of several prompts, a row per position, rows of one slot at consecutive positions). So the
+// weights are read once an iteration however many requests are in flight or arriving. A request joins the
+// decoding rows the iteration after its prompt is in; finished or cancelled ones leave at once and free their
+// slot. The KV cache is a fixed pool of slots, one sequence each, sized by the caller; requests that find no
+// free slot wait in a bounded queue, and past it submit() refuses them.
 //
 // Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
@@ -37,7 +38,8 @@ public:
     virtual ~SchedulerObserver() = default;
     virtual void on_first_token(double seconds_since_submit) = 0;
     virtual void on_next_token(double seconds_since_previous) = 0;
-    virtual void on_step(int rows) = 0;
+    // once a forward: the decoding sequences' rows it carried and the prompt positions beside them
+    virtual void on_pass(int decode_rows, int prompt_rows) = 0;
 };
 
 // One request, shared by the scheduler (which appends tokens) and the waiter (which reads them).
@@ -81,10 +83,10 @@ private:
 struct SchedulerOptions {
     int slots = 16;      // sequences decoded together: the KV cache's slots
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
-    // Prompt positions run between two decode steps (chunked prefill): admitted prompts advance by whole
-    // chunks of this many (cut as the Generator cuts them) until the budget is spent, packed in one forward,
-    // so a long prompt delays the running sequences by one chunk's forward at a time. 0: every admitted
-    // prompt whole, at once.
+    // Prompt positions an iteration (chunked prefill): admitted prompts advance by whole chunks of this many
+    // (cut as the Generator cuts them) until the budget is spent, in the iteration's forward beside the
+    // decoding rows, so a long prompt slows the running sequences by one chunk's rows at a time. 0: every
+    // admitted prompt whole, in that forward and as many more as they need.
     int prefill_chunk = kPrefillChunk;
 };
 
@@ -112,10 +114,11 @@ public:
     void stop();
 
 private:
+    struct PassRows;
     void admit();
-    void prefill_some();
-    bool prefill_pass();
-    void decode_step();
+    bool pass(bool decode);
+    void add_decode_rows(PassRows& r) const;
+    void add_prompt_pieces(PassRows& r) const;
     Finish sample_into(Sequence& s, std::vector<float>& logits);
     void retire(size_t i, Finish f, std::string error = {});
 
@@ -124,8 +127,8 @@ private:
     SchedulerObserver* observer_;
     std::unique_ptr<KvCache> cache_;
     size_t cache_bytes_ = 0;
-    int chunk_ = 0;  // positions per prefill forward (opt_.prefill_chunk, or the context when that is 0)
-    std::unique_ptr<Activations> prefill_acts_, decode_acts_;
+    int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
+    std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
     std::vector<int> free_slots_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
 

@@ -171,6 +171,7 @@ def same_answers(srv, model, refs, failures):
 
 def concurrent(srv, refs, failures):
     steps0, rows0 = srv.metric("anvil_decode_steps_total"), srv.metric("anvil_decode_rows_total")
+    passes0 = srv.metric("anvil_forward_passes_total")
     results = [None] * 64
 
     def client(i):
@@ -199,6 +200,9 @@ def concurrent(srv, refs, failures):
     rows = srv.metric("anvil_decode_rows_total") - rows0
     check(steps > 0 and rows / steps > 4, f"the decode steps were batched: {rows / max(steps, 1):.1f} sequences "
                                           f"per step on average", failures)
+    passes = srv.metric("anvil_forward_passes_total") - passes0
+    check(steps <= passes < steps + 64, f"the prompts went in beside the decode steps: {passes:.0f} forwards for "
+                                        f"{steps:.0f} decode steps and 64 prompts", failures)
 
 
 def bad_input(srv, failures):

@@ -70,7 +70,8 @@ void batched_rows_equal_single(const ModelConfig& c) {
                 for (int v = 0; v < V; v++)
                     worst = std::max(worst, double(std::abs(together[size_t(s)][size_t(b * V + v)] -
                                                             alone[size_t(b)][size_t(s)][size_t(v)])));
-        EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time" << (packed ? ", packed prefill" : "");
+        EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time"
+                               << (packed ? ", packed prefill" : "");
     }
 }
 
@@ -150,13 +151,30 @@ TEST(Scheduler, AnswersEqualTheGeneratorWithPromptsInChunks) {
     answers_equal_the_generator(0, 11);
 }
 
-// What the scheduler did, in order: "first" for a sequence's first token, the rows of each decode step.
+// What the scheduler did, in order: "first" for a sequence's first token, the decoding rows of each forward
+// that had some, and every forward's rows.
 struct StepLog : serve::SchedulerObserver {
-    std::vector<int> events;  // 0: a first token; n > 0: a decode step of n rows
+    std::vector<int> events;                  // 0: a first token; n > 0: a forward with n decoding rows
+    std::vector<std::pair<int, int>> passes;  // (decoding rows, prompt positions) of each forward
     void on_first_token(double) override { events.push_back(0); }
     void on_next_token(double) override {}
-    void on_step(int rows) override { events.push_back(rows); }
+    void on_pass(int decode_rows, int prompt_rows) override {
+        if (decode_rows > 0) events.push_back(decode_rows);
+        passes.emplace_back(decode_rows, prompt_rows);
+    }
 };
+
+// Serves on this thread until every one of `seqs` has ended.
+void run_until_ended(serve::Scheduler& sched, std::vector<std::shared_ptr<serve::Sequence>> seqs) {
+    std::thread client([&] {
+        for (const auto& s : seqs)
+            while (s->wait(0, std::chrono::seconds(10)).finish == serve::Finish::None) {
+            }
+        sched.stop();
+    });
+    sched.run();
+    client.join();
+}
 
 // A long prompt is prefilled a chunk per step while a running sequence keeps decoding; whole, it is one
 // stall.
@@ -176,14 +194,7 @@ TEST(Scheduler, ChunkedPrefillKeepsRunningSequencesDecoding) {
         greedy.max_new_tokens = 2;
         auto b = sched.submit({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2}, greedy);
         ASSERT_TRUE(a && b);
-        std::thread client([&] {
-            while (a->wait(0, std::chrono::seconds(10)).finish == serve::Finish::None ||
-                   b->wait(0, std::chrono::seconds(10)).finish == serve::Finish::None) {
-            }
-            sched.stop();
-        });
-        sched.run();
-        client.join();
+        run_until_ended(sched, {a, b});
         const serve::Sequence::Update ub = b->wait(0, std::chrono::seconds(1));
         EXPECT_EQ(ub.finish, serve::Finish::Length) << ub.error;
         // a's first token, then decode steps of a alone until b's prompt is in
@@ -194,11 +205,48 @@ TEST(Scheduler, ChunkedPrefillKeepsRunningSequencesDecoding) {
         ASSERT_LT(b_first, log.events.size());
         const long alone =
             std::count(log.events.begin() + 1, log.events.begin() + std::ptrdiff_t(b_first), 1);
-        if (chunk == 2)
+        using Pass = std::pair<int, int>;
+        if (chunk == 2) {
             EXPECT_EQ(alone, 5) << "12 positions in chunks of 2: one with a's prefill, then 5 steps' worth";
-        else
+            // one forward an iteration: a's prompt with b's first piece, then a's next token beside each of
+            // b's other pieces (the last one ending b's prompt), then both decoding
+            ASSERT_GE(log.passes.size(), 7u);
+            EXPECT_EQ(log.passes[0], Pass(0, 3));
+            for (size_t k = 1; k < 6; k++) EXPECT_EQ(log.passes[k], Pass(1, 2)) << k;
+            EXPECT_EQ(log.passes[6], Pass(2, 0));
+        } else {
             EXPECT_EQ(alone, 0) << "a whole prompt is prefilled before the first step";
+            ASSERT_GE(log.passes.size(), 2u);
+            EXPECT_EQ(log.passes[0], Pass(0, 13)) << "both prompts whole in the first forward";
+            EXPECT_EQ(log.passes[1], Pass(2, 0));
+        }
     }
+}
+
+// A short prompt admitted behind a long one is not held for the long one's pieces: it goes in beside the
+// first of them.
+TEST(Scheduler, ShortPromptPassesALongOnesPieces) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny());
+    serve::SchedulerOptions so;
+    so.slots = 2;
+    so.prefill_chunk = 4;
+    StepLog log;
+    serve::Scheduler sched(*m, so, &log);
+    SampleOptions one;
+    one.temperature = 0.0f;
+    one.max_new_tokens = 1;
+    auto a = sched.submit({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2}, one);  // admitted first
+    auto b = sched.submit({5, 6}, one);
+    ASSERT_TRUE(a && b);
+    run_until_ended(sched, {a, b});
+    EXPECT_EQ(b->wait(0, std::chrono::seconds(1)).finish, serve::Finish::Length);
+    const serve::Sequence::Update ua = a->wait(0, std::chrono::seconds(1));
+    EXPECT_EQ(ua.finish, serve::Finish::Length) << ua.error;
+    using Pass = std::pair<int, int>;
+    EXPECT_EQ(log.passes, (std::vector<Pass>{{0, 6}, {0, 4}, {0, 4}}))
+        << "b's 2 positions with a's first piece of 4, then a's other two pieces";
+    EXPECT_EQ(log.events, (std::vector<int>{0, 0})) << "b's first token, then a's";
 }
 
 // A full queue refuses; a cancelled request leaves and its slot serves the next one.
