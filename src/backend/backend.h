@@ -163,12 +163,17 @@ public:
     // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH
     // for GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
     virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
-    // attention_cached for B rows of one token each (continuous batching): row b of qkv (B, (NH + 2 KVH) HS)
-    // is position pos[b] of cache slot slot[b]. Every row's k and v are written there in kcache/vcache (S,
-    // maxT, KVH HS) first, then each row's query attends over its slot's positions 0..pos[b]; so rows of one
-    // slot at consecutive positions attend over each other (a packed prefill), and a decode step's rows each
-    // continue their own slot. slot, pos: B host integers, no (slot, position) pair twice. out (B, NH HS).
-    virtual void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+    // attention_cached for B rows of one token each (continuous batching), over a paged cache.
+    //   kcache, vcache (P, page, KVH HS): P pages of `page` positions
+    //   pages (S, PPS) i32 on this backend: slot s's page table; position p of slot s is row p % page of
+    //       page pages[s, p / page] (a slot holds up to PPS pages)
+    //   qkv (B, (NH + 2 KVH) HS): row b is position pos[b] of slot slot[b]; out (B, NH HS)
+    // Every row's k and v are written first, then each row's query attends over its slot's positions
+    // 0..pos[b]: rows of one slot at consecutive positions attend over each other (a packed prefill), and
+    // a decode step's rows each continue their own slot. slot, pos: B host integers; no (slot, position)
+    // pair twice, a slot's rows in ascending positions, no page in two slots' tables (the caller keeps
+    // them apart).
+    virtual void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                                        std::span<const int> slot, std::span<const int> pos, int NH) = 0;
 
     // out = a + b, elementwise (out may alias a)

@@ -16,22 +16,24 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
 EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
     ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
     const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(wte.dim(1)), int(wte.dim(0))};
-    ANVIL_CHECK(wpe.empty() || d.T <= wpe.dim(0), "embedding: sequence length {} exceeds the model's context {}",
-                d.T, wpe.dim(0));
+    ANVIL_CHECK(wpe.empty() || d.T <= wpe.dim(0),
+                "embedding: sequence length {} exceeds the model's context {}", d.T, wpe.dim(0));
     ANVIL_CHECK(wpe.empty() || wpe.dim(1) == d.C, "embedding: wpe {} for width {}", wpe.shape.str(), d.C);
     expect_shape(out, {d.B, d.T, d.C}, "embedding out");
     return d;
 }
 
-EmbDims check_embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+EmbDims check_embedding_bwd(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                            const Tensor& tokens) {
     ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
     ANVIL_CHECK(dout.shape.ndim == 3, "embedding backward: dout must be (B, T, C), got {}", dout.shape.str());
-    const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(dout.dim(2)), dwte.empty() ? 0 : int(dwte.dim(0))};
+    const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(dout.dim(2)),
+                    dwte.empty() ? 0 : int(dwte.dim(0))};
     expect_shape(dout, {d.B, d.T, d.C}, "embedding dout");
-    ANVIL_CHECK(dwte.empty() || dwte.dim(1) == d.C, "embedding backward: dwte {} for width {}", dwte.shape.str(),
-                d.C);
-    ANVIL_CHECK(dwpe.empty() || (dwpe.dim(1) == d.C && dwpe.dim(0) >= d.T), "embedding backward: dwpe {} for ({}, {})",
-                dwpe.shape.str(), d.T, d.C);
+    ANVIL_CHECK(dwte.empty() || dwte.dim(1) == d.C, "embedding backward: dwte {} for width {}",
+                dwte.shape.str(), d.C);
+    ANVIL_CHECK(dwpe.empty() || (dwpe.dim(1) == d.C && dwpe.dim(0) >= d.T),
+                "embedding backward: dwpe {} for ({}, {})", dwpe.shape.str(), d.T, d.C);
     return d;
 }
 
@@ -49,10 +51,10 @@ RowDims check_layernorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& d
                             const Tensor& in) {
     const RowDims d{int(rows(in)), int(cols(in))};
     // a frozen gain or bias passes its gradient empty
-    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() && (dw.empty() || dw.numel() == d.C) &&
-                    (db.empty() || db.numel() == d.C),
-                "layernorm backward: shapes din {} dout {} in {} dw {} db {}", din.shape.str(), dout.shape.str(),
-                in.shape.str(), dw.shape.str(), db.shape.str());
+    ANVIL_CHECK(din.numel() == in.numel() && dout.numel() == in.numel() &&
+                    (dw.empty() || dw.numel() == d.C) && (db.empty() || db.numel() == d.C),
+                "layernorm backward: shapes din {} dout {} in {} dw {} db {}", din.shape.str(),
+                dout.shape.str(), in.shape.str(), dw.shape.str(), db.shape.str());
     return d;
 }
 
@@ -91,10 +93,11 @@ MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout
     return d;
 }
 
-MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale, WLayout layout,
-                        const Tensor& bias, const Tensor& pre_gelu) {
-    ANVIL_CHECK(q.dtype == DType::I8 && scale.dtype == DType::F32, "int8 matmul: weight {} must be I8, scale {} F32",
-                dtype_name(q.dtype), dtype_name(scale.dtype));
+MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale,
+                        WLayout layout, const Tensor& bias, const Tensor& pre_gelu) {
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.dtype == DType::F32,
+                "int8 matmul: weight {} must be I8, scale {} F32", dtype_name(q.dtype),
+                dtype_name(scale.dtype));
     const MatDims d = check_matmul_fwd(out, in, q, layout, bias, pre_gelu);
     ANVIL_CHECK(scale.numel() == d.OC, "int8 matmul: {} scales for {} output channels", scale.numel(), d.OC);
     return d;
@@ -103,7 +106,8 @@ MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, co
 EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor& q, const Tensor& scale,
                            const Tensor& wpe) {
     ANVIL_CHECK(q.dtype == DType::I8 && scale.dtype == DType::F32 && q.shape.ndim == 2,
-                "int8 embedding: table {} must be I8 (V, C), scale {} F32", q.shape.str(), dtype_name(scale.dtype));
+                "int8 embedding: table {} must be I8 (V, C), scale {} F32", q.shape.str(),
+                dtype_name(scale.dtype));
     const EmbDims d = check_embedding(out, tokens, q, wpe);
     ANVIL_CHECK(scale.numel() == d.V, "int8 embedding: {} scales for {} rows", scale.numel(), d.V);
     return d;
@@ -119,9 +123,10 @@ AttnShape check_attention(const Tensor& qkv, int NH) {
 
 RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w) {
     const RowDims d{int(rows(in)), int(cols(in))};
-    ANVIL_CHECK(out.numel() == in.numel() && rstd.numel() == d.N && w.numel() == d.C && rstd.dtype == DType::F32,
-                "rmsnorm: shapes out {} rstd {} in {} w {}", out.shape.str(), rstd.shape.str(), in.shape.str(),
-                w.shape.str());
+    ANVIL_CHECK(
+        out.numel() == in.numel() && rstd.numel() == d.N && w.numel() == d.C && rstd.dtype == DType::F32,
+        "rmsnorm: shapes out {} rstd {} in {} w {}", out.shape.str(), rstd.shape.str(), in.shape.str(),
+        w.shape.str());
     return d;
 }
 
@@ -147,52 +152,62 @@ RopeDims check_rope(const Tensor& x, const Tensor& inv_freq, int H) {
 }
 
 HeadDims check_qkv_pack(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int NH) {
-    ANVIL_CHECK(NH > 0 && cols(q) % NH == 0, "qkv_pack: q {} does not split into {} heads", q.shape.str(), NH);
+    ANVIL_CHECK(NH > 0 && cols(q) % NH == 0, "qkv_pack: q {} does not split into {} heads", q.shape.str(),
+                NH);
     const int HS = int(cols(q) / NH);
     ANVIL_CHECK(k.shape == v.shape && cols(k) % HS == 0 && rows(k) == rows(q) && rows(qkv) == rows(q),
-                "qkv_pack: q {} k {} v {} qkv {}", q.shape.str(), k.shape.str(), v.shape.str(), qkv.shape.str());
+                "qkv_pack: q {} k {} v {} qkv {}", q.shape.str(), k.shape.str(), v.shape.str(),
+                qkv.shape.str());
     const int KVH = int(cols(k) / HS);
     const int64_t rest = cols(qkv) - cols(q);
     ANVIL_CHECK(KVH > 0 && NH % KVH == 0 && rest % (2 * HS) == 0, "qkv_pack: {} heads and {} key/value heads",
                 NH, KVH);
     const int KH = int(rest / (2 * HS));
-    ANVIL_CHECK(KH == KVH || KH == NH, "qkv_pack: qkv {} holds {} key/value heads; give {} or {}", qkv.shape.str(),
-                KH, KVH, NH);
+    ANVIL_CHECK(KH == KVH || KH == NH, "qkv_pack: qkv {} holds {} key/value heads; give {} or {}",
+                qkv.shape.str(), KH, KVH, NH);
     return {int(rows(q)), NH, KVH, KH, HS};
 }
 
-CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache, const Tensor& vcache,
-                                  int pos0, int NH) {
+CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
+                                  const Tensor& vcache, int pos0, int NH) {
     const int Tq = int(rows(qkv));
     const int64_t KC = cols(kcache), qc = cols(qkv) - 2 * KC;
     ANVIL_CHECK(NH > 0 && qc > 0 && qc % NH == 0 && kcache.shape == vcache.shape,
-                "attention_cached: qkv {} and caches {} do not fit {} heads", qkv.shape.str(), kcache.shape.str(), NH);
+                "attention_cached: qkv {} and caches {} do not fit {} heads", qkv.shape.str(),
+                kcache.shape.str(), NH);
     const int HS = int(qc / NH);
-    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached: cache width {} for head size {}", KC, HS);
-    ANVIL_CHECK(rows(out) == Tq && cols(out) == qc, "attention_cached: out {} for ({}, {})", out.shape.str(), Tq, qc);
+    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached: cache width {} for head size {}", KC,
+                HS);
+    ANVIL_CHECK(rows(out) == Tq && cols(out) == qc, "attention_cached: out {} for ({}, {})", out.shape.str(),
+                Tq, qc);
     ANVIL_CHECK(out.dtype == qkv.dtype && kcache.dtype == qkv.dtype && vcache.dtype == qkv.dtype,
                 "attention_cached: out {}, qkv {} and caches {}/{} in one dtype", dtype_name(out.dtype),
                 dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
-    ANVIL_CHECK(pos0 >= 0 && pos0 + Tq <= kcache.dim(0), "generation: position {} is past the model's context {}",
-                pos0 + Tq - 1, kcache.dim(0));
+    ANVIL_CHECK(pos0 >= 0 && pos0 + Tq <= kcache.dim(0),
+                "generation: position {} is past the model's context {}", pos0 + Tq - 1, kcache.dim(0));
     return {Tq, int(KC / HS), HS};
 }
 
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
-                                           const Tensor& vcache, std::span<const int> slot,
-                                           std::span<const int> pos, int NH) {
+                                           const Tensor& vcache, const Tensor& pages,
+                                           std::span<const int> slot, std::span<const int> pos, int NH) {
     ANVIL_CHECK(kcache.shape.ndim == 3 && kcache.shape == vcache.shape,
-                "attention_cached_rows: caches {} and {}, want (slots, positions, width)", kcache.shape.str(),
+                "attention_cached_rows: caches {} and {}, want (pages, positions, width)", kcache.shape.str(),
                 vcache.shape.str());
-    const int B = int(rows(qkv)), S = int(kcache.dim(0)), maxT = int(kcache.dim(1));
+    ANVIL_CHECK(pages.shape.ndim == 2 && pages.dtype == DType::I32,
+                "attention_cached_rows: page table {} ({}), want (slots, pages) i32", pages.shape.str(),
+                dtype_name(pages.dtype));
+    const int B = int(rows(qkv)), P = int(kcache.dim(0)), page = int(kcache.dim(1));
+    const int S = int(pages.dim(0)), PPS = int(pages.dim(1)), maxT = PPS * page;
     const int64_t KC = cols(kcache), qc = cols(qkv) - 2 * KC;
-    ANVIL_CHECK(NH > 0 && qc > 0 && qc % NH == 0, "attention_cached_rows: qkv {} and caches {} do not fit {} heads",
-                qkv.shape.str(), kcache.shape.str(), NH);
+    ANVIL_CHECK(NH > 0 && qc > 0 && qc % NH == 0,
+                "attention_cached_rows: qkv {} and caches {} do not fit {} heads", qkv.shape.str(),
+                kcache.shape.str(), NH);
     const int HS = int(qc / NH);
-    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached_rows: cache width {} for head size {}", KC,
-                HS);
-    ANVIL_CHECK(rows(out) == B && cols(out) == qc, "attention_cached_rows: out {} for ({}, {})", out.shape.str(), B,
-                qc);
+    ANVIL_CHECK(KC % HS == 0 && NH % (KC / HS) == 0, "attention_cached_rows: cache width {} for head size {}",
+                KC, HS);
+    ANVIL_CHECK(rows(out) == B && cols(out) == qc, "attention_cached_rows: out {} for ({}, {})",
+                out.shape.str(), B, qc);
     ANVIL_CHECK(out.dtype == qkv.dtype && kcache.dtype == qkv.dtype && vcache.dtype == qkv.dtype,
                 "attention_cached_rows: out {}, qkv {} and caches {}/{} in one dtype", dtype_name(out.dtype),
                 dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
@@ -200,25 +215,27 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
                 "attention_cached_rows: {} slots and {} positions for {} rows", slot.size(), pos.size(), B);
     std::vector<int64_t> at(static_cast<size_t>(B));
     for (int b = 0; b < B; b++) {
-        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S, "attention_cached_rows: row {} in slot {} of {}", b,
-                    slot[size_t(b)], S);
+        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S,
+                    "attention_cached_rows: row {} in slot {} of {}", b, slot[size_t(b)], S);
         ANVIL_CHECK(pos[size_t(b)] >= 0 && pos[size_t(b)] < maxT,
-                    "generation: position {} is past the model's context {}", pos[size_t(b)], maxT);
+                    "generation: position {} is past the cache's {} positions a sequence", pos[size_t(b)],
+                    maxT);
         at[size_t(b)] = int64_t(slot[size_t(b)]) * maxT + pos[size_t(b)];
     }
     std::sort(at.begin(), at.end());
     ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
                 "attention_cached_rows: two rows at one position of one slot");
-    return {B, S, maxT, int(KC / HS), HS};
+    return {B, S, P, page, PPS, int(KC / HS), HS};
 }
 
 int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows) {
-    ANVIL_CHECK(table.shape.ndim == 2 && cols(out) == table.dim(1) && rows.size() == size_t(::anvil::rows(out)) &&
-                    out.dtype == table.dtype,
-                "embedding_rows_add: out {} ({}), table {} ({}) and {} rows", out.shape.str(), dtype_name(out.dtype),
-                table.shape.str(), dtype_name(table.dtype), rows.size());
+    ANVIL_CHECK(table.shape.ndim == 2 && cols(out) == table.dim(1) &&
+                    rows.size() == size_t(::anvil::rows(out)) && out.dtype == table.dtype,
+                "embedding_rows_add: out {} ({}), table {} ({}) and {} rows", out.shape.str(),
+                dtype_name(out.dtype), table.shape.str(), dtype_name(table.dtype), rows.size());
     for (int r : rows)
-        ANVIL_CHECK(r >= 0 && r < table.dim(0), "position {} is past the model's context {}", r, table.dim(0));
+        ANVIL_CHECK(r >= 0 && r < table.dim(0), "position {} is past the model's context {}", r,
+                    table.dim(0));
     return int(cols(out));
 }
 

@@ -43,8 +43,8 @@ MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout
                          const Tensor& w, WLayout layout);
 
 // int8 weights: q (I8) shaped as matmul's W, scale (OC) f32; embedding tables (V,C) I8 with scale (V).
-MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale, WLayout layout,
-                        const Tensor& bias, const Tensor& pre_gelu);
+MatDims check_matmul_q8(const Tensor& out, const Tensor& in, const Tensor& q, const Tensor& scale,
+                        WLayout layout, const Tensor& bias, const Tensor& pre_gelu);
 EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor& q, const Tensor& scale,
                            const Tensor& wpe);
 
@@ -72,16 +72,16 @@ struct CachedDims {
     int Tq, KVH, HS;
 };
 // qkv (Tq, (NH + 2 KVH) HS), caches (maxT, KVH HS), out (Tq, NH HS)
-CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache, const Tensor& vcache,
-                                  int pos0, int NH);
+CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
+                                  const Tensor& vcache, int pos0, int NH);
 struct CachedRowsDims {
-    int B, S, maxT, KVH, HS;
+    int B, S, P, page, PPS, KVH, HS;
 };
-// qkv (B, (NH + 2 KVH) HS), caches (S, maxT, KVH HS), out (B, NH HS); B slots in [0, S) and positions in
-// [0, maxT), no pair twice
+// qkv (B, (NH + 2 KVH) HS), caches (P, page, KVH HS), pages (S, PPS) i32, out (B, NH HS); B slots in [0, S)
+// and positions in [0, PPS page), no pair twice
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
-                                           const Tensor& vcache, std::span<const int> slot,
-                                           std::span<const int> pos, int NH);
+                                           const Tensor& vcache, const Tensor& pages,
+                                           std::span<const int> slot, std::span<const int> pos, int NH);
 // rope_rows: x (B, T, H HS) and B non-negative positions
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos);
 // embedding_rows_add: out (B, C), table (R, C), B rows in [0, R); returns C

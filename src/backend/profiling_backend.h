@@ -149,9 +149,9 @@ public:
     void attention_cached(Tensor o, Tensor q, Tensor k, Tensor v, int p, int nh) override {
         timed("attention_cached", 0, [&] { in_.attention_cached(o, q, k, v, p, nh); });
     }
-    void attention_cached_rows(Tensor o, Tensor q, Tensor k, Tensor v, std::span<const int> slot,
+    void attention_cached_rows(Tensor o, Tensor q, Tensor k, Tensor v, Tensor pg, std::span<const int> slot,
                                std::span<const int> pos, int nh) override {
-        timed("attention_cached", 0, [&] { in_.attention_cached_rows(o, q, k, v, slot, pos, nh); });
+        timed("attention_cached", 0, [&] { in_.attention_cached_rows(o, q, k, v, pg, slot, pos, nh); });
     }
     void residual_fwd(Tensor o, Tensor a, Tensor b) override {
         timed("residual_fwd", o.nbytes() + a.nbytes() + b.nbytes(), [&] { in_.residual_fwd(o, a, b); });

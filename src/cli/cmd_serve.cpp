@@ -1,6 +1,7 @@
 // anvil serve: an OpenAI-compatible HTTP server over one model, with continuous batching (serve/).
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -54,8 +55,8 @@ Command add_serve(CLI::App& app) {
     sub->add_option("--served-model-name", o->name,
                     "the model id /v1/models lists and requests name (default: the model directory's name)");
     sub->add_option("--kv-cache-mb", o->kv_cache_mb,
-                    "memory for the KV cache: it holds this many MiB / (one sequence's keys and values over "
-                    "the whole context) sequences at once")
+                    "memory for the KV cache, in pages of 16 positions lent to requests as they are admitted "
+                    "(each its prompt and max_tokens); at least one whole context")
         ->capture_default_str()
         ->check(kPositive);
     sub->add_option("--max-batch", o->max_batch, "at most this many sequences decoded together")
@@ -84,16 +85,19 @@ Command add_serve(CLI::App& app) {
         InferenceSetup l = mf->load();
         Model& model = *l.model;
         const ModelConfig& c = model.config();
-        const size_t slot_bytes = model.cache_slot_bytes();
+        const size_t slot_bytes = model.cache_slot_bytes(), page_bytes = model.cache_page_bytes();
         const double mib = 1024.0 * 1024.0;
-        const int fit = int(std::min<double>(o->kv_cache_mb * mib / double(slot_bytes), 1e6));
+        const int context_pages = KvCache::pages_for(c.n_ctx);  // of the default page
+        const double fit = std::floor(o->kv_cache_mb * mib / double(page_bytes));
         ANVIL_CHECK(
-            fit >= 1,
+            fit >= context_pages,
             "--kv-cache-mb {}: one sequence's keys and values over the context of {} take {:.1f} MiB; "
             "give at least that",
             o->kv_cache_mb, c.n_ctx, double(slot_bytes) / mib);
         serve::SchedulerOptions so;
-        so.slots = std::min(fit, o->max_batch);
+        so.slots = o->max_batch;
+        // no more pages than max_batch whole contexts use
+        so.kv_pages = int(std::min(fit, double(o->max_batch) * context_pages));
         so.max_queue = o->max_queue;
         so.prefill_chunk = o->prefill_chunk;
         serve::Metrics metrics;
@@ -113,13 +117,14 @@ Command add_serve(CLI::App& app) {
             so.prefill_chunk > 0 ? fmt::format("{} positions a step", so.prefill_chunk) : "whole";
         serve::Server server(sched, metrics, served, o->http);
         const int port = server.bind();
-        std::fprintf(stderr,
-                     "anvil: serving %s (%s%s, context %d, chat template %s) on http://%s:%d\n"
-                     "anvil: KV cache: %d sequences decoded together (%.1f MiB; %.1f MiB each), up to %d "
-                     "waiting; prompts prefilled %s\n",
-                     served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "",
-                     c.n_ctx, template_name(l.prompt), o->http.host.c_str(), port, so.slots, kv_bytes / mib,
-                     double(slot_bytes) / mib, so.max_queue, prefill.c_str());
+        std::fprintf(
+            stderr,
+            "anvil: serving %s (%s%s, context %d, chat template %s) on http://%s:%d\n"
+            "anvil: KV cache: %.1f MiB in %d pages of %d positions (a whole context: %.1f MiB), up to "
+            "%d sequences decoded together and %d waiting; prompts prefilled %s\n",
+            served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "", c.n_ctx,
+            template_name(l.prompt), o->http.host.c_str(), port, kv_bytes / mib, sched.cache_pages(),
+            so.kv_page, double(slot_bytes) / mib, so.slots, so.max_queue, prefill.c_str());
         std::fflush(stderr);
 
         for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);

@@ -23,16 +23,6 @@ size_t ParamRegistry::add_int8(const std::string& weight_name, Shape shape, int 
     return i;
 }
 
-KvCache::KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype)
-    : slots_(slots), max_T_(max_T) {
-    TensorTable t;
-    for (int l = 0; l < layers; l++) {
-        t.add("k", {slots, max_T, kv_dim}, dtype);
-        t.add("v", {slots, max_T, kv_dim}, dtype);
-    }
-    arena_ = Arena(alloc, t);
-}
-
 namespace {
 
 // Attention of the pass's new queries over the cache, appending their keys and values: the one sequence, or
@@ -46,8 +36,8 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
     }
     // one token a row (T = 1): every row in one call
     const auto rows = [&](Tensor t) { return t.view(Shape{p.B, t.shape[t.shape.ndim - 1]}); };
-    p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), {p.row_slot, size_t(p.B)},
-                               {p.row_pos, size_t(p.B)}, heads);
+    p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), c.pages(),
+                               {p.row_slot, size_t(p.B)}, {p.row_pos, size_t(p.B)}, heads);
 }
 
 }  // namespace

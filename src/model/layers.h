@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/kv_cache.h"
 #include "model/param_store.h"
 
 namespace anvil {
@@ -45,27 +46,6 @@ struct ParamRegistry {
     // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name and
     // weight_name + "_scale"); returns the weight's index and sets *scale.
     size_t add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale);
-};
-
-// Keys and values of every layer for `slots` sequences of up to max_T positions each: per layer, k and v of
-// (slots, max_T, kv_heads * head_size), one allocation. A generator decodes one sequence in slot 0; a server's
-// scheduler lends the slots to its requests.
-class KvCache {
-public:
-    KvCache(Allocator& alloc, int layers, int slots, int max_T, int kv_dim, DType dtype);
-    Tensor k(int layer, int slot) const { return k(layer).slice0(slot); }
-    Tensor v(int layer, int slot) const { return v(layer).slice0(slot); }
-    Tensor k(int layer) const { return arena_[size_t(2 * layer)]; }  // (slots, max_T, kv_dim)
-    Tensor v(int layer) const { return arena_[size_t(2 * layer + 1)]; }
-    int slots() const { return slots_; }
-    int max_T() const { return max_T_; }
-    static size_t slot_bytes(int layers, int max_T, int kv_dim, DType dtype) {
-        return 2 * size_t(layers) * size_t(max_T) * size_t(kv_dim) * dtype_size(dtype);
-    }
-
-private:
-    Arena arena_;
-    int slots_, max_T_;
 };
 
 // What one pass gives every layer.

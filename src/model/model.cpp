@@ -99,9 +99,13 @@ int Model::cache_width() const {
     return config_.kv_heads() / options_.tp.size * config_.head_size();  // tensor parallel: this rank's heads
 }
 
-std::unique_ptr<KvCache> Model::make_cache(int max_T, int slots) const {
+std::unique_ptr<KvCache> Model::make_cache(int max_T, int slots, int pages, int page) const {
     return std::make_unique<KvCache>(be_, config_.n_layer, slots, max_T > 0 ? max_T : config_.n_ctx,
-                                     cache_width(), options_.dtype);
+                                     cache_width(), options_.dtype, pages, page);
+}
+
+size_t Model::cache_page_bytes(int page) const {
+    return KvCache::page_bytes(config_.n_layer, cache_width(), options_.dtype, page);
 }
 
 size_t Model::cache_slot_bytes(int max_T) const {

@@ -25,9 +25,9 @@ namespace anvil {
 // One forward pass over tokens(B, T) (uploaded by the caller into the activations' "tokens").
 struct ForwardPass {
     int B = 1, T = 1;
-    int pos0 = 0;               // the position of the first token (decoding continues a sequence)
-    KvCache* cache = nullptr;   // append keys and values at pos0.. and attend over the cache (B = 1)
-    int slot = 0;               // the cache slot of that one sequence
+    int pos0 = 0;              // the position of the first token (decoding continues a sequence)
+    KvCache* cache = nullptr;  // append keys and values at pos0.. and attend over the cache (B = 1)
+    int slot = 0;              // the cache slot of that one sequence
     // Or, when set, B rows of one token each (T = 1), row b at position row_pos[b] of cache slot row_slot[b]
     // (continuous batching): a decode step's rows each continue their own slot, and rows of one slot at
     // consecutive positions are a piece of a prompt (a packed prefill); every row's key and value are in the
@@ -39,16 +39,16 @@ struct ForwardPass {
     // -1: every row's.
     const int* logit_rows = nullptr;
     int n_logit_rows = -1;
-    bool targets = false;       // per-token losses against targets(B, T) into losses(B, T)
-    float dloss = 0.0f;         // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
-    bool last_logits = false;   // logits only for each row's last position, as logits(B, 1)
-    uint64_t seed = 0;          // the pass's randomness (LoRA dropout), reused by its backward
+    bool targets = false;      // per-token losses against targets(B, T) into losses(B, T)
+    float dloss = 0.0f;        // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
+    bool last_logits = false;  // logits only for each row's last position, as logits(B, 1)
+    uint64_t seed = 0;         // the pass's randomness (LoRA dropout), reused by its backward
 };
 
 // A pass of B one-token rows, row b at position pos[b] of cache slot slot[b] (continuous batching: a decode
 // step, or packed prompt pieces); logits for every row, or (n_logit_rows >= 0) for logit_rows only.
-inline ForwardPass rows_pass(int B, KvCache* cache, const int* slot, const int* pos, const int* logit_rows = nullptr,
-                             int n_logit_rows = -1) {
+inline ForwardPass rows_pass(int B, KvCache* cache, const int* slot, const int* pos,
+                             const int* logit_rows = nullptr, int n_logit_rows = -1) {
     ForwardPass f;
     f.B = B;
     f.cache = cache;
@@ -101,10 +101,14 @@ public:
 
     // Activations for batches up to (max_B, max_T) in a mode.
     std::unique_ptr<Activations> make_activations(int max_B, int max_T, ActMode mode) const;
-    // A KV cache for `slots` sequences of up to max_T positions each (0 = the model's context).
-    std::unique_ptr<KvCache> make_cache(int max_T = 0, int slots = 1) const;
-    // Its size per sequence in bytes.
+    // A KV cache for `slots` sequences of up to max_T positions each (0 = the model's context): every slot
+    // its own positions, or (pages > 0) a pool of that many pages of `page` positions the caller lends to
+    // slots (kv_cache.h).
+    std::unique_ptr<KvCache> make_cache(int max_T = 0, int slots = 1, int pages = 0,
+                                        int page = KvCache::kDefaultPage) const;
+    // Its size per sequence of max_T positions, and per page, in bytes.
     size_t cache_slot_bytes(int max_T = 0) const;
+    size_t cache_page_bytes(int page = KvCache::kDefaultPage) const;
 
     // The model's own activations (training, evaluation): reserve once, release to change size.
     void reserve(int max_B, int max_T, bool training);
@@ -163,7 +167,7 @@ struct ModelFamily {
 };
 const ModelFamily* find_model_family(const std::string& model_type);  // nullptr when unknown
 const ModelFamily& model_family(const std::string& model_type);       // throws when unknown
-std::string known_model_types();                                       // "gpt2"
+std::string known_model_types();                                      // "gpt2"
 
 // The factory: a model of config.model_type on `be`.
 std::unique_ptr<Model> make_model(Backend& be, const ModelConfig& c, const ModelOptions& o = {});

@@ -86,9 +86,13 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
     out += itl_.text("anvil_inter_token_latency_seconds", "Between consecutive tokens of a request.");
     out += scalar("anvil_queue_length", "gauge", "Requests waiting for a KV-cache slot.", load.queued);
     out += scalar("anvil_running_sequences", "gauge", "Sequences being decoded.", load.running);
-    out += scalar("anvil_kv_cache_slots", "gauge", "KV-cache slots (sequences the pool holds).", load.slots);
-    out += scalar("anvil_kv_cache_usage_ratio", "gauge", "Fraction of the KV-cache slots in use.",
-                  load.slots ? double(load.running) / load.slots : 0.0);
+    out += scalar("anvil_kv_cache_slots", "gauge", "KV-cache slots (sequences decoded together at most).",
+                  load.slots);
+    out += scalar("anvil_kv_cache_pages", "gauge", "KV-cache pages (16 positions of every layer each).",
+                  load.pages);
+    out += scalar("anvil_kv_cache_usage_ratio", "gauge",
+                  "Fraction of the KV-cache pages lent to running sequences (their prompt and max_tokens).",
+                  load.pages ? double(load.pages_used) / load.pages : 0.0);
     out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
     return out;
 }

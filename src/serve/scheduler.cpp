@@ -61,9 +61,14 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     ANVIL_CHECK(o.slots > 0 && o.max_queue >= 0 && o.prefill_chunk >= 0,
                 "scheduler: {} slots, a queue of {}, prefill chunks of {}", o.slots, o.max_queue,
                 o.prefill_chunk);
-    const int n_ctx = model.config().n_ctx;
-    cache_ = model.make_cache(n_ctx, o.slots);
-    cache_bytes_ = model.cache_slot_bytes(n_ctx) * size_t(o.slots);
+    const int n_ctx = model.config().n_ctx, context_pages = KvCache::pages_for(n_ctx, o.kv_page);
+    ANVIL_CHECK(o.kv_pages == 0 || o.kv_pages >= context_pages,
+                "scheduler: {} KV-cache pages hold less than one context of {} positions ({} pages)",
+                o.kv_pages, n_ctx, context_pages);
+    const int pages = o.kv_pages > 0 ? o.kv_pages : o.slots * context_pages;
+    cache_ = model.make_cache(n_ctx, o.slots, pages, o.kv_page);
+    cache_bytes_ = model.cache_page_bytes(o.kv_page) * size_t(pages);
+    for (int p = pages - 1; p >= 0; p--) free_pages_.push_back(p);
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
     // a pass's rows: every slot decoding, and the prompt pieces that start within a chunk's budget, the last
     // one whole
@@ -91,7 +96,7 @@ std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const S
 
 Scheduler::Load Scheduler::load() const {
     std::lock_guard<std::mutex> lk(m_);
-    return {running_count_, int(waiting_.size()), opt_.slots};
+    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages()};
 }
 
 void Scheduler::stop() {
@@ -127,22 +132,36 @@ void Scheduler::run() {
 void Scheduler::retire(size_t i, Finish f, std::string error) {
     const std::shared_ptr<Sequence> s = running_[i];
     free_slots_.push_back(s->slot_);
+    free_pages_.insert(free_pages_.end(), s->pages_.rbegin(), s->pages_.rend());
+    cache_->set_pages(s->slot_, {});
     s->slot_ = -1;
+    s->pages_.clear();
     running_.erase(running_.begin() + std::ptrdiff_t(i));
     {
         std::lock_guard<std::mutex> lk(m_);
         running_count_ = int(running_.size());
+        pages_used_ = cache_->n_pages() - int(free_pages_.size());
     }
     s->end(f, std::move(error));
 }
 
-// Waiting requests take the free slots; their prompts go in from the next pass on.
+// The pages a sequence may fill: its prompt and the tokens it may generate, up to the context.
+int Scheduler::pages_needed(const Sequence& s) const {
+    const int n_ctx = model_.config().n_ctx, n = int(s.prompt_.size());
+    const int most = s.opt_.max_new_tokens > 0 ? std::min(n_ctx, n + s.opt_.max_new_tokens) : n_ctx;
+    return KvCache::pages_for(most, opt_.kv_page);
+}
+
+// Waiting requests, oldest first, take a free slot and the pages they may fill, while both last; their
+// prompts go in from the next pass on.
 void Scheduler::admit() {
     while (!free_slots_.empty()) {
         std::shared_ptr<Sequence> s;
         {
             std::lock_guard<std::mutex> lk(m_);
             if (waiting_.empty()) break;
+            if (!waiting_.front()->cancelled_ && pages_needed(*waiting_.front()) > int(free_pages_.size()))
+                break;
             s = std::move(waiting_.front());
             waiting_.pop_front();
         }
@@ -152,9 +171,14 @@ void Scheduler::admit() {
         }
         s->slot_ = free_slots_.back();
         free_slots_.pop_back();
+        const auto first = free_pages_.end() - std::ptrdiff_t(pages_needed(*s));
+        s->pages_.assign(std::make_reverse_iterator(free_pages_.end()), std::make_reverse_iterator(first));
+        free_pages_.erase(first, free_pages_.end());
+        cache_->set_pages(s->slot_, s->pages_);
         running_.push_back(s);
         std::lock_guard<std::mutex> lk(m_);
         running_count_ = int(running_.size());
+        pages_used_ = cache_->n_pages() - int(free_pages_.size());
     }
 }
 
@@ -230,6 +254,7 @@ bool Scheduler::pass(bool decode) {
     Backend& be = model_.backend();
     const int B = int(r.tok.size()), n = int(r.sampling.size());
     try {
+        cache_->sync();
         be.upload(acts_->get("tokens", B, 1), r.tok.data());
         model_.forward(*acts_,
                        rows_pass(B, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));

@@ -5,8 +5,10 @@
 // (the pieces of several prompts, a row per position, rows of one slot at consecutive positions). So the
 // weights are read once an iteration however many requests are in flight or arriving. A request joins the
 // decoding rows the iteration after its prompt is in; finished or cancelled ones leave at once and free their
-// slot. The KV cache is a fixed pool of slots, one sequence each, sized by the caller; requests that find no
-// free slot wait in a bounded queue, and past it submit() refuses them.
+// slot. The KV cache is a pool of pages (model/kv_cache.h) sized by the caller: a request is admitted when a
+// slot is free and the free pages hold its prompt and max_new_tokens (reserved then, so a running sequence
+// never runs out); its pages go back when it leaves. Requests wait in a bounded queue, oldest first, and past
+// it submit() refuses them.
 //
 // Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
@@ -71,7 +73,8 @@ private:
     Clock::time_point submitted_, last_token_;
     // scheduler-side state: positions in the cache (while prefilling, the prompt's so far), tokens sampled
     int slot_ = -1, pos_ = 0, produced_ = 0;
-    int32_t next_ = -1;  // the sampled token the next step feeds
+    std::vector<int32_t> pages_;  // the KV-cache pages lent to it, first position first
+    int32_t next_ = -1;           // the sampled token the next step feeds
 
     std::mutex m_;
     std::condition_variable cv_;
@@ -81,7 +84,10 @@ private:
 };
 
 struct SchedulerOptions {
-    int slots = 16;      // sequences decoded together: the KV cache's slots
+    int slots = 16;  // sequences decoded together: the KV cache's slots
+    // KV-cache pages of kv_page positions the slots share; 0: a whole context for every slot
+    int kv_pages = 0;
+    int kv_page = KvCache::kDefaultPage;
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
     // Prompt positions an iteration (chunked prefill): admitted prompts advance by whole chunks of this many
     // (cut as the Generator cuts them) until the budget is spent, in the iteration's forward beside the
@@ -103,11 +109,13 @@ public:
 
     struct Load {
         int running = 0, queued = 0, slots = 0;
+        int pages_used = 0, pages = 0;  // the KV cache's pages lent to running sequences, of all
         bool idle() const { return running == 0 && queued == 0; }
     };
     Load load() const;
     const SchedulerOptions& options() const { return opt_; }
     size_t cache_bytes() const { return cache_bytes_; }  // the KV-cache pool
+    int cache_pages() const { return cache_->n_pages(); }
 
     // Serves until stop(): on return, every request still running or waiting has ended as cancelled.
     void run();
@@ -129,13 +137,16 @@ private:
     size_t cache_bytes_ = 0;
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
+    int pages_needed(const Sequence& s) const;
     std::vector<int> free_slots_;
+    std::vector<int32_t> free_pages_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
 
     mutable std::mutex m_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Sequence>> waiting_;
     int running_count_ = 0;  // running_.size(), readable under m_
+    int pages_used_ = 0;     // readable under m_
     bool stop_ = false;
 };
 

@@ -180,17 +180,18 @@ TEST_P(CudaModelFamily, LowPrecisionTracksFp32) {
 }
 
 // Continuous batching: three prompts prefilled into slots 2, 0, 1 of one cache (each alone, or packed in one
-// forward of a row per position), then 6 steps of all three rows in one pass each (attention_cached_rows,
-// rope_rows for Llama, embedding_rows_add for GPT-2), the same tokens fed on both backends. Every step's
-// logits, rows in order.
-std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DType dt, bool packed) {
+// forward of a row per position, the cache contiguous or paged with shuffled pages), then 6 steps of all
+// three rows in one pass each (attention_cached_rows, rope_rows for Llama, embedding_rows_add for GPT-2), the
+// same tokens fed on both backends. Every step's logits, rows in order.
+std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DType dt, bool packed,
+                                         bool paged) {
     ModelOptions mo;
     mo.dtype = dt;
     auto m = make_model(be, cfg, mo);
     m->params().init(7);
     const auto steps = decode_rows(
         *m, {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3, 5, 8, 9, 7, 9}}, {2, 0, 1}, 6,
-        [&](int b, int s) { return int32_t((7 * s + 5 * b + 1) % cfg.vocab_size); }, packed);
+        [&](int b, int s) { return int32_t((7 * s + 5 * b + 1) % cfg.vocab_size); }, packed, paged);
     std::vector<float> all;
     for (const auto& l : steps) all.insert(all.end(), l.begin(), l.end());
     return all;
@@ -198,14 +199,16 @@ std::vector<float> batched_decode_logits(Backend& be, const ModelConfig& cfg, DT
 
 TEST_P(CudaModelFamily, BatchedDecodeMatchesTheCpu) {
     const ModelConfig cfg = small(GetParam());
-    for (const bool packed : {false, true}) {
-        const std::vector<float> want = batched_decode_logits(*be.cpu, cfg, DType::F32, packed);
+    for (const auto& [packed, paged] : {std::pair{false, false}, {true, false}, {true, true}}) {
+        const std::vector<float> want = batched_decode_logits(*be.cpu, cfg, DType::F32, packed, paged);
         double scale = 0.0;
         for (float x : want) scale = std::max(scale, double(std::abs(x)));
-        const std::string how = packed ? " (packed prefill)" : "";
-        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::F32, packed), want, 1e-4,
+        const std::string how = std::string(packed ? " (packed prefill" : "") + (paged    ? ", paged)"
+                                                                                 : packed ? ")"
+                                                                                          : "");
+        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::F32, packed, paged), want, 1e-4,
                               1e-4 * scale, "fp32 decode-step logits" + how));
-        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::BF16, packed), want, 5e-2,
+        EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::BF16, packed, paged), want, 5e-2,
                               5e-2 * scale, "bf16 decode-step logits" + how));
     }
 }

@@ -2,6 +2,8 @@
 // in backend/backend.h, in double.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "op_cases.h"
 
@@ -638,11 +640,12 @@ OpCase attention_cached(const OpSizes& s, int KVH) {
     return c;
 }
 
-// Continuous batching's decode step: B rows, each one new position in its own slot of the caches (S, maxT,
-// KVH HS), in one call; slots out of order with one left idle, positions from 0 to the last. The caches'
-// other positions hold earlier keys and values (drawn); the new ones must land at (slot, pos) and nowhere else.
-// packed: a packed prefill beside decode rows: two pieces of prompts (rows of one slot at consecutive
-// positions, one after cached positions, one from position 0) and two one-token rows.
+// Continuous batching's decode step: B rows, each one new position in its own slot of the paged caches (P,
+// page, KVH HS), in one call; slots out of order with one left idle, positions from 0 to the last. The slots'
+// page tables are a shuffle of the pages (pages of 4 positions, so rows cross pages; some pages in no table).
+// The caches' other positions hold earlier keys and values (drawn); the new ones must land at (slot, pos)'s
+// page row and nowhere else. packed: a packed prefill beside decode rows: two pieces of prompts (rows of one
+// slot at consecutive positions, one after cached positions, one from position 0) and two one-token rows.
 OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false) {
     OpCase c;
     std::vector<int> slot(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
@@ -657,39 +660,52 @@ OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool pa
     }
     const int NH = s.NH, C = s.C, HS = C / NH, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
     const int S = *std::max_element(slot.begin(), slot.end()) + 2;
-    c.name = fmt::format("attention_cached_rows{} B={} maxT={} NH={} KVH={} C={}", packed ? "_packed" : "", B, maxT,
-                         NH, KVH, C);
-    c.args = {in("qkv", {B, W}, 1.0f, false), out("out", {B, C}), arg("k", {S, maxT, KC}, Role::InOut),
-              arg("v", {S, maxT, KC}, Role::InOut)};
+    constexpr int page = 4;
+    const int PPS = (maxT + page - 1) / page, P = S * PPS + 3;
+    std::vector<int> table(static_cast<size_t>(P));
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937 shuffle{uint32_t(P)};
+    std::shuffle(table.begin(), table.end(), shuffle);
+    table.resize(size_t(S) * PPS);
+    const auto row = [=](int sl, int p) {
+        return size_t(table[size_t(sl) * PPS + size_t(p / page)]) * page + size_t(p % page);
+    };
+    c.name = fmt::format("attention_cached_rows{} B={} maxT={} NH={} KVH={} C={} pages={}x{}",
+                         packed ? "_packed" : "", B, maxT, NH, KVH, C, P, page);
+    Arg pages = ids("pages", {S, PPS}, 0, P);
+    pages.fixed_ints = table;
+    c.args = {in("qkv", {B, W}, 1.0f, false), out("out", {B, C}), arg("k", {P, page, KC}, Role::InOut),
+              arg("v", {P, page, KC}, Role::InOut), pages};
     c.forward = [=](Backend& be, const Args& a) {
-        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], slot, pos, NH);
+        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], a["pages"], slot, pos, NH);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         Vec k = h.at("k"), v = h.at("v"), out(size_t(B) * C);
         const Vec& qkv = h.at("qkv");
         for (int b = 0; b < B; b++)
             for (int j = 0; j < KC; j++) {
-                const size_t at = (size_t(slot[size_t(b)]) * maxT + size_t(pos[size_t(b)])) * KC + size_t(j);
+                const size_t at = row(slot[size_t(b)], pos[size_t(b)]) * KC + size_t(j);
                 k[at] = qkv[size_t(b) * W + C + j];
                 v[at] = qkv[size_t(b) * W + C + KC + j];
             }
         std::vector<double> p(static_cast<size_t>(maxT));
         for (int b = 0; b < B; b++)
             for (int hh = 0; hh < NH; hh++) {
-                const size_t base = size_t(slot[size_t(b)]) * maxT * KC + size_t(hh / group) * HS;
-                const int last = pos[size_t(b)];
+                const size_t head = size_t(hh / group) * HS;
+                const int last = pos[size_t(b)], sl = slot[size_t(b)];
                 double mx = -1e300, sum = 0;
                 for (int j = 0; j <= last; j++) {
                     double sc = 0;
                     for (int d = 0; d < HS; d++)
-                        sc += double(qkv[size_t(b) * W + size_t(hh) * HS + d]) * k[base + size_t(j) * KC + d];
+                        sc +=
+                            double(qkv[size_t(b) * W + size_t(hh) * HS + d]) * k[row(sl, j) * KC + head + d];
                     p[size_t(j)] = sc / std::sqrt(double(HS));
                     mx = std::max(mx, p[size_t(j)]);
                 }
                 for (int j = 0; j <= last; j++) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
                 for (int d = 0; d < HS; d++) {
                     double o = 0;
-                    for (int j = 0; j <= last; j++) o += p[size_t(j)] / sum * v[base + size_t(j) * KC + d];
+                    for (int j = 0; j <= last; j++) o += p[size_t(j)] / sum * v[row(sl, j) * KC + head + d];
                     out[size_t(b) * C + size_t(hh) * HS + d] = float(o);
                 }
             }

@@ -34,6 +34,7 @@ struct Arg {
     Role role = Role::In;
     float scale = 1.0f, offset = 0.0f;
     int int_min = 0, int_max = 0;
+    std::vector<int> fixed_ints;   // Int: these values instead of random ones (a page table)
     DType int_dtype = DType::I32;  // Int: I32 (ids) or I8 (int8 weights)
     bool f32 = false;          // f32 whatever dtype is under test (statistics, losses, the norm, ids)
     bool diff = false;         // In: checked against finite differences (its GradIn is "d" + name)

@@ -129,7 +129,8 @@ HostArgs draw_inputs(const OpCase& c, uint64_t seed) {
         if (a.role == Role::Int) {
             std::uniform_int_distribution<int> d(a.int_min, a.int_max - 1);
             auto& v = h[a.name];
-            for (size_t i = 0; i < n; i++) v.push_back(float(d(g)));
+            for (size_t i = 0; i < n; i++)
+                v.push_back(float(a.fixed_ints.empty() ? d(g) : a.fixed_ints[i % a.fixed_ints.size()]));
         }
         if (has_seed(c, a)) {
             Arg unit = a;

@@ -2,7 +2,11 @@
 // the model seam, and finite-difference checks of every trainable entry.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "harness.h"
@@ -45,14 +49,23 @@ inline void set_all_params(ParamStore& s, const std::vector<std::vector<float>>&
 // Continuous batching on the model seam: the prompts prefilled into their slots of one cache (B =
 // slots.size() slots), each alone or (packed) all in one forward of a row per position with the prompts' last
 // rows as logit rows, then `steps` passes of all B rows together, one token each (row_slot/row_pos), row b
-// fed feed(b, s) at step s. Every step's logits (B rows of the vocabulary), in step order.
+// fed feed(b, s) at step s. Every step's logits (B rows of the vocabulary), in step order. paged (with
+// packed): the cache a pool of pages, the slots' pages a shuffle of them (some in no slot).
 template <typename Feed>
 std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vector<int32_t>>& prompts,
                                             const std::vector<int>& slots, int steps, Feed feed,
-                                            bool packed = false) {
+                                            bool packed = false, bool paged = false) {
     Backend& be = m.backend();
-    const int B = int(prompts.size());
-    auto pool = m.make_cache(0, int(slots.size()));
+    const int B = int(prompts.size()), PPS = KvCache::pages_for(m.config().n_ctx);
+    auto pool = m.make_cache(0, int(slots.size()), paged ? B * PPS + 3 : 0);
+    if (paged) {
+        std::vector<int32_t> order(static_cast<size_t>(pool->n_pages()));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937(7));
+        for (int b = 0; b < B; b++)
+            pool->set_pages(b, std::span<const int32_t>(order).subspan(size_t(b) * PPS, size_t(PPS)));
+        pool->sync();
+    }
     auto rows = m.make_activations(B, 1, ActMode::Decode);
     std::vector<int> pos(static_cast<size_t>(B));
     if (packed) {
@@ -69,6 +82,7 @@ std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vec
         m.forward(*acts, rows_pass(int(tok.size()), pool.get(), slot.data(), at.data(), ends.data(), B));
     }
     auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
+    ANVIL_ASSERT(packed || !paged);  // one sequence's prefill reads its slot's positions in a row
     for (int b = 0; b < B && !packed; b++) {
         const auto& ids = prompts[size_t(b)];
         be.upload(prefill->get("tokens", 1, int(ids.size())), ids.data());

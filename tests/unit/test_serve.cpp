@@ -61,9 +61,10 @@ void batched_rows_equal_single(const ModelConfig& c) {
     }
     // together: prefill into the pool's slots (each alone, or all packed in one forward), then one batched
     // pass per step
-    for (const bool packed : {false, true}) {
+    for (const auto& [packed, paged] : {std::pair{false, false}, {true, false}, {true, true}}) {
         const auto together = decode_rows(
-            *m, prompts, slots, steps, [&](int b, int s) { return fed[size_t(b)][size_t(s)]; }, packed);
+            *m, prompts, slots, steps, [&](int b, int s) { return fed[size_t(b)][size_t(s)]; }, packed,
+            paged);
         double worst = 0.0;
         for (int s = 0; s < steps; s++)
             for (int b = 0; b < B; b++)
@@ -71,7 +72,7 @@ void batched_rows_equal_single(const ModelConfig& c) {
                     worst = std::max(worst, double(std::abs(together[size_t(s)][size_t(b * V + v)] -
                                                             alone[size_t(b)][size_t(s)][size_t(v)])));
         EXPECT_LT(worst, 1e-5) << "batched rows against one sequence at a time"
-                               << (packed ? ", packed prefill" : "");
+                               << (packed ? ", packed prefill" : "") << (paged ? ", shuffled pages" : "");
     }
 }
 
@@ -82,10 +83,24 @@ TEST(BatchedDecode, RowsEqualOneSequenceAtATimeLlama) {
     batched_rows_equal_single(tiny_llama());
 }
 
+// What the scheduler did, in order: "first" for a sequence's first token, the decoding rows of each forward
+// that had some, and every forward's rows.
+struct StepLog : serve::SchedulerObserver {
+    std::vector<int> events;                  // 0: a first token; n > 0: a forward with n decoding rows
+    std::vector<std::pair<int, int>> passes;  // (decoding rows, prompt positions) of each forward
+    void on_first_token(double) override { events.push_back(0); }
+    void on_next_token(double) override {}
+    void on_pass(int decode_rows, int prompt_rows) override {
+        if (decode_rows > 0) events.push_back(decode_rows);
+        passes.emplace_back(decode_rows, prompt_rows);
+    }
+};
+
 // Requests through the scheduler (two slots, so they queue, join and leave while others run) give the
 // generator's tokens: greedy and seeded sampling, stop tokens, length limits. With prompts in pieces of
-// `chunk` positions (0: whole), the generator cutting them alike.
-void answers_equal_the_generator(int chunk, int longest_prompt) {
+// `chunk` positions (0: whole), the generator cutting them alike. kv_pages > 0: more slots, but a KV cache of
+// that many pages of kv_page positions, so requests wait for pages as well as slots.
+void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0, int kv_page = 16) {
     auto be = make_backend({Device::CPU, 2, 0});
     auto m = random_model(*be, tiny_llama());
     struct Case {
@@ -112,10 +127,13 @@ void answers_equal_the_generator(int chunk, int longest_prompt) {
                 want[i].pop_back();
     }
     serve::SchedulerOptions so;
-    so.slots = 2;
+    so.slots = kv_pages > 0 ? 4 : 2;
     so.max_queue = 16;
     so.prefill_chunk = chunk;
-    serve::Scheduler sched(*m, so);
+    so.kv_pages = kv_pages;
+    so.kv_page = kv_page;
+    StepLog log;
+    serve::Scheduler sched(*m, so, &log);
     std::vector<std::vector<int32_t>> got(cases.size());
     std::vector<serve::Finish> finish(cases.size());
     std::thread client([&] {
@@ -136,6 +154,11 @@ void answers_equal_the_generator(int chunk, int longest_prompt) {
     });
     sched.run();  // the model's thread is this one, as in anvil serve
     client.join();
+    EXPECT_EQ(sched.load().pages_used, 0) << "every page back in the pool";
+    if (kv_pages > 0) {  // no four of the requests' prompts and max_new_tokens fit the pages together
+        EXPECT_LT(*std::max_element(log.events.begin(), log.events.end()), so.slots)
+            << "the pages, not the slots, held requests back";
+    }
     for (size_t i = 0; i < cases.size(); i++) {
         EXPECT_EQ(got[i], want[i]) << "request " << i << ", prefill chunk " << chunk;
         const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
@@ -150,19 +173,10 @@ TEST(Scheduler, AnswersEqualTheGeneratorWithPromptsInChunks) {
     answers_equal_the_generator(3, 11);
     answers_equal_the_generator(0, 11);
 }
-
-// What the scheduler did, in order: "first" for a sequence's first token, the decoding rows of each forward
-// that had some, and every forward's rows.
-struct StepLog : serve::SchedulerObserver {
-    std::vector<int> events;                  // 0: a first token; n > 0: a forward with n decoding rows
-    std::vector<std::pair<int, int>> passes;  // (decoding rows, prompt positions) of each forward
-    void on_first_token(double) override { events.push_back(0); }
-    void on_next_token(double) override {}
-    void on_pass(int decode_rows, int prompt_rows) override {
-        if (decode_rows > 0) events.push_back(decode_rows);
-        passes.emplace_back(decode_rows, prompt_rows);
-    }
-};
+TEST(Scheduler, AnswersEqualTheGeneratorInAFewPages) {
+    answers_equal_the_generator(3, 11, 8, 2);             // one context of 16 positions: 8 pages of 2
+    answers_equal_the_generator(kPrefillChunk, 4, 5, 4);  // one context: 4 pages of 4
+}
 
 // Serves on this thread until every one of `seqs` has ended.
 void run_until_ended(serve::Scheduler& sched, std::vector<std::shared_ptr<serve::Sequence>> seqs) {

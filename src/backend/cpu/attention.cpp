@@ -93,12 +93,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 namespace {
 
 // One query head over cached positions 0..last: o (HS) = softmax(q . k_j * scale) . v_j, the keys and values
-// of position j at kc/vc + j * KC. p: last + 1 floats of scratch.
+// of position j at kc/vc + row(j) * KC (row: the cache row holding position j). p: last + 1 floats of
+// scratch.
+template <typename Row>
 void attend_cached(float* o, const float* q, const float* kc, const float* vc, int last, int KC, int HS,
-                   float scale, float* p) {
+                   float scale, float* p, Row row) {
     float mx = -INFINITY;
     for (int j = 0; j <= last; j++) {
-        const float* k = kc + size_t(j) * KC;
+        const float* k = kc + row(j) * KC;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int d = 0; d < HS; d++) s += q[d] * k[d];
@@ -113,7 +115,7 @@ void attend_cached(float* o, const float* q, const float* kc, const float* vc, i
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
     for (int j = 0; j <= last; j++) {
         const float w = p[j] / sum;
-        const float* v = vc + size_t(j) * KC;
+        const float* v = vc + row(j) * KC;
 #pragma omp simd
         for (int d = 0; d < HS; d++) o[d] += w * v[d];
     }
@@ -141,18 +143,24 @@ void attention_cached(float* out, const float* qkv, float* kcache, float* vcache
             for (int h = 0; h < NH; h++) {
                 const size_t kv_off = size_t(h / group) * HS;
                 attend_cached(out + size_t(i) * C + h * HS, qkv + size_t(i) * W + h * HS, kcache + kv_off,
-                              vcache + kv_off, pos0 + i, KC, HS, scale, p.data());
+                              vcache + kv_off, pos0 + i, KC, HS, scale, p.data(),
+                              [](int j) { return size_t(j); });
             }
     }
 }
 
-void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, int B, const int* slot,
-                           const int* pos, int maxT, int NH, int KVH, int HS) {
+void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, const int* pages,
+                           int B, const int* slot, const int* pos, int page, int PPS, int NH, int KVH,
+                           int HS) {
     const int C = NH * HS, KC = KVH * HS, W = C + 2 * KC, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
+    // the cache row of position j of slot s
+    const auto cache_row = [=](int s, int j) {
+        return size_t(pages[size_t(s) * PPS + size_t(j / page)]) * page + size_t(j % page);
+    };
     int Tk = 0;
     for (int b = 0; b < B; b++) {
-        const size_t at = (size_t(slot[b]) * maxT + size_t(pos[b])) * KC;
+        const size_t at = cache_row(slot[b], pos[b]) * KC;
         const float* row = qkv + size_t(b) * W;
         for (int c = 0; c < KC; c++) {
             kcache[at + c] = row[C + c];
@@ -166,9 +174,11 @@ void attention_cached_rows(float* out, const float* qkv, float* kcache, float* v
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
-                const size_t base = size_t(slot[b]) * maxT * KC + size_t(h / group) * HS;
-                attend_cached(out + size_t(b) * C + h * HS, qkv + size_t(b) * W + h * HS, kcache + base,
-                              vcache + base, pos[b], KC, HS, scale, p.data());
+                const size_t kv_off = size_t(h / group) * HS;
+                const int s = slot[b];
+                attend_cached(out + size_t(b) * C + h * HS, qkv + size_t(b) * W + h * HS, kcache + kv_off,
+                              vcache + kv_off, pos[b], KC, HS, scale, p.data(),
+                              [&](int j) { return cache_row(s, j); });
             }
     }
 }

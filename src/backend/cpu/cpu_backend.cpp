@@ -292,11 +292,18 @@ void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor 
     cpu::attention_cached(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), d.Tq, pos0, NH, d.KVH, d.HS);
 }
 
-void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                                        std::span<const int> slot, std::span<const int> pos, int NH) {
-    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, slot, pos, NH);
-    cpu::attention_cached_rows(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), d.B, slot.data(), pos.data(),
-                               d.maxT, NH, d.KVH, d.HS);
+    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot, pos, NH);
+    const int* table = static_cast<const int*>(pages.data);
+    for (int b = 0; b < d.B; b++)  // the spec checks every page a row reads or writes
+        for (int i = 0; i <= pos[size_t(b)] / d.page; i++) {
+            const int pg = table[size_t(slot[size_t(b)]) * d.PPS + size_t(i)];
+            ANVIL_CHECK(pg >= 0 && pg < d.P, "attention_cached_rows: slot {} names page {} of {}",
+                        slot[size_t(b)], pg, d.P);
+        }
+    cpu::attention_cached_rows(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), table, d.B, slot.data(),
+                               pos.data(), d.page, d.PPS, NH, d.KVH, d.HS);
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

@@ -61,8 +61,8 @@ public:
     void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                        int NH) override;
     void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
-    void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, std::span<const int> slot,
-                               std::span<const int> pos, int NH) override;
+    void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
+                               std::span<const int> slot, std::span<const int> pos, int NH) override;
     void residual_fwd(Tensor out, Tensor a, Tensor b) override;
     void scale(Tensor x, float s) override;
     void dropout(Tensor out, Tensor in, float p, uint64_t seed) override;

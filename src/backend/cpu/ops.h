@@ -51,9 +51,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // qkv (Tq, (NH + 2 KVH) HS); caches (maxT, KVH HS): query head h reads key/value head h / (NH / KVH)
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
                       int KVH, int HS);
-// B rows, row b at position pos[b] of slot slot[b]; caches (S, maxT, KVH HS)
-void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, int B, const int* slot,
-                           const int* pos, int maxT, int NH, int KVH, int HS);
+// B rows, row b at position pos[b] of slot slot[b]; caches (P, page, KVH HS), pages (S, PPS): position p of
+// slot s is row p % page of page pages[s PPS + p / page]
+void attention_cached_rows(float* out, const float* qkv, float* kcache, float* vcache, const int* pages,
+                           int B, const int* slot, const int* pos, int page, int PPS, int NH, int KVH,
+                           int HS);
 
 // rmsnorm.cpp: out (N,C) = in * rstd * w; rstd (N)
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* w, int N, int C, float eps);

@@ -190,18 +190,23 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
         for (int d = 0; d < g.HS; d++) dqkv[g.q(b, t, h) + d] = from_f<T>(dQs[lane][d]);
 }
 
-// Where each new query's key and value go, and which cached positions it reads (positions 0..last(i) from
-// row base(i) of the caches). One sequence: query i is position pos0 + i of the one slot given.
+// Where each new query's key and value go, and which cached positions it reads: positions 0..last(i),
+// position j of query i's sequence in cache row row(i, j). One sequence: query i is position pos0 + i of the
+// one slot given, its rows in order.
 struct SeqRows {
     int pos0;
-    __device__ size_t base(int) const { return 0; }
+    __device__ size_t row(int, int j) const { return size_t(j); }
     __device__ int last(int i) const { return pos0 + i; }
 };
-// A decode step: query i is position pos[i] of slot slot[i], the caches (S, maxT, KC); passed by value.
+// A decode step: query i is position pos[i] of slot slot[i] (by value); the caches (P, page, KC) in pages,
+// position j of slot s in row j % page of page pages[s PPS + j / page].
 struct SlotRows {
-    int maxT;
+    const int* pages;
+    int page, PPS;
     RowInts slot, pos;
-    __device__ size_t base(int i) const { return size_t(slot.v[i]) * maxT; }
+    __device__ size_t row(int i, int j) const {
+        return size_t(pages[size_t(slot.v[i]) * PPS + j / page]) * page + size_t(j % page);
+    }
     __device__ int last(int i) const { return pos.v[i]; }
 };
 
@@ -211,7 +216,7 @@ __global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, Rows r
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(Tq) * KC) return;
     const int i = int(idx / KC), c = int(idx % KC);
-    const size_t row = size_t(i) * (QC + 2 * KC), at = (r.base(i) + size_t(r.last(i))) * KC + c;
+    const size_t row = size_t(i) * (QC + 2 * KC), at = r.row(i, r.last(i)) * KC + c;
     kc[at] = qkv[row + QC + c];
     vc[at] = qkv[row + QC + KC + c];
 }
@@ -223,7 +228,7 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
                                    int HS, int group, float scale) {
     __shared__ float q[D];
     const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = r.last(i);
-    const size_t kv_off = r.base(i) * KC + size_t(h / group) * HS;
+    const size_t kv_off = size_t(h / group) * HS;
     for (int d = lane; d < D; d += 32)
         q[d] = d < HS ? to_f(qkv[size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d]) : 0.0f;
     __syncwarp();
@@ -235,7 +240,8 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
         float s = -INFINITY;
         if (key <= last) {
             s = 0.0f;
-            for (int d = 0; d < HS; d++) s += q[d] * to_f(kc[size_t(key) * KC + kv_off + d]);
+            const T* k = kc + r.row(i, key) * KC + kv_off;
+            for (int d = 0; d < HS; d++) s += q[d] * to_f(k[d]);
             s *= scale;
         }
         const float m_new = fmaxf(m, warp_max(s));
@@ -245,10 +251,11 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
         for (int j = 0; j < D / 32; j++) o[j] *= corr;
         for (int kk = 0; kk < 32 && k0 + kk <= last; kk++) {
             const float pk = __shfl_sync(0xffffffffu, p, kk);
+            const T* v = vc + r.row(i, k0 + kk) * KC + kv_off;
 #pragma unroll
             for (int j = 0; j < D / 32; j++) {
                 const int d = lane + 32 * j;
-                if (d < HS) o[j] += pk * to_f(vc[size_t(k0 + kk) * KC + kv_off + d]);
+                if (d < HS) o[j] += pk * to_f(v[d]);
             }
         }
         m = m_new;
@@ -352,13 +359,15 @@ void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tenso
                SeqRows{pos0}, W - 2 * KC, KC, NH);
 }
 
-void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                            std::span<const int> slot, std::span<const int> pos, int NH) {
-    // shapes, slots and positions checked by the backend (check_attention_cached_rows)
+    // shapes, slots and positions checked by the backend (check_attention_cached_rows); the pages are the
+    // caller's (KvCache checks what it is given)
     const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[2]), QC = W - 2 * KC;
     const size_t esz = dtype_size(qkv.dtype);
     for_row_runs(int(slot.size()), [&](int r0, int n) {
-        const SlotRows rows{int(kcache.shape[1]), row_ints(slot, r0, n), row_ints(pos, r0, n)};
+        const SlotRows rows{static_cast<const int*>(pages.data), int(kcache.shape[1]), int(pages.shape[1]),
+                            row_ints(slot, r0, n), row_ints(pos, r0, n)};
         run_cached(c, static_cast<char*>(out.data) + size_t(r0) * QC * esz,
                    static_cast<const char*>(qkv.data) + size_t(r0) * W * esz, kcache.data, vcache.data,
                    qkv.dtype, n, rows, QC, KC, NH);

@@ -362,10 +362,10 @@ void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor
     cuda::attention_cached(ctx_, out, qkv, kcache, vcache, pos0, NH);
 }
 
-void CudaBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+void CudaBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                                         std::span<const int> slot, std::span<const int> pos, int NH) {
-    check_attention_cached_rows(out, qkv, kcache, vcache, slot, pos, NH);
-    cuda::attention_cached_rows(ctx_, out, qkv, kcache, vcache, slot, pos, NH);
+    check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot, pos, NH);
+    cuda::attention_cached_rows(ctx_, out, qkv, kcache, vcache, pages, slot, pos, NH);
 }
 
 void CudaBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

@@ -120,8 +120,9 @@ void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int
 void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
                          Tensor saved, int NH, bool tensor_cores);
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
-// a decode step's rows in their slots: one launch of each kernel per kDecodeRows rows
-void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache,
+// a decode step's rows in their slots of the paged caches (P, page, KC), pages (S, PPS) i32 on the device:
+// one launch of each kernel per kDecodeRows rows
+void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                            std::span<const int> slot, std::span<const int> pos, int NH);
 // attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
 size_t attention_gemm_saved_elems(const AttnDims& d);
