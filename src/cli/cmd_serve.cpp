@@ -55,8 +55,9 @@ Command add_serve(CLI::App& app) {
     sub->add_option("--served-model-name", o->name,
                     "the model id /v1/models lists and requests name (default: the model directory's name)");
     sub->add_option("--kv-cache-mb", o->kv_cache_mb,
-                    "memory for the KV cache, in pages of 16 positions lent to requests as they are admitted "
-                    "(each its prompt and max_tokens); at least one whole context")
+                    "memory for the KV cache, in pages of 16 positions lent to requests as they grow (when "
+                    "none is left, the newest running request waits to be recomputed); at least one whole "
+                    "context")
         ->capture_default_str()
         ->check(kPositive);
     sub->add_option("--max-batch", o->max_batch, "at most this many sequences decoded together")

@@ -91,9 +91,12 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
     out += scalar("anvil_kv_cache_pages", "gauge", "KV-cache pages (16 positions of every layer each).",
                   load.pages);
     out += scalar("anvil_kv_cache_usage_ratio", "gauge",
-                  "Fraction of the KV-cache pages lent to running sequences (their prompt and max_tokens).",
+                  "Fraction of the KV-cache pages lent to running sequences.",
                   load.pages ? double(load.pages_used) / load.pages : 0.0);
     out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
+    out += scalar("anvil_preemptions_total", "counter",
+                  "Running sequences that gave their KV-cache pages to older ones (prefilled again later).",
+                  double(load.preemptions));
     return out;
 }
 

@@ -24,7 +24,7 @@ const char* finish_name(Finish f) {
 // ---- Sequence -------------------------------------------------------------------------------------------
 
 Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt)
-    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()) {}
+    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()), ctx_(prompt_) {}
 
 Sequence::Update Sequence::wait(size_t seen, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lk(m_);
@@ -96,7 +96,7 @@ std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const S
 
 Scheduler::Load Scheduler::load() const {
     std::lock_guard<std::mutex> lk(m_);
-    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages()};
+    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages(), preemptions_};
 }
 
 void Scheduler::stop() {
@@ -116,6 +116,7 @@ void Scheduler::run() {
         }
         for (size_t i = running_.size(); i-- > 0;)
             if (running_[i]->cancelled_) retire(i, Finish::Cancelled);
+        grow();
         admit();
         // one forward an iteration (--prefill-chunk 0: more of prompts alone till every admitted one is in)
         for (bool first = true; pass(first) && opt_.prefill_chunk == 0; first = false) {
@@ -127,41 +128,88 @@ void Scheduler::run() {
     waiting_.clear();
 }
 
-// The sequence leaves (its slot freed, the load updated) before its waiter hears it ended, so a client that
-// has its last token never sees it still running.
+// A sequence's slot and pages back to the pool (the load updated); it is no longer running.
+void Scheduler::release(Sequence& s) {
+    free_slots_.push_back(s.slot_);
+    free_pages_.insert(free_pages_.end(), s.pages_.rbegin(), s.pages_.rend());
+    cache_->set_pages(s.slot_, {});
+    s.slot_ = -1;
+    s.pages_.clear();
+    running_.erase(
+        std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; }));
+    std::lock_guard<std::mutex> lk(m_);
+    running_count_ = int(running_.size());
+    pages_used_ = cache_->n_pages() - int(free_pages_.size());
+}
+
+// The sequence leaves before its waiter hears it ended, so a client that has its last token never sees it
+// still running.
 void Scheduler::retire(size_t i, Finish f, std::string error) {
     const std::shared_ptr<Sequence> s = running_[i];
-    free_slots_.push_back(s->slot_);
-    free_pages_.insert(free_pages_.end(), s->pages_.rbegin(), s->pages_.rend());
-    cache_->set_pages(s->slot_, {});
-    s->slot_ = -1;
-    s->pages_.clear();
-    running_.erase(running_.begin() + std::ptrdiff_t(i));
-    {
-        std::lock_guard<std::mutex> lk(m_);
-        running_count_ = int(running_.size());
-        pages_used_ = cache_->n_pages() - int(free_pages_.size());
-    }
+    release(*s);
     s->end(f, std::move(error));
 }
 
-// The pages a sequence may fill: its prompt and the tokens it may generate, up to the context.
-int Scheduler::pages_needed(const Sequence& s) const {
-    const int n_ctx = model_.config().n_ctx, n = int(s.prompt_.size());
-    const int most = s.opt_.max_new_tokens > 0 ? std::min(n_ctx, n + s.opt_.max_new_tokens) : n_ctx;
-    return KvCache::pages_for(most, opt_.kv_page);
+// Running sequence i gives its pages back and waits at the head of the queue; prefilled again, it holds the
+// prompt and every token fed since (all it sampled but the last, which it feeds next), so it decodes on where
+// it was.
+void Scheduler::preempt(size_t i) {
+    const std::shared_ptr<Sequence> s = running_[i];
+    if (s->produced_ > 0) {
+        std::lock_guard<std::mutex> lk(s->m_);
+        s->ctx_.assign(s->prompt_.begin(), s->prompt_.end());
+        s->ctx_.insert(s->ctx_.end(), s->tokens_.begin(), s->tokens_.begin() + (s->produced_ - 1));
+    }
+    s->pos_ = 0;
+    release(*s);
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        waiting_.push_front(s);
+        preemptions_++;
+    }
+    if (observer_) observer_->on_preempt();
 }
 
-// Waiting requests, oldest first, take a free slot and the pages they may fill, while both last; their
-// prompts go in from the next pass on.
+// Pages for the positions an admitted sequence fills before it decodes: what it prefills and its first fed
+// token.
+int Scheduler::pages_to_admit(const Sequence& s) const {
+    return KvCache::pages_for(std::min(model_.config().n_ctx, int(s.ctx_.size()) + 1), opt_.kv_page);
+}
+
+// Every decoding sequence, oldest first, gets a page for the position it fills next if it has none; when the
+// pool is empty, the sequence admitted last is preempted (perhaps the one asking).
+void Scheduler::grow() {
+    for (size_t i = 0; i < running_.size(); i++) {
+        Sequence& s = *running_[i];
+        if (s.produced_ == 0 || s.pos_ < int(s.ctx_.size())) continue;  // prefilling: its pages came with it
+        const size_t need = size_t(KvCache::pages_for(s.pos_ + 1, opt_.kv_page));
+        while (s.pages_.size() < need && i < running_.size()) {
+            if (free_pages_.empty()) {
+                preempt(running_.size() - 1);
+                continue;
+            }
+            s.pages_.push_back(free_pages_.back());
+            free_pages_.pop_back();
+            cache_->set_pages(s.slot_, s.pages_);
+        }
+    }
+    std::lock_guard<std::mutex> lk(m_);
+    pages_used_ = cache_->n_pages() - int(free_pages_.size());
+}
+
+// Waiting requests, oldest first, take a free slot and the pages for their prefill, while both last and (with
+// others running) a hundredth of the pool stays free for them to grow into; their prompts go in from the next
+// pass on.
 void Scheduler::admit() {
+    const int reserve = cache_->n_pages() / 100;
     while (!free_slots_.empty()) {
         std::shared_ptr<Sequence> s;
         {
             std::lock_guard<std::mutex> lk(m_);
             if (waiting_.empty()) break;
-            if (!waiting_.front()->cancelled_ && pages_needed(*waiting_.front()) > int(free_pages_.size()))
-                break;
+            const Sequence& w = *waiting_.front();
+            const int keep = running_.empty() ? 0 : reserve;
+            if (!w.cancelled_ && pages_to_admit(w) + keep > int(free_pages_.size())) break;
             s = std::move(waiting_.front());
             waiting_.pop_front();
         }
@@ -171,7 +219,7 @@ void Scheduler::admit() {
         }
         s->slot_ = free_slots_.back();
         free_slots_.pop_back();
-        const auto first = free_pages_.end() - std::ptrdiff_t(pages_needed(*s));
+        const auto first = free_pages_.end() - std::ptrdiff_t(pages_to_admit(*s));
         s->pages_.assign(std::make_reverse_iterator(free_pages_.end()), std::make_reverse_iterator(first));
         free_pages_.erase(first, free_pages_.end());
         cache_->set_pages(s->slot_, s->pages_);
@@ -197,7 +245,7 @@ struct Scheduler::PassRows {
 void Scheduler::add_decode_rows(PassRows& r) const {
     for (size_t i = 0; i < running_.size(); i++) {
         const Sequence& s = *running_[i];
-        if (s.produced_ == 0) continue;
+        if (s.produced_ == 0 || s.pos_ < int(s.ctx_.size())) continue;  // prefilling
         r.logit_rows.push_back(int(r.tok.size()));
         r.slot.push_back(s.slot_), r.pos.push_back(s.pos_), r.tok.push_back(s.next_);
         r.sampling.push_back(i);
@@ -219,23 +267,25 @@ void Scheduler::add_prompt_pieces(PassRows& r) const {
     // sequence i's pieces while there is budget (and, for a whole prompt, while it fits)
     const auto advance = [&](size_t i) {
         const Sequence& s = *running_[i];
-        const int n = int(s.prompt_.size());
+        const int n = int(s.ctx_.size());
         int at = s.pos_;  // pos_: the prompt positions in the cache so far
         for (int k; at < n && used() < chunk_; at += k) {
             k = prefill_piece(at, n, chunk_);
             if (whole && used() + k > chunk_) break;
             for (int j = at; j < at + k; j++)
-                r.slot.push_back(s.slot_), r.pos.push_back(j), r.tok.push_back(s.prompt_[size_t(j)]);
+                r.slot.push_back(s.slot_), r.pos.push_back(j), r.tok.push_back(s.ctx_[size_t(j)]);
         }
         done[i] = true;
         if (at == s.pos_) return;
         r.moved.emplace_back(i, at);
-        if (at == n) r.logit_rows.push_back(int(r.tok.size()) - 1), r.sampling.push_back(i);
+        // a prompt's end samples the first token; a preempted sequence's has its next token already
+        if (at == n && s.produced_ == 0)
+            r.logit_rows.push_back(int(r.tok.size()) - 1), r.sampling.push_back(i);
     };
     if (!whole)
         for (size_t i = 0; i < running_.size(); i++) {
             const Sequence& s = *running_[i];
-            const int rest = int(s.prompt_.size()) - s.pos_;
+            const int rest = int(s.ctx_.size()) - s.pos_;
             if (rest > 0 && used() + rest <= chunk_ / 2) advance(i);
         }
     for (size_t i = 0; i < running_.size() && used() < chunk_; i++)

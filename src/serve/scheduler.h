@@ -5,10 +5,12 @@
 // (the pieces of several prompts, a row per position, rows of one slot at consecutive positions). So the
 // weights are read once an iteration however many requests are in flight or arriving. A request joins the
 // decoding rows the iteration after its prompt is in; finished or cancelled ones leave at once and free their
-// slot. The KV cache is a pool of pages (model/kv_cache.h) sized by the caller: a request is admitted when a
-// slot is free and the free pages hold its prompt and max_new_tokens (reserved then, so a running sequence
-// never runs out); its pages go back when it leaves. Requests wait in a bounded queue, oldest first, and past
-// it submit() refuses them.
+// slot. The KV cache is a pool of pages (model/kv_cache.h) sized by the caller, lent as sequences grow (as
+// vLLM lends them): a request is admitted when a slot is free and the free pages hold its prompt and first
+// token, and a decoding sequence takes a page each time it fills one. When none is free, the sequence
+// admitted last is preempted: its pages go back, and it waits at the head of the queue to be prefilled again
+// from its prompt and the tokens it has made so far (recomputation), then decodes on where it was, its
+// sampling untouched. Requests wait in a bounded queue, oldest first, and past it submit() refuses them.
 //
 // Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
@@ -42,6 +44,8 @@ public:
     virtual void on_next_token(double seconds_since_previous) = 0;
     // once a forward: the decoding sequences' rows it carried and the prompt positions beside them
     virtual void on_pass(int decode_rows, int prompt_rows) = 0;
+    // a running sequence lost its KV-cache pages to an older one (it is prefilled again later)
+    virtual void on_preempt() {}
 };
 
 // One request, shared by the scheduler (which appends tokens) and the waiter (which reads them).
@@ -71,7 +75,9 @@ private:
     Rng rng_;
     std::atomic<bool> cancelled_{false};
     Clock::time_point submitted_, last_token_;
-    // scheduler-side state: positions in the cache (while prefilling, the prompt's so far), tokens sampled
+    // scheduler-side state: what a prefill puts in the cache (the prompt; after a preemption, with the tokens
+    // fed since), positions in the cache (while prefilling, of ctx_ so far), tokens sampled
+    std::vector<int32_t> ctx_;
     int slot_ = -1, pos_ = 0, produced_ = 0;
     std::vector<int32_t> pages_;  // the KV-cache pages lent to it, first position first
     int32_t next_ = -1;           // the sampled token the next step feeds
@@ -85,7 +91,8 @@ private:
 
 struct SchedulerOptions {
     int slots = 16;  // sequences decoded together: the KV cache's slots
-    // KV-cache pages of kv_page positions the slots share; 0: a whole context for every slot
+    // KV-cache pages of kv_page positions the slots share (at least a context's); 0: a whole context for
+    // every slot
     int kv_pages = 0;
     int kv_page = KvCache::kDefaultPage;
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
@@ -110,6 +117,7 @@ public:
     struct Load {
         int running = 0, queued = 0, slots = 0;
         int pages_used = 0, pages = 0;  // the KV cache's pages lent to running sequences, of all
+        int64_t preemptions = 0;
         bool idle() const { return running == 0 && queued == 0; }
     };
     Load load() const;
@@ -124,6 +132,9 @@ public:
 private:
     struct PassRows;
     void admit();
+    void grow();
+    void preempt(size_t i);
+    void release(Sequence& s);
     bool pass(bool decode);
     void add_decode_rows(PassRows& r) const;
     void add_prompt_pieces(PassRows& r) const;
@@ -137,7 +148,7 @@ private:
     size_t cache_bytes_ = 0;
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
-    int pages_needed(const Sequence& s) const;
+    int pages_to_admit(const Sequence& s) const;
     std::vector<int> free_slots_;
     std::vector<int32_t> free_pages_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
@@ -147,6 +158,7 @@ private:
     std::deque<std::shared_ptr<Sequence>> waiting_;
     int running_count_ = 0;  // running_.size(), readable under m_
     int pages_used_ = 0;     // readable under m_
+    int64_t preemptions_ = 0;  // under m_
     bool stop_ = false;
 };
 

@@ -169,10 +169,10 @@ def same_answers(srv, model, refs, failures):
           "streamed chat: the role first, then the same text", failures)
 
 
-def concurrent(srv, refs, failures):
-    steps0, rows0 = srv.metric("anvil_decode_steps_total"), srv.metric("anvil_decode_rows_total")
-    passes0 = srv.metric("anvil_forward_passes_total")
-    results = [None] * 64
+def clients(srv, refs, n):
+    """n clients at once, every other one streaming, PROMPTS in turn at temperature 0: the ones whose status,
+    text or finish reason differ from generate's, and their results."""
+    results = [None] * n
 
     def client(i):
         p = PROMPTS[i % len(PROMPTS)]
@@ -187,13 +187,20 @@ def concurrent(srv, refs, failures):
         except Exception as e:  # noqa: BLE001 - reported below
             results[i] = (0, repr(e), None)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
     wrong = [i for i, r in enumerate(results)
              if r != (200, refs[PROMPTS[i % len(PROMPTS)]]["text"], refs[PROMPTS[i % len(PROMPTS)]]["finish_reason"])]
+    return wrong, results
+
+
+def concurrent(srv, refs, failures):
+    steps0, rows0 = srv.metric("anvil_decode_steps_total"), srv.metric("anvil_decode_rows_total")
+    passes0 = srv.metric("anvil_forward_passes_total")
+    wrong, results = clients(srv, refs, 64)
     check(not wrong, f"64 concurrent clients (32 streaming) get their complete answers (wrong: {wrong[:5]} "
                      f"{[results[i] for i in wrong[:2]]})", failures)
     steps = srv.metric("anvil_decode_steps_total") - steps0
@@ -257,6 +264,24 @@ def dropped_client(srv, failures, stream):
     check(srv.metric("anvil_running_sequences") == 0 and srv.metric(abandoned) == abandoned0 + 1 and made < 200,
           f"a client that drops {what} frees its sequence (counted as abandoned, {made:.0f} of 200 tokens made)",
           failures)
+
+
+def small_pool(model, refs, failures):
+    """A KV cache of one context (16 pages of 16 positions for this model) under 16 clients: the pages run out
+    as the answers grow, the newest sequences are preempted and recomputed, and every answer is still
+    generate's."""
+    srv = Server(model, "--kv-cache-mb", "1")
+    try:
+        wrong, results = clients(srv, refs, 16)
+        check(any("in 16 pages of 16 positions" in l for l in srv.lines),
+              f"--kv-cache-mb 1 buys 16 pages: {''.join(srv.lines).strip()}", failures)
+        check(not wrong, f"16 clients in a pool of 16 pages get generate's answers (wrong: {wrong[:5]} "
+                         f"{[results[i] for i in wrong[:2]]})", failures)
+        pre = srv.metric("anvil_preemptions_total")
+        check(pre > 0, f"sequences were preempted and recomputed: {pre:.0f}", failures)
+        check(srv.metric("anvil_kv_cache_usage_ratio") == 0, "every page back in the pool", failures)
+    finally:
+        srv.stop()
 
 
 def queue_full(model, failures):
@@ -379,11 +404,13 @@ def main():
             st, text = srv.request("GET", "/metrics")
             for name in ("anvil_requests_total", "anvil_time_to_first_token_seconds_bucket",
                          "anvil_inter_token_latency_seconds_count", "anvil_queue_length", "anvil_running_sequences",
-                         "anvil_kv_cache_usage_ratio", "anvil_generation_tokens_total"):
+                         "anvil_kv_cache_usage_ratio", "anvil_kv_cache_pages", "anvil_preemptions_total",
+                         "anvil_generation_tokens_total"):
                 check(name in text, f"/metrics has {name}", failures)
         finally:
             rc = srv.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (exit {rc})", failures)
+        small_pool(model, refs, failures)
         queue_full(model, failures)
         drain(model, failures)
     return common.report(failures)
