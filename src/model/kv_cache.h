@@ -1,9 +1,8 @@
 // The keys and values of decoding, in pages (PagedAttention's layout, as vLLM keeps them): every layer's k
 // and v are (pages, page, kv_dim), `page` positions a page (16 unless asked), and each cache slot (a
 // sequence) has a page table naming, in order, the pages that hold its positions: position p of slot s is row
-// p % page of page table[s][p / page]. One
-// allocation holds the pages and the tables (the tables on the backend, where attention reads them; a host
-// copy here).
+// p % page of page table[s][p / page]. One allocation holds the pages and the tables (the tables on the
+// backend, where attention reads them; a host copy here).
 //
 // Built with pages = 0, the cache gives every slot its own run of pages, so a slot's positions are contiguous
 // (k(layer, slot), what one sequence's generation reads). A pool (pages > 0) starts with every table empty,

@@ -38,6 +38,11 @@ void Metrics::on_pass(int decode_rows, int /*prompt_rows*/) {
     rows_ += uint64_t(decode_rows);
 }
 
+void Metrics::on_preempt() {
+    std::lock_guard<std::mutex> lk(m_);
+    preemptions_++;
+}
+
 void Metrics::on_request(const std::string& endpoint, int status) {
     std::lock_guard<std::mutex> lk(m_);
     requests_[{endpoint, status}]++;
@@ -82,9 +87,13 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
                   double(steps_));
     out += scalar("anvil_decode_rows_total", "counter",
                   "Sequences those steps advanced (rows / steps = mean batch).", double(rows_));
+    out += scalar("anvil_preemptions_total", "counter",
+                  "Running sequences that gave their KV-cache pages to older ones (prefilled again later).",
+                  double(preemptions_));
     out += ttft_.text("anvil_time_to_first_token_seconds", "From a request's arrival to its first token.");
     out += itl_.text("anvil_inter_token_latency_seconds", "Between consecutive tokens of a request.");
-    out += scalar("anvil_queue_length", "gauge", "Requests waiting for a KV-cache slot.", load.queued);
+    out +=
+        scalar("anvil_queue_length", "gauge", "Requests waiting for a KV-cache slot and pages.", load.queued);
     out += scalar("anvil_running_sequences", "gauge", "Sequences being decoded.", load.running);
     out += scalar("anvil_kv_cache_slots", "gauge", "KV-cache slots (sequences decoded together at most).",
                   load.slots);
@@ -94,9 +103,6 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
                   "Fraction of the KV-cache pages lent to running sequences.",
                   load.pages ? double(load.pages_used) / load.pages : 0.0);
     out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
-    out += scalar("anvil_preemptions_total", "counter",
-                  "Running sequences that gave their KV-cache pages to older ones (prefilled again later).",
-                  double(load.preemptions));
     return out;
 }
 

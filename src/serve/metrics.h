@@ -35,6 +35,7 @@ public:
     void on_first_token(double s) override;
     void on_next_token(double s) override;
     void on_pass(int decode_rows, int prompt_rows) override;
+    void on_preempt() override;
     void on_request(const std::string& endpoint, int status);
     // A generation over, for its client: how it ended (stop, length, abandoned: the client left, cancelled,
     // error), its prompt's tokens and those it produced.
@@ -47,7 +48,7 @@ private:
     Histogram ttft_, itl_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::map<std::string, uint64_t> finished_;
-    uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, passes_ = 0, steps_ = 0, rows_ = 0;
+    uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, passes_ = 0, steps_ = 0, rows_ = 0, preemptions_ = 0;
 };
 
 }  // namespace anvil::serve

@@ -96,7 +96,7 @@ std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const S
 
 Scheduler::Load Scheduler::load() const {
     std::lock_guard<std::mutex> lk(m_);
-    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages(), preemptions_};
+    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages()};
 }
 
 void Scheduler::stop() {
@@ -137,6 +137,20 @@ void Scheduler::release(Sequence& s) {
     s.pages_.clear();
     running_.erase(
         std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; }));
+    publish_load();
+}
+
+// `pages` free pages onto the end of s's table.
+void Scheduler::lend(Sequence& s, int pages) {
+    const auto first = free_pages_.end() - std::ptrdiff_t(pages);
+    s.pages_.insert(s.pages_.end(), std::make_reverse_iterator(free_pages_.end()),
+                    std::make_reverse_iterator(first));
+    free_pages_.erase(first, free_pages_.end());
+    cache_->set_pages(s.slot_, s.pages_);
+}
+
+// What load() reports of the scheduler thread's state.
+void Scheduler::publish_load() {
     std::lock_guard<std::mutex> lk(m_);
     running_count_ = int(running_.size());
     pages_used_ = cache_->n_pages() - int(free_pages_.size());
@@ -165,7 +179,6 @@ void Scheduler::preempt(size_t i) {
     {
         std::lock_guard<std::mutex> lk(m_);
         waiting_.push_front(s);
-        preemptions_++;
     }
     if (observer_) observer_->on_preempt();
 }
@@ -181,20 +194,17 @@ int Scheduler::pages_to_admit(const Sequence& s) const {
 void Scheduler::grow() {
     for (size_t i = 0; i < running_.size(); i++) {
         Sequence& s = *running_[i];
-        if (s.produced_ == 0 || s.pos_ < int(s.ctx_.size())) continue;  // prefilling: its pages came with it
+        if (!s.decoding()) continue;  // prefilling: its pages came with it
         const size_t need = size_t(KvCache::pages_for(s.pos_ + 1, opt_.kv_page));
         while (s.pages_.size() < need && i < running_.size()) {
             if (free_pages_.empty()) {
                 preempt(running_.size() - 1);
-                continue;
+            } else {
+                lend(s, 1);
             }
-            s.pages_.push_back(free_pages_.back());
-            free_pages_.pop_back();
-            cache_->set_pages(s.slot_, s.pages_);
         }
     }
-    std::lock_guard<std::mutex> lk(m_);
-    pages_used_ = cache_->n_pages() - int(free_pages_.size());
+    publish_load();
 }
 
 // Waiting requests, oldest first, take a free slot and the pages for their prefill, while both last and (with
@@ -219,14 +229,9 @@ void Scheduler::admit() {
         }
         s->slot_ = free_slots_.back();
         free_slots_.pop_back();
-        const auto first = free_pages_.end() - std::ptrdiff_t(pages_to_admit(*s));
-        s->pages_.assign(std::make_reverse_iterator(free_pages_.end()), std::make_reverse_iterator(first));
-        free_pages_.erase(first, free_pages_.end());
-        cache_->set_pages(s->slot_, s->pages_);
+        lend(*s, pages_to_admit(*s));
         running_.push_back(s);
-        std::lock_guard<std::mutex> lk(m_);
-        running_count_ = int(running_.size());
-        pages_used_ = cache_->n_pages() - int(free_pages_.size());
+        publish_load();
     }
 }
 
@@ -245,7 +250,7 @@ struct Scheduler::PassRows {
 void Scheduler::add_decode_rows(PassRows& r) const {
     for (size_t i = 0; i < running_.size(); i++) {
         const Sequence& s = *running_[i];
-        if (s.produced_ == 0 || s.pos_ < int(s.ctx_.size())) continue;  // prefilling
+        if (!s.decoding()) continue;
         r.logit_rows.push_back(int(r.tok.size()));
         r.slot.push_back(s.slot_), r.pos.push_back(s.pos_), r.tok.push_back(s.next_);
         r.sampling.push_back(i);

@@ -80,6 +80,7 @@ private:
     std::vector<int32_t> ctx_;
     int slot_ = -1, pos_ = 0, produced_ = 0;
     std::vector<int32_t> pages_;  // the KV-cache pages lent to it, first position first
+    bool decoding() const { return produced_ > 0 && pos_ >= int(ctx_.size()); }  // its context is in
     int32_t next_ = -1;           // the sampled token the next step feeds
 
     std::mutex m_;
@@ -117,7 +118,6 @@ public:
     struct Load {
         int running = 0, queued = 0, slots = 0;
         int pages_used = 0, pages = 0;  // the KV cache's pages lent to running sequences, of all
-        int64_t preemptions = 0;
         bool idle() const { return running == 0 && queued == 0; }
     };
     Load load() const;
@@ -135,6 +135,8 @@ private:
     void grow();
     void preempt(size_t i);
     void release(Sequence& s);
+    void lend(Sequence& s, int pages);
+    void publish_load();
     bool pass(bool decode);
     void add_decode_rows(PassRows& r) const;
     void add_prompt_pieces(PassRows& r) const;
@@ -158,7 +160,6 @@ private:
     std::deque<std::shared_ptr<Sequence>> waiting_;
     int running_count_ = 0;  // running_.size(), readable under m_
     int pages_used_ = 0;     // readable under m_
-    int64_t preemptions_ = 0;  // under m_
     bool stop_ = false;
 };
 

@@ -158,7 +158,6 @@ void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0
     sched.run();  // the model's thread is this one, as in anvil serve
     client.join();
     EXPECT_EQ(sched.load().pages_used, 0) << "every page back in the pool";
-    EXPECT_EQ(sched.load().preemptions, log.preemptions);
     if (kv_pages > 0) {  // the requests outgrow the pages: some are preempted and recomputed
         EXPECT_GT(log.preemptions, 0) << kv_pages << " pages of " << kv_page;
     } else {
