@@ -12,8 +12,14 @@ while a level runs: the short requests' inter-token latency then shows how long 
 the running sequences up (the server's --prefill-chunk, passed through), and the long ones' time to first
 token is reported apart.
 
+With --shared-prefix-words N, every prompt begins with the same N words (a system prompt), as chat traffic
+does: the server's prefix cache (--prefix-cache, passed through) then prefills those once. The default prompts
+are 24 rotations of one word list, so a level of more than 24 requests repeats some (whole prompts for the
+prefix cache to find); --distinct-prompts opens each with its own number.
+
   python3 bench/serve_bench.py [--model DIR] [--threads N] [--levels 1,4,16,64] [--json FILE]
                                [--long-prompt-words N --prefill-chunk C]
+                               [--shared-prefix-words N --prefix-cache on|off] [--kv-cache-mb MB]
 """
 import argparse
 import http.client
@@ -44,6 +50,10 @@ def parse():
     p.add_argument("--device", default="cpu")
     p.add_argument("--long-prompt-words", type=int, default=0, help="one more client sending prompts this long")
     p.add_argument("--prefill-chunk", type=int, help="the server's --prefill-chunk (default: the server's)")
+    p.add_argument("--shared-prefix-words", type=int, default=0,
+                   help="every prompt begins with the same this many words")
+    p.add_argument("--distinct-prompts", action="store_true", help="no two prompts alike (each opens with its number)")
+    p.add_argument("--prefix-cache", choices=["on", "off"], help="the server's --prefix-cache (default: the server's)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args()
 
@@ -74,6 +84,8 @@ def start(model, args):
            "--max-queue", "256", "--kv-cache-mb", str(args.kv_cache_mb), "--device", args.device]
     if args.prefill_chunk is not None:
         cmd += ["--prefill-chunk", str(args.prefill_chunk)]
+    if args.prefix_cache is not None:
+        cmd += ["--prefix-cache", args.prefix_cache]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     lines, port = [], None
     while port is None or not lines[-1].startswith("anvil: KV cache"):
@@ -130,7 +142,9 @@ def pct(xs, q):
 
 def level(port, conc, args):
     n_requests = max(2 * conc, 8)
-    prompts = [" ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(args.prompt_words)) for i in range(n_requests)]
+    shared = " ".join(WORDS[(k * 11) % len(WORDS)] for k in range(args.shared_prefix_words))
+    prompts = [(shared + " " if shared else "") + (f"{i} " if args.distinct_prompts else "")
+               + " ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(args.prompt_words)) for i in range(n_requests)]
     results, errors, lock, next_i = [], [], threading.Lock(), [0]
 
     def worker():
@@ -217,6 +231,8 @@ def main():
             with open(args.json, "w") as f:
                 json.dump({"server": [ln.strip() for ln in lines], "model": model, "prompt_words": args.prompt_words,
                            "long_prompt_words": args.long_prompt_words, "prefill_chunk": args.prefill_chunk,
+                           "shared_prefix_words": args.shared_prefix_words, "prefix_cache": args.prefix_cache,
+                           "distinct_prompts": args.distinct_prompts,
                            "max_tokens": args.max_tokens, "threads": args.threads, "levels": rows,
                            "command": " ".join(sys.argv)}, f, indent=2)
     finally:

@@ -45,6 +45,7 @@ Command add_serve(CLI::App& app) {
         std::string name;
         double kv_cache_mb = 2048.0, drain_seconds = 30.0;
         int max_batch = 64, max_queue = 64, prefill_chunk = kPrefillChunk;
+        std::string prefix_cache = "on";
     };
     auto o = std::make_shared<Opts>();
     mf->add(sub);
@@ -60,6 +61,12 @@ Command add_serve(CLI::App& app) {
                     "context")
         ->capture_default_str()
         ->check(kPositive);
+    sub->add_option("--prefix-cache", o->prefix_cache,
+                    "keep the KV-cache pages requests fill and give them to later requests whose context "
+                    "begins with the same tokens (a shared system prompt, an earlier turn), which then "
+                    "prefill only the rest: on or off")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
     sub->add_option("--max-batch", o->max_batch, "at most this many sequences decoded together")
         ->capture_default_str()
         ->check(kPositive);
@@ -101,6 +108,7 @@ Command add_serve(CLI::App& app) {
         so.kv_pages = int(std::min(fit, double(o->max_batch) * context_pages));
         so.max_queue = o->max_queue;
         so.prefill_chunk = o->prefill_chunk;
+        so.prefix_caching = o->prefix_cache == "on";
         serve::Metrics metrics;
         serve::Scheduler sched(model, so, &metrics);
 
@@ -122,10 +130,11 @@ Command add_serve(CLI::App& app) {
             stderr,
             "anvil: serving %s (%s%s, context %d, chat template %s) on http://%s:%d\n"
             "anvil: KV cache: %.1f MiB in %d pages of %d positions (a whole context: %.1f MiB), up to "
-            "%d sequences decoded together and %d waiting; prompts prefilled %s\n",
+            "%d sequences decoded together and %d waiting; prompts prefilled %s; prefix caching %s\n",
             served.name.c_str(), c.model_type.c_str(), c.int8_weights ? ", int8 weights" : "", c.n_ctx,
             template_name(l.prompt), o->http.host.c_str(), port, kv_bytes / mib, sched.cache_pages(),
-            so.kv_page, double(slot_bytes) / mib, so.slots, so.max_queue, prefill.c_str());
+            so.kv_page, double(slot_bytes) / mib, so.slots, so.max_queue, prefill.c_str(),
+            o->prefix_cache.c_str());
         std::fflush(stderr);
 
         for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);

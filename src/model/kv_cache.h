@@ -39,9 +39,10 @@ public:
     int page() const { return page_; }
     int pages_per_slot() const { return pps_; }
 
-    // The pages holding slot's positions from 0 on (at most pages_per_slot, each below n_pages, none in
-    // another slot's table: the caller's allocator keeps them apart); the rest of its table is emptied. On
-    // the backend from the next sync().
+    // The pages holding slot's positions from 0 on (at most pages_per_slot, each below n_pages); the rest
+    // of its table is emptied. A page may be in several slots' tables (a shared prefix, serve/page_pool.h),
+    // written by none of them: the caller sees that a pass writes only pages one slot holds. On the backend
+    // from the next sync().
     void set_pages(int slot, std::span<const int32_t> pages);
     void sync();  // uploads the tables if set_pages changed them
 

@@ -43,6 +43,16 @@ void Metrics::on_preempt() {
     preemptions_++;
 }
 
+void Metrics::on_admit(int positions) {
+    std::lock_guard<std::mutex> lk(m_);
+    prefix_queries_ += uint64_t(positions);
+}
+
+void Metrics::on_cached(int positions) {
+    std::lock_guard<std::mutex> lk(m_);
+    prefix_hits_ += uint64_t(positions);
+}
+
 void Metrics::on_request(const std::string& endpoint, int status) {
     std::lock_guard<std::mutex> lk(m_);
     requests_[{endpoint, status}]++;
@@ -90,6 +100,12 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
     out += scalar("anvil_preemptions_total", "counter",
                   "Running sequences that gave their KV-cache pages to older ones (prefilled again later).",
                   double(preemptions_));
+    out += scalar("anvil_prefix_cache_queries_total", "counter",
+                  "Context positions of admitted requests looked up in the prefix cache.",
+                  double(prefix_queries_));
+    out += scalar("anvil_prefix_cache_hits_total", "counter",
+                  "Of those, positions found there (their keys and values not computed again).",
+                  double(prefix_hits_));
     out += ttft_.text("anvil_time_to_first_token_seconds", "From a request's arrival to its first token.");
     out += itl_.text("anvil_inter_token_latency_seconds", "Between consecutive tokens of a request.");
     out +=
@@ -102,6 +118,11 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
     out += scalar("anvil_kv_cache_usage_ratio", "gauge",
                   "Fraction of the KV-cache pages lent to running sequences.",
                   load.pages ? double(load.pages_used) / load.pages : 0.0);
+    out +=
+        scalar("anvil_kv_cache_cached_pages", "gauge",
+               "KV-cache pages no running sequence holds that keep a prefix for later requests (lent again "
+               "when needed).",
+               load.pages_cached);
     out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
     return out;
 }

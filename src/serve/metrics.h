@@ -36,6 +36,8 @@ public:
     void on_next_token(double s) override;
     void on_pass(int decode_rows, int prompt_rows) override;
     void on_preempt() override;
+    void on_admit(int positions) override;
+    void on_cached(int positions) override;
     void on_request(const std::string& endpoint, int status);
     // A generation over, for its client: how it ended (stop, length, abandoned: the client left, cancelled,
     // error), its prompt's tokens and those it produced.
@@ -49,6 +51,7 @@ private:
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::map<std::string, uint64_t> finished_;
     uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, passes_ = 0, steps_ = 0, rows_ = 0, preemptions_ = 0;
+    uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace anvil::serve

@@ -68,7 +68,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     const int pages = o.kv_pages > 0 ? o.kv_pages : o.slots * context_pages;
     cache_ = model.make_cache(n_ctx, o.slots, pages, o.kv_page);
     cache_bytes_ = model.cache_page_bytes(o.kv_page) * size_t(pages);
-    for (int p = pages - 1; p >= 0; p--) free_pages_.push_back(p);
+    pool_ = std::make_unique<PagePool>(pages, o.kv_page, o.prefix_caching);
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
     // a pass's rows: every slot decoding, and the prompt pieces that start within a chunk's budget, the last
     // one whole
@@ -96,7 +96,7 @@ std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const S
 
 Scheduler::Load Scheduler::load() const {
     std::lock_guard<std::mutex> lk(m_);
-    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, cache_->n_pages()};
+    return {running_count_, int(waiting_.size()), opt_.slots, pages_used_, pool_->pages(), pages_cached_};
 }
 
 void Scheduler::stop() {
@@ -118,6 +118,7 @@ void Scheduler::run() {
             if (running_[i]->cancelled_) retire(i, Finish::Cancelled);
         grow();
         admit();
+        reuse_prefixes();
         // one forward an iteration (--prefill-chunk 0: more of prompts alone till every admitted one is in)
         for (bool first = true; pass(first) && opt_.prefill_chunk == 0; first = false) {
         }
@@ -131,29 +132,45 @@ void Scheduler::run() {
 // A sequence's slot and pages back to the pool (the load updated); it is no longer running.
 void Scheduler::release(Sequence& s) {
     free_slots_.push_back(s.slot_);
-    free_pages_.insert(free_pages_.end(), s.pages_.rbegin(), s.pages_.rend());
+    pool_->release(s.pages_);
     cache_->set_pages(s.slot_, {});
     s.slot_ = -1;
     s.pages_.clear();
+    s.published_ = 0;
     running_.erase(
         std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; }));
     publish_load();
 }
 
-// `pages` free pages onto the end of s's table.
+// `pages` available pages onto the end of s's table.
 void Scheduler::lend(Sequence& s, int pages) {
-    const auto first = free_pages_.end() - std::ptrdiff_t(pages);
-    s.pages_.insert(s.pages_.end(), std::make_reverse_iterator(free_pages_.end()),
-                    std::make_reverse_iterator(first));
-    free_pages_.erase(first, free_pages_.end());
+    for (int k = 0; k < pages; k++) s.pages_.push_back(pool_->take());
     cache_->set_pages(s.slot_, s.pages_);
+}
+
+// The pages s has filled since it last looked go to the prefix cache, each after the one before it; a page
+// whose contents another sequence published first is swapped for that one.
+void Scheduler::publish_pages(Sequence& s) {
+    const int page = pool_->page();
+    bool swapped = false;
+    for (int k = s.published_; (k + 1) * page <= s.pos_; k++) {
+        int32_t& p = s.pages_[size_t(k)];
+        const int32_t parent = k > 0 ? s.pages_[size_t(k - 1)] : -1;
+        const int32_t kept = pool_->publish(
+            p, parent, std::span<const int32_t>(s.ctx_).subspan(size_t(k * page), size_t(page)));
+        swapped |= kept != p;
+        p = kept;
+        s.published_ = k + 1;
+    }
+    if (swapped) cache_->set_pages(s.slot_, s.pages_);
 }
 
 // What load() reports of the scheduler thread's state.
 void Scheduler::publish_load() {
     std::lock_guard<std::mutex> lk(m_);
     running_count_ = int(running_.size());
-    pages_used_ = cache_->n_pages() - int(free_pages_.size());
+    pages_used_ = pool_->held();
+    pages_cached_ = pool_->cached();
 }
 
 // The sequence leaves before its waiter hears it ended, so a client that has its last token never sees it
@@ -169,11 +186,6 @@ void Scheduler::retire(size_t i, Finish f, std::string error) {
 // it was.
 void Scheduler::preempt(size_t i) {
     const std::shared_ptr<Sequence> s = running_[i];
-    if (s->produced_ > 0) {
-        std::lock_guard<std::mutex> lk(s->m_);
-        s->ctx_.assign(s->prompt_.begin(), s->prompt_.end());
-        s->ctx_.insert(s->ctx_.end(), s->tokens_.begin(), s->tokens_.begin() + (s->produced_ - 1));
-    }
     s->pos_ = 0;
     release(*s);
     {
@@ -189,6 +201,12 @@ int Scheduler::pages_to_admit(const Sequence& s) const {
     return KvCache::pages_for(std::min(model_.config().n_ctx, int(s.ctx_.size()) + 1), opt_.kv_page);
 }
 
+// The whole pages of s's context it may take from the prefix cache: all of them once it has sampled (its
+// next token is known), else all but its last position, whose logits give the first token.
+int Scheduler::pages_to_match(const Sequence& s) const {
+    return (int(s.ctx_.size()) - (s.produced_ > 0 ? 0 : 1)) / opt_.kv_page;
+}
+
 // Every decoding sequence, oldest first, gets a page for the position it fills next if it has none; when the
 // pool is empty, the sequence admitted last is preempted (perhaps the one asking).
 void Scheduler::grow() {
@@ -197,7 +215,7 @@ void Scheduler::grow() {
         if (!s.decoding()) continue;  // prefilling: its pages came with it
         const size_t need = size_t(KvCache::pages_for(s.pos_ + 1, opt_.kv_page));
         while (s.pages_.size() < need && i < running_.size()) {
-            if (free_pages_.empty()) {
+            if (pool_->available() == 0) {
                 preempt(running_.size() - 1);
             } else {
                 lend(s, 1);
@@ -207,20 +225,27 @@ void Scheduler::grow() {
     publish_load();
 }
 
-// Waiting requests, oldest first, take a free slot and the pages for their prefill, while both last and (with
-// others running) a hundredth of the pool stays free for them to grow into; their prompts go in from the next
-// pass on.
+// Waiting requests, oldest first, take a free slot, the cached pages their context begins with and pages for
+// the rest of their prefill, while both last and (with others running) a hundredth of the pool stays free for
+// them to grow into; the rest of their context goes in from the next pass on.
 void Scheduler::admit() {
-    const int reserve = cache_->n_pages() / 100;
+    const int reserve = pool_->pages() / 100;
     while (!free_slots_.empty()) {
         std::shared_ptr<Sequence> s;
         {
             std::lock_guard<std::mutex> lk(m_);
             if (waiting_.empty()) break;
-            const Sequence& w = *waiting_.front();
+            s = waiting_.front();  // only this thread takes from the front
+        }
+        std::vector<int32_t> found;
+        if (!s->cancelled_) {
+            found = pool_->match(s->ctx_, pages_to_match(*s));
             const int keep = running_.empty() ? 0 : reserve;
-            if (!w.cancelled_ && pages_to_admit(w) + keep > int(free_pages_.size())) break;
-            s = std::move(waiting_.front());
+            const int need = pages_to_admit(*s) - int(found.size());
+            if (need + keep > pool_->available() - pool_->unheld(found)) break;
+        }
+        {
+            std::lock_guard<std::mutex> lk(m_);
             waiting_.pop_front();
         }
         if (s->cancelled_) {
@@ -229,9 +254,42 @@ void Scheduler::admit() {
         }
         s->slot_ = free_slots_.back();
         free_slots_.pop_back();
-        lend(*s, pages_to_admit(*s));
+        pool_->hold(found);
+        s->pages_ = found;
+        s->published_ = int(found.size());
+        s->pos_ = int(found.size()) * opt_.kv_page;
+        lend(*s, pages_to_admit(*s) - int(found.size()));
+        if (observer_) {
+            observer_->on_admit(int(s->ctx_.size()));
+            if (s->pos_ > 0) observer_->on_cached(s->pos_);
+        }
         running_.push_back(s);
         publish_load();
+    }
+}
+
+// A prefilling sequence takes the whole pages of its context that others filled since it was admitted (a
+// request admitted beside another with the same system prompt, say) in place of its own, not yet filled or
+// filled in part, and its prefill skips them. Its own published pages are the first of those found.
+void Scheduler::reuse_prefixes() {
+    const int page = pool_->page();
+    for (const auto& sp : running_) {
+        Sequence& s = *sp;
+        if (s.pos_ >= int(s.ctx_.size())) continue;  // its context is in
+        const std::vector<int32_t> found = pool_->match(s.ctx_, pages_to_match(s));
+        const int now = int(found.size()) * page;
+        if (now <= s.pos_) continue;
+        ANVIL_CHECK(std::equal(s.pages_.begin(), s.pages_.begin() + s.published_, found.begin()),
+                    "scheduler: slot {}'s published pages are not the prefix cache's", s.slot_);
+        for (size_t k = size_t(s.published_); k < found.size(); k++) {
+            pool_->hold({&found[k], 1});
+            pool_->release({&s.pages_[k], 1});
+            s.pages_[k] = found[k];
+        }
+        if (observer_) observer_->on_cached(now - s.pos_);
+        s.pos_ = now;
+        s.published_ = int(found.size());
+        cache_->set_pages(s.slot_, s.pages_);
     }
 }
 
@@ -316,8 +374,16 @@ bool Scheduler::pass(bool decode) {
         std::vector<float> all;
         if (n > 0) all = be.download_f32(acts_->get("logits", n, 1));
         if (observer_) observer_->on_pass(int(r.n_decode), B - int(r.n_decode));
-        for (size_t k = 0; k < r.n_decode; k++) running_[r.sampling[k]]->pos_++;
-        for (const auto& [i, at] : r.moved) running_[i]->pos_ = at;
+        for (size_t k = 0; k < r.n_decode; k++) {
+            Sequence& s = *running_[r.sampling[k]];
+            s.ctx_.push_back(s.next_);
+            s.pos_++;
+            publish_pages(s);
+        }
+        for (const auto& [i, at] : r.moved) {
+            running_[i]->pos_ = at;
+            publish_pages(*running_[i]);
+        }
         const size_t V = n > 0 ? all.size() / size_t(n) : 0;
         std::vector<float> logits;
         for (size_t k = 0; k < r.sampling.size(); k++) {

@@ -10,7 +10,11 @@
 // token, and a decoding sequence takes a page each time it fills one. When none is free, the sequence
 // admitted last is preempted: its pages go back, and it waits at the head of the queue to be prefilled again
 // from its prompt and the tokens it has made so far (recomputation), then decodes on where it was, its
-// sampling untouched. Requests wait in a bounded queue, oldest first, and past it submit() refuses them.
+// sampling untouched. With prefix caching (serve/page_pool.h), every page a sequence fills is kept under its
+// contents, and a request whose context begins with the same whole pages (a shared system prompt, an earlier
+// turn of the chat, its own context after a preemption) is given them, when admitted or while it prefills
+// (from a request admitted with it that fills them first), and prefills only the rest. Requests
+// wait in a bounded queue, oldest first, and past it submit() refuses them.
 //
 // Tokens only: text and stop strings are data/text_stream.h's, the HTTP side server.cpp's.
 #pragma once
@@ -28,6 +32,7 @@
 #include "core/rng.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "serve/page_pool.h"
 
 namespace anvil::serve {
 
@@ -46,6 +51,11 @@ public:
     virtual void on_pass(int decode_rows, int prompt_rows) = 0;
     // a running sequence lost its KV-cache pages to an older one (it is prefilled again later)
     virtual void on_preempt() {}
+    // a request admitted (again, after a preemption) with `positions` to put in the cache
+    virtual void on_admit(int /*positions*/) {}
+    // a sequence took `positions` of them from the prefix cache (pages another sequence filled), when
+    // admitted or while it prefills
+    virtual void on_cached(int /*positions*/) {}
 };
 
 // One request, shared by the scheduler (which appends tokens) and the waiter (which reads them).
@@ -75,11 +85,13 @@ private:
     Rng rng_;
     std::atomic<bool> cancelled_{false};
     Clock::time_point submitted_, last_token_;
-    // scheduler-side state: what a prefill puts in the cache (the prompt; after a preemption, with the tokens
-    // fed since), positions in the cache (while prefilling, of ctx_ so far), tokens sampled
+    // scheduler-side state: the tokens of its positions (the prompt, then each token as it is fed), positions
+    // in the cache (while prefilling, of ctx_ so far; after a preemption ctx_ is prefilled again), tokens
+    // sampled
     std::vector<int32_t> ctx_;
     int slot_ = -1, pos_ = 0, produced_ = 0;
-    std::vector<int32_t> pages_;  // the KV-cache pages lent to it, first position first
+    std::vector<int32_t> pages_;  // the KV-cache pages it holds, first position first
+    int published_ = 0;           // its first pages offered to the prefix cache
     bool decoding() const { return produced_ > 0 && pos_ >= int(ctx_.size()); }  // its context is in
     int32_t next_ = -1;           // the sampled token the next step feeds
 
@@ -96,6 +108,9 @@ struct SchedulerOptions {
     // every slot
     int kv_pages = 0;
     int kv_page = KvCache::kDefaultPage;
+    // Pages a sequence fills are kept (until the pool needs them) and given to later requests whose context
+    // begins with the same tokens.
+    bool prefix_caching = true;
     int max_queue = 64;  // requests waiting for a slot; past it submit() refuses
     // Prompt positions an iteration (chunked prefill): admitted prompts advance by whole chunks of this many
     // (cut as the Generator cuts them) until the budget is spent, in the iteration's forward beside the
@@ -118,12 +133,13 @@ public:
     struct Load {
         int running = 0, queued = 0, slots = 0;
         int pages_used = 0, pages = 0;  // the KV cache's pages lent to running sequences, of all
+        int pages_cached = 0;           // pages nobody holds that keep a prefix for later requests
         bool idle() const { return running == 0 && queued == 0; }
     };
     Load load() const;
     const SchedulerOptions& options() const { return opt_; }
     size_t cache_bytes() const { return cache_bytes_; }  // the KV-cache pool
-    int cache_pages() const { return cache_->n_pages(); }
+    int cache_pages() const { return pool_->pages(); }
 
     // Serves until stop(): on return, every request still running or waiting has ended as cancelled.
     void run();
@@ -132,10 +148,12 @@ public:
 private:
     struct PassRows;
     void admit();
+    void reuse_prefixes();
     void grow();
     void preempt(size_t i);
     void release(Sequence& s);
     void lend(Sequence& s, int pages);
+    void publish_pages(Sequence& s);
     void publish_load();
     bool pass(bool decode);
     void add_decode_rows(PassRows& r) const;
@@ -151,15 +169,16 @@ private:
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
     int pages_to_admit(const Sequence& s) const;
+    int pages_to_match(const Sequence& s) const;
     std::vector<int> free_slots_;
-    std::vector<int32_t> free_pages_;
+    std::unique_ptr<PagePool> pool_;
     std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only
 
     mutable std::mutex m_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Sequence>> waiting_;
     int running_count_ = 0;  // running_.size(), readable under m_
-    int pages_used_ = 0;     // readable under m_
+    int pages_used_ = 0, pages_cached_ = 0;  // readable under m_
     bool stop_ = false;
 };
 

@@ -6,6 +6,8 @@
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
   longer than the context, an unknown model (404), a body over --max-body-mb (413), an unknown path (404),
   n != 1: each a 4xx with OpenAI's error body, and the server keeps serving.
+- Prefix caching: prompts that begin alike take the pages the first one filled (counted in /metrics) and
+  still get generate's answers; with --prefix-cache off nothing is taken.
 - A client that drops mid-stream, or while it waits for a whole answer, frees its sequence; a full queue answers 429; SIGTERM drains (running
   requests finish, new ones get 503) and exits 0.
 - The official OpenAI client (npm `openai`): models, completions plain and streamed, chat plain and
@@ -284,8 +286,31 @@ def small_pool(model, refs, failures):
         srv.stop()
 
 
+SHARED = "the same system prompt opens every request, so its pages are filled once: " * 2
+
+
+def shared_prefix(srv, model, failures, on=True):
+    """Prompts that begin with the same 28 words: after the first, each takes the pages it filled from the
+    cache (prefix caching on) and prefills only its own end; the answers are generate's either way."""
+    shared = reference(model, SHARED, 1)["prompt_tokens"] - 1  # the last may merge with what follows
+    hits0, asked0 = srv.metric("anvil_prefix_cache_hits_total"), srv.metric("anvil_prefix_cache_queries_total")
+    for end in ("alpha", "gamma delta", "alpha"):
+        p = SHARED + end
+        ref = reference(model, p)
+        st, r = srv.post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0})
+        check(st == 200 and r["choices"][0]["text"] == ref["text"],
+              f"a prompt after the shared one ({end!r}, prefix cache {'on' if on else 'off'}) gets generate's "
+              f"answer" + ("" if st == 200 else f" ({st}: {r})"), failures)
+    hits = srv.metric("anvil_prefix_cache_hits_total") - hits0
+    asked = srv.metric("anvil_prefix_cache_queries_total") - asked0
+    if on:  # the shared prompt's whole pages for each of the last two
+        check(hits >= 2 * (shared // 16) * 16 > 0, f"prefix cache: {hits:.0f} of {asked:.0f} prompt positions found", failures)
+    else:
+        check(hits == 0 and asked > 0, f"--prefix-cache off: {hits:.0f} of {asked:.0f} found", failures)
+
+
 def queue_full(model, failures):
-    srv = Server(model, "--max-batch", "1", "--max-queue", "0")
+    srv = Server(model, "--max-batch", "1", "--max-queue", "0", "--prefix-cache", "off")
     try:
         long_body = {"prompt": "alpha", "max_tokens": 200, "temperature": 0}
         first = {}
@@ -300,6 +325,7 @@ def queue_full(model, failures):
               f"one slot, no queue: a second request gets 429 ({r.get('error', {}).get('message')})", failures)
         t.join(120)
         check(first.get("st") == 200 and first.get("done"), "the running request still completes", failures)
+        shared_prefix(srv, model, failures, on=False)
     finally:
         srv.stop()
 
@@ -401,10 +427,12 @@ def main():
             dropped_client(srv, failures, stream=True)
             dropped_client(srv, failures, stream=False)
             openai_client(srv, model, "servetest", refs, failures)
+            shared_prefix(srv, model, failures)
             st, text = srv.request("GET", "/metrics")
             for name in ("anvil_requests_total", "anvil_time_to_first_token_seconds_bucket",
                          "anvil_inter_token_latency_seconds_count", "anvil_queue_length", "anvil_running_sequences",
                          "anvil_kv_cache_usage_ratio", "anvil_kv_cache_pages", "anvil_preemptions_total",
+                         "anvil_prefix_cache_hits_total", "anvil_kv_cache_cached_pages",
                          "anvil_generation_tokens_total"):
                 check(name in text, f"/metrics has {name}", failures)
         finally:

@@ -88,9 +88,10 @@ TEST(BatchedDecode, RowsEqualOneSequenceAtATimeLlama) {
 struct StepLog : serve::SchedulerObserver {
     std::vector<int> events;                  // 0: a first token; n > 0: a forward with n decoding rows
     std::vector<std::pair<int, int>> passes;  // (decoding rows, prompt positions) of each forward
-    int preemptions = 0;
+    int preemptions = 0, cached = 0;          // preemptions; positions found in the prefix cache
     void on_first_token(double) override { events.push_back(0); }
     void on_preempt() override { preemptions++; }
+    void on_cached(int found) override { cached += found; }
     void on_next_token(double) override {}
     void on_pass(int decode_rows, int prompt_rows) override {
         if (decode_rows > 0) events.push_back(decode_rows);
@@ -102,8 +103,15 @@ struct StepLog : serve::SchedulerObserver {
 // generator's tokens: greedy and seeded sampling, stop tokens, length limits. With prompts in pieces of
 // `chunk` positions (0: whole), the generator cutting them alike. kv_pages > 0: more slots, but a KV cache of
 // that many pages of kv_page positions, so requests wait for pages as well as slots, and running ones are
-// preempted when the pool runs dry, then prefilled again from their prompt and answer so far.
-void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0, int kv_page = 16) {
+// preempted when the pool runs dry, then prefilled again from their prompt and answer so far. shared > 0:
+// every prompt begins with the same `shared` tokens and two are equal, so with prefix caching (on unless
+// `prefix_cache` is false) requests take the pages others filled.
+struct Pool {
+    int pages = 0, page = 16, shared = 0;
+    bool prefix_cache = true;
+};
+void answers_equal_the_generator(int chunk, int longest_prompt, Pool pool = {}) {
+    const int kv_pages = pool.pages, kv_page = pool.page;
     auto be = make_backend({Device::CPU, 2, 0});
     auto m = random_model(*be, tiny_llama());
     struct Case {
@@ -113,7 +121,9 @@ void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0
     std::vector<Case> cases;
     for (int i = 0; i < 7; i++) {
         Case c;
+        for (int k = 0; k < pool.shared; k++) c.prompt.push_back(int32_t((7 + k * 4) % 11));
         for (int k = 0; k <= i % longest_prompt; k++) c.prompt.push_back(int32_t((i * 3 + k * 5) % 11));
+        if (pool.shared > 0 && i == 6) c.prompt = cases[4].prompt;
         c.opt.max_new_tokens = std::min(3 + i, 15 - int(c.prompt.size()));
         c.opt.temperature = i % 2 ? 0.0f : 0.9f;
         c.opt.seed = uint64_t(100 + i);
@@ -135,6 +145,7 @@ void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0
     so.prefill_chunk = chunk;
     so.kv_pages = kv_pages;
     so.kv_page = kv_page;
+    so.prefix_caching = pool.prefix_cache;
     StepLog log;
     serve::Scheduler sched(*m, so, &log);
     std::vector<std::vector<int32_t>> got(cases.size());
@@ -163,6 +174,11 @@ void answers_equal_the_generator(int chunk, int longest_prompt, int kv_pages = 0
     } else {
         EXPECT_EQ(log.preemptions, 0);
     }
+    if (pool.shared > 0 && pool.prefix_cache) {
+        EXPECT_GE(log.cached, 4 * (pool.shared / kv_page) * kv_page) << "prefix pages taken from the cache";
+    } else if (!pool.prefix_cache) {
+        EXPECT_EQ(log.cached, 0);
+    }
     for (size_t i = 0; i < cases.size(); i++) {
         EXPECT_EQ(got[i], want[i]) << "request " << i << ", prefill chunk " << chunk;
         const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
@@ -178,8 +194,17 @@ TEST(Scheduler, AnswersEqualTheGeneratorWithPromptsInChunks) {
     answers_equal_the_generator(0, 11);
 }
 TEST(Scheduler, AnswersEqualTheGeneratorInAFewPages) {
-    answers_equal_the_generator(3, 11, 8, 2);             // one context of 16 positions: 8 pages of 2
-    answers_equal_the_generator(kPrefillChunk, 4, 5, 4);  // one context: 4 pages of 4
+    answers_equal_the_generator(3, 11, {8, 2});             // one context of 16 positions: 8 pages of 2
+    answers_equal_the_generator(kPrefillChunk, 4, {5, 4});  // one context: 4 pages of 4
+    answers_equal_the_generator(3, 11, {8, 2, 0, false});   // and without prefix caching
+}
+// Prompts that begin alike: later requests start from pages earlier ones filled (while those run, or after
+// they ended), and give the generator's answers all the same.
+TEST(Scheduler, AnswersEqualTheGeneratorFromCachedPrefixes) {
+    answers_equal_the_generator(kPrefillChunk, 4, {0, 2, 6});  // whole contexts a slot, pages of 2
+    answers_equal_the_generator(3, 4, {0, 4, 7});              // pages of 4, prompts in pieces of 3
+    answers_equal_the_generator(3, 4, {10, 2, 6});             // a few pages: some evicted, some preempted
+    answers_equal_the_generator(3, 4, {0, 2, 6, false});
 }
 
 // Serves on this thread until every one of `seqs` has ended.
@@ -265,6 +290,50 @@ TEST(Scheduler, ShortPromptPassesALongOnesPieces) {
     EXPECT_EQ(log.passes, (std::vector<Pass>{{0, 6}, {0, 4}, {0, 4}}))
         << "b's 2 positions with a's first piece of 4, then a's other two pieces";
     EXPECT_EQ(log.events, (std::vector<int>{0, 0})) << "b's first token, then a's";
+}
+
+// Four requests with the same 10-token system prompt admitted together: the oldest prefills it, and the
+// others take its pages as they are filled instead of computing them again, then prefill only their own ends;
+// the answers are the generator's.
+TEST(Scheduler, RequestsAdmittedTogetherFillASharedPrefixOnce) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny_llama());
+    const std::vector<int32_t> system = {4, 8, 1, 9, 3, 3, 7, 2, 6, 5};
+    SampleOptions greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_new_tokens = 3;
+    std::vector<std::vector<int32_t>> prompts, want;
+    Generator gen(*m, 2);
+    for (int32_t end = 0; end < 4; end++) {
+        prompts.push_back(system);
+        prompts.back().insert(prompts.back().end(), {end, int32_t(10 - end)});
+        want.push_back(gen.generate(prompts.back(), greedy));
+    }
+    for (const bool on : {true, false}) {
+        serve::SchedulerOptions so;
+        so.slots = 4;
+        so.kv_page = 2;
+        so.prefill_chunk = 2;
+        so.prefix_caching = on;
+        StepLog log;
+        serve::Scheduler sched(*m, so, &log);
+        std::vector<std::shared_ptr<serve::Sequence>> seqs;
+        for (const auto& p : prompts) seqs.push_back(sched.submit(p, greedy));  // all wait: one admission
+        run_until_ended(sched, seqs);
+        for (size_t i = 0; i < seqs.size(); i++) {
+            const serve::Sequence::Update u = seqs[i]->wait(0, std::chrono::seconds(1));
+            EXPECT_EQ(u.tokens, want[i]) << "request " << i << ", prefix caching " << on;
+        }
+        int prompt_rows = 0;
+        for (const auto& pass : log.passes) prompt_rows += pass.second;
+        if (on) {  // the first prompt whole; the others' own last page: 5 of their 6 pages taken
+            EXPECT_EQ(log.cached, 3 * 10);
+            EXPECT_EQ(prompt_rows, 12 + 3 * 2);
+        } else {
+            EXPECT_EQ(log.cached, 0);
+            EXPECT_EQ(prompt_rows, 4 * 12);
+        }
+    }
 }
 
 // A full queue refuses; a cancelled request leaves and its slot serves the next one.
