@@ -133,6 +133,16 @@ def one_request(port, prompt, max_tokens):
     return (arrivals[0] - t0 if arrivals else t1 - t0), gaps, tokens, t1 - t0
 
 
+def metric(port, name):
+    """A counter's value from the server's /metrics (0 if it has none)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def pct(xs, q):
     if not xs:
         return float("nan")
@@ -177,6 +187,7 @@ def level(port, conc, args):
                     errors.append("long prompt: " + repr(e))
                 return
 
+    asked0, found0 = metric(port, "anvil_prefix_cache_queries_total"), metric(port, "anvil_prefix_cache_hits_total")
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(conc)]
     for t in threads:
@@ -190,6 +201,8 @@ def level(port, conc, args):
     short_done.set()
     if extra:
         extra.join()
+    asked = metric(port, "anvil_prefix_cache_queries_total") - asked0
+    found = metric(port, "anvil_prefix_cache_hits_total") - found0
     ttft = [r[0] for r in results]
     gaps = [g for r in results for g in r[1]]
     tokens = sum(r[2] for r in results)
@@ -199,7 +212,8 @@ def level(port, conc, args):
             "itl_ms_p50": 1e3 * pct(gaps, 50), "itl_ms_p99": 1e3 * pct(gaps, 99),
             "itl_ms_mean": 1e3 * statistics.fmean(gaps) if gaps else float("nan"),
             "itl_ms_max": 1e3 * max(gaps) if gaps else float("nan"),
-            "long_prompts": len(long_ttft), "long_ttft_ms_p50": 1e3 * pct(long_ttft, 50)}
+            "long_prompts": len(long_ttft), "long_ttft_ms_p50": 1e3 * pct(long_ttft, 50),
+            "prompt_positions": asked, "prefix_cache_hit_ratio": found / asked if asked else 0.0}
 
 
 def main():
@@ -215,10 +229,15 @@ def main():
             rows.append(r)
             print(f"concurrency {conc:3d}: {r['output_tokens_per_s']:8.1f} output tokens/s   TTFT p50 "
                   f"{r['ttft_ms_p50']:8.1f} ms p99 {r['ttft_ms_p99']:8.1f} ms   ITL p50 {r['itl_ms_p50']:7.1f} ms "
-                  f"p99 {r['itl_ms_p99']:7.1f} ms max {r['itl_ms_max']:7.1f} ms"
+                  f"p99 {r['itl_ms_p99']:7.1f} ms max {r['itl_ms_max']:7.1f} ms   "
+                  f"prefix cache {100 * r['prefix_cache_hit_ratio']:.0f}% of {r['prompt_positions']:.0f} positions"
                   + (f"   {r['long_prompts']} long prompts, TTFT p50 {r['long_ttft_ms_p50']:.0f} ms"
                      if args.long_prompt_words else "")
                   + (f"   {len(r['errors'])} failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
+            if not r["output_tokens_per_s"]:
+                sys.exit(f"serve_bench: no request at concurrency {conc} succeeded, so there is nothing to measure "
+                         f"(first error: {r['errors'][0] if r['errors'] else 'none'}); a shorter --prompt-words or "
+                         f"a model with a longer context may help")
         base = rows[0]["output_tokens_per_s"]
         for r in rows:
             r["throughput_vs_one"] = r["output_tokens_per_s"] / base
