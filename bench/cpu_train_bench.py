@@ -9,6 +9,11 @@ of the second family is measured against the first in each implementation. Share
 runs alternate for --rounds rounds; each round's figure is its median step, and the result is the median over
 rounds. Prints tokens/s of each and the ratios, and writes the result as JSON with --json PATH.
 
+`--recompute off,full` (any of off, selective, full) trains each listed mode: anvil with `--recompute MODE`,
+PyTorch with every block under torch.utils.checkpoint for full (PyTorch has no counterpart of anvil's
+selective mode; it runs only in anvil). Each run is then its own process and its peak resident memory is
+reported beside its speed (anvil's also as the backend's peak allocation).
+
 Run it with Debian's python3 (it has python3-torch):  make bench   or
   /usr/bin/python3 bench/cpu_train_bench.py --anvil build/anvil --threads 2 [--arch both]
 """
@@ -38,8 +43,27 @@ def parse():
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--rounds", type=int, default=3, help="alternating anvil/PyTorch rounds")
+    p.add_argument("--recompute", default="off",
+                   help="comma-separated modes to train in (off, selective, full): activation memory for compute")
     p.add_argument("--json", help="write the result here")
-    return p.parse_args()
+    p.add_argument("--torch-worker", help=argparse.SUPPRESS)  # ARCH,MODE,DATA: one PyTorch run, JSON on stdout
+    a = p.parse_args()
+    a.modes = a.recompute.split(",")
+    for m in a.modes:
+        if m not in ("off", "selective", "full"):
+            p.error(f"--recompute: {m!r} is not off, selective or full")
+    return a
+
+
+def measured(cmd):
+    """Runs cmd; its stdout and its peak resident set size in MiB."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}")
+    return out, usage.ru_maxrss / 1024
 
 
 def make_data(path, n_bytes=400_000):
@@ -58,20 +82,21 @@ def ffn_dim(a):
     return (8 * a.dim // 3 + 63) // 64 * 64  # anvil's default for --arch llama
 
 
-def run_anvil(a, arch, data, out):
+def run_anvil(a, arch, data, out, mode="off"):
     steps = a.warmup + a.steps
     family = ["--arch", "llama", "--kv-heads", str(a.kv_heads), "--ffn-dim", str(ffn_dim(a))] if arch == "llama" else []
     cmd = [a.anvil, "train", *family, "--data", data, "--tokenizer", "byte", "--out", out, "--layers", str(a.layers),
            "--dim", str(a.dim), "--heads", str(a.heads), "--seq", str(a.seq), "--batch", str(a.batch),
            "--steps", str(steps), "--log-every", "1", "--val-fraction", "0", "--threads", str(a.threads),
-           "--lr", "3e-4", "--warmup", "0", "--weight-decay", "0.1", "--grad-clip", "1.0"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           "--lr", "3e-4", "--warmup", "0", "--weight-decay", "0.1", "--grad-clip", "1.0", "--recompute", mode]
+    _, rss = measured(cmd)
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     timed = [r["step_ms"] for r in rows if r["step"] > a.warmup]
-    return a.batch * a.seq / (statistics.median(timed) / 1e3), rows[-1]["loss"]
+    return {"tokens_per_s": a.batch * a.seq / (statistics.median(timed) / 1e3), "loss": rows[-1]["loss"],
+            "peak_rss_mb": rss, "peak_alloc_mb": max(r.get("peak_mem_mb", 0) for r in rows)}
 
 
-def torch_llama(a, V):
+def torch_llama(a, V, run_block):
     """Llama in plain PyTorch: RMSNorm, rotate_half rotary embeddings, SwiGLU, grouped-query attention."""
     import torch
     import torch.nn as nn
@@ -126,14 +151,25 @@ def torch_llama(a, V):
         def forward(self, idx, targets):
             x = self.embed(idx)
             for b in self.blocks:
-                x = b(x)
+                x = run_block(b, x)
             return F.cross_entropy(self.head(self.norm(x)).view(-1, V), targets.view(-1))
 
     return Llama()
 
 
-def run_torch(a, arch, data):
+def run_torch(a, arch, data, mode="off"):
+    """One PyTorch run in a process of its own (so its peak memory is its own)."""
+    out, rss = measured([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--torch-worker",
+                         f"{arch},{mode},{data}"])
+    r = json.loads(out.strip().splitlines()[-1])
+    r["peak_rss_mb"] = rss
+    return r
+
+
+def torch_worker(a):
+    arch, mode, data = a.torch_worker.split(",", 2)
     import torch
+    import torch.utils.checkpoint
     import torch.nn as nn
     import torch.nn.functional as F
 
@@ -169,11 +205,16 @@ def run_torch(a, arch, data):
         def forward(self, idx, targets):
             x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
             for b in self.blocks:
-                x = b(x)
+                x = run_block(b, x)
             logits = self.ln_f(x) @ self.wte.weight.T
             return F.cross_entropy(logits.view(-1, V), targets.view(-1))
 
-    model = GPT() if arch == "gpt2" else torch_llama(a, V)
+    def run_block(b, x):
+        if mode == "full":  # activation checkpointing: keep the block's input, run it again in the backward
+            return torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+        return b(x)
+
+    model = GPT() if arch == "gpt2" else torch_llama(a, V, run_block)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
@@ -195,24 +236,38 @@ def run_torch(a, arch, data):
         dt = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(dt)
-    return B * T / statistics.median(times), loss.item(), torch.__version__, n_params
+    print(json.dumps({"tokens_per_s": B * T / statistics.median(times), "loss": loss.item(),
+                      "torch": torch.__version__, "params": n_params}))
+    return 0
+
+
+def key(arch, impl, mode):
+    return f"{arch}/{impl}" + ("" if mode == "off" else f"/recompute-{mode}")
 
 
 def main():
     a = parse()
+    if a.torch_worker:
+        return torch_worker(a)
     archs = ["gpt2", "llama"] if a.arch == "both" else [a.arch]
-    runs = {(arch, impl): [] for arch in archs for impl in ("anvil", "torch")}
-    losses, params = {}, {}
+    plan = [(arch, impl, mode) for arch in archs for mode in a.modes for impl in ("anvil", "torch")
+            if not (impl == "torch" and mode == "selective")]
+    runs = {key(*p): [] for p in plan}
+    last, params, torch_version = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
         make_data(data)
         for r in range(a.rounds):
-            for arch in archs:
-                anvil_tps, losses[(arch, "anvil")] = run_anvil(a, arch, data, os.path.join(tmp, f"{arch}{r}"))
-                torch_tps, losses[(arch, "torch")], torch_version, params[arch] = run_torch(a, arch, data)
-                runs[(arch, "anvil")].append(anvil_tps)
-                runs[(arch, "torch")].append(torch_tps)
-                print(f"round {r + 1} {arch}: anvil {anvil_tps:.0f} tokens/s, PyTorch {torch_tps:.0f} tokens/s",
+            for arch, impl, mode in plan:
+                k = key(arch, impl, mode)
+                if impl == "anvil":
+                    res = run_anvil(a, arch, data, os.path.join(tmp, f"{arch}-{mode}-{r}"), mode)
+                else:
+                    res = run_torch(a, arch, data, mode)
+                    torch_version, params[arch] = res["torch"], res["params"]
+                runs[k].append(res["tokens_per_s"])
+                last[k] = res
+                print(f"round {r + 1} {k}: {res['tokens_per_s']:.0f} tokens/s, peak RSS {res['peak_rss_mb']:.0f} MiB",
                       flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     cpu = platform.processor() or ""
@@ -220,22 +275,34 @@ def main():
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    first = archs[0]
+    first, m0 = archs[0], a.modes[0]
     result = {
         "config": {k: getattr(a, k) for k in ("layers", "dim", "heads", "seq", "batch", "steps", "warmup", "threads")},
         "vocab": 257, "cpu": cpu, "torch": torch_version,
-        # the first architecture's figures at the top level, as before --arch existed
-        "anvil_tokens_per_s": round(med[(first, "anvil")]), "torch_tokens_per_s": round(med[(first, "torch")]),
-        "ratio": round(med[(first, "anvil")] / med[(first, "torch")], 3),
-        "archs": {arch: {"params": params[arch],
-                         "anvil_tokens_per_s": round(med[(arch, "anvil")]),
-                         "torch_tokens_per_s": round(med[(arch, "torch")]),
-                         "ratio": round(med[(arch, "anvil")] / med[(arch, "torch")], 3),
-                         "rounds": {"anvil": [round(x) for x in runs[(arch, "anvil")]],
-                                    "torch": [round(x) for x in runs[(arch, "torch")]]},
-                         "final_loss": {"anvil": losses[(arch, "anvil")], "torch": losses[(arch, "torch")]}}
-                  for arch in archs},
+        "command": " ".join(["/usr/bin/python3", "bench/cpu_train_bench.py", *sys.argv[1:]]),
+        # the first architecture's (and mode's) figures at the top level, as before --arch existed
+        "anvil_tokens_per_s": round(med[key(first, "anvil", m0)]),
+        "torch_tokens_per_s": round(med[key(first, "torch", m0)]) if key(first, "torch", m0) in med else None,
+        "archs": {},
     }
+    if result["torch_tokens_per_s"]:
+        result["ratio"] = round(result["anvil_tokens_per_s"] / result["torch_tokens_per_s"], 3)
+    for arch in archs:
+        x = result["archs"][arch] = {"params": params[arch]}
+        for mode in a.modes:
+            for impl in ("anvil", "torch"):
+                k = key(arch, impl, mode)
+                if k in med:
+                    x.setdefault(mode, {})[impl] = {
+                        "tokens_per_s": round(med[k]), "rounds": [round(v) for v in runs[k]],
+                        "final_loss": last[k]["loss"], "peak_rss_mb": round(last[k]["peak_rss_mb"]),
+                        **({"peak_alloc_mb": round(last[k]["peak_alloc_mb"])} if impl == "anvil" else {})}
+            y = x[mode]
+            if "torch" in y:
+                y["ratio"] = round(y["anvil"]["tokens_per_s"] / y["torch"]["tokens_per_s"], 3)
+        if "off" in a.modes:  # as before --recompute existed
+            x.update({"anvil_tokens_per_s": x["off"]["anvil"]["tokens_per_s"],
+                      "torch_tokens_per_s": x["off"]["torch"]["tokens_per_s"], "ratio": x["off"]["ratio"]})
     if "llama" in result["archs"]:
         result["archs"]["llama"]["kv_heads"] = a.kv_heads
         result["archs"]["llama"]["ffn_dim"] = ffn_dim(a)
@@ -243,11 +310,17 @@ def main():
           f"batch {a.batch} (medians of {a.rounds} rounds, torch {torch_version})")
     for arch in archs:
         x = result["archs"][arch]
-        print(f"{arch:6s} ({x['params'] / 1e6:.2f}M params)  anvil {x['anvil_tokens_per_s']:8d}  PyTorch "
-              f"{x['torch_tokens_per_s']:8d} tokens/s  ratio {x['ratio']:.2f}x")
+        for mode in a.modes:
+            y = x[mode]
+            line = (f"{arch:6s} ({x['params'] / 1e6:.2f}M params) recompute {mode:9s} anvil "
+                    f"{y['anvil']['tokens_per_s']:7d} tokens/s, {y['anvil']['peak_rss_mb']:6d} MiB RSS")
+            if "torch" in y:
+                line += (f" | PyTorch {y['torch']['tokens_per_s']:7d} tokens/s, {y['torch']['peak_rss_mb']:6d} MiB RSS"
+                         f" | ratio {y['ratio']:.2f}x")
+            print(line)
     if len(archs) == 2:
-        print(f"llama / gpt2 tokens/s: anvil {med[('llama', 'anvil')] / med[('gpt2', 'anvil')]:.2f}, "
-              f"PyTorch {med[('llama', 'torch')] / med[('gpt2', 'torch')]:.2f}")
+        print(f"llama / gpt2 tokens/s: anvil {med[key('llama', 'anvil', m0)] / med[key('gpt2', 'anvil', m0)]:.2f}, "
+              f"PyTorch {med[key('llama', 'torch', m0)] / med[key('gpt2', 'torch', m0)]:.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -49,7 +49,8 @@ def parse():
     p.add_argument("--profile-steps", type=int, default=4, help="steps of the --profile run (0 = skip it)")
     p.add_argument("--precision", default="bf16")
     p.add_argument("--device", default="cuda", help="cpu only to try the script itself on a small model")
-    p.add_argument("--recompute", action="store_true", help="anvil with --recompute")
+    p.add_argument("--recompute", choices=["off", "selective", "full"], default="off",
+                   help="anvil's --recompute (full: activation checkpointing, for batches that do not fit otherwise)")
     p.add_argument("--attention", default="auto,flash",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
                         "timed the same way")
@@ -139,8 +140,8 @@ def main():
               "--seq", str(T), "--batch", str(B), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
               "--grad-clip", "1.0", "--shuffle", "off", "--log-every", "1", "--eval-every", "0",
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
-    if a.recompute:
-        common.append("--recompute")
+    if a.recompute != "off":
+        common += ["--recompute", a.recompute]
     impls = a.attention.split(",")
 
     def timed(extra, name):

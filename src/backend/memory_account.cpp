@@ -9,7 +9,7 @@ size_t MemoryAccount::admit(size_t bytes) const {
     if (limit_ && *in_use_ + rounded > limit_)
         throw OutOfMemory(fmt::format(
             "out of memory: {:.1f} MiB more would pass the {:.1f} MiB limit (--memory-limit); use a smaller "
-            "model or batch",
+            "model or batch, or --recompute full",
             double(rounded) / (1 << 20), double(limit_) / (1 << 20)));
     return rounded;
 }

@@ -285,9 +285,16 @@ Command add_train(CLI::App& app) {
                     "fp32); auto: bf16 on CUDA, fp32 on the CPU")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "fp8"}));
-    sub->add_flag("--recompute", o->recompute,
-                  "recompute layer norms and GELU in the backward: less activation "
-                  "memory for a little more compute");
+    sub->add_option(
+           "--recompute", o->recompute,
+           "what the backward recomputes instead of keeping: off; selective (alone: --recompute), the "
+           "layer norms and GELU/SwiGLU, a little more compute; full, every block from its input "
+           "(activation checkpointing: one block's activations at a time, for about a third more "
+           "compute). Gradients are the same, bit for bit")
+        ->expected(0, 1)
+        ->default_str("selective")
+        ->check(CLI::IsMember({"off", "selective", "full"}))
+        ->option_text("[off|selective|full]  (default off)");
     sub->add_option(
            "--attention", o->attention,
            "CUDA attention: gemm (cuBLASLt on the tensor cores, keeps the T x T probabilities), flash "

@@ -2,12 +2,35 @@
 
 namespace anvil {
 
+Recompute parse_recompute(const std::string& s) {
+    if (s == "off") return Recompute::Off;
+    if (s == "selective") return Recompute::Selective;
+    if (s == "full") return Recompute::Full;
+    fail("--recompute: \"{}\" is not off, selective or full", s);
+}
+
+const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::Selective:
+            return "selective";
+        case Recompute::Full:
+            return "full";
+        default:
+            return "off";
+    }
+}
+
+bool ActPlan::block_set(Keep keep) const {
+    return in_block_ && recompute_ == Recompute::Full && (keep == Keep::Saved || keep == Keep::Recomputable);
+}
+
 bool ActPlan::shared(Keep keep) const {
     switch (keep) {
         case Keep::Saved:
-            return !training();
+        case Keep::Output:
+            return !training() || block_set(keep);
         case Keep::Recomputable:
-            return !training() || recompute_;
+            return !training() || recompute_ == Recompute::Selective || block_set(keep);
         default:
             return true;
     }
@@ -23,7 +46,11 @@ void ActPlan::add_slot(const std::string& name, Shape full, bool bt, DType dtype
     }
     size_t buffer;
     if (shared(keep)) {
-        const std::string key = share.empty() ? name : share;
+        // the k-th kept buffer of every block shares a slot (blocks of one shape share them all)
+        const std::string key =
+            block_set(keep) ? fmt::format("block#{}:{}:{}", block_ordinal_++, full.str(), dtype_name(dtype))
+            : share.empty() ? name
+                            : share;
         const auto it = shared_.find(key);
         if (it != shared_.end()) {
             const TableEntry& e = table_.entries()[it->second];

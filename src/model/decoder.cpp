@@ -6,7 +6,11 @@ void DecoderModel::plan(ActPlan& plan) const {
     const int64_t C = config_.n_embd, V = config_.vocab_size;
     const DType a = options_.dtype;
     plan.add("encoded", {C}, a, Keep::Saved);
-    for (const auto& b : blocks_) b->plan(plan);
+    for (const auto& b : blocks_) {
+        plan.begin_block();
+        b->plan(plan);
+        plan.end_block();
+    }
     norm_.plan(plan);
     lm_head_.plan(plan);
     plan.add("logits", {V}, a, Keep::Saved);
@@ -65,6 +69,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         be_.classifier(q.act("losses"), q.act("logits"), q.act("targets"), f.dloss, config_.vocab_size);
     last_B_ = f.B;
     last_T_ = f.T;
+    last_pos0_ = f.pos0;
     last_seed_ = f.seed;
     have_grad_logits_ = f.dloss != 0.0f;
 }
@@ -91,6 +96,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
                  .acts = acts,
                  .B = last_B_,
                  .T = last_T_,
+                 .pos0 = last_pos0_,
                  .seed = last_seed_,
                  .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
@@ -99,6 +105,9 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
     norm_.backward(p, dres, dln, blocks_.back()->out(p));
     for (int l = config_.n_layer - 1; l >= 0; l--) {
         const Tensor in = l == 0 ? p.act("encoded") : blocks_[size_t(l - 1)]->out(p);
+        // --recompute full: the blocks share one set of buffers, which the forward left holding the last
+        // block's; every other block runs its forward again (the same bits) to fill them
+        if (acts.recompute_blocks() && l != config_.n_layer - 1) blocks_[size_t(l)]->forward(p, in);
         blocks_[size_t(l)]->backward(p, dres, dln, in);
         if (hooks) hooks->on_layer_grads_ready(l);
     }

@@ -10,8 +10,9 @@
 
 namespace anvil {
 
-// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer; the backward takes d(out)
-// in dres and leaves d(in) there (dln is scratch).
+// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer (Keep::Output); the backward
+// takes d(out) in dres and leaves d(in) there (dln is scratch). Its forward depends only on its input, its
+// parameters and the pass's seed, so --recompute full can run it again, to the same bits, before its backward.
 class Block {
 public:
     virtual ~Block() = default;
@@ -53,7 +54,7 @@ public:
         norm2.plan(plan);
         ffn.plan(plan);
         plan.add(res2_, {dim_}, dtype_, Keep::Saved, "block.res2");
-        plan.add(res3_, {dim_}, dtype_, Keep::Saved, "block.res3");
+        plan.add(res3_, {dim_}, dtype_, Keep::Output, "block.res3");
         plan.add("block.proj", {dim_}, dtype_, Keep::Scratch);
     }
     void forward(const Pass& p, Tensor in) const override {

@@ -87,7 +87,7 @@ std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMo
     ANVIL_CHECK(max_T <= config_.n_ctx,
                 "sequence length {} is longer than the model's context {}; use --seq {} or less", max_T,
                 config_.n_ctx, config_.n_ctx);
-    ActPlan p(max_B, max_T, mode, options_.recompute && mode == ActMode::Train);
+    ActPlan p(max_B, max_T, mode, options_.recompute);
     p.add("tokens", {}, DType::I32, Keep::Saved, "tokens");
     p.add("targets", {}, DType::I32, Keep::Saved, "targets");
     p.add("losses", {}, DType::F32, Keep::Saved, "losses");

@@ -70,8 +70,8 @@ public:
 };
 
 struct ModelOptions {
-    DType dtype = DType::F32;  // parameters, gradients and activations as the ops see them
-    bool recompute = false;    // recompute norms and activations in the backward instead of keeping them
+    DType dtype = DType::F32;              // parameters, gradients and activations as the ops see them
+    Recompute recompute = Recompute::Off;  // what the backward recomputes instead of keeping (activations.h)
     // FP8 products (--precision fp8) for the blocks' linear layers (Backend::matmul_fp8_fwd); the embedding,
     // the head and attention's own products keep the model's dtype, as Transformer Engine's recipes do.
     bool fp8 = false;
@@ -96,7 +96,7 @@ public:
     // The linear layers adapters may attach to (LoRA's targets match their names), and their weight layout.
     virtual std::vector<Linear*> linears() = 0;
     virtual WLayout linear_layout() const = 0;
-    bool recompute() const { return options_.recompute; }
+    Recompute recompute() const { return options_.recompute; }
     int n_layers() const { return config_.n_layer; }
 
     // Activations for batches up to (max_B, max_T) in a mode.
@@ -151,7 +151,7 @@ protected:
     std::unique_ptr<Activations> acts_;
     // The forward's logits were replaced by their gradient: backward() may run.
     bool have_grad_logits_ = false;
-    int last_B_ = 0, last_T_ = 0;
+    int last_B_ = 0, last_T_ = 0, last_pos0_ = 0;
     uint64_t last_seed_ = 0;
 };
 

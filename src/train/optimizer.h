@@ -27,6 +27,7 @@ public:
     void step(const AdamWArgs& args, Tensor norm_sq);
     void reset_moments();  // zero m and v (after trial steps)
     bool has_master() const { return master_.size() > 0; }
+    size_t state_bytes() const { return m_.bytes() + v_.bytes() + master_.bytes(); }  // this rank's
     float weight_decay() const { return wd_; }
     // The f32 weights the optimizer updates (the master copy when there is one) of any entry.
     void weights_f32(size_t i, float* dst) const;

@@ -42,6 +42,12 @@ nlohmann::json options_to_json(const TrainOptions& o) {
 
 void options_from_json(const nlohmann::json& j, TrainOptions& o) {
     try {
+        if (const auto r = j.find("recompute"); r != j.end() && r->is_boolean()) {
+            // written before --recompute took a mode: true was what is now "selective"
+            nlohmann::json k = j;
+            k["recompute"] = r->get<bool>() ? "selective" : "off";
+            return from_json(k, o);
+        }
         from_json(j, o);
     } catch (const nlohmann::json::exception& e) {
         fail("trainer_state.json: options are malformed ({})", e.what());

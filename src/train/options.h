@@ -58,7 +58,9 @@ struct TrainOptions {
     std::string device = "cpu";
     std::string precision =
         "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
-    bool recompute = false;  // recompute layer norms and GELU in the backward (less memory)
+    // what the backward recomputes instead of keeping: off, selective (layer norms, GELU/SwiGLU) or full
+    // (every block from its input: activation checkpointing)
+    std::string recompute = "off";
     int threads = 0;
     bool profile = false;       // time every backend op and print the table at the end
     double comm_timeout = 600;  // seconds any collective of a multi-process job may take

@@ -266,7 +266,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.fp8 = o.precision == "fp8";
-    mo.recompute = o.recompute;
+    mo.recompute = parse_recompute(o.recompute);
     mo.lora = src.lora;
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};

@@ -7,9 +7,13 @@ A: one uninterrupted run of 24 steps (shuffled windows, gradient accumulation, w
 B: resumed from A's checkpoint-12 in a new process: steps 13..24 must log exactly A's losses.
 C: a longer run interrupted by SIGINT part-way (it saves a checkpoint and exits 130), then resumed from its
    run directory: every step must equal those of the same run left uninterrupted.
+D: --recompute only trades memory for compute: A again with --recompute full logs A's losses bit for bit, and
+   A's checkpoint-12 resumed with --recompute selective, and with the option as a checkpoint written before it
+   took a mode stored it (true), continue with A's losses.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +74,33 @@ def main():
         print(f"C resumed to the end: {len(diff)} of {len(lref)} steps differ from an uninterrupted run")
         if diff:
             failures.append(f"C differs at steps {diff[:10]}")
+
+        # D: recomputation changes nothing but memory
+        full = os.path.join(d, "full")
+        run(["train", "--data", data, "--out", full, "--recompute", "full", *ARGS], check=True)
+        lf = losses(full)
+        diff = [s for s in la if lf.get(s) != la[s]]
+        print(f"D --recompute full: {len(diff)} of {len(la)} steps differ from A")
+        if diff:
+            failures.append(f"--recompute full differs from A at steps {diff[:10]}")
+        old = os.path.join(d, "old-checkpoint")
+        shutil.copytree(os.path.join(a, "checkpoint-12"), old)
+        state_path = os.path.join(old, "trainer_state.json")
+        state = json.load(open(state_path))
+        state["options"]["recompute"] = True  # as written before --recompute took a mode
+        json.dump(state, open(state_path, "w"))
+        for name, args in (("sel", ["--resume", os.path.join(a, "checkpoint-12"), "--recompute", "selective"]),
+                           ("old", ["--resume", old])):
+            out = os.path.join(d, name)
+            run(["train", *args, "--out", out], check=True)
+            lr = losses(out)
+            diff = [s for s in range(13, 25) if lr.get(s) != la[s]]
+            print(f"D resumed at 12 ({name}): {len(diff)} of 12 steps differ from A")
+            if diff:
+                failures.append(f"resume {name} differs from A at steps {diff}")
+            saved = json.load(open(os.path.join(out, "final", "trainer_state.json")))["options"]["recompute"]
+            if saved != "selective":
+                failures.append(f"resume {name} stored --recompute {saved!r}, expected 'selective'")
     return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 

@@ -2,7 +2,7 @@
 """Tensor-parallel training under `mpirun --oversubscribe`, one thread per rank (issue 13's Must show):
 
   1. `--tensor-parallel 2` on 2 ranks equals one process (losses within 1e-5 relative over 20 steps, shuffle
-     off): GPT-2 with accumulation, Llama with grouped-query attention;
+     off): GPT-2 with accumulation, Llama with grouped-query attention, alone and with --recompute full;
   2. 4 ranks as 2 replicas x 2-way tensor parallel equal one process with the replicas' batch, also with
      --zero 1;
   3. a tensor-parallel checkpoint is an ordinary Hugging Face directory (the same tensor names and whole
@@ -56,6 +56,8 @@ def main():
         ("GPT-2, 2-way tensor parallel, 2 x accumulation", ["--heads", "2", "--seq", "16"], 2, 1, 2, []),
         ("Llama (GQA 4 heads, 2 kv heads), 2-way tensor parallel",
          ["--arch", "llama", "--heads", "4", "--kv-heads", "2", "--seq", "16"], 2, 1, 1, []),
+        ("Llama, 2-way tensor parallel, --recompute full (the backward's second forward all-reduces again)",
+         ["--arch", "llama", "--heads", "4", "--kv-heads", "2", "--seq", "16"], 2, 1, 2, ["--recompute", "full"]),
         ("GPT-2, 2 replicas x 2-way tensor parallel", ["--heads", "2", "--seq", "16"], 4, 2, 1, []),
         ("GPT-2, 2 replicas x 2-way tensor parallel, ZeRO-1", ["--heads", "2", "--seq", "16"], 4, 2, 1,
          ["--zero", "1"]),

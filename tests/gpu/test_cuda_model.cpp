@@ -62,7 +62,7 @@ struct TrainRun {
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<Trainer> trainer;
     float loss_scale;
-    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, bool recompute = false,
+    TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, Recompute recompute = Recompute::Off,
              LoraOptions lora = {}, const ModelConfig& cfg = small(), bool fp8 = false) {
         ModelOptions mo;
         mo.dtype = dt;
@@ -117,8 +117,8 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
     const ModelConfig cfg = small(std::get<1>(GetParam()));
     const Batches data(B, T, cfg.vocab_size, 1, test_seed());
     auto gpu_be = make_backend({Device::CUDA, 0, 0, std::get<0>(GetParam())});
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, false, {}, cfg),
-        gpu(*gpu_be, DType::F32, 7, B, T, false, {}, cfg);
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg),
+        gpu(*gpu_be, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
     const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
@@ -159,7 +159,7 @@ TEST_P(CudaModelFamily, LowPrecisionTracksFp32) {
     const DType dts[kRuns] = {DType::F32, DType::BF16, DType::F16, DType::BF16};
     const char* names[kRuns] = {"fp32", "bf16", "fp16", "fp8"};
     for (int r = 0; r < kRuns; r++) {
-        TrainRun run(*be.gpu, dts[r], 11, B, T, false, {}, cfg, r == 3);
+        TrainRun run(*be.gpu, dts[r], 11, B, T, Recompute::Off, {}, cfg, r == 3);
         for (int s = 0; s < steps; s++) curve[r].push_back(run.step(data.step(s), B, T, s));
     }
     for (int r = 0; r < kRuns; r++) {
@@ -241,9 +241,9 @@ TEST_F(CudaModel, FlashOnTensorCoresTrainsInBf16) {
         ModelConfig cfg = small(family);
         cfg.n_ctx = T;
         const Batches data(B, T, cfg.vocab_size, steps, test_seed());
-        TrainRun ref(*be.gpu, DType::F32, 5, B, T, false, {}, cfg);
-        TrainRun a(*flash, DType::BF16, 5, B, T, false, {}, cfg),
-            b(*flash, DType::BF16, 5, B, T, false, {}, cfg);
+        TrainRun ref(*be.gpu, DType::F32, 5, B, T, Recompute::Off, {}, cfg);
+        TrainRun a(*flash, DType::BF16, 5, B, T, Recompute::Off, {}, cfg),
+            b(*flash, DType::BF16, 5, B, T, Recompute::Off, {}, cfg);
         double worst = 0.0;
         std::vector<double> la, lb;
         for (int s = 0; s < steps; s++) {
@@ -271,7 +271,8 @@ TEST_F(CudaModel, LoraMatchesTheCpuAndTrainsInBf16) {
     lora.alpha = 8.0f;
     lora.targets = {"c_attn", "c_proj", "c_fc"};
     const Batches data(B, T, small().vocab_size, steps, test_seed());
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, false, lora), gpu(*be.gpu, DType::F32, 7, B, T, false, lora);
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, lora),
+        gpu(*be.gpu, DType::F32, 7, B, T, Recompute::Off, lora);
     EXPECT_LE(std::abs(gpu.grads_only(data.step(0), B, T) - cpu.grads_only(data.step(0), B, T)), 1e-4);
     const auto gc = cpu.grads(), gg = gpu.grads();
     ASSERT_EQ(gc.size(), size_t(2 * 2 * 4));
@@ -285,7 +286,7 @@ TEST_F(CudaModel, LoraMatchesTheCpuAndTrainsInBf16) {
     Backend* bes[3] = {be.cpu.get(), be.gpu.get(), be.gpu.get()};
     const DType dts[3] = {DType::F32, DType::F32, DType::BF16};
     for (int r = 0; r < 3; r++) {
-        TrainRun run(*bes[r], dts[r], 11, B, T, false, lora);
+        TrainRun run(*bes[r], dts[r], 11, B, T, Recompute::Off, lora);
         for (int s = 0; s < steps; s++) curve[r].push_back(run.step(data.step(s), B, T, s));
     }
     auto mean5 = [](const std::vector<double>& c, size_t from) {
@@ -300,13 +301,28 @@ TEST_F(CudaModel, LoraMatchesTheCpuAndTrainsInBf16) {
     }
 }
 
+// --recompute selective and full give the gradients of keeping everything, bit for bit (GPT-2 and Llama, both
+// attention paths: full recomputation runs attention's forward again before its backward).
 TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
     const int B = 2, T = 40;
-    const Batches data(B, T, small().vocab_size, 1, test_seed());
-    TrainRun plain(*be.gpu, DType::BF16, 5, B, T, false), recompute(*be.gpu, DType::BF16, 5, B, T, true);
-    EXPECT_EQ(plain.grads_only(data.step(0), B, T), recompute.grads_only(data.step(0), B, T));
-    const auto a = plain.grads(), b = recompute.grads();
-    for (size_t i = 0; i < a.size(); i++) EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
+    auto flash = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash});
+    for (Backend* gpu : {be.gpu.get(), flash.get()})
+        for (const char* family : {"gpt2", "llama"}) {
+            const ModelConfig cfg = small(family);
+            const Batches data(B, T, cfg.vocab_size, 1, test_seed());
+            TrainRun plain(*gpu, DType::BF16, 5, B, T, Recompute::Off, {}, cfg);
+            const double loss = plain.grads_only(data.step(0), B, T);
+            const auto a = plain.grads();
+            for (Recompute r : {Recompute::Selective, Recompute::Full}) {
+                SCOPED_TRACE(std::string(family) + (gpu == flash.get() ? " flash" : " auto") +
+                             ", --recompute " + recompute_name(r));
+                TrainRun run(*gpu, DType::BF16, 5, B, T, r, {}, cfg);
+                EXPECT_EQ(run.grads_only(data.step(0), B, T), loss);
+                const auto b = run.grads();
+                for (size_t i = 0; i < a.size(); i++)
+                    EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
+            }
+        }
 }
 
 // The NCCL path with a world of one (issue 13): the library loads, a communicator forms, f32 and bf16

@@ -485,38 +485,79 @@ TEST(Sampling, WholeDistributionFollowsTheSoftmax) {
     EXPECT_NEAR(double(ones) / n, 0.75, 0.02);
 }
 
-// Recomputing the layer norms and GELU in the backward gives the same gradients, bit for bit, with less
-// activation memory.
+// Every --recompute mode gives the loss and the gradients of keeping everything, bit for bit, with less
+// activation memory: selective (norms and GELU/SwiGLU recomputed) less than off, full (each block run again
+// from its input) least. GPT-2 and Llama with grouped-query attention, alone, with LoRA adapters on every
+// projection (with dropout, whose mask the second forward must draw again) and with fp8 products.
 TEST(Model, RecomputeGivesIdenticalGradients) {
-    const ModelConfig c = tiny();
-    auto be = make_backend({Device::CPU, 2, 0});
-    std::vector<std::vector<float>> grads[2];
-    size_t act_bytes[2];
-    for (int r = 0; r < 2; r++) {
+    ModelOptions with_lora;
+    with_lora.lora.rank = 2;
+    with_lora.lora.alpha = 3.0f;
+    with_lora.lora.dropout = 0.25f;
+    ModelOptions fp8;
+    fp8.fp8 = true;
+    struct Case {
+        const char* what;
+        ModelConfig c;
         ModelOptions mo;
-        mo.recompute = r == 1;
-        auto m = make_model(*be, c, mo);
-        m->params().init(11);
-        const size_t before = be->memory_in_use();
-        m->reserve(3, 8, true);
-        act_bytes[r] = be->memory_in_use() - before;
-        std::vector<int32_t> tok(24), tgt(24);
-        for (int i = 0; i < 24; i++) tok[size_t(i)] = i % 11, tgt[size_t(i)] = (i * 7) % 11;
-        be->upload(m->tokens(3, 8), tok.data());
-        be->upload(m->targets(3, 8), tgt.data());
-        m->zero_grads();
-        ForwardPass f;
-        f.B = 3;
-        f.T = 8;
-        f.targets = true;
-        f.dloss = 1.0f / 24;
-        m->forward(f);
-        m->backward();
-        for (size_t i = 0; i < m->params().size(); i++)
-            grads[r].push_back(download(*be, m->params().grad(i)));
+        std::vector<std::string> targets;
+    };
+    const std::vector<Case> cases = {
+        {"gpt2", tiny(), {}, {}},
+        {"llama", tiny_llama(false), {}, {}},
+        {"gpt2 lora", tiny(), with_lora, {"c_attn", "c_proj", "c_fc"}},
+        {"llama lora", tiny_llama(true), with_lora,
+         {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+        {"gpt2 fp8", tiny(), fp8, {}},
+    };
+    const uint64_t seed = test_seed();
+    for (const Case& k : cases) {
+        std::vector<std::vector<float>> grads[3];
+        double loss[3];
+        size_t act_bytes[3];
+        for (int r = 0; r < 3; r++) {
+            ModelOptions mo = k.mo;
+            mo.lora.targets = k.targets;
+            mo.recompute = Recompute(r);
+            ModelConfig c = k.c;
+            c.n_layer = 3;
+            TinyRun run(seed, mo, c);
+            run.shake(seed + 1, 0.1f);  // LoRA's B starts at zero: give every path a gradient
+            act_bytes[r] = run.model->activations().bytes();
+            loss[r] = run.loss(true);
+            const ParamStore& s = run.model->params();
+            for (size_t i : s.trainable()) grads[r].push_back(download(*run.be, s.grad(i)));
+        }
+        for (int r = 1; r < 3; r++) {
+            EXPECT_EQ(loss[r], loss[0]) << k.what << ", --recompute " << recompute_name(Recompute(r));
+            EXPECT_EQ(grads[r], grads[0]) << k.what << ", --recompute " << recompute_name(Recompute(r));
+        }
+        EXPECT_LT(act_bytes[1], act_bytes[0]) << k.what;
+        EXPECT_LT(act_bytes[2], act_bytes[1]) << k.what;
     }
-    EXPECT_EQ(grads[0], grads[1]);
-    EXPECT_LT(act_bytes[1], act_bytes[0]);
+}
+
+// Under --recompute full a block keeps only its output: one more layer costs one (B, T, C) buffer, where
+// keeping everything costs its every saved activation.
+TEST(Model, FullRecomputeKeepsOneOutputPerBlock) {
+    for (const ModelConfig& base : {tiny(), tiny_llama(false)}) {
+        auto be = make_backend({Device::CPU, 1, 0});
+        size_t bytes[2][2];  // [full][layers 3, 4]
+        for (int full = 0; full < 2; full++)
+            for (int extra = 0; extra < 2; extra++) {
+                ModelConfig c = base;
+                c.n_layer = 3 + extra;
+                ModelOptions mo;
+                mo.recompute = full ? Recompute::Full : Recompute::Off;
+                auto m = make_model(*be, c, mo);
+                bytes[full][extra] = m->make_activations(4, 8, ActMode::Train)->bytes();
+            }
+        const size_t output = 4 * 8 * size_t(base.n_embd) * sizeof(float);
+        const size_t full_step = bytes[1][1] - bytes[1][0], kept_step = bytes[0][1] - bytes[0][0];
+        EXPECT_GE(full_step, output) << base.model_type;
+        EXPECT_LT(full_step, output + 256) << base.model_type;  // an arena rounds each buffer up
+        EXPECT_GT(kept_step, 5 * output) << base.model_type;
+    }
 }
 
 // Evaluation shares every layer's buffers: far less memory than training activations of the same size.

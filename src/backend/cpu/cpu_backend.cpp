@@ -62,9 +62,9 @@ Buffer CpuBackend::alloc(size_t bytes) {
     const size_t rounded = memory_.admit(bytes);
     void* p = std::aligned_alloc(kAlign, rounded);
     if (!p)
-        throw OutOfMemory(
-            fmt::format("out of host memory allocating {:.1f} MiB; use a smaller model or batch",
-                        double(bytes) / (1 << 20)));
+        throw OutOfMemory(fmt::format(
+            "out of host memory allocating {:.1f} MiB; use a smaller model or batch, or --recompute full",
+            double(bytes) / (1 << 20)));
     std::memset(p, 0, bytes);
     return memory_.track(p, bytes, rounded, Device::CPU, [](void* q) { std::free(q); });
 }

@@ -119,7 +119,7 @@ Buffer CudaBackend::alloc(size_t bytes) {
         (void)cudaMemGetInfo(&free_b, &total_b);
         throw OutOfMemory(
             fmt::format("out of GPU memory allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free); use a "
-                        "smaller model or batch, --recompute, or --batch auto",
+                        "smaller model or batch, --recompute full, or --batch auto",
                         double(rounded) / (1 << 20), double(free_b) / double(1ull << 30),
                         double(total_b) / double(1ull << 30)));
     }
