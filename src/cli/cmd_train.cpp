@@ -176,10 +176,12 @@ Command add_train(CLI::App& app) {
     sub->add_option("--val-fraction", o->val_fraction, "hold out this fraction from the end of the data")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.99));
-    sub->add_option("--arch", o->arch,
-                    "model family of a new model: gpt2 or llama (--init: from its config.json)")
+    sub->add_option(
+           "--arch", o->arch,
+           "model family of a new model: gpt2, or llama and its relatives mistral (the same layout) and "
+           "qwen2 (with biases on q, k and v); --init takes it from config.json")
         ->capture_default_str()
-        ->check(CLI::IsMember({"gpt2", "llama"}));
+        ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2"}));
     sub->add_option("--layers", o->layers, "transformer layers")->capture_default_str()->check(pos);
     sub->add_option("--heads", o->heads, "attention heads")->capture_default_str()->check(pos);
     sub->add_option("--dim", o->dim, "model width (n_embd, hidden_size)")->capture_default_str()->check(pos);

@@ -39,10 +39,19 @@ void ModelConfig::validate(const std::string& where) const {
 }
 
 std::string ModelConfig::str() const {
-    std::string s = fmt::format("{} {} layers, {} heads, width {}, context {}, vocab {}", model_type, n_layer,
-                                n_head, n_embd, n_ctx, vocab_size);
+    const std::string window =
+        hf_max_positions > 0
+            ? fmt::format(" (Mistral's sliding window; max_position_embeddings {})", hf_max_positions)
+            : "";
+    std::string s = fmt::format("{} {} layers, {} heads, width {}, context {}{}, vocab {}", model_type,
+                                n_layer, n_head, n_embd, n_ctx, window, vocab_size);
     if (model_type != "gpt2")
         s += fmt::format(", {} key/value heads, MLP {}{}", kv_heads(), ffn(), tie_embeddings ? ", tied head" : "");
+    if (qkv_bias || o_bias || mlp_bias)
+        s += fmt::format(", biases on {}", qkv_bias && o_bias && mlp_bias ? "every projection"
+                                           : qkv_bias && o_bias           ? "q, k, v and o"
+                                           : qkv_bias                     ? "q, k and v"
+                                                                          : "the MLP");
     if (int8_weights) s += ", int8 weights";
     return s;
 }

@@ -32,6 +32,13 @@ struct ModelConfig {
     double norm_eps = 1e-5;
     bool tie_embeddings = true;
     RopeScaling rope_scaling;
+    // Biases of the rotary families: on q, k and v (Qwen2; Llama's attention_bias), on o_proj (Llama's
+    // attention_bias), on the MLP's three projections (Llama's mlp_bias).
+    bool qkv_bias = false, o_bias = false, mlp_bias = false;
+    // Mistral's sliding_window when it is shorter than max_position_embeddings: anvil attends to every
+    // earlier position, which is the same within the window, so the model runs with n_ctx = the window, and
+    // this (max_position_embeddings) is written back.
+    int hf_max_positions = 0;
     // Weight-only int8 (anvil quantize; config.json's "quantization_config"): every linear layer's weight and the
     // token embedding are I8 with an f32 scale per output channel, a frozen base for inference and LoRA.
     bool int8_weights = false;
@@ -48,10 +55,11 @@ struct ModelConfig {
     void validate(const std::string& where) const;
     bool same_shape(const ModelConfig& o) const {
         return model_type == o.model_type && n_layer == o.n_layer && n_head == o.n_head &&
-               kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx && vocab_size == o.vocab_size &&
-               ffn() == o.ffn() && head_size() == o.head_size() && rope_theta == o.rope_theta &&
-               norm_eps == o.norm_eps && tie_embeddings == o.tie_embeddings && rope_scaling == o.rope_scaling &&
-               int8_weights == o.int8_weights;
+               kv_heads() == o.kv_heads() && n_embd == o.n_embd && n_ctx == o.n_ctx &&
+               vocab_size == o.vocab_size && ffn() == o.ffn() && head_size() == o.head_size() &&
+               rope_theta == o.rope_theta && norm_eps == o.norm_eps && tie_embeddings == o.tie_embeddings &&
+               rope_scaling == o.rope_scaling && qkv_bias == o.qkv_bias && o_bias == o.o_bias &&
+               mlp_bias == o.mlp_bias && int8_weights == o.int8_weights;
     }
     std::string str() const;
 };

@@ -321,8 +321,9 @@ std::vector<float> rope_inv_freq(int head_size, double theta, const RopeScaling&
 
 // ---- RotaryAttention ----------------------------------------------------------------------------------
 
-RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int kv_heads,
-                                 int head_size, int layer, double std)
+RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads,
+                                 int kv_heads, int head_size, int layer, double std, bool qkv_bias,
+                                 bool o_bias)
     : reg_(&reg),
       qkv_buf_(prefix + ".qkv"),
       y_buf_(prefix + ".y"),
@@ -331,13 +332,13 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
       kv_heads_(kv_heads / reg.tp.size),
       hs_(head_size),
       layer_(layer),
-      q_(reg, prefix + ".q_proj", dim, heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
-         Parallel::Column),
-      k_(reg, prefix + ".k_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
-         Parallel::Column),
-      v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, false, {Init::Normal, std}, layer,
-         Parallel::Column),
-      o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, false, {Init::Normal, std}, layer,
+      q_(reg, prefix + ".q_proj", dim, heads * head_size, WLayout::OutIn, qkv_bias, {Init::Normal, std},
+         layer, Parallel::Column),
+      k_(reg, prefix + ".k_proj", dim, kv_heads * head_size, WLayout::OutIn, qkv_bias, {Init::Normal, std},
+         layer, Parallel::Column),
+      v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, qkv_bias, {Init::Normal, std},
+         layer, Parallel::Column),
+      o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, o_bias, {Init::Normal, std}, layer,
          Parallel::Row) {}
 
 void RotaryAttention::plan(ActPlan& plan) const {
@@ -403,17 +404,19 @@ void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in
 
 // ---- GatedMlp -----------------------------------------------------------------------------------------
 
-GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std)
+GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
+                   bool bias)
     : reg_(&reg),
       gate_buf_(prefix + ".gate"),
       up_buf_(prefix + ".up"),
       act_buf_(prefix + ".act"),
       dim_(dim),
       hidden_(hidden / reg.tp.size),  // this rank's columns
-      gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer,
+      gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, bias, {Init::Normal, std}, layer,
             Parallel::Column),
-      up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, false, {Init::Normal, std}, layer, Parallel::Column),
-      down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, false, {Init::Normal, std}, layer,
+      up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, bias, {Init::Normal, std}, layer,
+          Parallel::Column),
+      down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, bias, {Init::Normal, std}, layer,
             Parallel::Row) {}
 
 void GatedMlp::plan(ActPlan& plan) const {

@@ -204,14 +204,14 @@ private:
 // Rotary frequencies of a head size: inv_freq[i] = theta^(-2i/HS), with Llama 3.1's or linear scaling.
 std::vector<float> rope_inv_freq(int head_size, double theta, const RopeScaling& scaling);
 
-// Llama's attention: separate q, k, v projections (nn.Linear, no bias), rotary positions on q and k,
-// grouped-query heads (kv_heads key/value heads shared by heads / kv_heads query heads each; the KV cache
-// holds kv_heads), an output projection.
+// Llama's attention: separate q, k, v projections (nn.Linear; biases on q, k and v in Qwen2, on all four with
+// Llama's attention_bias), rotary positions on q and k, grouped-query heads (kv_heads key/value heads shared
+// by heads / kv_heads query heads each; the KV cache holds kv_heads), an output projection.
 class RotaryAttention {
 public:
     RotaryAttention() = default;
-    RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int kv_heads, int head_size,
-                    int layer, double std);
+    RotaryAttention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int kv_heads,
+                    int head_size, int layer, double std, bool qkv_bias = false, bool o_bias = false);
     void set_rope(Tensor inv_freq) { inv_freq_ = inv_freq; }
     std::vector<Linear*> linears() { return {&q_, &k_, &v_, &o_}; }
     void plan(ActPlan& plan) const;
@@ -226,11 +226,12 @@ private:
     Tensor inv_freq_;
 };
 
-// Llama's MLP: down(silu(gate(x)) * up(x)), nn.Linear, no bias.
+// Llama's MLP: down(silu(gate(x)) * up(x)), nn.Linear, biases only with Llama's mlp_bias.
 class GatedMlp {
 public:
     GatedMlp() = default;
-    GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std);
+    GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
+             bool bias = false);
     std::vector<Linear*> linears() { return {&gate_, &up_, &down_}; }
     void plan(ActPlan& plan) const;
     void forward(const Pass& p, Tensor out, Tensor in) const;

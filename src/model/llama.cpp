@@ -15,6 +15,13 @@ std::string layer_prefix(int l) {
 
 // ---- config.json --------------------------------------------------------------------------------------
 
+// transformers' class for each model_type of the family
+const char* architecture(const std::string& type) {
+    return type == "mistral" ? "MistralForCausalLM"
+           : type == "qwen2" ? "Qwen2ForCausalLM"
+                             : "LlamaForCausalLM";
+}
+
 nlohmann::json to_hf(const ModelConfig& c) {
     nlohmann::json scaling = nullptr;
     if (c.rope_scaling.type == "llama3")
@@ -25,9 +32,9 @@ nlohmann::json to_hf(const ModelConfig& c) {
                    {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
     else if (c.rope_scaling.type == "linear")
         scaling = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
-    return {
-        {"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
+    nlohmann::json j = {
+        {"architectures", {architecture(c.model_type)}},
+        {"model_type", c.model_type},
         {"hidden_size", c.n_embd},
         {"intermediate_size", c.ffn()},
         {"num_hidden_layers", c.n_layer},
@@ -35,20 +42,29 @@ nlohmann::json to_hf(const ModelConfig& c) {
         {"num_key_value_heads", c.kv_heads()},
         {"head_dim", c.head_size()},
         {"hidden_act", "silu"},
-        {"max_position_embeddings", c.n_ctx},
+        {"max_position_embeddings", c.hf_max_positions > 0 ? c.hf_max_positions : c.n_ctx},
         {"rms_norm_eps", c.norm_eps},
         {"rope_theta", c.rope_theta},
         {"rope_scaling", scaling},
         {"vocab_size", c.vocab_size},
         {"tie_word_embeddings", c.tie_embeddings},
-        {"attention_bias", false},
         {"attention_dropout", 0.0},
-        {"mlp_bias", false},
         {"initializer_range", kStd},
-        {"pretraining_tp", 1},
         {"use_cache", true},
         {"torch_dtype", "float32"},
     };
+    if (c.model_type == "llama") {
+        j["attention_bias"] = c.qkv_bias;
+        j["mlp_bias"] = c.mlp_bias;
+        j["pretraining_tp"] = 1;
+    } else if (c.model_type == "mistral") {
+        j["sliding_window"] = c.hf_max_positions > 0 ? nlohmann::json(c.n_ctx) : nlohmann::json(nullptr);
+    } else {  // qwen2: q, k and v always have biases
+        j["use_sliding_window"] = false;
+        j["sliding_window"] = nullptr;
+        j["max_window_layers"] = c.n_layer;
+    }
+    return j;
 }
 
 int get_int(const nlohmann::json& j, const char* key, const std::string& path) {
@@ -89,6 +105,7 @@ RopeScaling rope_scaling(const nlohmann::json& j, const char* key, const std::st
     return s;
 }
 
+// The keys every family of the Llama layout has.
 ModelConfig from_hf(const nlohmann::json& j, const std::string& path) {
     ModelConfig c;
     c.model_type = "llama";
@@ -116,14 +133,64 @@ ModelConfig from_hf(const nlohmann::json& j, const std::string& path) {
     c.rope_scaling = rope_scaling(j, v5 ? "rope_parameters" : "rope_scaling", path);
     const std::string act = j.value("hidden_act", std::string("silu"));
     ANVIL_CHECK(act == "silu", "{}: hidden_act \"{}\" is not supported; Llama's MLP uses silu", path, act);
-    for (const char* k : {"attention_bias", "mlp_bias"})
-        ANVIL_CHECK(!j.value(k, false), "{}: \"{}\": true is not supported; anvil's Llama has no biases", path, k);
+    return c;
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, const std::string& path) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    ANVIL_CHECK(j[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", path, key, j[key].dump());
+    return j[key].get<bool>();
+}
+
+// The window, or 0 when there is none (null, absent, or off).
+int sliding_window(const nlohmann::json& j, const std::string& path) {
+    if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return 0;
+    return get_int(j, "sliding_window", path);
+}
+
+ModelConfig llama_from_hf(const nlohmann::json& j, const std::string& path) {
+    ModelConfig c = from_hf(j, path);
+    c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", path);
+    c.mlp_bias = get_bool(j, "mlp_bias", path);
+    return c;
+}
+
+// Mistral: Llama's layout, no biases, and (Mistral 7B v0.1) attention over a sliding window of the last
+// sliding_window positions. Within the window that is ordinary causal attention, so a shorter window is
+// the context anvil runs the model with.
+ModelConfig mistral_from_hf(const nlohmann::json& j, const std::string& path) {
+    ModelConfig c = from_hf(j, path);
+    c.model_type = "mistral";
+    const int w = sliding_window(j, path);
+    if (w > 0 && w < c.n_ctx) {
+        c.hf_max_positions = c.n_ctx;
+        c.n_ctx = w;
+    }
+    return c;
+}
+
+// Qwen2: Llama's layout with biases on q, k and v.
+void qwen2_new(ModelConfig& c) {
+    c.qkv_bias = true;
+}
+
+ModelConfig qwen2_from_hf(const nlohmann::json& j, const std::string& path) {
+    ModelConfig c = from_hf(j, path);
+    c.model_type = "qwen2";
+    ANVIL_CHECK(
+        !get_bool(j, "use_sliding_window", path),
+        "{}: \"use_sliding_window\": true is not supported (anvil attends to every earlier position in "
+        "every layer); set it to false, as the released Qwen2 and Qwen2.5 models have it",
+        path);
+    c.qkv_bias = true;
     return c;
 }
 
 int64_t num_params(const ModelConfig& c) {
     const int64_t C = c.n_embd, QC = int64_t(c.n_head) * c.head_size(), KC = int64_t(c.kv_heads()) * c.head_size();
-    const int64_t per_layer = 2 * C + C * QC + 2 * C * KC + QC * C + 3 * C * c.ffn();
+    const int64_t per_layer = 2 * C + C * QC + 2 * C * KC + QC * C + 3 * C * c.ffn() +
+                              (c.qkv_bias ? QC + 2 * KC : 0) + (c.o_bias ? C : 0) +
+                              (c.mlp_bias ? 2 * c.ffn() + C : 0);
     return int64_t(c.vocab_size) * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * per_layer + C;
 }
 
@@ -137,8 +204,29 @@ std::unique_ptr<Model> make(Backend& be, const ModelConfig& c, const ModelOption
 
 }  // namespace
 
-// PEFT's default targets for Llama: the query and value projections
-const ModelFamily kLlamaFamily = {"llama", from_hf, to_hf, num_params, position_params, make, "q_proj,v_proj"};
+// PEFT's default targets for all three: the query and value projections
+const ModelFamily kLlamaFamily = {.model_type = "llama",
+                                  .from_hf = llama_from_hf,
+                                  .to_hf = to_hf,
+                                  .num_params = num_params,
+                                  .position_params = position_params,
+                                  .make = make,
+                                  .default_lora_targets = "q_proj,v_proj"};
+const ModelFamily kMistralFamily = {.model_type = "mistral",
+                                    .from_hf = mistral_from_hf,
+                                    .to_hf = to_hf,
+                                    .num_params = num_params,
+                                    .position_params = position_params,
+                                    .make = make,
+                                    .default_lora_targets = "q_proj,v_proj"};
+const ModelFamily kQwen2Family = {.model_type = "qwen2",
+                                  .from_hf = qwen2_from_hf,
+                                  .to_hf = to_hf,
+                                  .num_params = num_params,
+                                  .position_params = position_params,
+                                  .make = make,
+                                  .default_lora_targets = "q_proj,v_proj",
+                                  .new_model = qwen2_new};
 
 // ---- the model ----------------------------------------------------------------------------------------
 
@@ -151,11 +239,13 @@ LlamaModel::LlamaModel(Backend& be, const ModelConfig& c, const ModelOptions& o)
             h, c.n_embd, reg_.dtype,
             [&] { return Norm(reg_, h + ".input_layernorm", c.n_embd, l, true, NormKind::Rms, eps); },
             [&] {
-                return RotaryAttention(reg_, h + ".self_attn", c.n_embd, c.n_head, c.kv_heads(), c.head_size(), l,
-                                       kStd);
+                return RotaryAttention(reg_, h + ".self_attn", c.n_embd, c.n_head, c.kv_heads(),
+                                       c.head_size(), l, kStd, c.qkv_bias, c.o_bias);
             },
-            [&] { return Norm(reg_, h + ".post_attention_layernorm", c.n_embd, l, true, NormKind::Rms, eps); },
-            [&] { return GatedMlp(reg_, h + ".mlp", c.n_embd, c.ffn(), l, kStd); }));
+            [&] {
+                return Norm(reg_, h + ".post_attention_layernorm", c.n_embd, l, true, NormKind::Rms, eps);
+            },
+            [&] { return GatedMlp(reg_, h + ".mlp", c.n_embd, c.ffn(), l, kStd, c.mlp_bias); }));
     }
     norm_ = Norm(reg_, "model.norm", c.n_embd, -1, false, NormKind::Rms, float(c.norm_eps));
     lm_head_ = c.tie_embeddings ? Linear::tied(reg_, emb_.token_weight(), WLayout::OutIn, emb_.token_scale())

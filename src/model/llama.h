@@ -1,8 +1,8 @@
-// Llama (and the models that share its layout: Mistral, TinyLlama, SmolLM): token embeddings, pre-RMSNorm
-// blocks (rotary grouped-query attention, then a SwiGLU MLP), a final RMSNorm and an output layer, tied to the
-// embedding only with tie_word_embeddings. Hugging Face's LlamaForCausalLM names and layouts (nn.Linear weights
-// are (out, in)). The second family on the model seam (model.h): the trainer, evaluation, generation, LoRA
-// and checkpoints are the ones GPT-2 uses.
+// Llama (and the models that share its layout: Mistral, Qwen2, TinyLlama, SmolLM): token embeddings,
+// pre-RMSNorm blocks (rotary grouped-query attention, then a SwiGLU MLP), a final RMSNorm and an output
+// layer, tied to the embedding only with tie_word_embeddings. Hugging Face's LlamaForCausalLM names and
+// layouts (nn.Linear weights are (out, in)). The second family on the model seam (model.h): the trainer,
+// evaluation, generation, LoRA and checkpoints are the ones GPT-2 uses.
 #pragma once
 
 #include <vector>
@@ -11,7 +11,9 @@
 
 namespace anvil {
 
-extern const ModelFamily kLlamaFamily;
+extern const ModelFamily kLlamaFamily;    // model_type "llama"
+extern const ModelFamily kMistralFamily;  // "mistral": the same layout (a sliding window becomes the context)
+extern const ModelFamily kQwen2Family;    // "qwen2": the same layout with biases on q, k and v
 
 // x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).
 using LlamaBlock = PreNormBlock<RotaryAttention, GatedMlp>;

@@ -8,7 +8,7 @@
 namespace anvil {
 
 namespace {
-const ModelFamily* const kFamilies[] = {&kGpt2Family, &kLlamaFamily};
+const ModelFamily* const kFamilies[] = {&kGpt2Family, &kLlamaFamily, &kMistralFamily, &kQwen2Family};
 }
 
 const ModelFamily* find_model_family(const std::string& model_type) {

@@ -164,6 +164,7 @@ struct ModelFamily {
     int64_t (*position_params)(const ModelConfig& c);  // learned position tables (left out of FLOPs)
     std::unique_ptr<Model> (*make)(Backend& be, const ModelConfig& c, const ModelOptions& o);
     const char* default_lora_targets;  // PEFT's default target_modules for the family
+    void (*new_model)(ModelConfig& c) = nullptr;  // what the family sets in a model made from flags (--arch)
 };
 const ModelFamily* find_model_family(const std::string& model_type);  // nullptr when unknown
 const ModelFamily& model_family(const std::string& model_type);       // throws when unknown

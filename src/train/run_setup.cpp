@@ -206,6 +206,7 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
         c.norm_eps = o.norm_eps > 0 ? o.norm_eps : 1e-6;
         c.tie_embeddings = o.tie_embeddings;
     }
+    if (const auto set = model_family(o.arch).new_model) set(c);
     c.n_layer = o.layers;
     c.n_head = o.heads;
     c.n_embd = o.dim;
@@ -228,9 +229,11 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
 
 void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok) {
     if (o.seq <= 0) o.seq = cfg.n_ctx;
-    ANVIL_CHECK(o.seq <= cfg.n_ctx,
-                "--seq {}: longer than the model's context of {} tokens; use --seq {} or less", o.seq,
-                cfg.n_ctx, cfg.n_ctx);
+    ANVIL_CHECK(
+        o.seq <= cfg.n_ctx, "--seq {}: longer than the model's context of {} tokens{}; use --seq {} or less",
+        o.seq, cfg.n_ctx,
+        cfg.hf_max_positions > 0 ? " (its sliding window: anvil runs a Mistral within its window)" : "",
+        cfg.n_ctx);
     ANVIL_CHECK(tok.vocab_size() <= cfg.vocab_size,
                 "the tokenizer has {} ids but the model's vocabulary is {}; use the tokenizer the model was "
                 "trained with",

@@ -2,7 +2,10 @@
 """The Llama family from the command line: a new model (--arch llama with grouped-query attention) trains,
 resumes bit for bit, evaluates and generates; LoRA on it writes PEFT's names with fan_in_fan_out false; models
 are written sharded (--max-shard-size) and in bf16 (lora merge --dtype) and read back; and every bad config,
-shard index or flag is a one-line error naming the file and the key."""
+shard index or flag is a one-line error naming the file and the key. The relatives in the same layout: a new
+--arch qwen2 (biases on q, k, v) writes Qwen2ForCausalLM's config and bias tensors and loads back; a Mistral
+config whose sliding_window is shorter than max_position_embeddings runs with the window as its context, says
+so, and is written back as it came."""
 import json
 import os
 import shutil
@@ -138,7 +141,7 @@ def main():
         bad_config("rope_yarn", lambda c, _: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
                    ["config.json", "yarn", "llama3"])
         bad_config("act", lambda c, _: c.update(hidden_act="gelu"), ["config.json", "hidden_act", "gelu"])
-        bad_config("bias", lambda c, _: c.update(attention_bias=True), ["config.json", "attention_bias"])
+        bad_config("bias", lambda c, _: c.update(attention_bias=True), ["q_proj.bias", "missing"])
         bad_config("wrong_shape", lambda c, _: c.update(intermediate_size=96), ["gate_proj", "shape"])
         shutil.copytree(os.path.join(a, "final"), os.path.join(d, "control"))
         r = run(["eval", "--model", os.path.join(d, "control"), "--data", data, "--threads", "2"])
@@ -193,6 +196,39 @@ def main():
                                              "invert": False},
                                             {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}},
                       ["tokenizer.json", "does not compile"])
+
+        # 6. the relatives: Qwen2 (q, k, v biases), Mistral (a sliding window shorter than the positions)
+        q = os.path.join(d, "qwen2")
+        r = run(["train", *[x if x != "llama" else "qwen2" for x in LLAMA], "--data", data, "--steps", "4",
+                 "--out", q], check=True)
+        qc = json.load(open(os.path.join(q, "final", "config.json")))
+        qh = header(os.path.join(q, "final", "model.safetensors"))
+        check(qc["model_type"] == "qwen2" and qc["architectures"] == ["Qwen2ForCausalLM"] and
+              qc["use_sliding_window"] is False and qh.get("model.layers.1.self_attn.k_proj.bias", {}).get("shape") ==
+              [16] and "model.layers.0.self_attn.q_proj.bias" in qh and "model.layers.0.self_attn.o_proj.bias" not in qh
+              and "biases on q, k and v" in r.stderr,
+              "--arch qwen2: a Qwen2ForCausalLM config.json and biases on q, k and v (not o)", f)
+        check(0 < eval_loss(os.path.join(q, "final"), data) < 6, "the Qwen2 checkpoint loads back (anvil eval)", f)
+        m = os.path.join(d, "mistral")
+        shutil.copytree(os.path.join(a, "final"), m)
+        mc = json.load(open(os.path.join(m, "config.json")))
+        mc.update(model_type="mistral", architectures=["MistralForCausalLM"], max_position_embeddings=64,
+                  sliding_window=16)
+        for k in ("attention_bias", "mlp_bias", "pretraining_tp"):
+            mc.pop(k, None)
+        json.dump(mc, open(os.path.join(m, "config.json"), "w"))
+        r = run(["train", "--init", m, "--data", data, "--steps", "2", "--seq", "32", "--threads", "2",
+                 "--out", os.path.join(d, "mx")])
+        one_line_error(r, ["--seq 32", "context of 16"], "Mistral: --seq past the sliding window", f)
+        mo = os.path.join(d, "mo")
+        r = run(["train", "--init", m, "--data", data, "--steps", "2", "--seq", "16", "--threads", "2", "--out", mo],
+                check=True)
+        back = json.load(open(os.path.join(mo, "final", "config.json")))
+        check(back["model_type"] == "mistral" and back["max_position_embeddings"] == 64 and
+              back["sliding_window"] == 16 and "sliding window" in r.stderr,
+              "Mistral's sliding window of 16 is the context, said at start, and written back as it came", f)
+        bad_config("qwen2_sliding", lambda c, _: c.update(model_type="qwen2", use_sliding_window=True),
+                   ["config.json", "use_sliding_window"])
     return report(f, "PASSED: Llama from the command line")
 
 

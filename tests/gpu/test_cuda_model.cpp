@@ -22,11 +22,12 @@ ModelConfig small(const std::string& family = "gpt2") {
     c.n_embd = 64;
     c.n_ctx = 64;
     c.vocab_size = 96;
-    if (family == "llama") {
+    if (family != "gpt2") {  // llama, or qwen2: llama with biases on q, k and v
         c.n_kv_head = 2;
         c.ffn_dim = 160;
         c.norm_eps = 1e-6;
         c.tie_embeddings = false;
+        c.qkv_bias = family == "qwen2";
     }
     return c;
 }
@@ -138,7 +139,7 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Attention, CudaModelAttention,
                          ::testing::Combine(::testing::Values(AttentionImpl::Gemm, AttentionImpl::Flash),
-                                            ::testing::Values("gpt2", "llama")),
+                                            ::testing::Values("gpt2", "llama", "qwen2")),
                          [](const auto& p) {
                              return std::string(std::get<0>(p.param) == AttentionImpl::Gemm ? "gemm_"
                                                                                             : "flash_") +

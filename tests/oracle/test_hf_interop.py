@@ -10,7 +10,10 @@ machine has them; elsewhere this test skips with a notice, exit 77):
      transformers.LlamaForCausalLM.from_pretrained, logits within 1e-4; its bf16 copy (lora merge --dtype bf16)
      loads too;
   6. a LlamaForCausalLM checkpoint transformers saved (random init) gives anvil the same logits and trains;
-  7. an anvil LoRA adapter on that Llama loads with peft, logits within 1e-4.
+  7. an anvil LoRA adapter on that Llama loads with peft, logits within 1e-4;
+  8. the relatives: an anvil Qwen2 (--arch qwen2) loads with AutoModelForCausalLM (Qwen2ForCausalLM), and
+     Qwen2 and Mistral (sliding_window shorter than max_position_embeddings) checkpoints transformers saved,
+     biases made non-zero, give anvil the same logits.
 """
 import json
 import os
@@ -96,6 +99,36 @@ def llama(tmp, data, failures):
         failures.append(f"anvil could not train from the transformers Llama checkpoint: {r.stderr[-300:]}")
 
 
+def relatives(tmp, data, failures):
+    common = ["--data", data, "--threads", "2", "--vocab", "257", "--seq", "64"]
+    run = os.path.join(tmp, "qwen2")
+    subprocess.run([ANVIL, "train", *common, "--arch", "qwen2", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                    "--dim", "64", "--out", run, "--steps", "10"], check=True, capture_output=True)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(run, "final")).float().eval()
+    if type(hf).__name__ != "Qwen2ForCausalLM":
+        failures.append(f"anvil's qwen2 config.json loads as {type(hf).__name__}, not Qwen2ForCausalLM")
+    compare(anvil_logits(os.path.join(run, "final")), hf_logits(hf), "anvil Qwen2 checkpoint in transformers",
+            failures)
+    configs = {
+        "qwen2": transformers.Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                          vocab_size=257, tie_word_embeddings=True, use_sliding_window=False),
+        "mistral": transformers.MistralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2,
+                                              max_position_embeddings=64, sliding_window=32, vocab_size=257),
+    }
+    for name, cfg in configs.items():
+        fresh = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+        with torch.no_grad():  # transformers starts biases at zero: give them values to carry
+            for n, t in fresh.named_parameters():
+                if n.endswith(".bias"):
+                    t.copy_(0.1 * torch.randn_like(t))
+        d = os.path.join(tmp, "hf_" + name)
+        fresh.save_pretrained(d, safe_serialization=True)
+        compare(anvil_logits(d), hf_logits(fresh), f"transformers {type(fresh).__name__} checkpoint in anvil",
+                failures)
+
+
 def main():
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +171,7 @@ def main():
         pm2.save_pretrained(peft_dir)
         compare(anvil_logits(base, peft_dir), hf_logits(pm2.eval()), "peft adapter in anvil", failures)
         llama(tmp, data, failures)
+        relatives(tmp, data, failures)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -9,7 +9,11 @@ model-00002-of-00002.safetensors (BF16, values already representable) with model
 
   1. step 0: the loss and every gradient (anvil_grad_dump), within 1e-5 relative (gradients: per tensor, in norm);
   2. `anvil train --init DIR` for 10 AdamW steps, every loss within 1e-4 relative;
-  3. the same two checks for a LoRA run on it (PEFT's names, fan_in_fan_out false, all seven projections).
+  3. the same two checks for a LoRA run on it (PEFT's names, fan_in_fan_out false, all seven projections);
+  4. the relatives in the same layout: Qwen2 (model_type qwen2, biases on q, k and v; also with LoRA), Llama
+     with attention_bias and mlp_bias (biases on all seven projections), and Mistral whose sliding_window is
+     shorter than max_position_embeddings (anvil runs it with the window as its context; the sequences here
+     fill the window, where sliding-window attention is plain causal attention).
 
 Skips (exit 77) without torch.
 """
@@ -30,17 +34,32 @@ PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pr
 
 
 class Cfg:
-    def __init__(self, L=2, NH=4, KVH=2, C=32, FF=80, NCTX=64, theta=10000.0, eps=1e-6, tied=False, scaling=None):
+    """kind: llama (bias: attention_bias and mlp_bias), qwen2 (biases on q, k, v) or mistral (window: a
+    sliding_window shorter than NCTX)."""
+
+    def __init__(self, L=2, NH=4, KVH=2, C=32, FF=80, NCTX=64, theta=10000.0, eps=1e-6, tied=False, scaling=None,
+                 kind="llama", bias=False, window=None):
         self.L, self.NH, self.KVH, self.C, self.FF, self.NCTX = L, NH, KVH, C, FF, NCTX
         self.HS = C // NH
         self.theta, self.eps, self.tied, self.scaling = theta, eps, tied, scaling
+        self.kind, self.window = kind, window
+        self.qkv_bias = kind == "qwen2" or bias
+        self.o_bias = self.mlp_bias = bias
 
     def hf(self):
-        return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": self.C,
-                "intermediate_size": self.FF, "num_hidden_layers": self.L, "num_attention_heads": self.NH,
-                "num_key_value_heads": self.KVH, "max_position_embeddings": self.NCTX, "rms_norm_eps": self.eps,
-                "rope_theta": self.theta, "rope_scaling": self.scaling, "vocab_size": V,
-                "tie_word_embeddings": self.tied, "hidden_act": "silu", "anvil_tokenizer": "byte"}
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}[self.kind]
+        j = {"model_type": self.kind, "architectures": [arch], "hidden_size": self.C,
+             "intermediate_size": self.FF, "num_hidden_layers": self.L, "num_attention_heads": self.NH,
+             "num_key_value_heads": self.KVH, "max_position_embeddings": self.NCTX, "rms_norm_eps": self.eps,
+             "rope_theta": self.theta, "rope_scaling": self.scaling, "vocab_size": V,
+             "tie_word_embeddings": self.tied, "hidden_act": "silu", "anvil_tokenizer": "byte"}
+        if self.kind == "llama":
+            j["attention_bias"] = j["mlp_bias"] = self.o_bias
+        elif self.kind == "qwen2":
+            j.update({"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": self.L})
+        else:
+            j["sliding_window"] = self.window
+        return j
 
 
 def shapes(c):
@@ -56,6 +75,16 @@ def shapes(c):
         s[h + "mlp.gate_proj.weight"] = (c.FF, c.C)
         s[h + "mlp.up_proj.weight"] = (c.FF, c.C)
         s[h + "mlp.down_proj.weight"] = (c.C, c.FF)
+        if c.qkv_bias:
+            s[h + "self_attn.q_proj.bias"] = (c.NH * c.HS,)
+            s[h + "self_attn.k_proj.bias"] = (c.KVH * c.HS,)
+            s[h + "self_attn.v_proj.bias"] = (c.KVH * c.HS,)
+        if c.o_bias:
+            s[h + "self_attn.o_proj.bias"] = (c.C,)
+        if c.mlp_bias:
+            s[h + "mlp.gate_proj.bias"] = (c.FF,)
+            s[h + "mlp.up_proj.bias"] = (c.FF,)
+            s[h + "mlp.down_proj.bias"] = (c.C,)
     if not c.tied:
         s["lm_head.weight"] = (V, c.C)
     return s
@@ -126,6 +155,8 @@ def forward(c, p, idx, lora=None):
 
     def linear(x, name):
         y = x @ p[name + ".weight"].T
+        if name + ".bias" in p:
+            y = y + p[name + ".bias"]
         if name in lora:
             a, b, s = lora[name]
             y = y + s * ((x @ a.T) @ b.T)
@@ -301,6 +332,14 @@ def main():
         failures += full_scenario(tmp, "mha-tied", Cfg(KVH=4, tied=True), inst, o.stream_from_jsonl(inst), B=3, T=48,
                                   accum=2, extra=("--template", "compact"))
         failures += lora_scenario(tmp, "lora", Cfg(KVH=1), text, stream)
+        # the relatives: Qwen2 (q, k, v biases, tied head as Qwen2.5's small models), Llama with every bias, a
+        # Mistral whose 32-position sliding window is the context (T = 32 fills it)
+        failures += full_scenario(tmp, "qwen2", Cfg(kind="qwen2", tied=True, theta=1000000.0), text, stream, B=4,
+                                  T=32, accum=2)
+        failures += full_scenario(tmp, "llama-bias", Cfg(bias=True), text, stream, B=3, T=24, accum=1)
+        failures += full_scenario(tmp, "mistral-window", Cfg(kind="mistral", window=32), text, stream, B=3, T=32,
+                                  accum=1)
+        failures += lora_scenario(tmp, "qwen2-lora", Cfg(kind="qwen2", KVH=1), text, stream)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace anvil::test {
 
@@ -49,6 +50,16 @@ inline std::vector<float> download(Backend& be, const Tensor& t) {
 
 // Seed for this test run: fresh each run unless ANVIL_TEST_SEED is set; printed on failure by callers.
 uint64_t test_seed();
+
+// The message of the anvil::Error f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
 
 inline std::vector<float> randn(std::mt19937_64& g, size_t n, float scale = 1.0f) {
     std::normal_distribution<float> d(0.0f, scale);

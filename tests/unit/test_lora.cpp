@@ -36,15 +36,6 @@ std::string tmpdir(const std::string& name) {
     return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
 // The adapters' gradients (A and B of every targeted layer, B made non-zero) against finite differences.
 TEST(Lora, AdapterGradientsMatchFiniteDifferences) {
     for (float dropout : {0.0f, 0.25f}) {

@@ -365,6 +365,66 @@ TEST(Llama, GradientMatchesFiniteDifferences) {
         run.shake(test_seed() + 1, 0.2f);
         run.check_gradients(test_seed() + 2);
     }
+    // with biases on every projection (Llama's attention_bias and mlp_bias; Qwen2 has those of q, k and v)
+    ModelConfig biased = tiny_llama(false);
+    biased.qkv_bias = biased.o_bias = biased.mlp_bias = true;
+    TinyRun run(test_seed(), {}, biased);
+    run.shake(test_seed() + 1, 0.2f);
+    run.check_gradients(test_seed() + 2);
+}
+
+// The families in Llama's layout: Qwen2 (q, k, v biases) and Mistral (a sliding window shorter than the
+// positions becomes the context) read and write their config.json, and their parameters follow transformers.
+TEST(Llama, RelativesFollowTransformers) {
+    auto be = make_backend({Device::CPU, 1, 0});
+    ModelConfig qwen = tiny_llama(true);
+    qwen.model_type = "qwen2";
+    qwen.qkv_bias = true;
+    nlohmann::json j = config_to_hf_json(qwen, {});
+    EXPECT_EQ(j["architectures"][0], "Qwen2ForCausalLM");
+    EXPECT_EQ(j["use_sliding_window"], false);
+    j.erase("attention_bias");  // Qwen2's biases come with the model type, not a key
+    const ModelConfig qback = config_from_hf_json(j, "config.json");
+    EXPECT_TRUE(qback.same_shape(qwen)) << qback.str();
+    auto qm = make_model(*be, qback);
+    const ParamStore& qs = qm->params();
+    EXPECT_EQ(qs.numel(), qback.num_params());
+    EXPECT_NE(qs.find("model.layers.1.self_attn.v_proj.bias"), ParamStore::npos);
+    EXPECT_EQ(qs.spec(qs.find("model.layers.1.self_attn.v_proj.bias")).shape, (Shape{4}));
+    EXPECT_EQ(qs.find("model.layers.1.self_attn.o_proj.bias"), ParamStore::npos);
+    EXPECT_FALSE(qs.spec(qs.find("model.layers.0.self_attn.q_proj.bias")).decay)
+        << "biases take no weight decay";
+    j["use_sliding_window"] = true;
+    EXPECT_NE(error_of([&] { config_from_hf_json(j, "config.json"); }).find("use_sliding_window"),
+              std::string::npos);
+
+    ModelConfig llama = tiny_llama(false);
+    nlohmann::json lj = config_to_hf_json(llama, {});
+    lj["attention_bias"] = lj["mlp_bias"] = true;
+    const ModelConfig biased = config_from_hf_json(lj, "config.json");
+    EXPECT_TRUE(biased.qkv_bias && biased.o_bias && biased.mlp_bias);
+    auto bm = make_model(*be, biased);
+    EXPECT_EQ(bm->params().numel(), biased.num_params());
+    EXPECT_NE(bm->params().find("model.layers.0.mlp.down_proj.bias"), ParamStore::npos);
+    EXPECT_TRUE(config_from_hf_json(config_to_hf_json(biased, {}), "config.json").same_shape(biased));
+
+    ModelConfig mistral = tiny_llama(false);
+    mistral.model_type = "mistral";
+    nlohmann::json mj = config_to_hf_json(mistral, {});
+    EXPECT_EQ(mj["architectures"][0], "MistralForCausalLM");
+    EXPECT_TRUE(mj["sliding_window"].is_null());
+    mj["max_position_embeddings"] = 64;
+    for (const auto& [window, ctx] :
+         std::vector<std::pair<nlohmann::json, int>>{{nullptr, 64}, {64, 64}, {4096, 64}, {16, 16}}) {
+        mj["sliding_window"] = window;
+        const ModelConfig m = config_from_hf_json(mj, "config.json");
+        EXPECT_EQ(m.n_ctx, ctx) << "sliding_window " << window.dump();
+        const nlohmann::json out = config_to_hf_json(m, {});
+        EXPECT_EQ(out["max_position_embeddings"], 64) << "sliding_window " << window.dump();
+        if (ctx == 16) {
+            EXPECT_EQ(out["sliding_window"], 16);
+        }
+    }
 }
 
 TEST(Llama, ParamStoreFollowsTransformers) {

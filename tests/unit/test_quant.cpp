@@ -116,14 +116,6 @@ TEST(Int8, DirectoryRoundTripsAndMismatchesAreClearErrors) {
     for (size_t i = 0; i < m->params().size(); i++)
         EXPECT_EQ(m->params().read_f32(i), q.model->params().read_f32(i)) << m->params().spec(i).name;
 
-    const auto error_of = [](const std::function<void()>& fn) -> std::string {
-        try {
-            fn();
-        } catch (const Error& e) {
-            return e.what();
-        }
-        return "(no error)";
-    };
     // int8 tensors under a float config
     auto plain = make_model(*q.be, tiny());
     const std::string e0 = error_of([&] { load_model_weights(dir, *plain); });

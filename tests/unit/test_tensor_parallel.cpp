@@ -116,6 +116,14 @@ TEST(TensorParallel, LlamaWithGqaPiecesEqualTheWholeModel) {
     check_split_model(tiny_llama(), "self_attn.k_proj.weight");
 }
 
+// Biases on every projection (Llama's attention_bias and mlp_bias): q/k/v/gate/up's split with their columns,
+// o/down's whole, added once.
+TEST(TensorParallel, LlamaWithBiasesPiecesEqualTheWholeModel) {
+    ModelConfig c = tiny_llama();
+    c.qkv_bias = c.o_bias = c.mlp_bias = true;
+    check_split_model(c, "self_attn.k_proj.bias");
+}
+
 TEST(TensorParallel, RefusesShapesThatDoNotSplit) {
     auto be = make_backend({Device::CPU, 1, 0});
     SharedSum shared(3);
