@@ -191,7 +191,10 @@ Command add_generate(CLI::App& app) {
             }
             return finish();
         }
-        std::fprintf(stderr, "anvil: chat template %s\n", template_name(l.prompt));
+        std::string note;  // the tokenizer's system message, where chatml puts it first (Qwen's)
+        if (l.prompt == PromptTemplate::ChatML && o->system.empty() && !tok.default_system().empty())
+            note = fmt::format(" (system message the tokenizer's: \"{}\")", tok.default_system());
+        std::fprintf(stderr, "anvil: chat template %s%s\n", template_name(l.prompt), note.c_str());
         Example conv;
         if (!o->system.empty()) conv.messages.push_back({Role::System, o->system});
         const bool tty = isatty(fileno(stdin)) && o->prompt.empty();

@@ -283,6 +283,40 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
     return s;
 }
 
+// The literal system message a ChatML chat_template writes when the conversation has none: the text between
+// "<|im_start|>system\n" and "<|im_end|>" inside one string literal of the Jinja source, its escapes undone;
+// "" when the template has no such literal (or is not ChatML).
+std::string chatml_default_system(const nlohmann::json& cfg) {
+    std::string tmpl;
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
+        tmpl = cfg["chat_template"].get<std::string>();
+    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {  // [{name, template}]
+        for (const auto& t : cfg["chat_template"])
+            if (t.is_object() && t.value("name", std::string()) == "default")
+                tmpl = t.value("template", std::string());
+    }
+    constexpr std::string_view open = "<|im_start|>system\\n", close = "<|im_end|>";
+    for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
+        const size_t from = at + open.size(), to = tmpl.find(close, from);
+        if (to == std::string::npos) break;
+        const std::string_view lit = std::string_view(tmpl).substr(from, to - from);
+        std::string out;
+        bool literal = !lit.empty();
+        for (size_t i = 0; i < lit.size() && literal; i++) {
+            if (lit[i] == '\\' && i + 1 < lit.size()) {
+                const char c = lit[++i];
+                out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+            } else {
+                // a quote ends the literal, a brace starts an expression
+                literal = std::string_view("'\"{}").find(lit[i]) == std::string_view::npos;
+                out += lit[i];
+            }
+        }
+        if (literal) return out;
+    }
+    return {};
+}
+
 // tokenizer_config.json's token: "text" or {"content": "text", ...}.
 std::string config_token(const nlohmann::json& c, const char* key) {
     if (!c.contains(key)) return {};
@@ -350,6 +384,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
                 path);
     ANVIL_CHECK(eos_text.empty() || eos >= 0, "{}: eos_token \"{}\" is not a token of {}", cfg_path, eos_text,
                 path);
+    tok->set_default_system(chatml_default_system(cfg));
     if (auto* sp = dynamic_cast<SpBpeTokenizer*>(tok.get())) {
         sp->set_bos_eos(add_bos ? bos : -1, eos);
     } else {

@@ -179,6 +179,13 @@ void render_llama3(const std::vector<Message>& m, size_t n, bool prompt_only, co
 void render_chatml(const std::vector<Message>& m, size_t n, bool prompt_only, const Tokenizer& tok,
                    SpanWriter& w) {
     const int32_t start = special(tok, "<|im_start|>"), end = special(tok, "<|im_end|>");
+    if (!tok.default_system().empty() && (m.empty() || m[0].role != Role::System)) {
+        // the tokenizer's own template opens every conversation with a system message (Qwen's)
+        w.token(start);
+        w.text("system\n" + tok.default_system());
+        w.token(end);
+        w.text("\n");
+    }
     for (size_t i = 0; i < n; i++) {
         w.token(start);
         w.text(std::string(role_name(m[i].role)) + "\n");
@@ -222,10 +229,14 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
     return t;
 }
 
-std::string template_reason(const std::string& name, PromptTemplate t) {
-    if (!name.empty() && name != "auto") return "as --template asks";
-    if (t == PromptTemplate::Alpaca) return "the tokenizer has no chat special tokens";
-    return "from the tokenizer's special tokens";
+std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok) {
+    std::string why = !name.empty() && name != "auto" ? "as --template asks"
+                      : t == PromptTemplate::Alpaca   ? "the tokenizer has no chat special tokens"
+                                                      : "from the tokenizer's special tokens";
+    if (t == PromptTemplate::ChatML && !tok.default_system().empty())
+        why += "; a conversation without a system message opens with its chat template's: \"" +
+               tok.default_system() + "\"";
+    return why;
 }
 
 std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tokenizer& tok,

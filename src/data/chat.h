@@ -16,7 +16,9 @@
 //  <|start_header_id|>{role}<|end_header_id|>\n\n{content,
 //           trimmed}<|eot_id|> per message; the prompt ends with the assistant's header.
 //  chatml   <|im_start|>{role}\n{content}<|im_end|>\n per message (Qwen, many fine-tunes); the prompt ends
-//           with "<|im_start|>assistant\n".
+//           with "<|im_start|>assistant\n". A conversation without a system message opens with the
+//           tokenizer's default one where its own chat template has one (Qwen2, Qwen2.5:
+//           Tokenizer::default_system), as that template renders it.
 //  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, else
 //  alpaca.
 // An instruction record in a chat template is one user turn ("{instruction}" or "{instruction}\n\n{input}")
@@ -64,8 +66,9 @@ const char* template_name(PromptTemplate t);
 // --template NAME (alpaca, compact, llama3, chatml, auto; empty = auto) for this tokenizer. Throws naming the
 // flag for an unknown name or a tokenizer without the template's special tokens.
 PromptTemplate choose_template(const std::string& name, const Tokenizer& tok);
-// Why the template was chosen, for the one line that says so ("from the tokenizer's special tokens").
-std::string template_reason(const std::string& name, PromptTemplate t);
+// Why the template was chosen, for the one line that says so ("from the tokenizer's special tokens"), and
+// the tokenizer's default system message where chatml puts one first.
+std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok);
 
 // A rendered record before tokenization: text pieces and special tokens, each a target or not.
 struct ChatSpan {

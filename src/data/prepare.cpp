@@ -129,7 +129,7 @@ int run_prepare(const PrepareOptions& o) {
     }
     if (any_records_format)
         std::printf("template %s for instruction and chat records (%s)\n", template_name(tmpl),
-                    template_reason(o.prompt_template, tmpl).c_str());
+                    template_reason(o.prompt_template, tmpl, *tok).c_str());
 
     const std::string tmp = temp_dir_for(o.out);
     make_dirs(tmp);

@@ -40,6 +40,14 @@ public:
     virtual std::string kind() const = 0;
     // Writes whatever files the tokenizer needs into a checkpoint directory.
     virtual void save(const std::string& dir) const = 0;
+    // The system message the tokenizer's own ChatML chat template (tokenizer_config.json) opens a
+    // conversation with when it has none: Qwen2's "You are a helpful assistant.", Qwen2.5's "You are Qwen,
+    // created by Alibaba Cloud. You are a helpful assistant."; or "". The chatml template does the same.
+    const std::string& default_system() const { return default_system_; }
+    void set_default_system(std::string s) { default_system_ = std::move(s); }
+
+private:
+    std::string default_system_;
 };
 
 class ByteTokenizer final : public Tokenizer {

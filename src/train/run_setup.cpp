@@ -180,7 +180,7 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
         return open_prepared(o.data, tok);
     }
     const PromptTemplate t = choose_template(o.prompt_template, tok);
-    const std::string reason = template_reason(o.prompt_template, t);
+    const std::string reason = template_reason(o.prompt_template, t, tok);
     o.prompt_template = template_name(t);  // what the checkpoint records, resolved
     Dataset d = load_dataset(o.data, tok, DataOptions{o.val_fraction, o.text_field, t});
     if (d.jsonl && !o.embedded)

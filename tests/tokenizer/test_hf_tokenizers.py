@@ -15,7 +15,9 @@ scripts, emoji, runs of spaces and newlines, special-token text) and seeded rand
      chose and answers `generate --chat`;
   4. chat templates: anvil's rendering of chat records (`anvil tokenize --records`) equals transformers.js's
      apply_chat_template, token for token: Llama 3's own chat_template from its tokenizer_config.json, and ChatML
-     (Qwen's template) on the Llama 3 tokenizer with two reserved special tokens renamed <|im_start|>/<|im_end|>;
+     (Qwen's template) on the Llama 3 tokenizer with two reserved special tokens renamed <|im_start|>/<|im_end|>,
+     and Qwen2.5's own chat_template on its tokenizer (ChatML whose conversations without a system message open
+     with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
      the loss mask covers exactly each assistant turn after its header, through its end-of-turn token.
 Skips with exit 77 when node/npm are missing or the registry cannot be reached.
 """
@@ -160,12 +162,17 @@ def check_chat_templates(root, tmp, failures):
     common, llama3_only = chats()
     script = os.path.join(root, "chat.js")
     open(script, "w").write(CHAT_NODE)
+    qwen = os.path.join(root, "node_modules", "@lenml", "tokenizer-qwen2_5", "models")
+    qids = {t["content"]: t["id"] for t in json.load(open(os.path.join(qwen, "tokenizer.json")))["added_tokens"]}
     cases = [("llama3", llama3, common + llama3_only, "", None,
               lambda tok: [ids["<|start_header_id|>"], *tok("assistant"), ids["<|end_header_id|>"], *tok("\n\n")],
-              ids["<|eot_id|>"]),
+              ids["<|eot_id|>"], "llama3"),
              ("chatml", chatml_dir, common, CHATML, "chatml",
-              lambda tok: [ids["<|im_start|>"], *tok("assistant\n")], ids["<|im_end|>"])]
-    for name, tok_dir, convs, template, flag, header_of, end in cases:
+              lambda tok: [ids["<|im_start|>"], *tok("assistant\n")], ids["<|im_end|>"], "chatml"),
+             # Qwen2.5's own template: ChatML that opens a conversation without a system message with its own
+             ("qwen2.5", qwen, common, "", None, lambda tok: [qids["<|im_start|>"], *tok("assistant\n")],
+              qids["<|im_end|>"], "chatml")]
+    for name, tok_dir, convs, template, flag, header_of, end, chosen in cases:
         chats_json = os.path.join(tmp, f"chats_{name}.json")
         json.dump(convs, open(chats_json, "w"))
         r = subprocess.run(["node", script, tok_dir, chats_json, template], cwd=root, capture_output=True, text=True,
@@ -200,7 +207,7 @@ def check_chat_templates(root, tmp, failures):
             ok_full += g["ids"] == full_w
             ok_prompt += g["prompt"] == prompt_w
             mask = assistant_spans(g["ids"], header, end)
-            ok_mask += [i for i, t in enumerate(g["targets"]) if t] == sorted(mask) and g["template"] == name
+            ok_mask += [i for i, t in enumerate(g["targets"]) if t] == sorted(mask) and g["template"] == chosen
         n = len(convs)
         print(f"[chat {name}] records equal apply_chat_template on {ok_full} of {n}, generation prompts on "
               f"{ok_prompt} of {n}, loss masks on the assistant turns on {ok_mask} of {n}")

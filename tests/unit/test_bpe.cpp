@@ -223,6 +223,40 @@ TEST(Bpe, TokenizerJsonNormalizer) {
     fsys::remove_all(d);
 }
 
+// tokenizer_config.json's chat_template: the system message a ChatML template writes when a conversation has
+// none (Qwen2's and Qwen2.5's), read from its string literal; nothing from templates without one.
+TEST(Bpe, ChatTemplateDefaultSystem) {
+    const BpeTokenizer t = train_bpe(corpus(), 300, false);
+    const std::string d =
+        (fsys::temp_directory_path() / ("anvil_bpesys_" + std::to_string(::getpid()))).string();
+    fsys::remove_all(d);
+    fsys::create_directories(d);
+    t.save(d);
+    const auto with_template = [&](const nlohmann::json& tmpl) {
+        std::ofstream(d + "/tokenizer_config.json") << nlohmann::json{{"chat_template", tmpl}}.dump();
+        return load_tokenizer_json(d)->default_system();
+    };
+    const std::string qwen2 =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+        "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor "
+        "%}";
+    EXPECT_EQ(with_template(qwen2), "You are a helpful assistant.");
+    EXPECT_EQ(with_template(
+                  {{{"name", "tool_use"}, {"template", "x"}}, {{"name", "default"}, {"template", qwen2}}}),
+              "You are a helpful assistant.");
+    EXPECT_EQ(with_template("{{ '<|im_start|>system\\nLine one\\nIt\\'s two<|im_end|>' }}"),
+              "Line one\nIt's two");
+    // the system text from the messages only, or no ChatML: none
+    EXPECT_EQ(with_template("{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"), "");
+    EXPECT_EQ(
+        with_template("{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"),
+        "");
+    fsys::remove(d + "/tokenizer_config.json");
+    EXPECT_EQ(load_tokenizer_json(d)->default_system(), "");
+    fsys::remove_all(d);
+}
+
 TEST(Utf8, RepairFollowsMaximalSubparts) {
     EXPECT_TRUE(utf8::valid("héllo 日本 😀"));
     EXPECT_FALSE(utf8::valid("\xff"));

@@ -171,6 +171,28 @@ TEST(Chat, ChatmlRendersQwensTemplate) {
               2);  // the user's and the assistant's turn ends only
 }
 
+// A tokenizer whose own ChatML template opens every conversation with a system message (Qwen2.5's): chatml
+// does the same where the conversation has none, outside the loss, and keeps the conversation's own.
+TEST(Chat, ChatmlOpensWithTheTokenizersDefaultSystem) {
+    ChatTokenizer tok(false, false, true);
+    tok.set_default_system("You are Qwen.");
+    const Example hi = chat({{Role::User, "Hi"}, {Role::Assistant, "Hello"}});
+    EXPECT_EQ(render_text(hi, PromptTemplate::ChatML, tok, false),
+              "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\nHello<|im_end|>\n");
+    EXPECT_EQ(targets(record_tokens(hi, PromptTemplate::ChatML, tok), tok), "Hello<|im_end|>");
+    EXPECT_EQ(
+        render_text(kTwoTurns, PromptTemplate::ChatML, tok, true).rfind("<|im_start|>system\nBe brief.", 0),
+        0u);
+    const Example inst{"Add.", "2+2", "4", {}};
+    EXPECT_EQ(render_text(inst, PromptTemplate::ChatML, tok, true),
+              "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nAdd.\n\n2+2<|im_end|>\n"
+              "<|im_start|>assistant\n");
+    EXPECT_NE(template_reason("", PromptTemplate::ChatML, tok).find("You are Qwen."), std::string::npos);
+    EXPECT_EQ(render_text(hi, PromptTemplate::Alpaca, tok, true).find("Qwen"), std::string::npos)
+        << "only chatml, the tokenizer's own template, adds it";
+}
+
 TEST(Chat, TemplateChoiceAndErrors) {
     ByteTokenizer bytes;
     EXPECT_EQ(choose_template("auto", bytes), PromptTemplate::Alpaca);
