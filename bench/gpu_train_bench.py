@@ -51,6 +51,8 @@ def parse():
     p.add_argument("--device", default="cuda", help="cpu only to try the script itself on a small model")
     p.add_argument("--recompute", choices=["off", "selective", "full"], default="off",
                    help="anvil's --recompute (full: activation checkpointing, for batches that do not fit otherwise)")
+    p.add_argument("--logits-chunk", default="256M",
+                   help="anvil's --logits-chunk (0: the micro-batch's logits at once, as the PyTorch baselines keep them)")
     p.add_argument("--attention", default="auto,flash",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
                         "timed the same way")
@@ -142,6 +144,7 @@ def main():
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute != "off":
         common += ["--recompute", a.recompute]
+    common += ["--logits-chunk", a.logits_chunk]
     impls = a.attention.split(",")
 
     def timed(extra, name):

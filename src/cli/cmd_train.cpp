@@ -298,6 +298,12 @@ Command add_train(CLI::App& app) {
         ->check(CLI::IsMember({"off", "selective", "full"}))
         ->option_text("[off|selective|full]  (default off)");
     sub->add_option(
+           "--logits-chunk", o->logits_chunk,
+           "the most logits (micro-batch x sequence x vocabulary) kept at once, e.g. 256M; past it each "
+           "chunk of whole sequences is scored and its gradient taken before the next one's logits are "
+           "made (0: the whole micro-batch at once)")
+        ->capture_default_str();
+    sub->add_option(
            "--attention", o->attention,
            "CUDA attention: gemm (cuBLASLt on the tensor cores, keeps the T x T probabilities), flash "
            "(anvil's tiled kernels, keeps only the log-sum-exp; tensor cores in bf16/fp16), flash-simt "

@@ -37,7 +37,7 @@ bool ActPlan::shared(Keep keep) const {
 }
 
 void ActPlan::add_slot(const std::string& name, Shape full, bool bt, DType dtype, Keep keep,
-                       const std::string& share) {
+                       const std::string& share, int max_b) {
     if (keep == Keep::Backward && !training()) return;
     if (const auto it = slots_.find(name); it != slots_.end()) {
         // a buffer every layer names the same (scratch): one slot, one shape
@@ -63,7 +63,7 @@ void ActPlan::add_slot(const std::string& name, Shape full, bool bt, DType dtype
     } else {
         buffer = table_.add(name, full, dtype);
     }
-    slots_.emplace(name, Slot{bt, buffer});
+    slots_.emplace(name, Slot{bt, buffer, bt ? (max_b > 0 ? max_b : B_) : 0});
 }
 
 void ActPlan::add(const std::string& name, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
@@ -71,6 +71,14 @@ void ActPlan::add(const std::string& name, std::initializer_list<int64_t> rest, 
     Shape s{B_, T_};
     for (int64_t d : rest) s.dims[size_t(s.ndim++)] = d;
     add_slot(name, s, true, dtype, keep, share);
+}
+
+void ActPlan::add_chunked(const std::string& name, int max_b, std::initializer_list<int64_t> rest,
+                          DType dtype, Keep keep) {
+    ANVIL_ASSERT(max_b > 0 && max_b <= B_);
+    Shape s{max_b, T_};
+    for (int64_t d : rest) s.dims[size_t(s.ndim++)] = d;
+    add_slot(name, s, true, dtype, keep, "", max_b);
 }
 
 void ActPlan::add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep, const std::string& share) {
@@ -85,12 +93,21 @@ Activations::Activations(Allocator& alloc, const ActPlan& plan)
       arena_(alloc, plan.table_),
       slots_(plan.slots_) {}
 
+int Activations::capacity(const std::string& name) const {
+    const auto it = slots_.find(name);
+    ANVIL_CHECK(it != slots_.end(), "activations: no buffer \"{}\" in this plan", name);
+    return it->second.bt ? it->second.max_b : 0;
+}
+
 Tensor Activations::get(const std::string& name, int B, int T) const {
     const auto it = slots_.find(name);
     ANVIL_CHECK(it != slots_.end(), "activations: no buffer \"{}\" in this plan", name);
     Tensor t = arena_[it->second.buffer];
     if (!it->second.bt) return t;
     ANVIL_CHECK(B <= B_ && T <= T_, "batch ({}, {}) is larger than the reserved ({}, {})", B, T, B_, T_);
+    ANVIL_CHECK(B <= it->second.max_b,
+                "activations: \"{}\" holds {} sequences at a time (the loss is taken in chunks), not {}",
+                name, it->second.max_b, B);
     t.shape.dims[0] = B;
     t.shape.dims[1] = T;
     return t;

@@ -64,16 +64,22 @@ public:
              const std::string& share = "");
     // A buffer of a fixed number of elements (attention's saved statistics, scratch).
     void add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep, const std::string& share = "");
+    // A (max_b, T, rest...) buffer for a pass that uses it max_b sequences at a time (max_b <= max_B): the
+    // logits when the loss is taken in chunks.
+    void add_chunked(const std::string& name, int max_b, std::initializer_list<int64_t> rest, DType dtype,
+                     Keep keep);
 
 private:
     friend class Activations;
     struct Slot {
         bool bt;  // the first two dims are (B, T)
         size_t buffer;
+        int max_b = 0;  // bt: the sequences it holds
     };
     bool shared(Keep keep) const;
     bool block_set(Keep keep) const;  // one of the block buffers full recomputation shares
-    void add_slot(const std::string& name, Shape full, bool bt, DType dtype, Keep keep, const std::string& share);
+    void add_slot(const std::string& name, Shape full, bool bt, DType dtype, Keep keep,
+                  const std::string& share, int max_b = 0);
     int B_, T_;
     ActMode mode_;
     Recompute recompute_;
@@ -97,6 +103,8 @@ public:
     bool recompute_blocks() const { return recompute_ == Recompute::Full; }
     size_t bytes() const { return arena_.bytes(); }
     bool has(const std::string& name) const { return slots_.count(name) > 0; }
+    // The sequences a (B, T, ...) buffer holds at once: max_B(), or fewer for a chunked one.
+    int capacity(const std::string& name) const;
     // The buffer `name` seen as (B, T, rest...) (its first B*T*rest elements), or whole for a flat buffer.
     Tensor get(const std::string& name, int B, int T) const;
 

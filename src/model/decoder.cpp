@@ -1,6 +1,26 @@
 #include "model/decoder.h"
 
+#include <algorithm>
+
 namespace anvil {
+
+namespace {
+
+// Sequences [b0, b0 + n) of a (B, T, ...) tensor.
+Tensor seqs(Tensor t, int b0, int n) {
+    const size_t per = size_t(t.numel() / t.shape[0]);
+    Shape s = t.shape;
+    s.dims[0] = n;
+    return t.range(size_t(b0) * per, size_t(n) * per).view(s);
+}
+
+}  // namespace
+
+int DecoderModel::logits_chunk(const ActPlan& plan) const {
+    if (plan.mode() == ActMode::Decode || options_.logits_chunk_bytes == 0) return plan.max_B();
+    const size_t per_seq = size_t(plan.max_T()) * size_t(config_.vocab_size) * dtype_size(options_.dtype);
+    return int(std::clamp<size_t>(options_.logits_chunk_bytes / per_seq, 1, size_t(plan.max_B())));
+}
 
 void DecoderModel::plan(ActPlan& plan) const {
     const int64_t C = config_.n_embd, V = config_.vocab_size;
@@ -13,7 +33,10 @@ void DecoderModel::plan(ActPlan& plan) const {
     }
     norm_.plan(plan);
     lm_head_.plan(plan);
-    plan.add("logits", {V}, a, Keep::Saved);
+    if (const int chunk = logits_chunk(plan); chunk < plan.max_B())
+        plan.add_chunked("logits", chunk, {V}, a, Keep::Saved);
+    else
+        plan.add("logits", {V}, a, Keep::Saved);
     plan.add("d.res", {C}, a, Keep::Backward);
     plan.add("d.ln", {C}, a, Keep::Backward);
 }
@@ -50,6 +73,21 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         b->forward(p, x);
         x = b->out(p);
     }
+    last_B_ = f.B;
+    last_T_ = f.T;
+    last_pos0_ = f.pos0;
+    last_seed_ = f.seed;
+    have_grad_logits_ = f.dloss != 0.0f;
+    chunked_ = false;
+    if (const int chunk = acts.capacity("logits"); f.B > chunk && !f.last_logits && f.n_logit_rows < 0) {
+        ANVIL_CHECK(
+            f.targets,
+            "forward: the logits of {} sequences are made {} at a time (--logits-chunk); give targets "
+            "for the loss, or a batch of {} or fewer",
+            f.B, chunk, chunk);
+        chunked_loss(p, x, f, chunk);
+        return;
+    }
     // the final norm, the logits and the loss: over every position, or (last_logits) over the last one, or
     // over the logit rows
     Pass q = p;
@@ -67,11 +105,21 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     }
     if (f.targets)
         be_.classifier(q.act("losses"), q.act("logits"), q.act("targets"), f.dloss, config_.vocab_size);
-    last_B_ = f.B;
-    last_T_ = f.T;
-    last_pos0_ = f.pos0;
-    last_seed_ = f.seed;
-    have_grad_logits_ = f.dloss != 0.0f;
+}
+
+void DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) {
+    norm_.forward(p, x);
+    const Tensor xn = norm_.out(p), losses = p.act("losses"), targets = p.act("targets");
+    const Tensor dln = f.dloss != 0.0f ? p.act("d.ln") : Tensor{};
+    for (int b0 = 0; b0 < f.B; b0 += chunk) {
+        Pass q = p;
+        q.B = std::min(chunk, f.B - b0);
+        const Tensor logits = q.act("logits"), in = seqs(xn, b0, q.B);
+        lm_head_.forward(q, logits, in);
+        be_.classifier(seqs(losses, b0, q.B), logits, seqs(targets, b0, q.B), f.dloss, config_.vocab_size);
+        if (!dln.empty()) lm_head_.backward(q, seqs(dln, b0, q.B), logits, in);  // logits: d(loss)/d(logits)
+    }
+    chunked_ = !dln.empty();
 }
 
 // The logit rows of x (B, 1, C) moved, in order, to its first rows (in place: the rows ascend, so a row is
@@ -100,7 +148,8 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
                  .seed = last_seed_,
                  .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
-    lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));  // the logits hold d(loss)/d(logits)
+    // the logits hold d(loss)/d(logits); a chunked loss did this in the forward
+    if (!chunked_) lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));
     be_.zero(dres);
     norm_.backward(p, dres, dln, blocks_.back()->out(p));
     for (int l = config_.n_layer - 1; l >= 0; l--) {

@@ -112,7 +112,13 @@ protected:
     DecoderModel(Backend& be, const ModelConfig& c, const ModelOptions& o) : Model(be, c, o) {}
     void plan(ActPlan& plan) const override;
     Tensor gather_rows(Tensor x, const ForwardPass& f);
+    // Sequences whose logits a plan keeps at once (ModelOptions::logits_chunk_bytes).
+    int logits_chunk(const ActPlan& plan) const;
+    // The final norm, then per chunk of `chunk` sequences: the logits, the loss and (dloss != 0) the head's
+    // backward, which leaves d(final norm's output) in d.ln for backward().
+    void chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk);
 
+    bool chunked_ = false;  // the last forward took its loss in chunks: the head's backward is done
     Embedding emb_;
     std::vector<std::unique_ptr<Block>> blocks_;
     Norm norm_;

@@ -72,6 +72,11 @@ public:
 struct ModelOptions {
     DType dtype = DType::F32;              // parameters, gradients and activations as the ops see them
     Recompute recompute = Recompute::Off;  // what the backward recomputes instead of keeping (activations.h)
+    // The most logits kept at once while training or evaluating: past it the loss is taken a chunk of whole
+    // sequences at a time, each chunk's logits turned into its loss and its gradients before the next one's
+    // are made (the head's weight gradient and the final norm's output gradient, in the forward). 0: the
+    // whole batch at once.
+    size_t logits_chunk_bytes = size_t(256) << 20;
     // FP8 products (--precision fp8) for the blocks' linear layers (Backend::matmul_fp8_fwd); the embedding,
     // the head and attention's own products keep the model's dtype, as Transformer Engine's recipes do.
     bool fp8 = false;

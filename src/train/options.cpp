@@ -14,7 +14,8 @@ namespace anvil {
     X(profile) X(embedded) X(batch_auto) X(global_batch) X(memory_limit) X(price_per_hour) X(peak_tflops) \
     X(bench) X(monitor_interval) X(tensorboard) X(precision) X(recompute) X(attention) X(lora_rank) \
     X(lora_alpha) X(lora_dropout) X(lora_targets) X(rslora) X(adapter) X(arch) X(kv_heads) X(ffn_dim) \
-    X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel)
+    X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel) \
+    X(logits_chunk)
 
 namespace {
 

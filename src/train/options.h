@@ -61,6 +61,8 @@ struct TrainOptions {
     // what the backward recomputes instead of keeping: off, selective (layer norms, GELU/SwiGLU) or full
     // (every block from its input: activation checkpointing)
     std::string recompute = "off";
+    // the most logits kept at once: past it the loss is taken a chunk of sequences at a time (0: never)
+    std::string logits_chunk = "256M";
     int threads = 0;
     bool profile = false;       // time every backend op and print the table at the end
     double comm_timeout = 600;  // seconds any collective of a multi-process job may take

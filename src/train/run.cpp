@@ -355,12 +355,17 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
     std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation%s, %d steps, out %s\n", o.batch,
                  o.seq, o.grad_accum, ranks.c_str(), o.steps, o.out.c_str());
     const auto mb = [](size_t bytes) { return double(bytes) / 1e6; };
-    std::fprintf(stderr,
-                 "anvil: memory%s: weights %.1f MB, gradients %.1f MB, optimizer %.1f MB, activations %.1f MB "
-                 "(--recompute %s)\n",
-                 comm.size() > 1 ? " per rank" : "", mb(model.params().param_bytes()),
-                 mb(model.params().grad_bytes()), mb(run.opt->state_bytes()), mb(model.activations().bytes()),
-                 o.recompute.c_str());
+    const int chunk = model.activations().capacity("logits");
+    const std::string logits = chunk < o.batch
+                                   ? fmt::format("; --logits-chunk {}: the loss {} sequence{} at a time",
+                                                 o.logits_chunk, chunk, chunk == 1 ? "" : "s")
+                                   : "";
+    std::fprintf(
+        stderr,
+        "anvil: memory%s: weights %.2f MB, gradients %.2f MB, optimizer %.2f MB, activations %.2f MB "
+        "(--recompute %s%s)\n",
+        comm.size() > 1 ? " per rank" : "", mb(model.params().param_bytes()), mb(model.params().grad_bytes()),
+        mb(run.opt->state_bytes()), mb(model.activations().bytes()), o.recompute.c_str(), logits.c_str());
     TrainingLoop loop(run, t_start);
     return loop.run();
 }

@@ -65,6 +65,8 @@ def main():
         case("data path is a directory", ["train", "--data", d, "--out", out("f"), *TINY], "directory")
         case("unknown attention implementation", ["train", "--data", good, "--out", out("w"), "--attention", "fast",
                                                   *TINY], "--attention")
+        case("bad logits chunk size", ["train", "--data", good, "--out", out("lc"), "--logits-chunk", "lots", *TINY],
+             "--logits-chunk")
         case("unknown recompute mode", ["train", "--data", good, "--out", out("r"), "--recompute", "most", *TINY],
              "--recompute")
         case("vocabulary smaller than the tokenizer's", ["train", "--data", good, "--out", out("v"), "--vocab", "200",

@@ -597,6 +597,56 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     }
 }
 
+// Taking the loss a chunk of sequences at a time (ModelOptions::logits_chunk_bytes) gives the whole batch's
+// losses and gradients (the head's weight gradient summed chunk by chunk), with logits for one chunk only;
+// evaluation through the chunked activations gives the same losses, and the whole batch's logits are refused.
+TEST(Model, ChunkedLossMatchesTheWhole) {
+    for (const auto& [c, lora] : std::vector<std::pair<ModelConfig, bool>>{
+             {tiny(), false}, {tiny_llama(false), false}, {tiny_llama(true), true}, {tiny(), true}}) {
+        ModelOptions with_lora;
+        with_lora.lora.rank = 2;
+        with_lora.lora.targets = c.model_type == "gpt2" ? std::vector<std::string>{"c_attn", "c_fc"}
+                                                        : std::vector<std::string>{"q_proj", "gate_proj"};
+        SCOPED_TRACE(c.model_type + (c.tie_embeddings ? " tied" : "") + (lora ? " lora" : ""));
+        const uint64_t seed = test_seed();
+        std::vector<std::vector<float>> grads[2];
+        std::vector<float> losses[2], eval_losses[2];
+        size_t bytes[2];
+        for (int chunked = 0; chunked < 2; chunked++) {
+            ModelOptions mo = lora ? with_lora : ModelOptions{};
+            mo.logits_chunk_bytes = chunked ? size_t(6 * c.vocab_size) * sizeof(float) : 0;  // one sequence
+            TinyRun run(seed, mo, c);
+            run.shake(seed + 1, 0.1f);
+            bytes[chunked] = run.model->activations().bytes();
+            EXPECT_EQ(run.model->activations().capacity("logits"), chunked ? 1 : run.B);
+            run.loss(true);
+            losses[chunked] = download(*run.be, run.model->losses(run.B, run.T));
+            const ParamStore& s = run.model->params();
+            for (size_t i : s.trainable()) grads[chunked].push_back(download(*run.be, s.grad(i)));
+            run.loss(false);
+            eval_losses[chunked] = download(*run.be, run.model->losses(run.B, run.T));
+            if (chunked) {
+                EXPECT_NE(error_of([&] { run.model->logits(run.B, run.T); }).find("chunks"),
+                          std::string::npos);
+                ForwardPass f;
+                f.B = run.B;
+                f.T = run.T;
+                EXPECT_NE(error_of([&] { run.model->forward(f); }).find("--logits-chunk"), std::string::npos);
+            }
+        }
+        EXPECT_LT(bytes[1], bytes[0]);
+        for (size_t k = 0; k < losses[0].size(); k++) {
+            EXPECT_NEAR(losses[1][k], losses[0][k], 1e-6f * std::fabs(losses[0][k])) << k;
+            EXPECT_EQ(eval_losses[1][k], losses[1][k]) << k;
+        }
+        ASSERT_EQ(grads[1].size(), grads[0].size());
+        for (size_t i = 0; i < grads[0].size(); i++)
+            for (size_t k = 0; k < grads[0][i].size(); k++)
+                ASSERT_NEAR(grads[1][i][k], grads[0][i][k], 1e-5f * (1.0f + std::fabs(grads[0][i][k])))
+                    << "tensor " << i << "[" << k << "]";
+    }
+}
+
 // Under --recompute full a block keeps only its output: one more layer costs one (B, T, C) buffer, where
 // keeping everything costs its every saved activation.
 TEST(Model, FullRecomputeKeepsOneOutputPerBlock) {
