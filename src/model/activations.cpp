@@ -27,8 +27,9 @@ bool ActPlan::block_set(Keep keep) const {
 bool ActPlan::shared(Keep keep) const {
     switch (keep) {
         case Keep::Saved:
-        case Keep::Output:
             return !training() || block_set(keep);
+        case Keep::Output:  // one per layer whenever training, so the blocks' recomputation can start from it
+            return !training();
         case Keep::Recomputable:
             return !training() || recompute_ == Recompute::Selective || block_set(keep);
         default:

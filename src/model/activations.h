@@ -53,7 +53,6 @@ public:
     ActMode mode() const { return mode_; }
     bool training() const { return mode_ == ActMode::Train; }
     bool recompute() const { return recompute_ == Recompute::Selective; }
-    Recompute recompute_mode() const { return recompute_; }
     // A block plans its buffers between these (DecoderModel::plan): what full recomputation shares.
     void begin_block() { in_block_ = true, block_ordinal_ = 0; }
     void end_block() { in_block_ = false; }

@@ -182,7 +182,7 @@ ModelConfig qwen2_from_hf(const nlohmann::json& j, const std::string& path) {
         "{}: \"use_sliding_window\": true is not supported (anvil attends to every earlier position in "
         "every layer); set it to false, as the released Qwen2 and Qwen2.5 models have it",
         path);
-    c.qkv_bias = true;
+    qwen2_new(c);
     return c;
 }
 
@@ -202,31 +202,19 @@ std::unique_ptr<Model> make(Backend& be, const ModelConfig& c, const ModelOption
     return std::make_unique<LlamaModel>(be, c, o);
 }
 
+// A family in Llama's layout: its own config.json reading (and --arch defaults), the rest shared; PEFT's
+// default targets are the query and value projections for all of them.
+constexpr ModelFamily llama_layout(const char* type,
+                                   ModelConfig (*read)(const nlohmann::json&, const std::string&),
+                                   void (*new_model)(ModelConfig&) = nullptr) {
+    return {type, read, to_hf, num_params, position_params, make, "q_proj,v_proj", new_model};
+}
+
 }  // namespace
 
-// PEFT's default targets for all three: the query and value projections
-const ModelFamily kLlamaFamily = {.model_type = "llama",
-                                  .from_hf = llama_from_hf,
-                                  .to_hf = to_hf,
-                                  .num_params = num_params,
-                                  .position_params = position_params,
-                                  .make = make,
-                                  .default_lora_targets = "q_proj,v_proj"};
-const ModelFamily kMistralFamily = {.model_type = "mistral",
-                                    .from_hf = mistral_from_hf,
-                                    .to_hf = to_hf,
-                                    .num_params = num_params,
-                                    .position_params = position_params,
-                                    .make = make,
-                                    .default_lora_targets = "q_proj,v_proj"};
-const ModelFamily kQwen2Family = {.model_type = "qwen2",
-                                  .from_hf = qwen2_from_hf,
-                                  .to_hf = to_hf,
-                                  .num_params = num_params,
-                                  .position_params = position_params,
-                                  .make = make,
-                                  .default_lora_targets = "q_proj,v_proj",
-                                  .new_model = qwen2_new};
+const ModelFamily kLlamaFamily = llama_layout("llama", llama_from_hf);
+const ModelFamily kMistralFamily = llama_layout("mistral", mistral_from_hf);
+const ModelFamily kQwen2Family = llama_layout("qwen2", qwen2_from_hf, qwen2_new);
 
 // ---- the model ----------------------------------------------------------------------------------------
 

@@ -344,17 +344,23 @@ TEST_F(CudaModel, ChunkedLossMatchesTheWhole) {
             const double lw = whole.grads_only(data.step(0), B, T),
                          lc = chunked.grads_only(data.step(0), B, T);
             // bf16: the head's weight gradient is rounded to bf16 once a chunk, as gradient accumulation
-            // rounds it once a micro-batch (measured under cuemu: 2.3e-3 over 3 chunks; every other gradient
-            // equal)
+            // rounds it once a micro-batch (every other gradient equal); the test prints the gap
             const double tol = dt == DType::F32 ? 1e-5 : 1e-2;
             EXPECT_NEAR(lc, lw, tol * lw);
             const auto a = whole.grads(), b = chunked.grads();
+            double worst = 0.0;
             for (size_t i = 0; i < a.size(); i++) {
                 double num = 0, den = 0;
                 for (size_t k = 0; k < a[i].size(); k++)
                     num += (a[i][k] - b[i][k]) * (a[i][k] - b[i][k]), den += a[i][k] * a[i][k];
-                EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), tol) << whole.model->params().spec(i).name;
+                const double e = std::sqrt(num / std::max(den, 1e-30));
+                EXPECT_LE(e, tol) << whole.model->params().spec(i).name;
+                worst = std::max(worst, e);
             }
+            std::printf(
+                "%s %s: a sequence a chunk against the whole batch, largest gradient gap %.2e "
+                "(norm-relative)\n",
+                family, std::string(dtype_name(dt)).c_str(), worst);
         }
 }
 

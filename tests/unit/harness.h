@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -50,6 +53,15 @@ inline std::vector<float> download(Backend& be, const Tensor& t) {
 
 // Seed for this test run: fresh each run unless ANVIL_TEST_SEED is set; printed on failure by callers.
 uint64_t test_seed();
+
+// An empty directory of this process under the system's temporary one: anvil_<name>_<pid>.
+inline std::string fresh_dir(const std::string& name) {
+    const std::filesystem::path d =
+        std::filesystem::temp_directory_path() / ("anvil_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d.string();
+}
 
 // The message of the anvil::Error f throws, or "(no error)".
 inline std::string error_of(const std::function<void()>& f) {

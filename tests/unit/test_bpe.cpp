@@ -114,10 +114,7 @@ TEST(Bpe, SpecialTokens) {
 
 TEST(Bpe, SaveLoadEveryForm) {
     const BpeTokenizer t = train_bpe(corpus(), 330, false);
-    const std::string d =
-        (fsys::temp_directory_path() / ("anvil_bpe_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(d);
-    fsys::create_directories(d);
+    const std::string d = fresh_dir("bpe");
     t.save(d);
     const std::string text = "the cat's newest hat, 日本語 12345  x";
     auto check = [&](const std::string& path) {
@@ -148,9 +145,7 @@ TEST(Bpe, SaveLoadEveryForm) {
 }
 
 TEST(Bpe, RejectsBrokenVocabularies) {
-    const std::string d =
-        (fsys::temp_directory_path() / ("anvil_bpebad_" + std::to_string(::getpid()))).string();
-    fsys::create_directories(d);
+    const std::string d = fresh_dir("bpebad");
     auto expect = [&](const std::string& vocab, const std::string& merges, const std::string& needle) {
         std::ofstream(d + "/vocab.json") << vocab;
         std::ofstream(d + "/merges.txt") << merges;
@@ -193,10 +188,7 @@ TEST(Utf8, NormalizationForms) {
 // (special tokens still match the raw text); any other is refused naming it.
 TEST(Bpe, TokenizerJsonNormalizer) {
     const BpeTokenizer t = train_bpe(corpus(), 300, false);
-    const std::string d =
-        (fsys::temp_directory_path() / ("anvil_bpenorm_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(d);
-    fsys::create_directories(d);
+    const std::string d = fresh_dir("bpenorm");
     t.save(d);
     nlohmann::json j = nlohmann::json::parse(std::ifstream(d + "/tokenizer.json"));
     const std::string decomposed = "cafe\xcc\x81 <|endoftext|>", composed = "caf\xc3\xa9 <|endoftext|>";
@@ -227,10 +219,7 @@ TEST(Bpe, TokenizerJsonNormalizer) {
 // none (Qwen2's and Qwen2.5's), read from its string literal; nothing from templates without one.
 TEST(Bpe, ChatTemplateDefaultSystem) {
     const BpeTokenizer t = train_bpe(corpus(), 300, false);
-    const std::string d =
-        (fsys::temp_directory_path() / ("anvil_bpesys_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(d);
-    fsys::create_directories(d);
+    const std::string d = fresh_dir("bpesys");
     t.save(d);
     const auto with_template = [&](const nlohmann::json& tmpl) {
         std::ofstream(d + "/tokenizer_config.json") << nlohmann::json{{"chat_template", tmpl}}.dump();

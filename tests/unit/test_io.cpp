@@ -15,11 +15,7 @@ namespace {
 namespace fsys = std::filesystem;
 
 std::string tmpdir(const std::string& name) {
-    const std::string d =
-        (fsys::temp_directory_path() / ("anvil_test_" + name + "_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(d);
-    fsys::create_directories(d);
-    return d;
+    return fresh_dir("test_" + name);
 }
 
 TEST(DType, Bf16RoundsToNearestEven) {

@@ -30,10 +30,7 @@ ModelOptions lora(int rank, const std::vector<std::string>& targets, float dropo
 }
 
 std::string tmpdir(const std::string& name) {
-    const std::string d = (fsys::temp_directory_path() / ("anvil_lora_" + name + "_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(d);
-    fsys::create_directories(d);
-    return d;
+    return fresh_dir("lora_" + name);
 }
 
 // The adapters' gradients (A and B of every targeted layer, B made non-zero) against finite differences.

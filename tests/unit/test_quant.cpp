@@ -92,10 +92,7 @@ TEST(Int8, ComputesWhatItsDequantizedWeightsComputeAndStaysCloseToTheFloatModel)
 }
 
 TEST(Int8, DirectoryRoundTripsAndMismatchesAreClearErrors) {
-    const std::string dir =
-        (fsys::temp_directory_path() / ("anvil_int8_" + std::to_string(::getpid()))).string();
-    fsys::remove_all(dir);
-    fsys::create_directories(dir);
+    const std::string dir = fresh_dir("int8");
     TinyRun f(test_seed(), {}, tiny());
     TinyRun q(test_seed(), {}, int8(tiny()));
     quantize_model(*f.model, *q.model);
