@@ -503,6 +503,11 @@ OpCase mlp(const OpSizes& s) {
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-4;
     c.flops = 12.0 * N * C * H;
+    // x's gradient sums 128 hidden terms of order 1 that nearly cancel, while the float32 forward's rounding
+    // moves the objective by ~2e-5 whatever the step: at a step of 1e-2 that noise, divided by the step, beat
+    // the tolerance on 9 of 2000 seeds (ANVIL_TEST_SEED=126635836566685 read -0.01425 for -0.01148); at 5e-2,
+    // Richardson's extrapolation still cancels the curvature, and 0 of 2000 failed.
+    c.fd_eps = 5e-2;
     return c;
 }
 
