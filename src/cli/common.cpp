@@ -28,12 +28,14 @@ const CLI::Validator kNonNegative = number_check(true);
 
 CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note) {
     return sub
-        ->add_option("--template,--chat-template", dest,
-                     "how instruction {\"instruction\",\"input\",\"output\"} and chat {\"messages\"} records are "
-                     "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>) or auto "
-                     "(llama3 or chatml when the tokenizer has their special tokens, else alpaca); " +
-                         default_note)
-        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml"}));
+        ->add_option(
+            "--template,--chat-template", dest,
+            "how instruction {\"instruction\",\"input\",\"output\"} and chat {\"messages\"} records are "
+            "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>), "
+            "llama2 (Llama 2 Chat's [INST]) or auto (llama3 or chatml when the tokenizer has their "
+            "special tokens, llama2 when its chat_template is Llama 2's, else alpaca); " +
+                default_note)
+        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml", "llama2"}));
 }
 
 void ModelFlags::add(CLI::App* sub) {

@@ -283,18 +283,23 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
     return s;
 }
 
-// The literal system message a ChatML chat_template writes when the conversation has none: the text between
-// "<|im_start|>system\n" and "<|im_end|>" inside one string literal of the Jinja source, its escapes undone;
-// "" when the template has no such literal (or is not ChatML).
-std::string chatml_default_system(const nlohmann::json& cfg) {
+// tokenizer_config.json's chat_template: a string, or in a named list [{name, template}] the "default" one.
+std::string config_chat_template(const nlohmann::json& cfg) {
     std::string tmpl;
     if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
         tmpl = cfg["chat_template"].get<std::string>();
-    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {  // [{name, template}]
+    } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
         for (const auto& t : cfg["chat_template"])
             if (t.is_object() && t.value("name", std::string()) == "default")
                 tmpl = t.value("template", std::string());
     }
+    return tmpl;
+}
+
+// The literal system message a ChatML chat_template writes when the conversation has none: the text between
+// "<|im_start|>system\n" and "<|im_end|>" inside one string literal of the Jinja source, its escapes undone;
+// "" when the template has no such literal (or is not ChatML).
+std::string chatml_default_system(const std::string& tmpl) {
     constexpr std::string_view open = "<|im_start|>system\\n", close = "<|im_end|>";
     for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
         const size_t from = at + open.size(), to = tmpl.find(close, from);
@@ -384,7 +389,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
                 path);
     ANVIL_CHECK(eos_text.empty() || eos >= 0, "{}: eos_token \"{}\" is not a token of {}", cfg_path, eos_text,
                 path);
-    tok->set_default_system(chatml_default_system(cfg));
+    tok->set_chat_template(config_chat_template(cfg));
+    tok->set_default_system(chatml_default_system(tok->chat_template()));
     if (auto* sp = dynamic_cast<SpBpeTokenizer*>(tok.get())) {
         sp->set_bos_eos(add_bos ? bos : -1, eos);
     } else {

@@ -54,9 +54,12 @@ const char* template_name(PromptTemplate t) {
             return "compact";
         case PromptTemplate::Llama3:
             return "llama3";
-        default:
+        case PromptTemplate::ChatML:
             return "chatml";
+        case PromptTemplate::Llama2:
+            return "llama2";
     }
+    return "?";
 }
 
 namespace {
@@ -75,6 +78,17 @@ int32_t special(const Tokenizer& tok, const char* text) {
     const int id = tok.special_id(text);
     ANVIL_CHECK(id >= 0, "the tokenizer has no {} special token", text);
     return id;
+}
+
+// Llama 2 Chat's chat_template: the only one that wraps user turns in [INST] and the system message in
+// <<SYS>> (Mistral's has [INST] without <<SYS>>, and another spacing).
+bool llama2_chat_template(const std::string& tmpl) {
+    return tmpl.find("[INST]") != std::string::npos && tmpl.find("<<SYS>>") != std::string::npos;
+}
+
+// The <s> that opens each of llama2's user turns: the tokenizer's BOS, else its "<s>" token (-1: none).
+int32_t llama2_bos(const Tokenizer& tok) {
+    return tok.bos_id() >= 0 ? tok.bos_id() : tok.special_id("<s>");
 }
 
 std::string trim(const std::string& s) {
@@ -200,12 +214,48 @@ void render_chatml(const std::vector<Message>& m, size_t n, bool prompt_only, co
     }
 }
 
+// Llama 2 Chat: <s>[INST] {user} [/INST] {assistant} </s> per exchange, the system message inside the first
+// user turn; the answer's leading space belongs to the answer, as the template writes it.
+void render_llama2(const std::vector<Message>& m, size_t n, const Tokenizer& tok, SpanWriter& w) {
+    const int32_t bos = llama2_bos(tok);
+    ANVIL_CHECK(bos >= 0, "the llama2 template needs a beginning-of-sequence token (<s>)");
+    const bool system = !m.empty() && m[0].role == Role::System;
+    for (size_t i = system ? 1 : 0; i < n; i++) {
+        if (m[i].role == Role::Assistant) {
+            w.text(" " + trim(m[i].content) + " ", true);
+            w.token(tok.eot_id(), true);
+            continue;
+        }
+        const std::string content =
+            system && i == 1 ? "<<SYS>>\n" + m[0].content + "\n<</SYS>>\n\n" + m[i].content : m[i].content;
+        w.token(bos);
+        w.text("[INST] " + trim(content) + " [/INST]");
+    }
+}
+
 }  // namespace
+
+std::string template_problem(const Example& e, PromptTemplate t) {
+    if (t != PromptTemplate::Llama2 || !e.chat()) return "";
+    const std::vector<Message>& m = e.messages;
+    const size_t first = m[0].role == Role::System ? 1 : 0;
+    for (size_t i = first; i < m.size(); i++) {
+        const Role want = (i - first) % 2 == 0 ? Role::User : Role::Assistant;
+        if (m[i].role != want)
+            return fmt::format(
+                "message {}: the llama2 template needs user and assistant turns alternating, starting "
+                "with the user's, but this one is the {}'s where the {}'s belongs; merge or reorder the "
+                "turns, or use another --template",
+                i + 1, role_name(m[i].role), role_name(want));
+    }
+    return "";
+}
 
 PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
     if (name.empty() || name == "auto") {
         if (!missing_special(tok, kLlama3Specials)) return PromptTemplate::Llama3;
         if (!missing_special(tok, kChatmlSpecials)) return PromptTemplate::ChatML;
+        if (llama2_chat_template(tok.chat_template()) && llama2_bos(tok) >= 0) return PromptTemplate::Llama2;
         return PromptTemplate::Alpaca;
     }
     if (name == "alpaca") return PromptTemplate::Alpaca;
@@ -218,21 +268,28 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
     } else if (name == "chatml") {
         t = PromptTemplate::ChatML;
         missing = missing_special(tok, kChatmlSpecials);
+    } else if (name == "llama2") {
+        t = PromptTemplate::Llama2;
+        if (llama2_bos(tok) < 0) missing = "<s>";
     } else {
-        fail("--template {}: unknown template; use auto, alpaca, compact, llama3 or chatml", name);
+        fail("--template {}: unknown template; use auto, alpaca, compact, llama3, chatml or llama2", name);
     }
     ANVIL_CHECK(
         !missing,
         "--template {}: the tokenizer ({}) has no {} special token; {} needs a tokenizer.json that defines "
-        "it (Llama 3's for llama3, Qwen's or a ChatML fine-tune's for chatml), or use alpaca or compact",
+        "it (Llama 3's for llama3, Qwen's or a ChatML fine-tune's for chatml, Llama 2's for llama2), or use "
+        "alpaca or compact",
         name, tok.kind(), missing, name);
     return t;
 }
 
 std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok) {
     std::string why = !name.empty() && name != "auto" ? "as --template asks"
-                      : t == PromptTemplate::Alpaca   ? "the tokenizer has no chat special tokens"
-                                                      : "from the tokenizer's special tokens";
+                      : t == PromptTemplate::Alpaca
+                          ? "the tokenizer has no chat special tokens and no chat_template anvil renders"
+                      : t == PromptTemplate::Llama2
+                          ? "the tokenizer's chat_template is Llama 2's ([INST], <<SYS>>)"
+                          : "from the tokenizer's special tokens";
     if (t == PromptTemplate::ChatML && !tok.default_system().empty())
         why += "; a conversation without a system message opens with its chat template's: \"" +
                tok.default_system() + "\"";
@@ -248,10 +305,14 @@ std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tok
     }
     const std::vector<Message> m = turns_of(e);
     const size_t n = rendered_turns(m, prompt_only);
-    if (t == PromptTemplate::Llama3)
+    if (t == PromptTemplate::Llama3) {
         render_llama3(m, n, prompt_only, tok, w);
-    else
+    } else if (t == PromptTemplate::ChatML) {
         render_chatml(m, n, prompt_only, tok, w);
+    } else {
+        if (const std::string why = template_problem(e, t); !why.empty()) fail("{}", why);
+        render_llama2(m, n, tok, w);
+    }
     return std::move(w.spans);
 }
 
@@ -261,12 +322,18 @@ TokenStream tokens_of(const std::vector<ChatSpan>& spans, const Tokenizer& tok) 
     const bool bos_rendered = !spans.empty() && spans[0].special && spans[0].id == tok.bos_id();
     if (tok.bos_id() >= 0 && !bos_rendered)
         s.append_one(tok.bos_id(), 0);  // never a target: nothing predicts it
+    // what the piece follows in the rendered text (a BOS added above is the tokenizer's, outside the text)
+    enum { Start, AfterSpecial, AfterText } at = Start;
     for (const ChatSpan& c : spans) {
         const uint8_t flag = c.target ? uint8_t(kInLoss | kNeedsPrompt) : uint8_t(0);
-        if (c.special)
+        if (c.special) {
             s.append_one(c.id, flag);
-        else if (!c.text.empty())
-            s.append(tok.encode(c.text), flag);
+            at = AfterSpecial;
+        } else if (!c.text.empty()) {
+            s.append(at == Start ? tok.encode(c.text) : tok.encode_continuation(c.text, at == AfterSpecial),
+                     flag);
+            at = AfterText;
+        }
     }
     if (s.size()) s.flags[0] |= kRecordStart;
     return s;
@@ -283,8 +350,13 @@ std::vector<int32_t> prompt_tokens(const Example& e, PromptTemplate t, const Tok
 
 std::string render_text(const Example& e, PromptTemplate t, const Tokenizer& tok, bool prompt_only) {
     std::string s;
-    for (const ChatSpan& c : render_spans(e, t, tok, prompt_only))
-        if (!c.special || c.id != tok.bos_id()) s += c.special ? tok.decode(&c.id, 1) : c.text;
+    const std::vector<ChatSpan> spans = render_spans(e, t, tok, prompt_only);
+    for (size_t i = 0; i < spans.size(); i++) {
+        const ChatSpan& c = spans[i];
+        if (i == 0 && c.special && c.id == (t == PromptTemplate::Llama2 ? llama2_bos(tok) : tok.bos_id()))
+            continue;
+        s += c.special ? tok.decode(&c.id, 1) : c.text;
+    }
     return s;
 }
 

@@ -19,13 +19,18 @@
 //           with "<|im_start|>assistant\n". A conversation without a system message opens with the
 //           tokenizer's default one where its own chat template has one (Qwen2, Qwen2.5:
 //           Tokenizer::default_system), as that template renders it.
-//  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, else
-//  alpaca.
+//  llama2   Llama 2 Chat, as its tokenizer_config.json's chat_template renders it: per user turn
+//           <s>"[INST] {content, trimmed} [/INST]", the first one's content "<<SYS>>\n{system}\n<</SYS>>\n\n
+//           {user}" when there is a system message; per assistant turn " {content, trimmed} "</s>. Turns
+//           alternate user, assistant, starting with the user's (template_problem says where not); the
+//           prompt ends with " [/INST]".
+//  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, llama2
+//           when its chat_template is Llama 2's ([INST] and <<SYS>>), else alpaca.
 // An instruction record in a chat template is one user turn ("{instruction}" or "{instruction}\n\n{input}")
 // and one assistant turn ("{output}"). An assistant turn ends with the template's end-of-turn token
-// (<|eot_id|>,
-// <|im_end|>) or, in alpaca and compact, the tokenizer's end-of-text; the turn and that token are the
-// targets. Special tokens are never read out of message text: "<|eot_id|>" typed by a user stays text.
+// (<|eot_id|>, <|im_end|>) or, in alpaca, compact and llama2, the tokenizer's end-of-text; the turn and that
+// token are the targets. Special tokens are never read out of message text: "<|eot_id|>" typed by a user
+// stays text.
 #pragma once
 
 #include <cstdint>
@@ -61,11 +66,14 @@ struct Example {
 // one assistant turn, no empty assistant turn.
 std::string chat_problem(const std::vector<Message>& messages);
 
-enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML };
+enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML, Llama2 };
 const char* template_name(PromptTemplate t);
-// --template NAME (alpaca, compact, llama3, chatml, auto; empty = auto) for this tokenizer. Throws naming the
-// flag for an unknown name or a tokenizer without the template's special tokens.
+// --template NAME (alpaca, compact, llama3, chatml, llama2, auto; empty = auto) for this tokenizer. Throws
+// naming the flag for an unknown name or a tokenizer without the template's special tokens.
 PromptTemplate choose_template(const std::string& name, const Tokenizer& tok);
+// Why this template cannot render the record, or "": llama2 needs the turns (after a system message)
+// alternating user, assistant, starting with the user's. render_spans throws with the same words.
+std::string template_problem(const Example& e, PromptTemplate t);
 // Why the template was chosen, for the one line that says so ("from the tokenizer's special tokens"), and
 // the tokenizer's default system message where chatml puts one first.
 std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok);
@@ -84,7 +92,9 @@ std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tok
 
 // A record as the model trains on it: BOS when the tokenizer adds one (never a target), the rendered turns,
 // targets flagged kInLoss | kNeedsPrompt, the first token kRecordStart. Neighbouring text pieces are encoded
-// together; a target piece alone (as at generation time, where the prompt ends before it).
+// together; a target piece alone (as at generation time, where the prompt ends before it), as the
+// continuation of the text before it (Tokenizer::encode_continuation), so that the ids are the whole
+// text's where the tokenizer allows it.
 TokenStream record_tokens(const Example& e, PromptTemplate t, const Tokenizer& tok);
 // The generation prompt: BOS when the tokenizer adds one, then render_spans(prompt_only).
 std::vector<int32_t> prompt_tokens(const Example& e, PromptTemplate t, const Tokenizer& tok);

@@ -261,6 +261,9 @@ int run_prepare(const PrepareOptions& o) {
             [&](RawRecord& r) {
                 records_in++;
                 per_file[r.file].in++;
+                if (r.reject.empty() && r.example)
+                    if (std::string why = template_problem(r.ex, tmpl); !why.empty())
+                        r.reject_kind = "bad_chat", r.reject = std::move(why);
                 if (!r.reject.empty()) {
                     note_reject(r, r.reject_kind, r.reject);
                     if (r.chunk_end >= 0) chunk_start = r.chunk_end;

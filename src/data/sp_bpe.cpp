@@ -75,9 +75,9 @@ void SpBpeTokenizer::merge_word(std::string_view word, std::vector<int32_t>& out
 
 // One stretch of text between added tokens: "▁" prepended, spaces replaced, then words (each "▁" run with the
 // characters after it) merged apart when the vocabulary allows it.
-void SpBpeTokenizer::encode_text(std::string_view text, bool first, std::vector<int32_t>& out) const {
+void SpBpeTokenizer::encode_text(std::string_view text, bool prepend, std::vector<int32_t>& out) const {
     if (text.empty()) return;
-    std::string s = first || spec_.prepend_every_stretch ? spec_.prepend : std::string();
+    std::string s = prepend ? spec_.prepend : std::string();
     s.reserve(text.size() * 2);
     for (char c : text) {
         if (c == ' ') s += kSpace;
@@ -93,7 +93,8 @@ void SpBpeTokenizer::encode_text(std::string_view text, bool first, std::vector<
     encode_word(std::string_view(s).substr(start), out);
 }
 
-std::vector<int32_t> SpBpeTokenizer::encode_added(std::string_view text, const SpecialMatcher& m) const {
+std::vector<int32_t> SpBpeTokenizer::encode_added(std::string_view text, const SpecialMatcher& m,
+                                                  bool prepend_first) const {
     const std::string fixed = utf8::valid(text) ? std::string() : utf8::repair(text);
     if (!fixed.empty()) text = fixed;
     std::vector<int32_t> out;
@@ -102,7 +103,8 @@ std::vector<int32_t> SpBpeTokenizer::encode_added(std::string_view text, const S
         size_t len = 0;
         int32_t id = -1;
         const size_t at = m.find(text, pos, &len, &id);
-        encode_text(text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos), pos == 0, out);
+        encode_text(text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos),
+                    pos == 0 ? prepend_first : spec_.prepend_every_stretch, out);
         if (at == std::string_view::npos) break;
         out.push_back(id);
         pos = at + len;
@@ -111,11 +113,15 @@ std::vector<int32_t> SpBpeTokenizer::encode_added(std::string_view text, const S
 }
 
 std::vector<int32_t> SpBpeTokenizer::encode(std::string_view text) const {
-    return encode_added(text, ordinary_);
+    return encode_added(text, ordinary_, true);
 }
 
 std::vector<int32_t> SpBpeTokenizer::encode_with_specials(std::string_view text) const {
-    return encode_added(text, all_);
+    return encode_added(text, all_, true);
+}
+
+std::vector<int32_t> SpBpeTokenizer::encode_continuation(std::string_view text, bool after_special) const {
+    return encode_added(text, ordinary_, after_special && spec_.prepend_every_stretch);
 }
 
 std::string SpBpeTokenizer::decode(const int32_t* ids, size_t n) const {

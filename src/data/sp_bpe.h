@@ -36,6 +36,7 @@ public:
     using Tokenizer::decode;
     std::vector<int32_t> encode(std::string_view text) const override;
     std::vector<int32_t> encode_with_specials(std::string_view text) const override;
+    std::vector<int32_t> encode_continuation(std::string_view text, bool after_special) const override;
     std::string decode(const int32_t* ids, size_t n) const override;
     int vocab_size() const override { return int(spec_.pieces.size()); }
     int eot_id() const override { return spec_.eos; }
@@ -45,9 +46,11 @@ public:
     void save(const std::string& dir) const override;
 
 private:
-    std::vector<int32_t> encode_added(std::string_view text, const SpecialMatcher& m) const;
-    // one stretch between added tokens; `first`: it starts the text
-    void encode_text(std::string_view text, bool first, std::vector<int32_t>& out) const;
+    // `prepend_first`: whether the text's first stretch gets the "▁" (it does where the text starts a record)
+    std::vector<int32_t> encode_added(std::string_view text, const SpecialMatcher& m,
+                                      bool prepend_first) const;
+    // one stretch between added tokens, after a "▁" when `prepend`
+    void encode_text(std::string_view text, bool prepend, std::vector<int32_t>& out) const;
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
     void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 

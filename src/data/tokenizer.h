@@ -45,9 +45,21 @@ public:
     // created by Alibaba Cloud. You are a helpful assistant."; or "". The chatml template does the same.
     const std::string& default_system() const { return default_system_; }
     void set_default_system(std::string s) { default_system_ = std::move(s); }
+    // tokenizer_config.json's chat_template (its "default" one where it names several), or "": what `auto`
+    // reads a template from where the special tokens do not tell (Llama 2 Chat's [INST] has none).
+    const std::string& chat_template() const { return chat_template_; }
+    void set_chat_template(std::string s) { chat_template_ = std::move(s); }
+    // A piece of a longer text whose earlier part is encoded already, ending in a special token
+    // (after_special) or in text. Byte-level tokenizers encode it as encode() does; SentencePiece-style ones
+    // put their "▁" before it only where Hugging Face's would, so that a record encoded piece by piece gets
+    // the ids of the whole text: after a special token when every stretch gets one (the Prepend normalizer),
+    // never in the middle of a stretch.
+    virtual std::vector<int32_t> encode_continuation(std::string_view text, bool /*after_special*/) const {
+        return encode(text);
+    }
 
 private:
-    std::string default_system_;
+    std::string default_system_, chat_template_;
 };
 
 class ByteTokenizer final : public Tokenizer {

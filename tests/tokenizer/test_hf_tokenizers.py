@@ -17,7 +17,8 @@ scripts, emoji, runs of spaces and newlines, special-token text) and seeded rand
      apply_chat_template, token for token: Llama 3's own chat_template from its tokenizer_config.json, and ChatML
      (Qwen's template) on the Llama 3 tokenizer with two reserved special tokens renamed <|im_start|>/<|im_end|>,
      and Qwen2.5's own chat_template on its tokenizer (ChatML whose conversations without a system message open
-     with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+     with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."), and Llama 2 Chat's
+     chat_template on Llama 2's tokenizer (<s>[INST] ... [/INST] answer </s>; `auto` must pick llama2 from it);
      the loss mask covers exactly each assistant turn after its header, through its end-of-turn token.
 Skips with exit 77 when node/npm are missing or the registry cannot be reached.
 """
@@ -88,6 +89,17 @@ SPECIAL_TEXT = ("<|", "</s>", "<s>", "<unk>")
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
           "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+# Llama 2 Chat's chat_template, as meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json has it
+LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+          "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+          "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+          "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+          "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+          "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+          "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+          "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}"
+          "{% endfor %}")
 
 CHAT_NODE = r"""
 const fs = require("fs");
@@ -162,6 +174,16 @@ def check_chat_templates(root, tmp, failures):
     common, llama3_only = chats()
     script = os.path.join(root, "chat.js")
     open(script, "w").write(CHAT_NODE)
+    # Llama 2 Chat: Llama 2's tokenizer with Llama 2 Chat's chat_template in its tokenizer_config.json, which
+    # `auto` recognises (no special tokens mark this template)
+    llama2 = os.path.join(root, "node_modules", "@lenml", "tokenizer-llama2", "models")
+    llama2_dir = os.path.join(tmp, "llama2_chat_tok")
+    os.makedirs(llama2_dir, exist_ok=True)
+    shutil.copy(os.path.join(llama2, "tokenizer.json"), llama2_dir)
+    tc2 = json.load(open(os.path.join(llama2, "tokenizer_config.json")))
+    tc2["chat_template"] = LLAMA2
+    json.dump(tc2, open(os.path.join(llama2_dir, "tokenizer_config.json"), "w"))
+    l2ids = {t["content"]: t["id"] for t in json.load(open(os.path.join(llama2, "tokenizer.json")))["added_tokens"]}
     qwen = os.path.join(root, "node_modules", "@lenml", "tokenizer-qwen2_5", "models")
     qids = {t["content"]: t["id"] for t in json.load(open(os.path.join(qwen, "tokenizer.json")))["added_tokens"]}
     cases = [("llama3", llama3, common + llama3_only, "", None,
@@ -171,7 +193,11 @@ def check_chat_templates(root, tmp, failures):
               lambda tok: [ids["<|im_start|>"], *tok("assistant\n")], ids["<|im_end|>"], "chatml"),
              # Qwen2.5's own template: ChatML that opens a conversation without a system message with its own
              ("qwen2.5", qwen, common, "", None, lambda tok: [qids["<|im_start|>"], *tok("assistant\n")],
-              qids["<|im_end|>"], "chatml")]
+              qids["<|im_end|>"], "chatml"),
+             # the answer follows " [/INST]" inside the same stretch of text: its ids are the whole text's only
+             # when anvil encodes it as that stretch's continuation (no second "▁")
+             ("llama2", llama2_dir, common + llama3_only, "", None,
+              lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "llama2")]
     for name, tok_dir, convs, template, flag, header_of, end, chosen in cases:
         chats_json = os.path.join(tmp, f"chats_{name}.json")
         json.dump(convs, open(chats_json, "w"))

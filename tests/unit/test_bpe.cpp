@@ -7,6 +7,7 @@
 
 #include "data/bpe.h"
 #include "data/pretokenize.h"
+#include "data/sp_bpe.h"
 #include "data/utf8.h"
 #include "harness.h"
 
@@ -241,9 +242,36 @@ TEST(Bpe, ChatTemplateDefaultSystem) {
     EXPECT_EQ(
         with_template("{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"),
         "");
+    std::ofstream(d + "/tokenizer_config.json")
+        << nlohmann::json{{"chat_template", {{{"name", "default"}, {"template", qwen2}}}}}.dump();
+    EXPECT_EQ(load_tokenizer_json(d)->chat_template(), qwen2) << "the template itself, for `auto` to read";
     fsys::remove(d + "/tokenizer_config.json");
     EXPECT_EQ(load_tokenizer_json(d)->default_system(), "");
+    EXPECT_EQ(load_tokenizer_json(d)->chat_template(), "");
     fsys::remove_all(d);
+}
+
+// A piece of a longer text (a chat record's answer after its prompt) gets SentencePiece's "▁" only where the
+// whole text would: never in the middle of a stretch, after a special token only when every stretch gets one.
+TEST(SpBpe, ContinuationPrependsOnlyWhereTheWholeTextWould) {
+    SpBpeTokenizer::Spec s;
+    s.pieces = {"<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a"};  // ▁ = 3, a = 4, b = 5, ▁a = 6
+    s.merges = {{"\u2581", "a"}};
+    s.added = {{"<s>", 1}, {"</s>", 2}};
+    s.added_special = {true, true};
+    s.byte_fallback = false;
+    s.unk = 0, s.bos = 1, s.eos = 2;
+    const SpBpeTokenizer every(s);
+    EXPECT_EQ(every.encode("a b"), (std::vector<int32_t>{6, 3, 5}));
+    EXPECT_EQ(every.encode_continuation("a b", false), (std::vector<int32_t>{4, 3, 5})) << "after text";
+    EXPECT_EQ(every.encode_continuation("a b", true), (std::vector<int32_t>{6, 3, 5}))
+        << "after a special token, with the Prepend normalizer (every stretch)";
+    s.prepend_every_stretch = false;  // Metaspace with prepend_scheme "first"
+    const SpBpeTokenizer first(s);
+    EXPECT_EQ(first.encode("a b"), (std::vector<int32_t>{6, 3, 5}));
+    EXPECT_EQ(first.encode_continuation("a b", true), (std::vector<int32_t>{4, 3, 5}));
+    ByteTokenizer bytes;
+    EXPECT_EQ(bytes.encode_continuation(" a", true), bytes.encode(" a")) << "byte-level: no difference";
 }
 
 TEST(Utf8, RepairFollowsMaximalSubparts) {

@@ -13,7 +13,8 @@ namespace {
 
 namespace fsys = std::filesystem;
 
-// Bytes 0..255, end-of-text 256, and the Llama 3 / ChatML markers as specials 257..261, BOS 262 (when asked).
+// Bytes 0..255, end-of-text 256, and the Llama 3 / ChatML markers as specials 257..261, BOS 262 (when asked:
+// <|begin_of_text|>, or <s> once bos_name says so).
 class ChatTokenizer final : public Tokenizer {
 public:
     explicit ChatTokenizer(bool bos, bool llama3, bool chatml)
@@ -25,6 +26,7 @@ public:
         for (size_t i = 0; i < n; i++)
             s += ids[i] < 256    ? std::string(1, char(ids[i]))
                  : ids[i] == 256 ? "<|endoftext|>"
+                 : ids[i] == 262 ? bos_name
                                  : kNames[ids[i] - 257];
         return s;
     }
@@ -32,16 +34,17 @@ public:
     int eot_id() const override { return 256; }
     int bos_id() const override { return bos_ ? 262 : -1; }
     int special_id(std::string_view text) const override {
-        for (int i = 0; i < 6; i++)
-            if (text == kNames[i] && (i < 3 ? llama3_ : i < 5 ? chatml_ : bos_)) return 257 + i;
-        return -1;
+        for (int i = 0; i < 5; i++)
+            if (text == kNames[i] && (i < 3 ? llama3_ : chatml_)) return 257 + i;
+        return text == bos_name && bos_ ? 262 : -1;
     }
     std::string kind() const override { return "test"; }
     void save(const std::string&) const override {}
+    std::string bos_name = "<|begin_of_text|>";
 
 private:
     static constexpr const char* kNames[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                                             "<|im_start|>",        "<|im_end|>",        "<|begin_of_text|>"};
+                                             "<|im_start|>", "<|im_end|>"};
     ByteTokenizer bytes_;
     bool bos_, llama3_, chatml_;
 };
@@ -193,6 +196,43 @@ TEST(Chat, ChatmlOpensWithTheTokenizersDefaultSystem) {
         << "only chatml, the tokenizer's own template, adds it";
 }
 
+// Llama 2 Chat: <s>[INST] ... [/INST] per user turn (the system message inside the first), " answer "</s>
+// per assistant turn; `auto` picks it from the tokenizer's chat_template; turns must alternate.
+TEST(Chat, Llama2RendersLlama2ChatsTemplate) {
+    ChatTokenizer tok(true, false, false);
+    tok.bos_name = "<s>";
+    EXPECT_EQ(choose_template("", tok), PromptTemplate::Alpaca) << "no chat_template: nothing says llama2";
+    tok.set_chat_template("{{ bos_token + '[INST] ' + '<<SYS>>\\n' }}");
+    ASSERT_EQ(choose_template("", tok), PromptTemplate::Llama2);
+    EXPECT_NE(template_reason("", PromptTemplate::Llama2, tok).find("Llama 2's"), std::string::npos);
+    const std::string prompt =
+        "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. <|endoftext|><s>[INST] 2+2? [/INST]";
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama2, tok, true), prompt);
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama2, tok, false), prompt + " 4 <|endoftext|>");
+    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::Llama2, tok);
+    EXPECT_EQ(r.ids[0], 262);
+    EXPECT_EQ(r.flags[0], kRecordStart) << "the template's own <s> opens the record, never a target";
+    EXPECT_EQ(std::count(r.ids.begin(), r.ids.end(), 262), 2) << "one <s> per exchange, none added";
+    EXPECT_EQ(targets(r, tok), " Hello. <|endoftext|> 4 <|endoftext|>");
+    EXPECT_EQ(stop_tokens(PromptTemplate::Llama2, tok), (std::vector<int32_t>{256}));
+    const Example inst{"Add.", "2+2", "4", {}};
+    EXPECT_EQ(render_text(inst, PromptTemplate::Llama2, tok, false),
+              "[INST] Add.\n\n2+2 [/INST] 4 <|endoftext|>");
+    // turns out of order: said, with the message's number, and never rendered
+    const Example twice = chat({{Role::User, "a"}, {Role::User, "b"}, {Role::Assistant, "c"}});
+    EXPECT_NE(template_problem(twice, PromptTemplate::Llama2)
+                  .find("message 2: the llama2 template needs user and "
+                        "assistant turns alternating"),
+              std::string::npos);
+    EXPECT_EQ(template_problem(twice, PromptTemplate::ChatML), "") << "only llama2 needs the alternation";
+    expect_error([&] { record_tokens(twice, PromptTemplate::Llama2, tok); },
+                 "message 2: the llama2 template");
+    const Example opens = chat({{Role::System, "s"}, {Role::Assistant, "c"}});
+    EXPECT_NE(template_problem(opens, PromptTemplate::Llama2).find("message 2"), std::string::npos);
+    expect_error([&] { choose_template("llama2", ByteTokenizer()); },
+                 "--template llama2: the tokenizer (byte) has no <s>");
+}
+
 TEST(Chat, TemplateChoiceAndErrors) {
     ByteTokenizer bytes;
     EXPECT_EQ(choose_template("auto", bytes), PromptTemplate::Alpaca);
@@ -237,6 +277,20 @@ TEST(Chat, BadRecordsAreNamed) {
     expect(R"({"messages":[{"role":"user","content":["x"]}]})",
            "message 1: \"role\" and \"content\" must be strings");
     expect(R"({"messages":[{"role":"user"}]})", "message 1: not an object with \"role\" and \"content\"");
+    // a record the chosen template cannot render
+    const std::string p = fresh_dir("chat_llama2") + "/chats.jsonl";
+    std::ofstream(p)
+        << R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})"
+        << "\n"
+        << R"({"messages":[{"role":"assistant","content":"a"},{"role":"user","content":"b"},{"role":"assistant","content":"c"}]})"
+        << "\n";
+    ChatTokenizer l2(true, false, false);
+    l2.bos_name = "<s>";
+    expect_error(
+        [&] {
+            load_dataset(p, l2, {0.0, "text", PromptTemplate::Llama2});
+        },
+        p + ":2: message 1: the llama2 template needs");
 }
 
 TEST(Chat, ExamplesRoundTripThroughJsonl) {

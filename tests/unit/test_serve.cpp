@@ -455,6 +455,19 @@ TEST(OpenAi, BadRequestsNameTheField) {
             EXPECT_TRUE(j["error"]["message"].is_string() && j["error"]["type"].is_string()) << j.dump();
         }
     }
+    // a conversation the model's template cannot render: Llama 2 Chat's turns alternate
+    serve::ServedModel llama2 = m;
+    llama2.prompt = PromptTemplate::Llama2;
+    try {
+        serve::parse_request(
+            H, R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]})", llama2, 1);
+        ADD_FAILURE() << "two user turns in a row accepted for llama2";
+    } catch (const serve::ApiError& e) {
+        EXPECT_EQ(e.status, 400);
+        EXPECT_EQ(e.param, "messages");
+        EXPECT_NE(std::string(e.what()).find("message 2: the llama2 template needs"), std::string::npos)
+            << e.what();
+    }
 }
 
 // The byte tokenizer makes each byte a token: stop strings and UTF-8 characters arrive split.
