@@ -32,10 +32,11 @@ CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::stri
             "--template,--chat-template", dest,
             "how instruction {\"instruction\",\"input\",\"output\"} and chat {\"messages\"} records are "
             "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>), "
-            "llama2 (Llama 2 Chat's [INST]) or auto (llama3 or chatml when the tokenizer has their "
-            "special tokens, llama2 when its chat_template is Llama 2's, else alpaca); " +
+            "llama2 (Llama 2 Chat's [INST]), zephyr (TinyLlama-Chat's <|user|>) or auto (llama3 or chatml "
+            "when the tokenizer has their special tokens, llama2 or zephyr when its chat_template is "
+            "theirs, else alpaca); " +
                 default_note)
-        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml", "llama2"}));
+        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml", "llama2", "zephyr"}));
 }
 
 void ModelFlags::add(CLI::App* sub) {

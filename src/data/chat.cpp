@@ -58,6 +58,8 @@ const char* template_name(PromptTemplate t) {
             return "chatml";
         case PromptTemplate::Llama2:
             return "llama2";
+        case PromptTemplate::Zephyr:
+            return "zephyr";
     }
     return "?";
 }
@@ -84,6 +86,14 @@ int32_t special(const Tokenizer& tok, const char* text) {
 // <<SYS>> (Mistral's has [INST] without <<SYS>>, and another spacing).
 bool llama2_chat_template(const std::string& tmpl) {
     return tmpl.find("[INST]") != std::string::npos && tmpl.find("<<SYS>>") != std::string::npos;
+}
+
+// Zephyr's chat_template (TinyLlama-Chat's, zephyr-7b-beta's, TRL's default): <|user|>, <|assistant|> as
+// text, each message closed by eos_token; not Phi-3's, which closes them with its own <|end|>.
+bool zephyr_chat_template(const std::string& tmpl) {
+    for (const char* part : {"<|user|>", "<|assistant|>", "eos_token"})
+        if (tmpl.find(part) == std::string::npos) return false;
+    return tmpl.find("<|end|>") == std::string::npos;
 }
 
 // The <s> that opens each of llama2's user turns: the tokenizer's BOS, else its "<s>" token (-1: none).
@@ -233,6 +243,19 @@ void render_llama2(const std::vector<Message>& m, size_t n, const Tokenizer& tok
     }
 }
 
+// Zephyr: <|{role}|>\n{content}</s>\n per message, the prompt ending with <|assistant|>\n.
+void render_zephyr(const std::vector<Message>& m, size_t n, bool prompt_only, const Tokenizer& tok,
+                   SpanWriter& w) {
+    for (size_t i = 0; i < n; i++) {
+        w.text("<|" + std::string(role_name(m[i].role)) + "|>\n");
+        const bool target = m[i].role == Role::Assistant;
+        w.text(m[i].content, target);
+        w.token(tok.eot_id(), target);
+        w.text("\n");
+    }
+    if (prompt_only) w.text("<|assistant|>\n");
+}
+
 }  // namespace
 
 std::string template_problem(const Example& e, PromptTemplate t) {
@@ -256,10 +279,12 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
         if (!missing_special(tok, kLlama3Specials)) return PromptTemplate::Llama3;
         if (!missing_special(tok, kChatmlSpecials)) return PromptTemplate::ChatML;
         if (llama2_chat_template(tok.chat_template()) && llama2_bos(tok) >= 0) return PromptTemplate::Llama2;
+        if (zephyr_chat_template(tok.chat_template())) return PromptTemplate::Zephyr;
         return PromptTemplate::Alpaca;
     }
     if (name == "alpaca") return PromptTemplate::Alpaca;
     if (name == "compact") return PromptTemplate::Compact;
+    if (name == "zephyr") return PromptTemplate::Zephyr;  // plain-text markers: any tokenizer
     const char* missing = nullptr;
     PromptTemplate t;
     if (name == "llama3") {
@@ -272,7 +297,8 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
         t = PromptTemplate::Llama2;
         if (llama2_bos(tok) < 0) missing = "<s>";
     } else {
-        fail("--template {}: unknown template; use auto, alpaca, compact, llama3, chatml or llama2", name);
+        fail("--template {}: unknown template; use auto, alpaca, compact, llama3, chatml, llama2 or zephyr",
+             name);
     }
     ANVIL_CHECK(
         !missing,
@@ -284,12 +310,13 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
 }
 
 std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok) {
-    std::string why = !name.empty() && name != "auto" ? "as --template asks"
-                      : t == PromptTemplate::Alpaca
-                          ? "the tokenizer has no chat special tokens and no chat_template anvil renders"
-                      : t == PromptTemplate::Llama2
-                          ? "the tokenizer's chat_template is Llama 2's ([INST], <<SYS>>)"
-                          : "from the tokenizer's special tokens";
+    std::string why =
+        !name.empty() && name != "auto" ? "as --template asks"
+        : t == PromptTemplate::Alpaca
+            ? "the tokenizer has no chat special tokens and no chat_template anvil renders"
+        : t == PromptTemplate::Llama2 ? "the tokenizer's chat_template is Llama 2's ([INST], <<SYS>>)"
+        : t == PromptTemplate::Zephyr ? "the tokenizer's chat_template is Zephyr's (<|user|>, <|assistant|>)"
+                                      : "from the tokenizer's special tokens";
     if (t == PromptTemplate::ChatML && !tok.default_system().empty())
         why += "; a conversation without a system message opens with its chat template's: \"" +
                tok.default_system() + "\"";
@@ -309,6 +336,8 @@ std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tok
         render_llama3(m, n, prompt_only, tok, w);
     } else if (t == PromptTemplate::ChatML) {
         render_chatml(m, n, prompt_only, tok, w);
+    } else if (t == PromptTemplate::Zephyr) {
+        render_zephyr(m, n, prompt_only, tok, w);
     } else {
         if (const std::string why = template_problem(e, t); !why.empty()) fail("{}", why);
         render_llama2(m, n, tok, w);

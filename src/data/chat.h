@@ -24,13 +24,17 @@
 //           {user}" when there is a system message; per assistant turn " {content, trimmed} "</s>. Turns
 //           alternate user, assistant, starting with the user's (template_problem says where not); the
 //           prompt ends with " [/INST]".
+//  zephyr   Zephyr's (TinyLlama-1.1B-Chat, zephyr-7b-beta, TRL's default): "<|{role}|>\n{content}"</s>"\n"
+//  per
+//           message, the markers plain text; the prompt ends with "<|assistant|>\n".
 //  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, llama2
-//           when its chat_template is Llama 2's ([INST] and <<SYS>>), else alpaca.
+//           when its chat_template is Llama 2's ([INST] and <<SYS>>), zephyr when it is Zephyr's (<|user|>,
+//           <|assistant|> and the EOS after each message), else alpaca.
 // An instruction record in a chat template is one user turn ("{instruction}" or "{instruction}\n\n{input}")
 // and one assistant turn ("{output}"). An assistant turn ends with the template's end-of-turn token
-// (<|eot_id|>, <|im_end|>) or, in alpaca, compact and llama2, the tokenizer's end-of-text; the turn and that
-// token are the targets. Special tokens are never read out of message text: "<|eot_id|>" typed by a user
-// stays text.
+// (<|eot_id|>, <|im_end|>) or, in alpaca, compact, llama2 and zephyr, the tokenizer's end-of-text; the turn
+// and that token are the targets. Special tokens are never read out of message text: "<|eot_id|>" typed by a
+// user stays text.
 #pragma once
 
 #include <cstdint>
@@ -66,10 +70,10 @@ struct Example {
 // one assistant turn, no empty assistant turn.
 std::string chat_problem(const std::vector<Message>& messages);
 
-enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML, Llama2 };
+enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML, Llama2, Zephyr };
 const char* template_name(PromptTemplate t);
-// --template NAME (alpaca, compact, llama3, chatml, llama2, auto; empty = auto) for this tokenizer. Throws
-// naming the flag for an unknown name or a tokenizer without the template's special tokens.
+// --template NAME (alpaca, compact, llama3, chatml, llama2, zephyr, auto; empty = auto) for this tokenizer.
+// Throws naming the flag for an unknown name or a tokenizer without the template's special tokens.
 PromptTemplate choose_template(const std::string& name, const Tokenizer& tok);
 // Why this template cannot render the record, or "": llama2 needs the turns (after a system message)
 // alternating user, assistant, starting with the user's. render_spans throws with the same words.

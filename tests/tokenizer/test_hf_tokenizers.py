@@ -18,7 +18,8 @@ scripts, emoji, runs of spaces and newlines, special-token text) and seeded rand
      (Qwen's template) on the Llama 3 tokenizer with two reserved special tokens renamed <|im_start|>/<|im_end|>,
      and Qwen2.5's own chat_template on its tokenizer (ChatML whose conversations without a system message open
      with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."), and Llama 2 Chat's
-     chat_template on Llama 2's tokenizer (<s>[INST] ... [/INST] answer </s>; `auto` must pick llama2 from it);
+     chat_template on Llama 2's tokenizer (<s>[INST] ... [/INST] answer </s>; `auto` must pick llama2 from it),
+     and Zephyr's (TinyLlama-Chat's) on it (<|user|>\n ...</s>\n<|assistant|>\n answer</s>\n, markers as text);
      the loss mask covers exactly each assistant turn after its header, through its end-of-turn token.
 Skips with exit 77 when node/npm are missing or the registry cannot be reached.
 """
@@ -100,6 +101,13 @@ LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messag
           "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
           "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}"
           "{% endfor %}")
+
+# Zephyr's chat_template, as TinyLlama/TinyLlama-1.1B-Chat-v1.0's and HuggingFaceH4/zephyr-7b-beta's
+# tokenizer_config.json have it (newlines between the tags, which trim_blocks and lstrip_blocks remove)
+ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+          "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}"
+          "\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+          "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
 
 CHAT_NODE = r"""
 const fs = require("fs");
@@ -184,6 +192,12 @@ def check_chat_templates(root, tmp, failures):
     tc2["chat_template"] = LLAMA2
     json.dump(tc2, open(os.path.join(llama2_dir, "tokenizer_config.json"), "w"))
     l2ids = {t["content"]: t["id"] for t in json.load(open(os.path.join(llama2, "tokenizer.json")))["added_tokens"]}
+    # TinyLlama-Chat: Llama 2's tokenizer with Zephyr's chat_template
+    zephyr_dir = os.path.join(tmp, "zephyr_tok")
+    os.makedirs(zephyr_dir, exist_ok=True)
+    shutil.copy(os.path.join(llama2, "tokenizer.json"), zephyr_dir)
+    tc2["chat_template"] = ZEPHYR
+    json.dump(tc2, open(os.path.join(zephyr_dir, "tokenizer_config.json"), "w"))
     qwen = os.path.join(root, "node_modules", "@lenml", "tokenizer-qwen2_5", "models")
     qids = {t["content"]: t["id"] for t in json.load(open(os.path.join(qwen, "tokenizer.json")))["added_tokens"]}
     cases = [("llama3", llama3, common + llama3_only, "", None,
@@ -197,7 +211,10 @@ def check_chat_templates(root, tmp, failures):
              # the answer follows " [/INST]" inside the same stretch of text: its ids are the whole text's only
              # when anvil encodes it as that stretch's continuation (no second "▁")
              ("llama2", llama2_dir, common + llama3_only, "", None,
-              lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "llama2")]
+              lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "llama2"),
+             # the markers are text; the answer continues the stretch "\n<|assistant|>\n" after the last </s>
+             ("zephyr", zephyr_dir, common, "", None, lambda tok: tok("a\n<|assistant|>\n")[len(tok("a\n")):],
+              l2ids["</s>"], "zephyr")]
     for name, tok_dir, convs, template, flag, header_of, end, chosen in cases:
         chats_json = os.path.join(tmp, f"chats_{name}.json")
         json.dump(convs, open(chats_json, "w"))
@@ -230,6 +247,9 @@ def check_chat_templates(root, tmp, failures):
             full_w, prompt_w = w["full"], w["prompt"]
             if name == "llama3":  # this template always ends with the assistant's header
                 full_w = full_w[:-len(header)] if full_w[-len(header):] == header else full_w
+            if name == "zephyr":  # Zephyr's template writes no <s>: the tokenizer's (add_bos_token) comes first,
+                # as where the rendered text is tokenized with add_special_tokens (TRL's SFT, pipelines)
+                full_w, prompt_w = [l2ids["<s>"], *full_w], [l2ids["<s>"], *prompt_w]
             ok_full += g["ids"] == full_w
             ok_prompt += g["prompt"] == prompt_w
             mask = assistant_spans(g["ids"], header, end)

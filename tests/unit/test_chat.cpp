@@ -80,6 +80,19 @@ const Example kTwoTurns = chat({{Role::System, "Be brief."},
                                 {Role::User, "2+2?"},
                                 {Role::Assistant, "4"}});
 
+// kTwoTurns in template t: its generation prompt, the whole record (the prompt, then `answer`), the record's
+// targets decoded and the stop tokens; returns the record's tokens.
+TokenStream expect_two_turns(const Tokenizer& tok, PromptTemplate t, const std::string& prompt,
+                             const std::string& answer, const std::string& target_text,
+                             const std::vector<int32_t>& stops) {
+    EXPECT_EQ(render_text(kTwoTurns, t, tok, true), prompt);
+    EXPECT_EQ(render_text(kTwoTurns, t, tok, false), prompt + answer);
+    TokenStream r = record_tokens(kTwoTurns, t, tok);
+    EXPECT_EQ(targets(r, tok), target_text);
+    EXPECT_EQ(stop_tokens(t, tok), stops);
+    return r;
+}
+
 TEST(Chat, InstructionTemplatesRenderAsBefore) {
     ByteTokenizer tok;
     const Example with{"Add.", "1+2", "3", {}}, without{"Say hi.", "", "hi", {}};
@@ -125,13 +138,11 @@ TEST(Chat, Llama3RendersMetasTemplate) {
         "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama3, tok, true), prompt);
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama3, tok, false), prompt + "4<|eot_id|>");
-    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::Llama3, tok);
+    const TokenStream r = expect_two_turns(tok, PromptTemplate::Llama3, prompt, "4<|eot_id|>",
+                                           "Hello.<|eot_id|>4<|eot_id|>", {259, 256});
     EXPECT_EQ(r.ids[0], 262);  // BOS, once
     EXPECT_EQ(r.ids[1], 257);
     EXPECT_EQ(r.flags[0], kRecordStart);
-    EXPECT_EQ(targets(r, tok), "Hello.<|eot_id|>4<|eot_id|>");
     for (size_t i = 0; i < r.size(); i++)
         if (r.flags[i] & kInLoss) {
             EXPECT_EQ(r.flags[i] & kNeedsPrompt, kNeedsPrompt) << i;
@@ -141,7 +152,6 @@ TEST(Chat, Llama3RendersMetasTemplate) {
     ASSERT_LT(p.size(), r.size());
     EXPECT_EQ(std::vector<int32_t>(r.ids.begin(), r.ids.begin() + long(p.size())), p);
     EXPECT_EQ(tok.decode(std::vector<int32_t>(r.ids.begin() + long(p.size()), r.ids.end())), "4<|eot_id|>");
-    EXPECT_EQ(stop_tokens(PromptTemplate::Llama3, tok), (std::vector<int32_t>{259, 256}));
     // an instruction record is one user turn ("instruction\n\ninput") and one assistant turn
     const Example inst{"Add.", "1+2", "3", {}};
     EXPECT_EQ(render_text(inst, PromptTemplate::Llama3, tok, false),
@@ -161,12 +171,9 @@ TEST(Chat, ChatmlRendersQwensTemplate) {
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\n Hello. "
         "<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n";
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::ChatML, tok, true), prompt);
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::ChatML, tok, false), prompt + "4<|im_end|>\n");
-    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::ChatML, tok);
+    const TokenStream r = expect_two_turns(tok, PromptTemplate::ChatML, prompt, "4<|im_end|>\n",
+                                           " Hello. <|im_end|>4<|im_end|>", {261, 256});
     EXPECT_EQ(r.flags[0], kRecordStart);  // no BOS in this tokenizer
-    EXPECT_EQ(targets(r, tok), " Hello. <|im_end|>4<|im_end|>");
-    EXPECT_EQ(stop_tokens(PromptTemplate::ChatML, tok), (std::vector<int32_t>{261, 256}));
     // special-token text typed in a message stays text
     const Example sneaky = chat({{Role::User, "<|im_end|>"}, {Role::Assistant, "ok"}});
     const TokenStream s = record_tokens(sneaky, PromptTemplate::ChatML, tok);
@@ -207,14 +214,11 @@ TEST(Chat, Llama2RendersLlama2ChatsTemplate) {
     EXPECT_NE(template_reason("", PromptTemplate::Llama2, tok).find("Llama 2's"), std::string::npos);
     const std::string prompt =
         "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. <|endoftext|><s>[INST] 2+2? [/INST]";
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama2, tok, true), prompt);
-    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Llama2, tok, false), prompt + " 4 <|endoftext|>");
-    const TokenStream r = record_tokens(kTwoTurns, PromptTemplate::Llama2, tok);
+    const TokenStream r = expect_two_turns(tok, PromptTemplate::Llama2, prompt, " 4 <|endoftext|>",
+                                           " Hello. <|endoftext|> 4 <|endoftext|>", {256});
     EXPECT_EQ(r.ids[0], 262);
     EXPECT_EQ(r.flags[0], kRecordStart) << "the template's own <s> opens the record, never a target";
     EXPECT_EQ(std::count(r.ids.begin(), r.ids.end(), 262), 2) << "one <s> per exchange, none added";
-    EXPECT_EQ(targets(r, tok), " Hello. <|endoftext|> 4 <|endoftext|>");
-    EXPECT_EQ(stop_tokens(PromptTemplate::Llama2, tok), (std::vector<int32_t>{256}));
     const Example inst{"Add.", "2+2", "4", {}};
     EXPECT_EQ(render_text(inst, PromptTemplate::Llama2, tok, false),
               "[INST] Add.\n\n2+2 [/INST] 4 <|endoftext|>");
@@ -231,6 +235,32 @@ TEST(Chat, Llama2RendersLlama2ChatsTemplate) {
     EXPECT_NE(template_problem(opens, PromptTemplate::Llama2).find("message 2"), std::string::npos);
     expect_error([&] { choose_template("llama2", ByteTokenizer()); },
                  "--template llama2: the tokenizer (byte) has no <s>");
+}
+
+// Zephyr (TinyLlama-Chat): <|role|>\n{content}</s>\n per message, the markers plain text; `auto` picks it
+// from the tokenizer's chat_template, not from Phi-3's, whose messages end with its own <|end|>.
+TEST(Chat, ZephyrRendersTinyLlamaChatsTemplate) {
+    ChatTokenizer tok(true, false, false);
+    tok.bos_name = "<s>";
+    tok.set_chat_template("{{ '<|user|>\\n' + message['content'] + eos_token }}{{ '<|assistant|>' }}");
+    ASSERT_EQ(choose_template("", tok), PromptTemplate::Zephyr);
+    EXPECT_NE(template_reason("", PromptTemplate::Zephyr, tok).find("Zephyr's"), std::string::npos);
+    const std::string prompt =
+        "<|system|>\nBe brief.<|endoftext|>\n<|user|>\nHi<|endoftext|>\n<|assistant|>\n Hello. "
+        "<|endoftext|>\n"
+        "<|user|>\n2+2?<|endoftext|>\n<|assistant|>\n";
+    const TokenStream r = expect_two_turns(tok, PromptTemplate::Zephyr, prompt, "4<|endoftext|>\n",
+                                           " Hello. <|endoftext|>4<|endoftext|>", {256});
+    EXPECT_EQ(r.ids[0], 262) << "the tokenizer's BOS: the template writes none";
+    EXPECT_EQ(template_problem(chat({{Role::User, "a"}, {Role::User, "b"}, {Role::Assistant, "c"}}),
+                               PromptTemplate::Zephyr),
+              "")
+        << "any order of turns";
+    tok.set_chat_template(
+        "{{ '<|user|>\\n' + message['content'] + '<|end|>' }}{{ '<|assistant|>' + eos_token }}");
+    EXPECT_EQ(choose_template("", tok), PromptTemplate::Alpaca) << "Phi-3's template is not Zephyr's";
+    EXPECT_EQ(choose_template("zephyr", ByteTokenizer()), PromptTemplate::Zephyr)
+        << "markers are text: any tokenizer";
 }
 
 TEST(Chat, TemplateChoiceAndErrors) {
