@@ -73,6 +73,17 @@ inline std::string error_of(const std::function<void()>& f) {
     return "(no error)";
 }
 
+// f throws an anvil::Error whose message holds `needle` (and `also`, where given: the file it names).
+inline void expect_error(const std::function<void()>& f, const std::string& needle,
+                         const std::string& also = {}) {
+    const std::string what = error_of(f);
+    EXPECT_NE(what.find(needle), std::string::npos)
+        << "expected an error with \"" << needle << "\": " << what;
+    if (!also.empty()) {
+        EXPECT_NE(what.find(also), std::string::npos) << "expected it to name " << also << ": " << what;
+    }
+}
+
 inline std::vector<float> randn(std::mt19937_64& g, size_t n, float scale = 1.0f) {
     std::normal_distribution<float> d(0.0f, scale);
     std::vector<float> v(n);

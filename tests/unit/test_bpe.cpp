@@ -150,12 +150,7 @@ TEST(Bpe, RejectsBrokenVocabularies) {
     auto expect = [&](const std::string& vocab, const std::string& merges, const std::string& needle) {
         std::ofstream(d + "/vocab.json") << vocab;
         std::ofstream(d + "/merges.txt") << merges;
-        try {
-            BpeTokenizer::load(d);
-            ADD_FAILURE() << "no error; expected " << needle;
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-        }
+        expect_error([&] { BpeTokenizer::load(d); }, needle);
     };
     expect("{\"a\": 0}", "", "needs all 256");
     expect("[1,2]", "", "non-empty JSON object");
@@ -207,12 +202,7 @@ TEST(Bpe, TokenizerJsonNormalizer) {
     j["normalizer"] = {{"type", "Lowercase"}};
     j["model"]["byte_fallback"] = false;
     std::ofstream(d + "/tokenizer.json") << j.dump();
-    try {
-        load_tokenizer_json(d);
-        ADD_FAILURE() << "a Lowercase normalizer was accepted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("Lowercase"), std::string::npos) << e.what();
-    }
+    expect_error([&] { load_tokenizer_json(d); }, "Lowercase");
     fsys::remove_all(d);
 }
 

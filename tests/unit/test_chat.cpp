@@ -49,17 +49,6 @@ private:
     bool bos_, llama3_, chatml_;
 };
 
-// The call throws anvil's Error with `needle` in its message.
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-    try {
-        f();
-        ADD_FAILURE() << "no error; expected: " << needle;
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-}
-
 Example chat(std::vector<Message> m) {
     Example e;
     e.messages = std::move(m);
