@@ -24,9 +24,8 @@
 //           {user}" when there is a system message; per assistant turn " {content, trimmed} "</s>. Turns
 //           alternate user, assistant, starting with the user's (template_problem says where not); the
 //           prompt ends with " [/INST]".
-//  zephyr   Zephyr's (TinyLlama-1.1B-Chat, zephyr-7b-beta, TRL's default): "<|{role}|>\n{content}"</s>"\n"
-//  per
-//           message, the markers plain text; the prompt ends with "<|assistant|>\n".
+//  zephyr   Zephyr's (TinyLlama-1.1B-Chat, zephyr-7b-beta, TRL's default): per message
+//           "<|{role}|>\n{content}"</s>"\n", the markers plain text; the prompt ends with "<|assistant|>\n".
 //  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, llama2
 //           when its chat_template is Llama 2's ([INST] and <<SYS>>), zephyr when it is Zephyr's (<|user|>,
 //           <|assistant|> and the EOS after each message), else alpaca.

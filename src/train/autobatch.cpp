@@ -7,10 +7,11 @@
 
 namespace anvil {
 
-uint64_t parse_bytes(const std::string& s, const char* flag) {
+uint64_t parse_bytes(const std::string& s, const char* flag, bool zero_ok) {
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    ANVIL_CHECK(end != s.c_str() && v > 0, "{} {}: give a size such as 2G or 512M", flag, s);
+    ANVIL_CHECK(end != s.c_str() && (v > 0 || (zero_ok && v == 0)), "{} {}: give a size such as 2G or 512M{}",
+                flag, s, zero_ok ? " (or 0)" : "");
     std::string unit(end);
     for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
     if (unit.ends_with("IB"))

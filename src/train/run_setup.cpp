@@ -270,7 +270,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.dtype = run_dtype(o, r.backend->device());
     mo.fp8 = o.precision == "fp8";
     mo.recompute = parse_recompute(o.recompute);
-    mo.logits_chunk_bytes = o.logits_chunk == "0" ? 0 : parse_bytes(o.logits_chunk, "--logits-chunk");
+    mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = src.lora;
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};

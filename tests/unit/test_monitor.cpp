@@ -33,6 +33,9 @@ TEST(Units, ParseBytes) {
     EXPECT_EQ(parse_bytes("4096", "--x"), 4096u);
     EXPECT_THROW(parse_bytes("lots", "--x"), Error);
     EXPECT_THROW(parse_bytes("3Q", "--x"), Error);
+    EXPECT_THROW(parse_bytes("0", "--x"), Error);
+    EXPECT_EQ(parse_bytes("0", "--x", true), 0u) << "where 0 turns the flag's feature off";
+    EXPECT_THROW(parse_bytes("-1M", "--x", true), Error);
 }
 
 TEST(Mfu, FlopsPerTokenMatchesNanoGpt) {
