@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/progress.h"
+#include "data/choices.h"
 #include "data/dataset.h"
 #include "data/text_stream.h"
 #include "io/fs.h"
@@ -21,18 +23,28 @@
 namespace anvil::cli {
 
 Command add_eval(CLI::App& app) {
-    CLI::App* sub =
-        app.add_subcommand("eval", "validation loss, perplexity and exact-match accuracy of a model");
+    CLI::App* sub = app.add_subcommand(
+        "eval",
+        "validation loss, perplexity, exact-match and multiple-choice (HellaSwag) accuracy of a model");
     auto mf = std::make_shared<ModelFlags>();
     struct Opts {
-        std::string data, text_field = "text";
-        int batch = 8, seq = 0, max_batches = 0, max_examples = 200;
+        std::string data, text_field = "text", choices, choices_log;
+        int batch = 8, seq = 0, max_batches = 0, max_examples = 200, choices_limit = 0;
         std::string json;
     };
     auto o = std::make_shared<Opts>();
     mf->add(sub);
-    sub->add_option("--data", o->data, "text or JSONL file; all of it is scored")->required();
+    sub->add_option("--data", o->data, "text or JSONL file; all of it is scored");
     sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
+    sub->add_option("--choices", o->choices,
+                    "multiple-choice JSONL (HellaSwag's ctx/endings/label, or context/choices/label): the "
+                    "share of items whose likeliest ending is the right one, by total (acc) and per-token "
+                    "(acc_norm, llm.c's HellaSwag figure) log-likelihood");
+    sub->add_option("--choices-limit", o->choices_limit, "score at most this many items (0 = all)")
+        ->check(kNonNegative);
+    sub->add_option("--choices-log", o->choices_log,
+                    "write each item's scores here (JSONL: label, pred, pred_norm, logprob and tokens per "
+                    "ending)");
     sub->add_option("--batch", o->batch, "sequences per batch")->capture_default_str()->check(kPositive);
     sub->add_option("--seq", o->seq, "sequence length (default: the model's context)")->check(kPositive);
     sub->add_option("--max-batches", o->max_batches, "score at most this many batches (0 = all)")
@@ -43,27 +55,58 @@ Command add_eval(CLI::App& app) {
         ->check(kNonNegative);
     add_json_flag(sub, o->json);
     auto run = [mf, o]() -> int {
+        ANVIL_CHECK(!o->data.empty() || !o->choices.empty(),
+                    "give --data FILE (loss, perplexity, exact match), --choices FILE (multiple choice) or "
+                    "both");
+        ANVIL_CHECK(o->choices_log.empty() || !o->choices.empty(), "--choices-log needs --choices");
+        // read the items before the model: a bad file fails fast
+        const std::vector<ChoiceItem> items =
+            o->choices.empty() ? std::vector<ChoiceItem>{} : read_choice_items(o->choices);
         InferenceSetup l = mf->load();
         const int T = o->seq > 0 ? o->seq : l.model->config().n_ctx;
         ANVIL_CHECK(T <= l.model->config().n_ctx, "--seq {}: longer than the model's context of {}", T,
                     l.model->config().n_ctx);
-        const Dataset d = load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
         l.model->reserve(o->batch, T, false);
-        const LossResult loss = evaluate_loss(*l.model, d.train, o->batch, T, o->max_batches);
-        nlohmann::json out = {{"loss", loss.loss}, {"ppl", loss.ppl}, {"targets", loss.targets}};
-        if (d.jsonl) {
-            const std::vector<Example> ex = read_examples_jsonl(o->data);
+        nlohmann::json out = nlohmann::json::object();
+        std::string text;
+        if (!o->data.empty()) {
+            const Dataset d = load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
+            const LossResult loss = evaluate_loss(*l.model, d.train, o->batch, T, o->max_batches);
+            out.update({{"loss", loss.loss}, {"ppl", loss.ppl}, {"targets", loss.targets}});
+            text += fmt::format("loss {:.4f}  perplexity {:.3f}  ({} targets)\n", loss.loss, loss.ppl,
+                                loss.targets);
+            const std::vector<Example> ex = d.jsonl ? read_examples_jsonl(o->data) : std::vector<Example>{};
             if (!ex.empty()) {
                 const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o->max_examples);
                 out["exact_match"] = em.accuracy();
                 out["exact_match_n"] = em.total;
+                text += fmt::format("exact match {:.1f}% of {} examples\n", 100.0 * em.accuracy(), em.total);
             }
         }
-        std::string text =
-            fmt::format("loss {:.4f}  perplexity {:.3f}  ({} targets)\n", loss.loss, loss.ppl, loss.targets);
-        if (out.contains("exact_match"))
-            text += fmt::format("exact match {:.1f}% of {} examples\n",
-                                100.0 * out["exact_match"].get<double>(), out["exact_match_n"].get<int>());
+        if (!items.empty()) {
+            const int n =
+                o->choices_limit > 0 ? std::min(o->choices_limit, int(items.size())) : int(items.size());
+            Progress bar("multiple choice", n, std::max(1, n / 20), "items");
+            const ChoiceResult mc =
+                multiple_choice(*l.model, *l.tok, items, n, nullptr, [&](int done) { bar.update(done, ""); });
+            bar.finish(fmt::format("acc {:.1f}%, acc_norm {:.1f}%", 100.0 * mc.acc(), 100.0 * mc.acc_norm()));
+            out.update({{"mc_acc", mc.acc()}, {"mc_acc_norm", mc.acc_norm()}, {"mc_n", mc.total}});
+            text += fmt::format("multiple choice: acc {:.2f}% ({} of {}), acc_norm {:.2f}% ({} of {}), {}\n",
+                                100.0 * mc.acc(), mc.correct, mc.total, 100.0 * mc.acc_norm(),
+                                mc.correct_norm, mc.total, o->choices);
+            if (!o->choices_log.empty()) {
+                std::string log;
+                for (const ChoiceScore& s : mc.scores)
+                    log += json_text(nlohmann::json{{"index", s.index},
+                                                    {"label", s.label},
+                                                    {"pred", s.pred},
+                                                    {"pred_norm", s.pred_norm},
+                                                    {"logprob", s.logprob},
+                                                    {"tokens", s.tokens}}) +
+                           "\n";
+                write_file_atomic(o->choices_log, log);
+            }
+        }
         emit_result(o->json, out, text);
         return 0;
     };

@@ -111,16 +111,24 @@ std::string value_of(const nlohmann::json& j, const char* key, const char* fmt_s
 
 // The table: one row per run, the varied values then the results.
 void write_tables(const std::vector<Axis>& axes, const std::vector<Point>& pts, const std::string& out) {
-    const std::vector<std::pair<std::string, const char*>> cols = {
-        {"train_loss", "{:.4f}"},   {"val_loss", "{:.4f}"}, {"exact_match", "{:.4f}"}, {"tokens_per_s", "{:.0f}"},
-        {"peak_mem_mb", "{:.0f}"}, {"peak_rss_mb", "{:.0f}"}, {"wall_s", "{:.1f}"},   {"cost_usd", "{:.4f}"}};
+    std::vector<nlohmann::json> sums;
+    for (const Point& p : pts) {
+        const std::string sp = p.dir + "/summary.json";
+        sums.push_back(file_exists(sp) ? read_json_file(sp) : nlohmann::json::object());
+    }
+    std::vector<std::pair<std::string, const char*>> cols = {
+        {"train_loss", "{:.4f}"},   {"val_loss", "{:.4f}"},    {"exact_match", "{:.4f}"},
+        {"tokens_per_s", "{:.0f}"}, {"peak_mem_mb", "{:.0f}"}, {"peak_rss_mb", "{:.0f}"},
+        {"wall_s", "{:.1f}"},       {"cost_usd", "{:.4f}"}};
+    if (std::any_of(sums.begin(), sums.end(), [](const nlohmann::json& s) { return s.contains("mc_acc"); }))
+        cols.insert(cols.begin() + 3, {{"mc_acc", "{:.4f}"}, {"mc_acc_norm", "{:.4f}"}});  // --eval-choices
     std::vector<std::vector<std::string>> rows(1, {"run"});
     for (const Axis& a : axes) rows[0].push_back(a.key);
     for (const auto& c : cols) rows[0].push_back(c.first);
     rows[0].push_back("status");
-    for (const Point& p : pts) {
-        const std::string sp = p.dir + "/summary.json";
-        const nlohmann::json s = file_exists(sp) ? read_json_file(sp) : nlohmann::json::object();
+    for (size_t i = 0; i < pts.size(); i++) {
+        const Point& p = pts[i];
+        const nlohmann::json& s = sums[i];
         std::vector<std::string> row = {std::filesystem::path(p.dir).filename().string()};
         row.insert(row.end(), p.values.begin(), p.values.end());
         for (const auto& [key, spec] : cols) row.push_back(value_of(s, key.c_str(), spec));

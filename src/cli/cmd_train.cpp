@@ -261,6 +261,13 @@ Command add_train(CLI::App& app) {
     sub->add_option("--eval-examples", o->eval_examples, "held-out instruction examples for exact match")
         ->capture_default_str()
         ->check(nonneg);
+    sub->add_option("--eval-choices", o->eval_choices,
+                    "multiple-choice JSONL (HellaSwag's ctx/endings/label) scored with every validation loss "
+                    "and at the end: mc_acc and mc_acc_norm in the metrics, as llm.c evaluates HellaSwag");
+    sub->add_option("--eval-choices-limit", o->eval_choices_limit,
+                    "score only the first N items of --eval-choices (0 = all)")
+        ->capture_default_str()
+        ->check(nonneg);
     sub->add_option("--log-every", o->log_every, "write metrics every N steps")
         ->capture_default_str()
         ->check(pos);
@@ -274,7 +281,8 @@ Command add_train(CLI::App& app) {
     sub->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoint-N directories to keep (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
-    sub->add_option("--device", o->device, "cpu, cuda or auto")
+    sub->add_option("--device", o->device,
+                    "cpu, cuda, or auto: CUDA when a usable GPU is visible (anvil doctor), else the CPU")
         ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     sub->add_option("--threads", o->threads, "CPU threads (0 = all cores)")

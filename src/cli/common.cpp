@@ -46,7 +46,8 @@ void ModelFlags::add(CLI::App* sub) {
     sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
     sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");
     add_template_flag(sub, o.prompt_template, "default: the one the model was trained with, else auto");
-    sub->add_option("--device", o.device, "cpu, cuda or auto")
+    sub->add_option("--device", o.device,
+                    "cpu, cuda, or auto: CUDA when a usable GPU is visible (anvil doctor), else the CPU")
         ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     sub->add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(kNonNegative);

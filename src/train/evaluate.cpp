@@ -8,9 +8,25 @@
 
 namespace anvil {
 
+namespace {
+
+// One forward of (B, T) tokens against targets (-1: none): each position's loss, into losses (B * T).
+void token_losses(Model& model, int B, int T, const int32_t* tokens, const int32_t* targets, float* losses) {
+    Backend& be = model.backend();
+    be.upload(model.tokens(B, T), tokens);
+    be.upload(model.targets(B, T), targets);
+    ForwardPass f;
+    f.B = B;
+    f.T = T;
+    f.targets = true;
+    model.forward(f);
+    be.download(losses, model.losses(B, T));
+}
+
+}  // namespace
+
 LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches, Comm* comm) {
     const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
-    Backend& be = model.backend();
     const std::vector<uint64_t> starts = window_starts(s, T, true);
     int64_t n = eval_batches(starts, B);
     if (max_batches > 0 && n > max_batches) n = max_batches;
@@ -20,14 +36,7 @@ LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t
     int64_t count = 0;
     for (int64_t i = rank; i < n; i += W) {
         fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
-        be.upload(model.tokens(B, T), tokens.data());
-        be.upload(model.targets(B, T), targets.data());
-        ForwardPass f;
-        f.B = B;
-        f.T = T;
-        f.targets = true;
-        model.forward(f);
-        be.download(losses.data(), model.losses(B, T));
+        token_losses(model, B, T, tokens.data(), targets.data(), losses.data());
         for (size_t j = 0; j < losses.size(); j++)
             if (targets[j] >= 0) {
                 sum += losses[j];
@@ -85,6 +94,101 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
         comm->allreduce_sum(totals, 2, "the exact-match counts");
         r.total = int(totals[0]);
         r.correct = int(totals[1]);
+    }
+    return r;
+}
+
+namespace {
+
+int argmax_first(const std::vector<double>& v) {
+    return int(std::max_element(v.begin(), v.end()) - v.begin());  // the first of equal maxima
+}
+
+// One ending of one item, as a row to score.
+struct ScoredRow {
+    size_t score;  // its item's ChoiceScore
+    int ending;
+    ChoiceRow t;
+};
+
+// Rows [first, first + B) in one forward of (B, T), T their longest (at most the model's max_T, each row's
+// last positions kept): each row's log-likelihood and target count added into its item's score.
+void score_rows(Model& model, int pad, const std::vector<ScoredRow>& rows, size_t first, int B,
+                std::vector<ChoiceScore>& scores) {
+    const int Tm = model.max_T();
+    int T = 1;
+    for (int b = 0; b < B; b++) T = std::max(T, std::min(int(rows[first + b].t.tokens.size()) - 1, Tm));
+    std::vector<int32_t> tokens(size_t(B) * T, pad), targets(size_t(B) * T, -1);
+    for (int b = 0; b < B; b++) {
+        const ChoiceRow& t = rows[first + b].t;
+        const int len = int(t.tokens.size()) - 1;  // inputs and targets, before the window
+        const int d = std::max(0, len - Tm);       // the context's start, dropped from a long row
+        for (int p = 0; p < len - d; p++) {
+            tokens[size_t(b) * T + p] = t.tokens[size_t(d + p)];
+            if (d + p + 1 >= t.n_context) targets[size_t(b) * T + p] = t.tokens[size_t(d + p + 1)];
+        }
+    }
+    std::vector<float> losses(size_t(B) * T);
+    token_losses(model, B, T, tokens.data(), targets.data(), losses.data());
+    for (int b = 0; b < B; b++) {
+        const ScoredRow& row = rows[first + b];
+        ChoiceScore& sc = scores[row.score];
+        for (int p = 0; p < T; p++)
+            if (targets[size_t(b) * T + p] >= 0) {
+                sc.logprob[size_t(row.ending)] -= losses[size_t(b) * T + p];
+                sc.tokens[size_t(row.ending)]++;
+            }
+    }
+}
+
+}  // namespace
+
+ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
+                             int max_items, Comm* comm, const std::function<void(int)>& progress) {
+    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
+    const int Bm = model.max_B();
+    ANVIL_ASSERT(Bm > 0 && model.max_T() > 0);
+    const int n = max_items > 0 && max_items < int(items.size()) ? max_items : int(items.size());
+    ChoiceResult r;
+    std::vector<ScoredRow> rows;  // every ending of this rank's items
+    for (int i = rank; i < n; i += W) {
+        const ChoiceItem& item = items[size_t(i)];
+        ChoiceScore sc;
+        sc.index = i;
+        sc.label = item.label;
+        sc.logprob.assign(item.endings.size(), 0.0);
+        sc.tokens.assign(item.endings.size(), 0);
+        for (size_t k = 0; k < item.endings.size(); k++) {
+            ScoredRow row{r.scores.size(), int(k), choice_row(item, k, tok)};
+            ANVIL_CHECK(row.t.tokens.size() > size_t(row.t.n_context),
+                        "multiple-choice item {}: ending {} encodes to no tokens", i, k);
+            rows.push_back(std::move(row));
+        }
+        r.scores.push_back(std::move(sc));
+    }
+    for (size_t first = 0; first < rows.size(); first += size_t(Bm)) {
+        const int B = int(std::min(rows.size() - first, size_t(Bm)));
+        score_rows(model, tok.eot_id(), rows, first, B, r.scores);
+        if (progress) {  // the items whose every ending is scored
+            const ScoredRow& last = rows[first + B - 1];
+            progress(int(last.score) + (size_t(last.ending) + 1 == r.scores[last.score].logprob.size()));
+        }
+    }
+    for (ChoiceScore& sc : r.scores) {
+        std::vector<double> norm(sc.logprob.size());
+        for (size_t k = 0; k < norm.size(); k++) norm[k] = sc.logprob[k] / sc.tokens[k];
+        sc.pred = argmax_first(sc.logprob);
+        sc.pred_norm = argmax_first(norm);
+        r.total++;
+        r.correct += sc.pred == sc.label;
+        r.correct_norm += sc.pred_norm == sc.label;
+    }
+    if (W > 1) {
+        double totals[3] = {double(r.total), double(r.correct), double(r.correct_norm)};
+        comm->allreduce_sum(totals, 3, "the multiple-choice counts");
+        r.total = int(totals[0]);
+        r.correct = int(totals[1]);
+        r.correct_norm = int(totals[2]);
     }
     return r;
 }

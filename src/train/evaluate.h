@@ -1,9 +1,11 @@
 // Evaluation shared by `anvil train` (periodic and final) and `anvil eval`.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "data/choices.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
 #include "model/model.h"
@@ -40,5 +42,34 @@ struct ExactMatchResult {
 ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
                              const std::vector<Example>& examples, int max_examples, int keep_samples = 3,
                              Comm* comm = nullptr);
+
+// One multiple-choice item as scored: each ending's log-likelihood after the context (the sum over its
+// tokens) and its token count.
+struct ChoiceScore {
+    int index = 0;  // in the item list
+    int label = 0;
+    std::vector<double> logprob;
+    std::vector<int> tokens;
+    int pred = 0;       // the ending with the highest log-likelihood
+    int pred_norm = 0;  // ... per token
+};
+
+struct ChoiceResult {
+    int total = 0;
+    int correct = 0;       // acc: the likeliest ending is the label (lm-evaluation-harness's acc)
+    int correct_norm = 0;  // acc_norm: the likeliest per token (llm.c's HellaSwag figure)
+    double acc() const { return total ? double(correct) / total : 0.0; }
+    double acc_norm() const { return total ? double(correct_norm) / total : 0.0; }
+    std::vector<ChoiceScore> scores;  // this rank's items, in order
+};
+
+// Scores every ending of the first max_items items (0 = all) with the model's reserved activations: rows of
+// context + ending (data/choices.h) in batches of up to max_B rows, each row's last max_T positions when it
+// is longer (the context's start dropped), the ending's tokens the only targets. Ties go to the first
+// ending. With `comm`, rank r scores items r, r+W, ... and the counts are the totals. `progress` (may be
+// empty) gets the number of this rank's items done.
+ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
+                             int max_items, Comm* comm = nullptr,
+                             const std::function<void(int)>& progress = {});
 
 }  // namespace anvil

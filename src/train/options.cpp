@@ -6,6 +6,7 @@
 namespace anvil {
 
 // Every option, as X(field): the JSON key is the field's name (more fields than nlohmann's macros take).
+// clang-format off
 #define ANVIL_TRAIN_OPTIONS(X) \
     X(data) X(tokenizer) X(text_field) X(prompt_template) X(init) X(resume) X(out) X(val_fraction) X(layers) \
     X(heads) X(dim) X(vocab) X(seq) X(batch) X(grad_accum) X(steps) X(lr) X(min_lr_frac) X(weight_decay) \
@@ -15,7 +16,8 @@ namespace anvil {
     X(bench) X(monitor_interval) X(tensorboard) X(precision) X(recompute) X(attention) X(lora_rank) \
     X(lora_alpha) X(lora_dropout) X(lora_targets) X(rslora) X(adapter) X(arch) X(kv_heads) X(ffn_dim) \
     X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel) \
-    X(logits_chunk)
+    X(logits_chunk) X(eval_choices) X(eval_choices_limit)
+// clang-format on
 
 namespace {
 

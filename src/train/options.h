@@ -50,13 +50,15 @@ struct TrainOptions {
     int eval_every = 0;    // 0 = only at the end
     int eval_batches = 0;  // 0 = the whole validation split
     int eval_examples = 200;
+    std::string eval_choices;    // a multiple-choice JSONL (HellaSwag) scored with the validation loss
+    int eval_choices_limit = 0;  // its first N items (0 = all)
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;
     // model weights in shards of at most this size (Hugging Face's layout)
     std::string max_shard_size = "5G";
     // execution
-    std::string device = "cpu";
+    std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     std::string precision =
         "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
     // what the backward recomputes instead of keeping: off, selective (layer norms, GELU/SwiGLU) or full

@@ -61,7 +61,7 @@ void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
     for (const auto& [key, value] : rec.items()) {
         if (!value.is_number() || key == "step") continue;
         std::string group = "train";
-        if (key.starts_with("val_"))
+        if (key.starts_with("val_") || key.starts_with("mc_"))
             group = "val";
         else if (key.starts_with("gpu_") || key.starts_with("cpu_") || key == "rss_mb" ||
                  key == "peak_mem_mb")
@@ -193,10 +193,16 @@ void TrainingLoop::one_step(int step) {
     if (!st.finite) rec["skipped"] = true;
     if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
-    const bool eval_now =
-        o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps && run_.data.val.size() > 1;
-    if (eval_now)
+    const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
+    const bool eval_now = eval_due && (run_.data.val.size() > 1 || !run_.choices.empty());
+    if (eval_due && run_.data.val.size() > 1)
         rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_).loss;
+    if (eval_due && !run_.choices.empty()) {
+        const ChoiceResult mc =
+            multiple_choice(*run_.model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
+        rec["mc_acc"] = mc.acc();
+        rec["mc_acc_norm"] = mc.acc_norm();
+    }
     log(rec, done, eval_now || !st.finite);
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
@@ -305,6 +311,15 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
                                {"got", s.got}});
         }
         summary["samples"] = samples;
+    }
+    if (!run_.choices.empty()) {
+        const ChoiceResult mc =
+            multiple_choice(model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
+        summary["mc_acc"] = mc.acc();
+        summary["mc_acc_norm"] = mc.acc_norm();
+        summary["mc_n"] = mc.total;
+        std::printf("multiple choice: acc %.2f%%, acc_norm %.2f%% (%d items of %s)\n", 100.0 * mc.acc(),
+                    100.0 * mc.acc_norm(), mc.total, o_.eval_choices.c_str());
     }
     summary["wall_s"] = seconds_since(t_start_);
     instruments_.add_summary(summary, tokens_per_s, summary["wall_s"].get<double>(), double(trained_tokens_));

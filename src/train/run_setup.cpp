@@ -416,6 +416,7 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
         src.base);
     r.tok = choose_tokenizer(o, src.base, src_config);
     r.data = load_data(o, *r.tok, comm);
+    if (!o.eval_choices.empty()) r.choices = read_choice_items(o.eval_choices);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
     r.backend =

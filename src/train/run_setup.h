@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
+#include "data/choices.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "dist/comm.h"
@@ -31,6 +32,7 @@ struct RunSetup {
     std::unique_ptr<ProfilingBackend> profiler;  // wraps `backend` with --profile
     std::unique_ptr<Tokenizer> tok;
     Dataset data;
+    std::vector<ChoiceItem> choices;  // --eval-choices
     std::unique_ptr<Model> model;
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<DataParallel> dp;  // with more than one rank
@@ -55,7 +57,7 @@ struct InferenceOptions {
     std::string adapter;          // a PEFT LoRA adapter on it
     std::string tokenizer;        // override the checkpoint's
     std::string prompt_template;  // override the one the model was trained with
-    std::string device = "cpu";
+    std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     int threads = 0;
 };
 struct InferenceSetup {

@@ -29,8 +29,17 @@ def main():
     with TempDir() as d:
         # the embedded default, shortened: same code path, few steps
         out = os.path.join(d, "default")
-        r = run(["train", "--out", out, "--steps", "30", "--eval-examples", "20", "--eval-every", "15"], check=True)
-        summary = json.load(open(os.path.join(out, "summary.json")))
+        # multiple-choice items in the embedded data's own format (HellaSwag's keys), scored with the val loss
+        choices = os.path.join(d, "choices.jsonl")
+        rnd = random.Random(3)
+        with open(choices, "w") as fh:
+            for _ in range(12):
+                w = "".join(rnd.choice("abcdefg") for _ in range(5))
+                fh.write(json.dumps({"ctx": f"Reverse.\n{w}\n=> ", "endings": [w, w[::-1], "".join(sorted(w))],
+                                     "label": rnd.randrange(3)}) + "\n")  # some right by chance, before training
+        r = run(["train", "--out", out, "--steps", "30", "--eval-examples", "20", "--eval-every", "15",
+                 "--eval-choices", choices, "--eval-choices-limit", "10"], check=True)
+        summary = default_summary = json.load(open(os.path.join(out, "summary.json")))
         for k in ("val_loss", "val_ppl", "exact_match", "tokens_per_s", "steps", "wall_s"):
             check(k in summary, f"summary.json has {k}", f)
         check(summary.get("steps") == 30, "summary steps == 30", f)
@@ -39,6 +48,10 @@ def main():
         check(all(all(k in row for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s")) for row in rows),
               "every metrics.jsonl row has step, loss, lr, grad_norm, tokens_per_s", f)
         check(any("val_loss" in row for row in rows), "metrics.jsonl carries val_loss at --eval-every", f)
+        check([r_["step"] for r_ in rows if "mc_acc" in r_ and "mc_acc_norm" in r_] == [15],
+              "metrics.jsonl carries mc_acc and mc_acc_norm at --eval-every", f)
+        check(summary.get("mc_n") == 10 and 0 <= summary.get("mc_acc", -1) <= 1 and "multiple choice: acc" in r.stdout,
+              "--eval-choices: the summary's mc_acc over --eval-choices-limit items, printed", f)
         first = json.loads(open(os.path.join(out, "data.jsonl")).readline())
         check(set(first) == {"instruction", "input", "output"}, "embedded data is in the seed format", f)
 
@@ -71,6 +84,27 @@ def main():
                  "--max-examples", "5", "--json"], check=True)
         ev = json.loads(r.stdout)
         check({"loss", "ppl", "exact_match"} <= set(ev), "eval --json reports loss, ppl, exact_match", f)
+        # multiple choice alone, with the per-item log; the same rows in the same batches as the run's summary
+        log = os.path.join(d, "scores.jsonl")
+        r = run(["eval", "--model", out, "--choices", choices, "--choices-limit", "10", "--choices-log", log,
+                 "--batch", "32", "--json"], check=True)
+        ev = json.loads(r.stdout)
+        items = [json.loads(l) for l in open(log)]
+        check(set(ev) == {"mc_acc", "mc_acc_norm", "mc_n"} and ev["mc_acc"] == default_summary.get("mc_acc")
+              and ev["mc_acc_norm"] == default_summary.get("mc_acc_norm"),
+              f"eval --choices on the final model gives the run's accuracies ({ev})", f)
+        check(len(items) == 10 and all(len(i["logprob"]) == 3 for i in items)
+              and sum(i["pred"] == i["label"] for i in items) == round(10 * ev["mc_acc"]),
+              "--choices-log: one line per item with its endings' scores and predictions", f)
+        r = run(["eval", "--model", out])
+        check(r.returncode == 1 and "give --data FILE" in r.stderr, "eval with nothing to score says what to give", f)
+        bad = os.path.join(d, "bad_choices.jsonl")
+        open(bad, "w").write(json.dumps({"ctx": "x", "endings": ["a", "b"], "label": 0}) + "\n{\"ctx\": \"x\"}\n")
+        r = run(["eval", "--model", out, "--choices", bad])
+        check(r.returncode == 1 and f"{bad}:2: no \"endings\"" in r.stderr, "a bad multiple-choice item names file:line", f)
+        r = run(["train", "--out", os.path.join(d, "bad_mc"), "--steps", "1", "--eval-choices", bad])
+        check(r.returncode == 1 and f"{bad}:2" in r.stderr and not os.path.exists(os.path.join(d, "bad_mc")),
+              "train --eval-choices checks the file before training and leaves no run directory", f)
 
         # generate: greedy is deterministic; sampling is seeded
         g = ["generate", "--model", final, "--instruction", "Reverse.", "--input", "abc", "--max-new-tokens", "8"]

@@ -75,6 +75,11 @@ def main():
 
     data = text_file(tmp, n_words=20000)
     inst = instruction_file(tmp, n=400)
+    choices = os.path.join(tmp, "choices.jsonl")  # multiple choice: 15 items, split over the ranks
+    with open(choices, "w") as f:
+        for i in range(15):
+            f.write(json.dumps({"ctx": f"Item {i}: the", "endings": ["cat", "dog sat", "mat"][: 2 + i % 2],
+                                "label": i % 2}) + "\n")
 
     # 1. two ranks x B == one process x 2B
     cases = [
@@ -83,7 +88,7 @@ def main():
         ("Llama (GQA), shuffle on", ["--data", data, "--arch", "llama", "--heads", "4", "--kv-heads", "2", "--seq",
                                      "16"], 2, 1),
         ("instruction records (prompt tokens out of the loss)",
-         ["--data", inst, "--shuffle", "off", "--heads", "2", "--seq", "48"], 4, 1),
+         ["--data", inst, "--shuffle", "off", "--heads", "2", "--seq", "48", "--eval-choices", choices], 4, 1),
     ]
     for i, (name, args, B, A) in enumerate(cases):
         tag = str(i)
@@ -97,6 +102,11 @@ def main():
         d, n = worst(losses("two" + tag), losses("one" + tag))
         check(n == 20 and d <= 1e-5, f"{name}: 2 ranks x batch {B} equal 1 process x batch {2 * B} over {n} steps "
               f"(worst relative loss difference {d:.2e})")
+        if "--eval-choices" in args:
+            s1, s2 = (json.load(open(os.path.join(r, "summary.json"))) for r in ("one" + tag, "two" + tag))
+            mc = lambda s: (s.get("mc_n"), s.get("mc_acc"), s.get("mc_acc_norm"))  # noqa: E731
+            check(mc(s2) == mc(s1) and s1.get("mc_n") == 15,
+                  f"{name}: --eval-choices split over 2 ranks counts every item once ({mc(s2)} vs {mc(s1)})")
 
     # LoRA: only the adapters are reduced
     base = "one0/final"

@@ -56,7 +56,7 @@ def compare(a, b, what, failures):
 
 
 def llama(tmp, data, failures):
-    common = ["--data", data, "--threads", "2", "--vocab", "257", "--seq", "64"]
+    common = ["--data", data, "--device", "cpu", "--threads", "2", "--vocab", "257", "--seq", "64"]
     run = os.path.join(tmp, "llama")
     subprocess.run([ANVIL, "train", *common, "--arch", "llama", "--layers", "2", "--heads", "4", "--kv-heads", "2",
                     "--dim", "64", "--steps", "20", "--max-shard-size", "100K", "--out", run], check=True,
@@ -100,7 +100,7 @@ def llama(tmp, data, failures):
 
 
 def relatives(tmp, data, failures):
-    common = ["--data", data, "--threads", "2", "--vocab", "257", "--seq", "64"]
+    common = ["--data", data, "--device", "cpu", "--threads", "2", "--vocab", "257", "--seq", "64"]
     run = os.path.join(tmp, "qwen2")
     subprocess.run([ANVIL, "train", *common, "--arch", "qwen2", "--layers", "2", "--heads", "4", "--kv-heads", "2",
                     "--dim", "64", "--out", run, "--steps", "10"], check=True, capture_output=True)
@@ -135,7 +135,8 @@ def main():
         data = os.path.join(tmp, "data.txt")
         open(data, "w").write(" ".join(["alpha beta gamma delta", "GPU tensor 42"] * 3000))
         run = os.path.join(tmp, "run")
-        common = ["--data", data, "--threads", "2", "--vocab", "257"]
+        # the checks are of the formats: train on the CPU (the GPU tests cover the CUDA backend)
+        common = ["--data", data, "--device", "cpu", "--threads", "2", "--vocab", "257"]
         subprocess.run([ANVIL, "train", *common, "--out", run, "--steps", "20", "--layers", "2", "--heads", "2",
                         "--dim", "64", "--seq", "64"], check=True, capture_output=True)
         base = os.path.join(run, "final")

@@ -122,6 +122,16 @@ def forward(p, idx, lora=None):
     return x @ p["transformer.wte.weight"].T
 
 
+def write_model(model_dir, p):
+    """A Hugging Face GPT-2 directory (config.json + model.safetensors) of parameters p."""
+    os.makedirs(model_dir)
+    write_safetensors(os.path.join(model_dir, "model.safetensors"), p)
+    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": L, "n_head": NH, "n_embd": C,
+           "n_positions": NCTX, "n_ctx": NCTX, "vocab_size": V, "activation_function": "gelu_new",
+           "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    json.dump(cfg, open(os.path.join(model_dir, "config.json"), "w"))
+
+
 # ---- the README's data contract -----------------------------------------------------------------------
 def render_compact(instruction, inp):
     """README: the compact template, "{instruction}\\n{input}\\n=> " (no input line when input is empty)."""
@@ -231,13 +241,8 @@ def run(cmd):
 def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=()):
     failures = []
     model_dir = os.path.join(tmp, name + "_init")
-    os.makedirs(model_dir)
     p = make_params()
-    write_safetensors(os.path.join(model_dir, "model.safetensors"), p)
-    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": L, "n_head": NH, "n_embd": C,
-           "n_positions": NCTX, "n_ctx": NCTX, "vocab_size": V, "activation_function": "gelu_new",
-           "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
-    json.dump(cfg, open(os.path.join(model_dir, "config.json"), "w"))
+    write_model(model_dir, p)
     ids, score = stream
 
     # 1. step 0: loss and every gradient
