@@ -268,6 +268,18 @@ Command add_train(CLI::App& app) {
                     "score only the first N items of --eval-choices (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
+    sub->add_option("--sample-every", o->sample_every,
+                    "sample text from the model every N steps (0 = never): printed, and in metrics.jsonl's "
+                    "\"sample\"")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option(
+        "--sample-prompt", o->sample_prompt,
+        "what --sample-every continues (default: the first held-out instruction or chat prompt; for "
+        "plain text, the end-of-text token)");
+    sub->add_option("--sample-tokens", o->sample_tokens, "tokens per sample")
+        ->capture_default_str()
+        ->check(pos);
     sub->add_option("--log-every", o->log_every, "write metrics every N steps")
         ->capture_default_str()
         ->check(pos);

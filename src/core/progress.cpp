@@ -43,6 +43,12 @@ void Progress::finish(const std::string& text) {
     std::fflush(out_);
 }
 
+void Progress::note(const std::string& text) {
+    if (tty_) std::fputs("\r\033[K", out_);
+    std::fprintf(out_, "%s\n", text.c_str());
+    std::fflush(out_);
+}
+
 void Progress::draw(int64_t done, const std::string& text, bool) {
     const double rate = rate_;
     const double eta = rate > 0 ? double(total_ - done) / rate : NAN;

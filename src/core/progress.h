@@ -16,6 +16,9 @@ public:
              std::FILE* out = stderr);
     void update(int64_t done, const std::string& text);
     void finish(const std::string& text);
+    // Lines of other output between updates (the bar, on a terminal, is cleared first and redrawn by the next
+    // update).
+    void note(const std::string& text);
 
 private:
     void draw(int64_t done, const std::string& text, bool final);

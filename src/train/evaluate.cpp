@@ -98,6 +98,18 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
     return r;
 }
 
+std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int tokens,
+                        uint64_t seed, std::vector<int32_t> stop) {
+    SampleOptions opt;
+    opt.stop_tokens = std::move(stop);
+    opt.max_new_tokens = tokens;
+    opt.temperature = 1.0f;
+    opt.seed = seed;
+    opt.vocab_real = tok.vocab_size();
+    Generator gen(model);
+    return tok.decode(prompt) + tok.decode(gen.generate(prompt, opt));
+}
+
 namespace {
 
 int argmax_first(const std::vector<double>& v) {

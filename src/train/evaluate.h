@@ -43,6 +43,11 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
                              const std::vector<Example>& examples, int max_examples, int keep_samples = 3,
                              Comm* comm = nullptr);
 
+// Up to `tokens` tokens sampled after `prompt` at temperature 1 from the tokenizer's ids, seeded, ending
+// after one of `stop` (where given): the prompt and the sample as text.
+std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int tokens,
+                        uint64_t seed, std::vector<int32_t> stop = {});
+
 // One multiple-choice item as scored: each ending's log-likelihood after the context (the sum over its
 // tokens) and its token count.
 struct ChoiceScore {

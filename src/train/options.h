@@ -52,6 +52,11 @@ struct TrainOptions {
     int eval_examples = 200;
     std::string eval_choices;    // a multiple-choice JSONL (HellaSwag) scored with the validation loss
     int eval_choices_limit = 0;  // its first N items (0 = all)
+    // text sampled from the model every N steps (0 = never), as llm.c does: from the prompt (empty: from the
+    // end-of-text token, or BOS), seeded by --seed and the step
+    int sample_every = 0;
+    std::string sample_prompt;
+    int sample_tokens = 64;
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/progress.h"
+#include "data/chat.h"
 #include "data/prefetch.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -100,6 +101,10 @@ private:
     void log(const nlohmann::json& rec, int done, bool force);
     int finish(int steps_done, bool interrupted);
     void report(nlohmann::json& summary, double tokens_per_s);
+    // --sample-every's text at step `done`: --sample-prompt's continuation, else the first held-out
+    // instruction or chat example's answer, both ending at the template's stop tokens; else (plain text) from
+    // the end-of-text token (BOS where the tokenizer has one), as llm.c samples during training.
+    std::string sample(int done) const;
 
     // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
     // travel with the step's loss, so every rank stops after the same step).
@@ -197,16 +202,34 @@ void TrainingLoop::one_step(int step) {
     const bool eval_now = eval_due && (run_.data.val.size() > 1 || !run_.choices.empty());
     if (eval_due && run_.data.val.size() > 1)
         rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_).loss;
+    if (o_.sample_every > 0 && done % o_.sample_every == 0) {
+        rec["sample"] = sample(done);
+        bar_.note(fmt::format("sample at step {}:\n---\n{}\n---", done, rec["sample"].get<std::string>()));
+    }
     if (eval_due && !run_.choices.empty()) {
         const ChoiceResult mc =
             multiple_choice(*run_.model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
         rec["mc_acc"] = mc.acc();
         rec["mc_acc_norm"] = mc.acc_norm();
     }
-    log(rec, done, eval_now || !st.finite);
+    log(rec, done, eval_now || !st.finite || rec.contains("sample"));
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+std::string TrainingLoop::sample(int done) const {
+    const Tokenizer& tok = *run_.tok;
+    const PromptTemplate tmpl = choose_template(o_.prompt_template, tok);
+    const uint64_t seed = o_.seed + uint64_t(done);
+    if (!o_.sample_prompt.empty())
+        return sample_text(*run_.model, tok, tok.encode_prompt(o_.sample_prompt), o_.sample_tokens, seed,
+                           stop_tokens(tmpl, tok));
+    if (!run_.data.val_examples.empty())
+        return sample_text(*run_.model, tok, prompt_tokens(run_.data.val_examples.front(), tmpl, tok),
+                           o_.sample_tokens, seed, stop_tokens(tmpl, tok));
+    return sample_text(*run_.model, tok, {tok.bos_id() >= 0 ? tok.bos_id() : tok.eot_id()}, o_.sample_tokens,
+                       seed);  // past the ends of documents, as llm.c samples
 }
 
 void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {

@@ -247,6 +247,10 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
     parse_bytes(o.max_shard_size, "--max-shard-size");  // a bad size fails now, not at the first save
     ANVIL_CHECK(o.lr_schedule == "cosine" || o.lr_schedule == "constant",
                 "--lr-schedule {}: use cosine or constant", o.lr_schedule);
+    const size_t prompt = o.sample_prompt.empty() ? 0 : tok.encode_prompt(o.sample_prompt).size();
+    ANVIL_CHECK(prompt < size_t(cfg.n_ctx),
+                "--sample-prompt: {} tokens, but the model's context is {}; give a shorter prompt", prompt,
+                cfg.n_ctx);
 }
 
 // The parameter dtype from --precision (auto: bf16 on CUDA, fp32 on the CPU; fp8: bf16 with FP8 products on

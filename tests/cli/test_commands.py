@@ -38,7 +38,8 @@ def main():
                 fh.write(json.dumps({"ctx": f"Reverse.\n{w}\n=> ", "endings": [w, w[::-1], "".join(sorted(w))],
                                      "label": rnd.randrange(3)}) + "\n")  # some right by chance, before training
         r = run(["train", "--out", out, "--steps", "30", "--eval-examples", "20", "--eval-every", "15",
-                 "--eval-choices", choices, "--eval-choices-limit", "10"], check=True)
+                 "--eval-choices", choices, "--eval-choices-limit", "10", "--sample-every", "15", "--sample-prompt",
+                 "Reverse.\nabc\n=> ", "--sample-tokens", "6"], check=True)
         summary = default_summary = json.load(open(os.path.join(out, "summary.json")))
         for k in ("val_loss", "val_ppl", "exact_match", "tokens_per_s", "steps", "wall_s"):
             check(k in summary, f"summary.json has {k}", f)
@@ -50,6 +51,10 @@ def main():
         check(any("val_loss" in row for row in rows), "metrics.jsonl carries val_loss at --eval-every", f)
         check([r_["step"] for r_ in rows if "mc_acc" in r_ and "mc_acc_norm" in r_] == [15],
               "metrics.jsonl carries mc_acc and mc_acc_norm at --eval-every", f)
+        samples = [(r_["step"], r_["sample"]) for r_ in rows if "sample" in r_]
+        check([s[0] for s in samples] == [15, 30] and all(s[1].startswith("Reverse.\nabc\n=> ") for s in samples)
+              and "sample at step 30:\n---\nReverse.\nabc\n=> " in r.stderr,
+              f"--sample-every: the prompt and its continuation in metrics.jsonl and printed ({samples})", f)
         check(summary.get("mc_n") == 10 and 0 <= summary.get("mc_acc", -1) <= 1 and "multiple choice: acc" in r.stdout,
               "--eval-choices: the summary's mc_acc over --eval-choices-limit items, printed", f)
         first = json.loads(open(os.path.join(out, "data.jsonl")).readline())
@@ -105,6 +110,10 @@ def main():
         r = run(["train", "--out", os.path.join(d, "bad_mc"), "--steps", "1", "--eval-choices", bad])
         check(r.returncode == 1 and f"{bad}:2" in r.stderr and not os.path.exists(os.path.join(d, "bad_mc")),
               "train --eval-choices checks the file before training and leaves no run directory", f)
+        r = run(["train", "--out", os.path.join(d, "bad_sample"), "--steps", "1", "--sample-every", "1",
+                 "--sample-prompt", "x" * 100])
+        check(r.returncode == 1 and "--sample-prompt: 100 tokens, but the model's context is 64" in r.stderr,
+              "a --sample-prompt longer than the context is refused at start", f)
 
         # generate: greedy is deterministic; sampling is seeded
         g = ["generate", "--model", final, "--instruction", "Reverse.", "--input", "abc", "--max-new-tokens", "8"]

@@ -2,6 +2,7 @@
 // row scored alone from the model's logits.
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "data/choices.h"
@@ -169,6 +170,24 @@ TEST(Choices, BatchedScoresEqualEachRowScoredAlone) {
     }
     EXPECT_EQ(r.correct, correct);
     EXPECT_EQ(r.correct_norm, correct_norm);
+}
+
+// --sample-every's sampler: the prompt's text then the sample, the same for the same seed, ending at a stop
+// token.
+TEST(Sample, SeededFromThePromptAndEndsAtAStopToken) {
+    auto be = make_backend({Device::CPU, 1, 0});
+    auto m = byte_model(*be);
+    ByteTokenizer tok;
+    const std::vector<int32_t> prompt = tok.encode("abc");
+    const std::string a = sample_text(*m, tok, prompt, 40, 7), b = sample_text(*m, tok, prompt, 40, 7);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a.substr(0, 3), "abc");
+    EXPECT_NE(a, sample_text(*m, tok, prompt, 40, 8)) << "another seed, another sample";
+    // every id a stop token: the sample ends after its first token, which is the 1-token sample's
+    std::vector<int32_t> every(257);
+    std::iota(every.begin(), every.end(), 0);
+    EXPECT_EQ(sample_text(*m, tok, prompt, 40, 7, every), sample_text(*m, tok, prompt, 1, 7));
+    EXPECT_LT(sample_text(*m, tok, prompt, 1, 7).size(), a.size());
 }
 
 }  // namespace
