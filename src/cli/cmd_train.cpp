@@ -227,12 +227,17 @@ Command add_train(CLI::App& app) {
         ->check(pos);
     sub->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(pos);
     sub->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(pos);
-    sub->add_option("--min-lr-frac", o->min_lr_frac, "cosine floor as a fraction of --lr")
+    sub->add_option("--min-lr-frac", o->min_lr_frac, "where the decay ends, as a fraction of --lr")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
-    sub->add_option("--lr-schedule", o->lr_schedule, "cosine or constant (after warmup)")
+    sub->add_option("--lr-schedule", o->lr_schedule,
+                    "after warmup: cosine or linear decay to --min-lr-frac, constant, or wsd (constant, then "
+                    "the last --decay-frac of the steps down to --min-lr-frac along 1 - sqrt, as llm.c)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"cosine", "constant"}));
+        ->check(CLI::IsMember({"cosine", "linear", "constant", "wsd"}));
+    sub->add_option("--decay-frac", o->decay_frac, "wsd: the last share of the steps, decaying")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--warmup", o->warmup, "linear warmup steps")->capture_default_str()->check(nonneg);
     sub->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (matrices only)")
         ->capture_default_str()

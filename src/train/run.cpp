@@ -88,7 +88,7 @@ public:
           instruments_(o_, *run.model, comm_.size()),  // every rank's device
           loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed, replicas_.rank(), W_),
                   run.model->backend(), o_.batch, o_.seq, o_.grad_accum, run.start_step),
-          sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, o_.lr_schedule == "cosine"},
+          sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, parse_lr_shape(o_.lr_schedule), o_.decay_frac},
           bar_("train", o_.steps, o_.log_every, "steps") {
         if (comm_.rank() != 0) return;  // rank 0 alone writes the run directory
         metrics_ = std::make_unique<MetricsLog>(o_.out + "/metrics.jsonl");

@@ -9,6 +9,7 @@
 #include "io/json_text.h"
 #include "model/model_io.h"
 #include "train/autobatch.h"
+#include "train/schedule.h"
 
 namespace anvil {
 
@@ -245,8 +246,9 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
     ANVIL_CHECK(o.warmup >= 0 && o.log_every > 0 && o.eval_every >= 0 && o.save_every >= 0,
                 "--warmup, --eval-every and --save-every must not be negative, --log-every must be positive");
     parse_bytes(o.max_shard_size, "--max-shard-size");  // a bad size fails now, not at the first save
-    ANVIL_CHECK(o.lr_schedule == "cosine" || o.lr_schedule == "constant",
-                "--lr-schedule {}: use cosine or constant", o.lr_schedule);
+    parse_lr_shape(o.lr_schedule);                      // a bad name fails now
+    ANVIL_CHECK(o.decay_frac > 0.0f && o.decay_frac <= 1.0f,
+                "--decay-frac {}: the share of the steps wsd decays over must be in (0, 1]", o.decay_frac);
     const size_t prompt = o.sample_prompt.empty() ? 0 : tok.encode_prompt(o.sample_prompt).size();
     ANVIL_CHECK(prompt < size_t(cfg.n_ctx),
                 "--sample-prompt: {} tokens, but the model's context is {}; give a shorter prompt", prompt,

@@ -89,12 +89,12 @@ def scenario(tmp, name, data_path, stream, r, alpha, rslora, B=3, T=24, accum=2,
     if len(grads) != 2 * len(ad):
         failures.append(f"{name}: anvil has {len(grads)} trainable tensors, expected the {2 * len(ad)} adapters")
 
-    # 2. ten AdamW steps on the adapters only
+    # 2. ten AdamW steps on the adapters only (llm.c's linear schedule)
     lr, warmup, wd, clip = 2e-3, 2, 0.1, 0.5
     out = os.path.join(tmp, name + "_run")
     o.run([o.ANVIL, "train", "--init", base, "--adapter", adir, "--data", data_path, "--tokenizer", "byte",
            "--shuffle", "off", "--val-fraction", "0", "--batch", str(B), "--seq", str(T), "--grad-accum", str(accum),
-           "--steps", str(steps), "--lr", str(lr), "--warmup", str(warmup), "--lr-schedule", "cosine",
+           "--steps", str(steps), "--lr", str(lr), "--warmup", str(warmup), "--lr-schedule", "linear",
            "--min-lr-frac", "0.1", "--weight-decay", str(wd), "--grad-clip", str(clip), "--log-every", "1",
            "--out", out, "--threads", "2"])
     anvil_losses = [json.loads(x)["loss"] for x in open(os.path.join(out, "metrics.jsonl"))]
@@ -103,7 +103,7 @@ def scenario(tmp, name, data_path, stream, r, alpha, rslora, B=3, T=24, accum=2,
     params = [t for ab in ad2.values() for t in ab]
     torch_losses = o.torch_adamw_losses(
         params, lambda st: o.step_loss(p, ids, score, st, B, T, accum, {k: (a, b, s) for k, (a, b) in ad2.items()}),
-        steps, lr, warmup, wd, clip, group_decay=False)
+        steps, lr, warmup, wd, clip, group_decay=False, schedule=("linear", 0.2))
     worst = max(o.rel(a, b) for a, b in zip(anvil_losses, torch_losses))
     print(f"[{name}] {steps} AdamW steps: anvil {['%.5f' % x for x in anvil_losses]}")
     print(f"[{name}]                torch {['%.5f' % x for x in torch_losses]}  worst rel {worst:.2e}")

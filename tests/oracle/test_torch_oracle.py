@@ -182,12 +182,19 @@ def batch(ids, score, i, B, T):
     return x, y
 
 
-def lr_at(step, lr, warmup, total, min_frac):
+def lr_at(step, lr, warmup, total, min_frac, shape="cosine", decay_frac=0.2):
+    """README: warmup, then cosine, linear or (wsd) constant and the last decay_frac of the steps along
+    1 - sqrt, from lr at the first decaying step to lr * min_frac at the last."""
     if step < warmup:
         return lr * (step + 1) / warmup
-    span = total - warmup
-    ratio = (step - warmup) / (span - 1) if span > 1 else 1.0
-    coeff = 0.5 * (1 + math.cos(math.pi * min(ratio, 1.0)))
+    first = warmup
+    if shape == "wsd":
+        first = max(warmup, total - round(decay_frac * total))
+        if step < first:
+            return lr
+    span = total - first
+    ratio = min((step - first) / (span - 1), 1.0) if span > 1 else 1.0
+    coeff = {"cosine": 0.5 * (1 + math.cos(math.pi * ratio)), "linear": 1 - ratio, "wsd": 1 - math.sqrt(ratio)}[shape]
     return lr * min_frac + coeff * (lr - lr * min_frac)
 
 
@@ -202,8 +209,8 @@ def step_loss(p, ids, score, step, B, T, accum, lora=None):
     return total / count
 
 
-def torch_adamw_losses(params, loss_at, steps, lr, warmup, wd, clip, group_decay=True):
-    """The losses of `steps` AdamW steps as anvil takes them: the cosine schedule, decay on matrices only
+def torch_adamw_losses(params, loss_at, steps, lr, warmup, wd, clip, group_decay=True, schedule=("cosine", 0.2)):
+    """The losses of `steps` AdamW steps as anvil takes them: the schedule (shape, wsd's decay share), decay on matrices only
     (nanoGPT's grouping; every tensor with group_decay False), global-norm clipping. loss_at(step) -> loss."""
     params = list(params)
     if group_decay:
@@ -215,7 +222,7 @@ def torch_adamw_losses(params, loss_at, steps, lr, warmup, wd, clip, group_decay
     losses = []
     for s in range(steps):
         for g in opt.param_groups:
-            g["lr"] = lr_at(s, lr, warmup, steps, 0.1)
+            g["lr"] = lr_at(s, lr, warmup, steps, 0.1, *schedule)
         opt.zero_grad()
         l = loss_at(s)
         l.backward()
@@ -238,7 +245,7 @@ def run(cmd):
     return r.stdout
 
 
-def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=()):
+def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=(), schedule=("cosine", 0.2)):
     failures = []
     model_dir = os.path.join(tmp, name + "_init")
     p = make_params()
@@ -268,15 +275,19 @@ def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=()):
     out = os.path.join(tmp, name + "_run")
     run([ANVIL, "train", "--init", model_dir, "--data", data_path, "--tokenizer", "byte", "--shuffle", "off",
          "--val-fraction", "0", "--batch", str(B), "--seq", str(T), "--grad-accum", str(accum), "--steps",
-         str(steps), "--lr", str(lr), "--warmup", str(warmup), "--lr-schedule", "cosine", "--min-lr-frac", "0.1",
-         "--weight-decay", str(wd), "--grad-clip", str(clip), "--log-every", "1", "--out", out, "--threads", "2",
-         *extra])
-    anvil_losses = [json.loads(l)["loss"] for l in open(os.path.join(out, "metrics.jsonl"))]
+         str(steps), "--lr", str(lr), "--warmup", str(warmup), "--lr-schedule", schedule[0], "--decay-frac",
+         str(schedule[1]), "--min-lr-frac", "0.1", "--weight-decay", str(wd), "--grad-clip", str(clip), "--log-every",
+         "1", "--out", out, "--threads", "2", *extra])
+    records = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    anvil_losses = [r_["loss"] for r_ in records]
+    lrs = [lr_at(s, lr, warmup, steps, 0.1, *schedule) for s in range(steps)]
+    if not all(abs(r_["lr"] - x) <= 1e-6 * lr for r_, x in zip(records, lrs)):
+        failures.append(f"{name}: {schedule[0]} learning rates {[r_['lr'] for r_ in records]}, expected {lrs}")
     p2 = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
     torch_losses = torch_adamw_losses(p2.values(), lambda s: step_loss(p2, ids, score, s, B, T, accum), steps, lr,
-                                      warmup, wd, clip)
+                                      warmup, wd, clip, schedule=schedule)
     worst = max(rel(a, b) for a, b in zip(anvil_losses, torch_losses))
-    print(f"[{name}] 10 AdamW steps: anvil {['%.5f' % x for x in anvil_losses]}")
+    print(f"[{name}] 10 AdamW steps ({schedule[0]} schedule): anvil {['%.5f' % x for x in anvil_losses]}")
     print(f"[{name}]                 torch {['%.5f' % x for x in torch_losses]}  worst rel {worst:.2e}")
     if len(anvil_losses) != steps:
         failures.append(f"{name}: anvil logged {len(anvil_losses)} steps, expected {steps}")
@@ -304,7 +315,7 @@ def main():
                 f.write(json.dumps({"instruction": "Add the numbers." if i % 3 else "Say hi.", "input": inp,
                                     "output": str(a + b) if i % 3 else "hi"}) + "\n")
         failures += scenario(tmp, "instruction", inst, stream_from_jsonl(inst), B=3, T=48, accum=2,
-                             extra=("--template", "compact"))
+                             extra=("--template", "compact"), schedule=("wsd", 0.5))
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

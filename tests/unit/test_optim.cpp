@@ -76,15 +76,41 @@ TEST_F(OptFixture, NormIsIndependentOfThreadCount) {
 }
 
 TEST(Schedule, WarmupThenCosine) {
-    LrSchedule s{1.0f, 0.1f, 10, 110, true};
+    LrSchedule s{1.0f, 0.1f, 10, 110, LrShape::Cosine};
     EXPECT_FLOAT_EQ(s.at(0), 0.1f);
     EXPECT_FLOAT_EQ(s.at(9), 1.0f);
     EXPECT_FLOAT_EQ(s.at(10), 1.0f);
     EXPECT_NEAR(s.at(10 + 99 / 2), 0.55f + 0.45f * std::cos(3.14159265f * 49 / 99), 1e-6);
     EXPECT_FLOAT_EQ(s.at(109), 0.1f);
-    LrSchedule c{0.5f, 0.1f, 0, 10, false};
+    LrSchedule c{0.5f, 0.1f, 0, 10, LrShape::Constant};
     EXPECT_EQ(c.at(0), 0.5f);
     EXPECT_EQ(c.at(9), 0.5f);
+}
+
+// llm.c's linear and warmup-stable-decay shapes, ending at the floor on the last step.
+TEST(Schedule, LinearAndWarmupStableDecay) {
+    LrSchedule l{1.0f, 0.1f, 10, 110, LrShape::Linear};
+    EXPECT_FLOAT_EQ(l.at(9), 1.0f);
+    EXPECT_FLOAT_EQ(l.at(10), 1.0f);
+    EXPECT_NEAR(l.at(10 + 33), 1.0f - 0.9f * 33 / 99, 1e-6);
+    EXPECT_FLOAT_EQ(l.at(109), 0.1f);
+    // 100 steps, 5 of warmup, the last 20 decaying: 5..79 stable, 80..99 along 1 - sqrt(r) to 0
+    LrSchedule w{2.0f, 0.0f, 5, 100, LrShape::Wsd, 0.2f};
+    EXPECT_FLOAT_EQ(w.at(0), 0.4f);
+    EXPECT_FLOAT_EQ(w.at(4), 2.0f);
+    EXPECT_FLOAT_EQ(w.at(50), 2.0f);
+    EXPECT_FLOAT_EQ(w.at(79), 2.0f);
+    EXPECT_FLOAT_EQ(w.at(80), 2.0f);  // r = 0
+    EXPECT_NEAR(w.at(80 + 4), 2.0f * (1.0f - std::sqrt(4.0f / 19)), 1e-6);
+    EXPECT_FLOAT_EQ(w.at(99), 0.0f);
+    for (int s = 81; s < 100; s++) EXPECT_LT(w.at(s), w.at(s - 1)) << s;
+    // a decay longer than the run after warmup starts where warmup ends
+    LrSchedule all{1.0f, 0.5f, 4, 10, LrShape::Wsd, 1.0f};
+    EXPECT_FLOAT_EQ(all.at(3), 1.0f);
+    EXPECT_FLOAT_EQ(all.at(4), 1.0f);
+    EXPECT_NEAR(all.at(6), 0.5f + 0.5f * (1.0f - std::sqrt(2.0f / 5)), 1e-6);
+    EXPECT_FLOAT_EQ(all.at(9), 0.5f);
+    expect_error([] { parse_lr_shape("step"); }, "--lr-schedule step: use cosine, linear, constant or wsd");
 }
 
 }  // namespace
