@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "data/choices.h"
 #include "data/dataset.h"
+#include "data/llmc.h"
 #include "data/text_stream.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -34,7 +35,9 @@ Command add_eval(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     mf->add(sub);
-    sub->add_option("--data", o->data, "text or JSONL file; all of it is scored");
+    sub->add_option("--data", o->data,
+                    "text or JSONL file, all of it scored; or a directory (anvil data prepare's, or llm.c's "
+                    "token shards), its validation split scored");
     sub->add_option("--text-field", o->text_field, "JSONL field holding plain text")->capture_default_str();
     sub->add_option("--choices", o->choices,
                     "multiple-choice JSONL (HellaSwag's ctx/endings/label, or context/choices/label): the "
@@ -70,12 +73,22 @@ Command add_eval(CLI::App& app) {
         nlohmann::json out = nlohmann::json::object();
         std::string text;
         if (!o->data.empty()) {
-            const Dataset d = load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
-            const LossResult loss = evaluate_loss(*l.model, d.train, o->batch, T, o->max_batches);
+            // a directory (anvil data prepare's, or llm.c's shards): its validation split; a file: all of it
+            const bool llmc = is_llmc_dir(o->data), dir = llmc || is_prepared_dir(o->data);
+            const Dataset d = llmc ? open_llmc(o->data, *l.tok)
+                              : dir
+                                  ? open_prepared(o->data, *l.tok)
+                                  : load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
+            const TokenView& scored = dir ? d.val : d.train;
+            ANVIL_CHECK(scored.size() > 1, "--data {}: {} to score", o->data,
+                        dir ? "the validation split is empty: nothing" : "too few tokens");
+            const LossResult loss = evaluate_loss(*l.model, scored, o->batch, T, o->max_batches);
             out.update({{"loss", loss.loss}, {"ppl", loss.ppl}, {"targets", loss.targets}});
             text += fmt::format("loss {:.4f}  perplexity {:.3f}  ({} targets)\n", loss.loss, loss.ppl,
                                 loss.targets);
-            const std::vector<Example> ex = d.jsonl ? read_examples_jsonl(o->data) : std::vector<Example>{};
+            const std::vector<Example> ex = dir       ? d.val_examples
+                                            : d.jsonl ? read_examples_jsonl(o->data)
+                                                      : std::vector<Example>{};
             if (!ex.empty()) {
                 const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o->max_examples);
                 out["exact_match"] = em.accuracy();

@@ -34,6 +34,7 @@ struct Dataset {
     std::vector<Example> val_examples;  // instruction records of the validation split
     size_t records = 0, val_records = 0;
     bool jsonl = false;
+    std::string format;             // how the files are laid out, where not anvil's own: "llm.c GPT-2 shards"
     uint64_t fingerprint = 0;       // of the training split
     std::shared_ptr<void> storage;  // owns the memory behind the views (token vectors or mapped shards)
 };

@@ -384,8 +384,10 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
                      model.backend().device() == Device::CUDA
                          ? "bf16 elsewhere, fp32 master weights"
                          : "the CPU simulates FP8's rounding in fp32 (a check, not a speed-up)");
-    std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens (%zu records)\n", o.data.c_str(),
-                 run.data.train.size(), run.data.val.size(), run.data.records);
+    std::fprintf(stderr, "anvil: data %s: %zu train tokens, %zu val tokens%s\n", o.data.c_str(),
+                 run.data.train.size(), run.data.val.size(),
+                 run.data.format.empty() ? fmt::format(" ({} records)", run.data.records).c_str()
+                                         : fmt::format(" ({})", run.data.format).c_str());
     const std::string ranks =
         R > 1 ? fmt::format(" per {}, x {} {}s = {} sequences per step", K > 1 ? "replica" : "rank", R,
                             K > 1 ? "replica" : "rank", o.batch * o.grad_accum * R)

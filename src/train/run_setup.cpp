@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "data/llmc.h"
 #include "data/synthetic.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -158,6 +159,12 @@ std::unique_ptr<Tokenizer> choose_tokenizer(const TrainOptions& o, const std::st
                                             const nlohmann::json& src_config) {
     if (!o.tokenizer.empty()) return make_tokenizer(o.tokenizer);
     if (!o.data.empty() && is_prepared_dir(o.data)) return tokenizer_for_prepared(o.data);
+    ANVIL_CHECK(o.data.empty() || !is_llmc_dir(o.data),
+                "--data {}: llm.c shards of {} token ids; give --tokenizer with that tokenizer ({})", o.data,
+                llmc_tokenizer_name(o.data),
+                llmc_tokenizer_name(o.data) == "GPT-2"
+                    ? "a directory with GPT-2's encoder.json + vocab.bpe, or a Hugging Face GPT-2 directory"
+                    : "Llama 3's tokenizer.json and tokenizer_config.json");
     if (!model_src.empty()) return tokenizer_for_checkpoint(model_src, src_config);
     return make_tokenizer("byte");
 }
@@ -175,6 +182,7 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
             "in %s\n",
             kEmbeddedExamples, o.data.c_str());
     }
+    if (is_llmc_dir(o.data)) return open_llmc(o.data, tok);
     if (is_prepared_dir(o.data)) {
         // the shards hold prompts rendered with the directory's template
         o.prompt_template = read_prepared_meta(o.data).value("template", o.prompt_template);

@@ -5,6 +5,7 @@
 
 #include "data/batcher.h"
 #include "data/dataset.h"
+#include "data/llmc.h"
 #include "data/synthetic.h"
 #include "harness.h"
 
@@ -75,6 +76,48 @@ TEST(Dataset, ErrorsNameFileAndLine) {
     expect("[1,2]\n", ":1: each line must be a JSON object");
     expect("", "file is empty");
     expect("\n\n", "no records");
+}
+
+// llm.c's Llama 3 shards (magic 20240801, version 7): uint32 ids, each document opened by BOS, a record
+// ending at each BOS; the validation files apart.
+TEST(Llmc, Llama3ShardsAreUint32IdsDelimitedByBos) {
+    struct BosTokenizer final : Tokenizer {
+        std::vector<int32_t> encode(std::string_view) const override { return {}; }
+        std::string decode(const int32_t*, size_t) const override { return ""; }
+        int vocab_size() const override { return 70000; }
+        int eot_id() const override { return 69999; }
+        int bos_id() const override { return 69000; }
+        std::string kind() const override { return "test"; }
+        void save(const std::string&) const override {}
+    } tok;
+    const std::string dir = fresh_dir("llmc");
+    const auto write = [&](const std::string& name, const std::vector<int32_t>& ids) {
+        std::vector<int32_t> header(256, 0);
+        header[0] = kLlmcMagicLlama3, header[1] = 7, header[2] = int32_t(ids.size());
+        std::ofstream f(dir + "/" + name, std::ios::binary);
+        f.write(reinterpret_cast<const char*>(header.data()), 1024);
+        f.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
+    };
+    write("edu_train_000001.bin", {69000, 65536, 3, 69000, 66000});  // ids past uint16
+    write("edu_train_000002.bin", {69000, 7});
+    write("edu_val_000000.bin", {69000, 1, 2});
+    ASSERT_TRUE(is_llmc_dir(dir));
+    EXPECT_EQ(llmc_tokenizer_name(dir), "Llama 3");
+    const Dataset d = open_llmc(dir, tok);
+    ASSERT_EQ(d.train.size(), 7u);
+    ASSERT_EQ(d.val.size(), 3u);
+    const std::vector<int32_t> ids = {69000, 65536, 3, 69000, 66000, 69000, 7};
+    // a record starts at each file's start and after each BOS
+    const std::vector<uint8_t> starts = {1, 1, 0, 0, 1, 1, 1};
+    for (size_t i = 0; i < ids.size(); i++) {
+        EXPECT_EQ(d.train.id(i), ids[i]) << i;
+        EXPECT_EQ(d.train.flags(i), uint8_t(kInLoss | (starts[i] ? kRecordStart : 0))) << i;
+    }
+    EXPECT_EQ(d.val.id(2), 2);
+    EXPECT_EQ(d.format, "llm.c Llama 3 shards, 3 files");
+    write("edu_val_000001.bin", {20240520});
+    std::ofstream(dir + "/edu_val_000001.bin", std::ios::binary | std::ios::in | std::ios::out).write("x", 1);
+    expect_error([&] { open_llmc(dir, tok); }, "not an llm.c token shard", "edu_val_000001.bin");
 }
 
 TEST(Batcher, SequentialOrderIsTheDocumentedOne) {
