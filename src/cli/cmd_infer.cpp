@@ -99,7 +99,9 @@ Command add_eval(CLI::App& app) {
         if (!items.empty()) {
             const int n =
                 o->choices_limit > 0 ? std::min(o->choices_limit, int(items.size())) : int(items.size());
-            Progress bar("multiple choice", n, std::max(1, n / 20), "items");
+            int endings = 0;
+            for (int i = 0; i < n; i++) endings += int(items[size_t(i)].endings.size());
+            Progress bar("multiple choice", endings, std::max(1, endings / 20), "endings");
             const ChoiceResult mc =
                 multiple_choice(*l.model, *l.tok, items, n, nullptr, [&](int done) { bar.update(done, ""); });
             bar.finish(fmt::format("acc {:.1f}%, acc_norm {:.1f}%", 100.0 * mc.acc(), 100.0 * mc.acc_norm()));

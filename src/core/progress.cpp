@@ -32,9 +32,11 @@ void Progress::update(int64_t done, const std::string& text) {
         const double r = dt > 0 ? double(done - last_done_) / dt : 0.0;
         rate_ = rate_ > 0 ? 0.9 * rate_ + 0.1 * r : r;
     }
+    // off a terminal, a line each time the count passes a multiple of `every` (it may move by more than one)
+    const bool crossed = last_done_ < 0 ? done % every_ == 0 : done / every_ != last_done_ / every_;
     last_done_ = done;
     last_time_ = now;
-    if (tty_ || done % every_ == 0 || done == total_) draw(done, text, false);
+    if (tty_ || crossed || done == total_) draw(done, text, false);
 }
 
 void Progress::finish(const std::string& text) {

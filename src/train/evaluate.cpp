@@ -178,13 +178,14 @@ ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vect
         }
         r.scores.push_back(std::move(sc));
     }
+    // longest rows first, so that a batch's rows are of about one length and little of it is padding
+    std::stable_sort(rows.begin(), rows.end(), [](const ScoredRow& a, const ScoredRow& b) {
+        return a.t.tokens.size() > b.t.tokens.size();
+    });
     for (size_t first = 0; first < rows.size(); first += size_t(Bm)) {
         const int B = int(std::min(rows.size() - first, size_t(Bm)));
         score_rows(model, tok.eot_id(), rows, first, B, r.scores);
-        if (progress) {  // the items whose every ending is scored
-            const ScoredRow& last = rows[first + B - 1];
-            progress(int(last.score) + (size_t(last.ending) + 1 == r.scores[last.score].logprob.size()));
-        }
+        if (progress) progress(int(first) + B);
     }
     for (ChoiceScore& sc : r.scores) {
         std::vector<double> norm(sc.logprob.size());

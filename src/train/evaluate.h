@@ -69,10 +69,10 @@ struct ChoiceResult {
 };
 
 // Scores every ending of the first max_items items (0 = all) with the model's reserved activations: rows of
-// context + ending (data/choices.h) in batches of up to max_B rows, each row's last max_T positions when it
-// is longer (the context's start dropped), the ending's tokens the only targets. Ties go to the first
-// ending. With `comm`, rank r scores items r, r+W, ... and the counts are the totals. `progress` (may be
-// empty) gets the number of this rank's items done.
+// context + ending (data/choices.h), longest first, in batches of up to max_B rows, each row's last max_T
+// positions when it is longer (the context's start dropped), the ending's tokens the only targets. Ties go to
+// the first ending. With `comm`, rank r scores items r, r+W, ... and the counts are the totals. `progress`
+// (may be empty) gets the number of this rank's endings scored.
 ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
                              int max_items, Comm* comm = nullptr,
                              const std::function<void(int)>& progress = {});

@@ -2,6 +2,7 @@
 // limit.
 #include <cmath>
 
+#include "core/progress.h"
 #include "harness.h"
 #include "io/tensorboard.h"
 #include "model/config.h"
@@ -87,6 +88,31 @@ TEST(Datasheet, KnownCards) {
     EXPECT_DOUBLE_EQ(find_datasheet("NVIDIA H200")->mem_gbps, 4800);
     EXPECT_DOUBLE_EQ(find_datasheet("NVIDIA H100 PCIe")->bf16, 756);
     EXPECT_EQ(find_datasheet("Some Other GPU"), nullptr);
+}
+
+// Off a terminal, a progress line each time the count passes a multiple of `every`, however far it moves in
+// one update, and one at the end.
+TEST(Progress, OffATerminalALineEachTimeTheCountPassesAMultiple) {
+    std::FILE* f = std::tmpfile();
+    ASSERT_NE(f, nullptr);
+    Progress quiet("steps", 30, 10, "steps", f);
+    Progress rows("rows", 200, 50, "rows", f);
+    for (int done : {32, 64, 96, 128, 160, 192, 200}) rows.update(done, "");  // passes 50, 100, 150; ends
+    for (int done = 1; done <= 30; done++) quiet.update(done, "");            // 10, 20, 30
+    std::rewind(f);
+    std::string out(4096, '\0');
+    out.resize(std::fread(out.data(), 1, out.size(), f));
+    std::fclose(f);
+    std::vector<std::string> firsts;
+    for (size_t p = 0; p < out.size();) {
+        const size_t nl = out.find('\n', p);
+        const std::string line = out.substr(p, nl - p);
+        firsts.push_back(line.substr(0, line.find('/')));
+        p = nl + 1;
+    }
+    EXPECT_EQ(firsts, (std::vector<std::string>{"rows 64", "rows 128", "rows 160", "rows 200", "steps 10",
+                                                "steps 20", "steps 30"}))
+        << out;
 }
 
 }  // namespace
