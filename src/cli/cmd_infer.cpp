@@ -13,7 +13,6 @@
 #include "core/progress.h"
 #include "data/choices.h"
 #include "data/dataset.h"
-#include "data/llmc.h"
 #include "data/text_stream.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -74,10 +73,8 @@ Command add_eval(CLI::App& app) {
         std::string text;
         if (!o->data.empty()) {
             // a directory (anvil data prepare's, or llm.c's shards): its validation split; a file: all of it
-            const bool llmc = is_llmc_dir(o->data), dir = llmc || is_prepared_dir(o->data);
-            const Dataset d = llmc ? open_llmc(o->data, *l.tok)
-                              : dir
-                                  ? open_prepared(o->data, *l.tok)
+            const bool dir = is_data_dir(o->data);
+            const Dataset d = dir ? open_data_dir(o->data, *l.tok)
                                   : load_dataset(o->data, *l.tok, DataOptions{0.0, o->text_field, l.prompt});
             const TokenView& scored = dir ? d.val : d.train;
             ANVIL_CHECK(scored.size() > 1, "--data {}: {} to score", o->data,

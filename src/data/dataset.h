@@ -49,6 +49,11 @@ nlohmann::json read_prepared_meta(const std::string& dir);
 std::unique_ptr<Tokenizer> tokenizer_for_prepared(const std::string& dir);  // the one it was prepared with
 Dataset open_prepared(const std::string& dir, const Tokenizer& tok);
 
+// A directory of token shards, anvil data prepare's or llm.c's (data/llmc.h), as opposed to a text or JSONL
+// file; open_data_dir opens either kind.
+bool is_data_dir(const std::string& path);
+Dataset open_data_dir(const std::string& dir, const Tokenizer& tok);
+
 // Reads the instruction and chat records of a JSONL file (for exact match); errors name file and line.
 std::vector<Example> read_examples_jsonl(const std::string& path);
 void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples);

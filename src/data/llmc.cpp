@@ -75,17 +75,8 @@ struct LlmcShard {
         count = size_t(h.count);
         ids = file.data() + kLlmcHeaderBytes;
         int64_t bad = -1;
-        for (size_t i = 0; i < count && bad < 0; i++) {
-            uint32_t v;
-            if (width == 2) {
-                uint16_t s;
-                std::memcpy(&s, ids + 2 * i, 2);
-                v = s;
-            } else {
-                std::memcpy(&v, ids + 4 * i, 4);
-            }
-            if (v >= uint32_t(tok.vocab_size())) bad = int64_t(i);
-        }
+        for (size_t i = 0; i < count && bad < 0; i++)
+            if (id(i) >= uint32_t(tok.vocab_size())) bad = int64_t(i);
         ANVIL_CHECK(bad < 0,
                     "{}: token {} is id {}, outside the tokenizer's {} ids; give the tokenizer the "
                     "shards were written with ({})",

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/llmc.h"
 #include "data/shard.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -66,6 +67,14 @@ Dataset open_prepared(const std::string& dir, const Tokenizer& tok) {
     }
     d.storage = st;
     return d;
+}
+
+bool is_data_dir(const std::string& path) {
+    return is_prepared_dir(path) || is_llmc_dir(path);
+}
+
+Dataset open_data_dir(const std::string& dir, const Tokenizer& tok) {
+    return is_llmc_dir(dir) ? open_llmc(dir, tok) : open_prepared(dir, tok);
 }
 
 }  // namespace anvil

@@ -159,12 +159,14 @@ std::unique_ptr<Tokenizer> choose_tokenizer(const TrainOptions& o, const std::st
                                             const nlohmann::json& src_config) {
     if (!o.tokenizer.empty()) return make_tokenizer(o.tokenizer);
     if (!o.data.empty() && is_prepared_dir(o.data)) return tokenizer_for_prepared(o.data);
-    ANVIL_CHECK(o.data.empty() || !is_llmc_dir(o.data),
-                "--data {}: llm.c shards of {} token ids; give --tokenizer with that tokenizer ({})", o.data,
-                llmc_tokenizer_name(o.data),
-                llmc_tokenizer_name(o.data) == "GPT-2"
-                    ? "a directory with GPT-2's encoder.json + vocab.bpe, or a Hugging Face GPT-2 directory"
-                    : "Llama 3's tokenizer.json and tokenizer_config.json");
+    if (!o.data.empty() && is_llmc_dir(o.data)) {
+        const std::string name = llmc_tokenizer_name(o.data);
+        fail("--data {}: llm.c shards of {} token ids; give --tokenizer with that tokenizer ({})", o.data,
+             name,
+             name == "GPT-2"
+                 ? "a directory with GPT-2's encoder.json + vocab.bpe, or a Hugging Face GPT-2 directory"
+                 : "Llama 3's tokenizer.json and tokenizer_config.json");
+    }
     if (!model_src.empty()) return tokenizer_for_checkpoint(model_src, src_config);
     return make_tokenizer("byte");
 }
@@ -182,11 +184,11 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
             "in %s\n",
             kEmbeddedExamples, o.data.c_str());
     }
-    if (is_llmc_dir(o.data)) return open_llmc(o.data, tok);
-    if (is_prepared_dir(o.data)) {
-        // the shards hold prompts rendered with the directory's template
-        o.prompt_template = read_prepared_meta(o.data).value("template", o.prompt_template);
-        return open_prepared(o.data, tok);
+    if (is_data_dir(o.data)) {
+        // anvil's shards hold prompts rendered with the directory's template
+        if (is_prepared_dir(o.data))
+            o.prompt_template = read_prepared_meta(o.data).value("template", o.prompt_template);
+        return open_data_dir(o.data, tok);
     }
     const PromptTemplate t = choose_template(o.prompt_template, tok);
     const std::string reason = template_reason(o.prompt_template, t, tok);
