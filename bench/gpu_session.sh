@@ -1,5 +1,14 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, from the bundle scripts/gpu_bundle.sh made here (carry .gpu-run):
+#   bash bench/gpu_session.sh contact the first call of a session (a session has 15 minutes of device time:
+#                                     one call of up to 10 minutes, so this is the one to make). Within
+#                                     $CONTACT_BUDGET seconds (default 540), most important first, each step
+#                                     capped so the later ones still run: the libraries the binaries find, a
+#                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
+#                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py), the
+#                                     transformers/peft interop test, the GPT-2 124M benchmark (short) and the
+#                                     step-time model from its rate, then memcheck on the op tests. A table of
+#                                     every step's outcome comes last; at most 8 files under $OUT.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -21,15 +30,59 @@ root=/tmp/anvil-gpu
 if [ ! -x "$root/bin/anvil" ]; then
   mkdir -p "$root" && tar -xJf .gpu-run/bundle.tar.xz -C "$root" || exit 1
 fi
-export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# the toolkit's libraries first, then those pip installed beside PyTorch (NCCL and cuDNN live only there)
+pylibs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(d for p in nvidia.__path__
+  for d in glob.glob(os.path.join(p, "*", "lib")))))' 2> /dev/null || true)
+export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${pylibs:+$pylibs:}${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
 {
   echo "bundle commit $(cat "$root/commit"), tree commit $(git rev-parse HEAD 2> /dev/null || echo '?')"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  missing=$(ldd "$root"/bin/* 2> /dev/null | grep 'not found' | sort -u)
+  echo "libraries not found: ${missing:-none}"
   "$root/bin/anvil" doctor
 } > "$out/device.txt" 2>&1
 cat "$out/device.txt"
 case "$what" in
+  contact)
+    budget=${CONTACT_BUDGET:-540} t0=$SECONDS log=$out/contact.log work=$(mktemp -d)
+    steps=()
+    # step NAME CAP COMMAND...: runs it for at most CAP seconds (less if the budget is nearly spent)
+    step() {
+      local name=$1 cap=$2 left=$((budget - (SECONDS - t0))) rc s0=$SECONDS from
+      shift 2
+      [ "$cap" -gt "$left" ] && cap=$left
+      if [ "$cap" -lt 10 ]; then steps+=("$(printf '%-12s not run (budget spent)' "$name")"); return; fi
+      echo "== $name (at most ${cap}s): $*" >> "$log"
+      from=$(($(wc -l < "$log") + 1))
+      timeout -k 5 "$cap" "$@" >> "$log" 2>&1
+      rc=$?
+      steps+=("$(printf '%-12s exit %-4s %4ss%s' "$name" "$rc" "$((SECONDS - s0))" \
+        "$([ "$rc" = 124 ] && echo ' (stopped at its cap)')")")
+      echo "== $name (at most ${cap}s): exit $rc after $((SECONDS - s0))s"
+      tail -n "+$from" "$log" | tail -n 25
+    }
+    # anvil train on the card, the embedded default: fp32, then bf16
+    smoke='for p in fp32 bf16; do "$0" train --device cuda --precision $p --steps 60 --log-every 20 \
+      --eval-examples 50 --tensorboard off --out "$1/smoke-$p" || exit; done'
+    step smoke 90 bash -c "$smoke" "$root/bin/anvil" "$work"
+    step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
+      --test-timeout 90 --json "$out/gpu_tests.json" --log "$out/gpu_tests.log"
+    step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" \
+      python3 tests/oracle/test_hf_interop.py
+    step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
+      --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 --profile-steps 2 \
+      --attention auto "${@:2}"
+    [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
+      --compute-json "$out/bench/gpu_train_bench.json" --json "$out/bench/step_time_model.json"
+    step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
+      --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*'
+    rm -rf "$work"
+    { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
+      [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"; } | tee -a "$log"
+    # the GPU tests' table of what did not pass, last, where the reply shows it
+    awk '/^== [0-9]+ tests in/{keep=1; n=0} keep && /^== [a-z]/{keep=0} keep && n++ < 60' "$log"
+    ;;
   tests)
     "$root/bin/anvil_gpu_tests" --gtest_output="json:$out/gpu_tests.json" 2>&1 | tee "$out/gpu_tests.log"
     # transformers and peft are on this machine: checkpoints and adapters both ways
@@ -61,5 +114,5 @@ case "$what" in
     # eight files back at most: device.txt, logs.txt, loss_match.json, summary.txt, three metrics.jsonl, a plot
     python3 bench/loss_match.py --anvil "$root/bin/anvil" "${data[@]}" --fp8 --out "$out" "${@:2}" 2>&1
     ;;
-  *) echo "usage: gpu_session.sh tests|sanitize|bench|fp8|train [benchmark flags]"; exit 2 ;;
+  *) echo "usage: gpu_session.sh contact|tests|sanitize|bench|fp8|train [benchmark flags]"; exit 2 ;;
 esac
