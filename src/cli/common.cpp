@@ -32,16 +32,20 @@ CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::stri
             "--template,--chat-template", dest,
             "how instruction {\"instruction\",\"input\",\"output\"} and chat {\"messages\"} records are "
             "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>), "
-            "llama2 (Llama 2 Chat's [INST]), zephyr (TinyLlama-Chat's <|user|>) or auto (llama3 or chatml "
-            "when the tokenizer has their special tokens, llama2 or zephyr when its chat_template is "
-            "theirs, else alpaca); " +
+            "llama2 (Llama 2 Chat's [INST] with <<SYS>>), mistral (Mistral Instruct's [INST], spaced as the "
+            "tokenizer's chat_template), zephyr (TinyLlama-Chat's <|user|>) or auto (llama3 or chatml when "
+            "the "
+            "tokenizer has their special tokens, llama2, mistral or zephyr when its chat_template is theirs, "
+            "mistral also for [INST] control tokens, else alpaca); " +
                 default_note)
-        ->check(CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml", "llama2", "zephyr"}));
+        ->check(
+            CLI::IsMember({"auto", "alpaca", "compact", "llama3", "chatml", "llama2", "mistral", "zephyr"}));
 }
 
 void ModelFlags::add(CLI::App* sub) {
-    sub->add_option("--model", o.model_dir,
-                    "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
+    sub->add_option(
+           "--model", o.model_dir,
+           "model directory (or a run directory: its final/; a LoRA run's adapter loads on its base)")
         ->required();
     sub->add_option("--adapter", o.adapter, "a PEFT LoRA adapter directory to apply to the model");
     sub->add_option("--tokenizer", o.tokenizer, "override the checkpoint's tokenizer");

@@ -1,5 +1,7 @@
 #include "data/chat.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace anvil {
@@ -60,6 +62,8 @@ const char* template_name(PromptTemplate t) {
             return "llama2";
         case PromptTemplate::Zephyr:
             return "zephyr";
+        case PromptTemplate::Mistral:
+            return "mistral";
     }
     return "?";
 }
@@ -96,6 +100,119 @@ bool zephyr_chat_template(const std::string& tmpl) {
     return tmpl.find("<|end|>") == std::string::npos;
 }
 
+// Mistral Instruct's chat_template: [INST] ... [/INST] without Llama 2's <<SYS>>.
+bool mistral_chat_template(const std::string& tmpl) {
+    return tmpl.find("[INST]") != std::string::npos && tmpl.find("[/INST]") != std::string::npos &&
+           tmpl.find("<<SYS>>") == std::string::npos;
+}
+
+// A vocabulary with Mistral's control tokens [INST] and [/INST] (v3 and Tekken tokenizers).
+bool mistral_specials(const Tokenizer& tok) {
+    return tok.special_id("[INST]") >= 0 && tok.special_id("[/INST]") >= 0;
+}
+
+// The string literals of a Jinja template, in order, with their offsets; escapes undone.
+struct Literal {
+    size_t at;
+    std::string text;
+};
+std::vector<Literal> literals_of(const std::string& t) {
+    std::vector<Literal> out;
+    bool in_code = false;
+    for (size_t i = 0; i + 1 < t.size(); i++) {
+        if (!in_code) {
+            if (t[i] == '{' && (t[i + 1] == '{' || t[i + 1] == '%')) in_code = true, i++;
+            continue;
+        }
+        if ((t[i] == '}' || t[i] == '%') && t[i + 1] == '}') {
+            in_code = false, i++;
+            continue;
+        }
+        if (t[i] != '\'' && t[i] != '"') continue;
+        const char q = t[i];
+        Literal lit{i, ""};
+        for (i++; i < t.size() && t[i] != q; i++) {
+            if (t[i] != '\\' || i + 1 == t.size()) {
+                lit.text += t[i];
+                continue;
+            }
+            const char e = t[++i];
+            lit.text += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+        }
+        out.push_back(std::move(lit));
+    }
+    return out;
+}
+
+// How a Mistral chat_template spells a conversation, read off its literals: what surrounds a user turn, an
+// answer and the system message, and which user turn that joins. The forms Mistral AI has shipped:
+//   v1 (7B Instruct v0.1, Mixtral):  '[INST] ' + user + ' [/INST]', answer + eos, no system message
+//   v0.2's later template:           ' [INST] ' + (system + '\n\n' on the first) + user + ' [/INST]',
+//                                    ' ' + answer + eos
+//   v3, Tekken (v0.3, Nemo, Small):  "[INST]" (or "[INST] ") + (system + "\n\n" on the last, loop.last) +
+//   user
+//                                    + "[/INST]", answer (" " + answer|trim in v0.3) + eos; [INST] and
+//                                    [/INST] control tokens
+struct MistralStyle {
+    std::string open = "[INST] ", close = " [/INST]";
+    bool user_trim = false;
+    std::string answer_lead, answer_tail;
+    bool answer_trim = false;
+    enum class System : uint8_t { None, First, Last } system = System::First;
+    std::string system_join = "\n\n";
+};
+
+MistralStyle mistral_style(const Tokenizer& tok) {
+    MistralStyle s;
+    const std::string& t = tok.chat_template();
+    if (!mistral_chat_template(t)) {  // no template to read: the tokenizer's generation
+        if (mistral_specials(tok))
+            s.open = "[INST]", s.close = "[/INST]", s.system = MistralStyle::System::Last;
+        return s;
+    }
+    const std::vector<Literal> lits = literals_of(t);
+    const auto first_with = [&](const char* needle) -> const Literal* {
+        for (const Literal& l : lits)
+            if (l.text.find(needle) != std::string::npos) return &l;
+        return nullptr;
+    };
+    const Literal *open = first_with("[INST]"), *close = first_with("[/INST]");
+    if (open && close && open->at < close->at) {
+        s.open = open->text, s.close = close->text;
+        const std::string between = t.substr(open->at, close->at - open->at);
+        s.user_trim =
+            between.find("strip()") != std::string::npos || between.find("|trim") != std::string::npos;
+    }
+    // the answer: the output expression that ends with eos_token and holds the message's content
+    for (size_t at = t.find("eos_token"); at != std::string::npos; at = t.find("eos_token", at + 1)) {
+        const size_t a = t.rfind("{{", at), b = t.find("}}", at);
+        if (a == std::string::npos || b == std::string::npos) continue;
+        const std::string expr = t.substr(a, b - a);
+        const size_t content = expr.find("content");
+        if (content == std::string::npos || expr.find("INST]") != std::string::npos) continue;
+        s.answer_trim = expr.find("strip()") != std::string::npos || expr.find("|trim") != std::string::npos;
+        for (const Literal& l : lits) {
+            // a subscript's key (message["content"]) is no text the template writes
+            if (l.at < a || l.at > b || t[l.at - 1] == '[') continue;
+            (l.at - a < content ? s.answer_lead : s.answer_tail) += l.text;
+        }
+        break;
+    }
+    if (t.find("system_message") == std::string::npos) {
+        s.system = MistralStyle::System::None;
+    } else {
+        s.system = t.find("loop.last and system_message") != std::string::npos ? MistralStyle::System::Last
+                                                                               : MistralStyle::System::First;
+        const size_t join = t.find("system_message +");
+        for (const Literal& l : lits)
+            if (join != std::string::npos && l.at > join) {
+                s.system_join = l.text;
+                break;
+            }
+    }
+    return s;
+}
+
 // The <s> that opens each of llama2's user turns: the tokenizer's BOS, else its "<s>" token (-1: none).
 int32_t llama2_bos(const Tokenizer& tok) {
     return tok.bos_id() >= 0 ? tok.bos_id() : tok.special_id("<s>");
@@ -116,7 +233,8 @@ std::vector<Message> turns_of(const Example& e) {
     return {{Role::User, user}, {Role::Assistant, e.output}};
 }
 
-// How many of the messages a rendering shows: all, or for a prompt all but a final assistant turn (the answer).
+// How many of the messages a rendering shows: all, or for a prompt all but a final assistant turn (the
+// answer).
 size_t rendered_turns(const std::vector<Message>& m, bool prompt_only) {
     return prompt_only && m.back().role == Role::Assistant ? m.size() - 1 : m.size();
 }
@@ -243,6 +361,43 @@ void render_llama2(const std::vector<Message>& m, size_t n, const Tokenizer& tok
     }
 }
 
+// Mistral Instruct: <s>, then per user turn {open}{user}{close} ([INST] and [/INST] as control tokens where
+// the vocabulary has them), per answer {lead}{answer}{tail}</s>; the system message, where the template takes
+// one, joined to the first user turn or, as v3 and Tekken do (loop.last), to the user turn that ends the
+// rendered conversation: a prompt's, never a record's that ends with its answer.
+void render_mistral(const std::vector<Message>& m, size_t n, const Tokenizer& tok, SpanWriter& w) {
+    const MistralStyle s = mistral_style(tok);
+    const auto literal = [&](const std::string& text) {  // [INST], [/INST] as the vocabulary has them
+        for (const char* mark : {"[INST]", "[/INST]"}) {
+            const size_t at = text.find(mark);
+            const int id = tok.special_id(mark);
+            if (at == std::string::npos || id < 0) continue;
+            w.text(text.substr(0, at));
+            w.token(id);
+            w.text(text.substr(at + std::strlen(mark)));
+            return;
+        }
+        w.text(text);
+    };
+    if (const int32_t bos = llama2_bos(tok); bos >= 0) w.token(bos);
+    const bool system = !m.empty() && m[0].role == Role::System;
+    const size_t first = system ? 1 : 0;
+    for (size_t i = first; i < n; i++) {
+        if (m[i].role == Role::Assistant) {
+            w.text(s.answer_lead + (s.answer_trim ? trim(m[i].content) : m[i].content) + s.answer_tail, true);
+            w.token(tok.eot_id(), true);
+            continue;
+        }
+        std::string content = s.user_trim ? trim(m[i].content) : m[i].content;
+        const bool joins = system && ((s.system == MistralStyle::System::First && i == first) ||
+                                      (s.system == MistralStyle::System::Last && i + 1 == n));
+        if (joins) content = m[0].content + s.system_join + content;
+        literal(s.open);
+        w.text(content);
+        literal(s.close);
+    }
+}
+
 // Zephyr: <|{role}|>\n{content}</s>\n per message, the prompt ending with <|assistant|>\n.
 void render_zephyr(const std::vector<Message>& m, size_t n, bool prompt_only, const Tokenizer& tok,
                    SpanWriter& w) {
@@ -258,18 +413,22 @@ void render_zephyr(const std::vector<Message>& m, size_t n, bool prompt_only, co
 
 }  // namespace
 
-std::string template_problem(const Example& e, PromptTemplate t) {
-    if (t != PromptTemplate::Llama2 || !e.chat()) return "";
+std::string template_problem(const Example& e, PromptTemplate t, const Tokenizer& tok) {
+    if ((t != PromptTemplate::Llama2 && t != PromptTemplate::Mistral) || !e.chat()) return "";
     const std::vector<Message>& m = e.messages;
     const size_t first = m[0].role == Role::System ? 1 : 0;
+    if (first && t == PromptTemplate::Mistral && mistral_style(tok).system == MistralStyle::System::None)
+        return "message 1: this tokenizer's mistral chat_template takes no system message (Mistral 7B "
+               "Instruct "
+               "v0.1's raises on one); fold it into the first user turn or drop it";
     for (size_t i = first; i < m.size(); i++) {
         const Role want = (i - first) % 2 == 0 ? Role::User : Role::Assistant;
         if (m[i].role != want)
             return fmt::format(
-                "message {}: the llama2 template needs user and assistant turns alternating, starting "
+                "message {}: the {} template needs user and assistant turns alternating, starting "
                 "with the user's, but this one is the {}'s where the {}'s belongs; merge or reorder the "
                 "turns, or use another --template",
-                i + 1, role_name(m[i].role), role_name(want));
+                i + 1, template_name(t), role_name(m[i].role), role_name(want));
     }
     return "";
 }
@@ -279,12 +438,15 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
         if (!missing_special(tok, kLlama3Specials)) return PromptTemplate::Llama3;
         if (!missing_special(tok, kChatmlSpecials)) return PromptTemplate::ChatML;
         if (llama2_chat_template(tok.chat_template()) && llama2_bos(tok) >= 0) return PromptTemplate::Llama2;
+        if (mistral_chat_template(tok.chat_template()) || mistral_specials(tok))
+            return PromptTemplate::Mistral;
         if (zephyr_chat_template(tok.chat_template())) return PromptTemplate::Zephyr;
         return PromptTemplate::Alpaca;
     }
     if (name == "alpaca") return PromptTemplate::Alpaca;
     if (name == "compact") return PromptTemplate::Compact;
-    if (name == "zephyr") return PromptTemplate::Zephyr;  // plain-text markers: any tokenizer
+    if (name == "zephyr") return PromptTemplate::Zephyr;    // plain-text markers: any tokenizer
+    if (name == "mistral") return PromptTemplate::Mistral;  // [INST] as text where it is no control token
     const char* missing = nullptr;
     PromptTemplate t;
     if (name == "llama3") {
@@ -297,8 +459,10 @@ PromptTemplate choose_template(const std::string& name, const Tokenizer& tok) {
         t = PromptTemplate::Llama2;
         if (llama2_bos(tok) < 0) missing = "<s>";
     } else {
-        fail("--template {}: unknown template; use auto, alpaca, compact, llama3, chatml, llama2 or zephyr",
-             name);
+        fail(
+            "--template {}: unknown template; use auto, alpaca, compact, llama3, chatml, llama2, mistral or "
+            "zephyr",
+            name);
     }
     ANVIL_CHECK(
         !missing,
@@ -314,9 +478,22 @@ std::string template_reason(const std::string& name, PromptTemplate t, const Tok
         !name.empty() && name != "auto" ? "as --template asks"
         : t == PromptTemplate::Alpaca
             ? "the tokenizer has no chat special tokens and no chat_template anvil renders"
-        : t == PromptTemplate::Llama2 ? "the tokenizer's chat_template is Llama 2's ([INST], <<SYS>>)"
-        : t == PromptTemplate::Zephyr ? "the tokenizer's chat_template is Zephyr's (<|user|>, <|assistant|>)"
-                                      : "from the tokenizer's special tokens";
+        : t == PromptTemplate::Llama2  ? "the tokenizer's chat_template is Llama 2's ([INST], <<SYS>>)"
+        : t == PromptTemplate::Zephyr  ? "the tokenizer's chat_template is Zephyr's (<|user|>, <|assistant|>)"
+        : t == PromptTemplate::Mistral ? (mistral_chat_template(tok.chat_template())
+                                              ? "the tokenizer's chat_template is Mistral Instruct's ([INST] "
+                                                "without <<SYS>>)"
+                                              : "the tokenizer has Mistral's [INST] control tokens")
+                                       : "from the tokenizer's special tokens";
+    if (t == PromptTemplate::Mistral) {
+        const MistralStyle s = mistral_style(tok);
+        why += fmt::format("; a user turn is \"{}...{}\"", s.open, s.close);
+        if (s.system == MistralStyle::System::None) why += ", no system message";
+        if (s.system == MistralStyle::System::Last)
+            why +=
+                "; as that template does, a system message joins only the user turn that ends a prompt, so "
+                "a training conversation, which ends with its answer, renders without it";
+    }
     if (t == PromptTemplate::ChatML && !tok.default_system().empty())
         why += "; a conversation without a system message opens with its chat template's: \"" +
                tok.default_system() + "\"";
@@ -339,8 +516,11 @@ std::vector<ChatSpan> render_spans(const Example& e, PromptTemplate t, const Tok
     } else if (t == PromptTemplate::Zephyr) {
         render_zephyr(m, n, prompt_only, tok, w);
     } else {
-        if (const std::string why = template_problem(e, t); !why.empty()) fail("{}", why);
-        render_llama2(m, n, tok, w);
+        if (const std::string why = template_problem(e, t, tok); !why.empty()) fail("{}", why);
+        if (t == PromptTemplate::Llama2)
+            render_llama2(m, n, tok, w);
+        else
+            render_mistral(m, n, tok, w);
     }
     return std::move(w.spans);
 }
@@ -382,8 +562,9 @@ std::string render_text(const Example& e, PromptTemplate t, const Tokenizer& tok
     const std::vector<ChatSpan> spans = render_spans(e, t, tok, prompt_only);
     for (size_t i = 0; i < spans.size(); i++) {
         const ChatSpan& c = spans[i];
-        if (i == 0 && c.special && c.id == (t == PromptTemplate::Llama2 ? llama2_bos(tok) : tok.bos_id()))
-            continue;
+        const bool own_bos =
+            t == PromptTemplate::Llama2 || t == PromptTemplate::Mistral;  // <s> without a BOS
+        if (i == 0 && c.special && c.id == (own_bos ? llama2_bos(tok) : tok.bos_id())) continue;
         s += c.special ? tok.decode(&c.id, 1) : c.text;
     }
     return s;

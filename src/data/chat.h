@@ -24,16 +24,23 @@
 //           {user}" when there is a system message; per assistant turn " {content, trimmed} "</s>. Turns
 //           alternate user, assistant, starting with the user's (template_problem says where not); the
 //           prompt ends with " [/INST]".
+//  mistral  Mistral Instruct's, spaced as the tokenizer's chat_template spells it: <s>, per user turn
+//           "[INST] {user} [/INST]" (v1: 7B v0.1, Mixtral) or "[INST]{user}[/INST]" with [INST] and [/INST]
+//           control tokens (v3 and Tekken: v0.3, Nemo, Small), per answer "{answer}"</s> (or " {answer}");
+//           the system message, where the template takes one, joined with "\n\n" to the first user turn
+//           or, in v3 and Tekken (loop.last), to the user turn that ends a prompt (a training record that
+//           ends with its answer renders without it, as that template does). Turns alternate as in llama2.
 //  zephyr   Zephyr's (TinyLlama-1.1B-Chat, zephyr-7b-beta, TRL's default): per message
 //           "<|{role}|>\n{content}"</s>"\n", the markers plain text; the prompt ends with "<|assistant|>\n".
 //  auto     llama3 when the tokenizer has Llama 3's header tokens, chatml when it has <|im_start|>, llama2
-//           when its chat_template is Llama 2's ([INST] and <<SYS>>), zephyr when it is Zephyr's (<|user|>,
-//           <|assistant|> and the EOS after each message), else alpaca.
+//           when its chat_template is Llama 2's ([INST] and <<SYS>>), mistral when it is Mistral's ([INST]
+//           without <<SYS>>) or the vocabulary has [INST] and [/INST] control tokens, zephyr when it is
+//           Zephyr's (<|user|>, <|assistant|> and the EOS after each message), else alpaca.
 // An instruction record in a chat template is one user turn ("{instruction}" or "{instruction}\n\n{input}")
 // and one assistant turn ("{output}"). An assistant turn ends with the template's end-of-turn token
-// (<|eot_id|>, <|im_end|>) or, in alpaca, compact, llama2 and zephyr, the tokenizer's end-of-text; the turn
-// and that token are the targets. Special tokens are never read out of message text: "<|eot_id|>" typed by a
-// user stays text.
+// (<|eot_id|>, <|im_end|>) or, in alpaca, compact, llama2, mistral and zephyr, the tokenizer's end-of-text;
+// the turn and that token are the targets. Special tokens are never read out of message text: "<|eot_id|>"
+// typed by a user stays text.
 #pragma once
 
 #include <cstdint>
@@ -69,14 +76,16 @@ struct Example {
 // one assistant turn, no empty assistant turn.
 std::string chat_problem(const std::vector<Message>& messages);
 
-enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML, Llama2, Zephyr };
+enum class PromptTemplate : uint8_t { Alpaca, Compact, Llama3, ChatML, Llama2, Zephyr, Mistral };
 const char* template_name(PromptTemplate t);
-// --template NAME (alpaca, compact, llama3, chatml, llama2, zephyr, auto; empty = auto) for this tokenizer.
+// --template NAME (alpaca, compact, llama3, chatml, llama2, mistral, zephyr, auto; empty = auto) for this
+// tokenizer.
 // Throws naming the flag for an unknown name or a tokenizer without the template's special tokens.
 PromptTemplate choose_template(const std::string& name, const Tokenizer& tok);
-// Why this template cannot render the record, or "": llama2 needs the turns (after a system message)
-// alternating user, assistant, starting with the user's. render_spans throws with the same words.
-std::string template_problem(const Example& e, PromptTemplate t);
+// Why this template cannot render the record, or "": llama2 and mistral need the turns (after a system
+// message) alternating user, assistant, starting with the user's, and a mistral chat_template without a
+// system message (v0.1's) takes none. render_spans throws with the same words.
+std::string template_problem(const Example& e, PromptTemplate t, const Tokenizer& tok);
 // Why the template was chosen, for the one line that says so ("from the tokenizer's special tokens"), and
 // the tokenizer's default system message where chatml puts one first.
 std::string template_reason(const std::string& name, PromptTemplate t, const Tokenizer& tok);

@@ -35,7 +35,7 @@ RawRecord parse_record(const std::string& line, const std::string& file, size_t 
 
 void append_record(TokenStream& s, const RawRecord& r, const Tokenizer& tok, PromptTemplate tmpl) {
     if (r.example) {
-        const std::string why = template_problem(r.ex, tmpl);
+        const std::string why = template_problem(r.ex, tmpl, tok);
         ANVIL_CHECK(why.empty(), "{}:{}: {}", r.file, r.line, why);
         const TokenStream rec = record_tokens(r.ex, tmpl, tok);
         s.ids.insert(s.ids.end(), rec.ids.begin(), rec.ids.end());

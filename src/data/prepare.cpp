@@ -262,7 +262,7 @@ int run_prepare(const PrepareOptions& o) {
                 records_in++;
                 per_file[r.file].in++;
                 if (r.reject.empty() && r.example)
-                    if (std::string why = template_problem(r.ex, tmpl); !why.empty())
+                    if (std::string why = template_problem(r.ex, tmpl, *tok); !why.empty())
                         r.reject_kind = "bad_chat", r.reject = std::move(why);
                 if (!r.reject.empty()) {
                     note_reject(r, r.reject_kind, r.reject);

@@ -85,7 +85,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
     if (!user) bad("messages", "'messages' has no user message to answer");
     if (conv.messages.back().role != Role::User)
         bad("messages", "the last message must be the user's: the reply follows it");
-    if (const std::string why = template_problem(conv, m.prompt); !why.empty())
+    if (const std::string why = template_problem(conv, m.prompt, *m.tok); !why.empty())
         bad("messages", "'messages' " + why);
     return prompt_tokens(conv, m.prompt, *m.tok);
 }

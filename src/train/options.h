@@ -12,7 +12,7 @@ struct TrainOptions {
     std::string data;       // empty = the embedded synthetic instruction set
     std::string tokenizer;  // empty = the checkpoint's, or "byte" for a new model
     std::string text_field = "text";
-    // auto, alpaca, compact, llama3, chatml, llama2, zephyr (data/chat.h)
+    // auto, alpaca, compact, llama3, chatml, llama2, mistral, zephyr (data/chat.h)
     std::string prompt_template = "auto";
     std::string init;                      // start from this HF GPT-2 model directory (the base, with LoRA)
     std::string resume;                    // continue this training checkpoint (or run directory)

