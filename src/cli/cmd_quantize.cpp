@@ -19,24 +19,17 @@ Command add_quantize(CLI::App& app) {
                                        "eval, serve and LoRA training load it");
     struct Opts {
         InferenceOptions in;
-        std::string out, max_shard = "5G";
-        bool overwrite = false;
+        OutputFlags out;
     };
     auto o = std::make_shared<Opts>();
     sub->add_option("--model", o->in.model_dir, "the float model directory (or a run directory: its final/)")
         ->required();
     sub->add_option("--adapter", o->in.adapter,
                     "a PEFT LoRA adapter to fold into the weights before quantizing");
-    sub->add_option("--out", o->out, "the int8 model directory to write")->required();
-    sub->add_option("--max-shard-size", o->max_shard, "largest weight file; larger models are sharded")
-        ->capture_default_str();
-    sub->add_flag("--overwrite", o->overwrite, "replace --out if it exists");
-    sub->add_option("--threads", o->in.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+    o->out.add(sub, o->in.threads, "the int8 model directory to write");
     return {
         sub, [o]() -> int {
-            ANVIL_CHECK(o->overwrite || !(dir_exists(o->out) || file_exists(o->out)),
-                        "--out {}: already exists; choose another directory or pass --overwrite", o->out);
-            const SaveFormat format{DType::F32, parse_bytes(o->max_shard, "--max-shard-size")};
+            o->out.check_out();
             const auto t0 = std::chrono::steady_clock::now();
             InferenceSetup l = setup_inference(o->in);
             ANVIL_CHECK(!l.model->config().int8_weights,
@@ -48,13 +41,7 @@ Command add_quantize(CLI::App& app) {
             cfg.int8_weights = true;
             std::unique_ptr<Model> q = make_model(*l.backend, cfg);
             const QuantizeReport r = quantize_model(*l.model, *q);
-            const std::string tmp = temp_dir_for(o->out);
-            make_dirs(tmp);
-            const nlohmann::json extra = {{"anvil_tokenizer", l.tok->kind()},
-                                          {"anvil_template", template_name(l.prompt)}};
-            write_model_dir(tmp, *q, extra, {}, format);
-            l.tok->save(tmp);
-            replace_dir(tmp, o->out);
+            o->out.save(*q, *l.tok, template_name(l.prompt), DType::F32);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::printf(
                 "quantized %s%s%s: %d weight matrices (%.3gM values) to int8, largest relative RMS error "
@@ -62,7 +49,8 @@ Command add_quantize(CLI::App& app) {
                 l.base_dir.c_str(), l.adapter_dir.empty() ? "" : " + ", l.adapter_dir.c_str(), r.tensors,
                 double(r.weights) / 1e6, r.max_rel_error, double(r.bytes_before) / 1e6,
                 double(r.bytes_after) / 1e6,
-                double(r.bytes_before) / double(std::max<size_t>(r.bytes_after, 1)), o->out.c_str(), secs);
+                double(r.bytes_before) / double(std::max<size_t>(r.bytes_after, 1)), o->out.out.c_str(),
+                secs);
             return 0;
         }};
 }

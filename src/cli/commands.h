@@ -27,6 +27,7 @@ Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);
 Command add_lora(CLI::App& app);
 Command add_quantize(CLI::App& app);
+Command add_convert(CLI::App& app);
 Command add_serve(CLI::App& app);
 // `train`: the flags a sweep's grid may vary
 Command add_sweep(CLI::App& app, const CLI::App& train);
@@ -45,6 +46,21 @@ struct ModelFlags {
     void add(CLI::App* sub);
     InferenceSetup load() const { return setup_inference(o); }
 };
+
+// The flags of the commands that write a model (lora merge, quantize, convert): --out, --max-shard-size,
+// --overwrite, --threads (into `threads`).
+struct OutputFlags {
+    std::string out, max_shard = "5G";
+    bool overwrite = false;
+    void add(CLI::App* sub, int& threads, const std::string& out_help);
+    // Refuses an --out that exists unless --overwrite says to replace it.
+    void check_out() const;
+    // Writes `model` with `tok`'s files and `template_name` as a model directory at --out: into a temporary
+    // directory renamed over it, so nothing is left half-written.
+    void save(const Model& model, const Tokenizer& tok, const std::string& template_name, DType dtype) const;
+};
+// --dtype f32|bf16|f16 of the written weights.
+DType weight_dtype(const std::string& name);
 
 // The --json flag every command with a machine-readable result has: bare `--json` prints JSON to stdout
 // instead of the text; `--json FILE` prints the text and writes the JSON to FILE (atomically). `dest` is

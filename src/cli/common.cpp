@@ -4,6 +4,8 @@
 #include "cli/commands.h"
 #include "io/fs.h"
 #include "io/json_text.h"
+#include "model/model_io.h"
+#include "train/autobatch.h"
 #include "train/run_setup.h"
 
 namespace anvil::cli {
@@ -75,6 +77,35 @@ void emit_result(const std::string& json_dest, const nlohmann::json& j, const st
     }
     std::printf("%s", text.c_str());
     if (!json_dest.empty()) write_file_atomic(json_dest, json_text(j, 2) + "\n");
+}
+
+void OutputFlags::add(CLI::App* sub, int& threads, const std::string& out_help) {
+    sub->add_option("--out", out, out_help)->required();
+    sub->add_option("--max-shard-size", max_shard,
+                    "a model directory's largest weight file; larger models are sharded")
+        ->capture_default_str();
+    sub->add_flag("--overwrite", overwrite, "replace --out if it exists");
+    sub->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+}
+
+DType weight_dtype(const std::string& name) {
+    return name == "bf16" ? DType::BF16 : name == "f16" ? DType::F16 : DType::F32;
+}
+
+void OutputFlags::check_out() const {
+    ANVIL_CHECK(overwrite || !(dir_exists(out) || file_exists(out)),
+                "--out {}: already exists; choose another path or pass --overwrite", out);
+}
+
+void OutputFlags::save(const Model& model, const Tokenizer& tok, const std::string& template_name,
+                       DType dtype) const {
+    const SaveFormat format{dtype, parse_bytes(max_shard, "--max-shard-size")};
+    const std::string tmp = temp_dir_for(out);
+    make_dirs(tmp);
+    write_model_dir(tmp, model, {{"anvil_tokenizer", tok.kind()}, {"anvil_template", template_name}}, {},
+                    format);
+    tok.save(tmp);
+    replace_dir(tmp, out);
 }
 
 }  // namespace anvil::cli

@@ -7,14 +7,15 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-    CLI::App app{"anvil: pretrain, fine-tune, evaluate, sample and serve GPT-2 and Llama style language models"};
+    CLI::App app{
+        "anvil: pretrain, fine-tune, evaluate, sample and serve GPT-2 and Llama style language models"};
     app.require_subcommand(1, 1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
     using namespace anvil::cli;
-    std::vector<Command> cmds = {add_train(app),    add_eval(app),      add_generate(app),
-                                 add_tokenize(app), add_tokenizer(app), add_data(app),
-                                 add_doctor(app),   add_bench(app),     add_plot(app),
-                                 add_lora(app),     add_quantize(app),  add_serve(app)};
+    std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
+                                 add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
+                                 add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
+                                 add_serve(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
