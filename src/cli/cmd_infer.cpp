@@ -160,6 +160,16 @@ Command add_generate(CLI::App& app) {
     sub->add_option("--top-p", o->s.top_p, "nucleus sampling mass (1 = off)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--presence-penalty", o->s.presence_penalty,
+                    "subtracted once from the logit of every token the answer has generated (OpenAI's "
+                    "presence_penalty, -2 to 2)")
+        ->capture_default_str()
+        ->check(CLI::Range(-2.0, 2.0));
+    sub->add_option("--frequency-penalty", o->s.frequency_penalty,
+                    "subtracted from a token's logit for every time the answer has generated it (OpenAI's "
+                    "frequency_penalty, -2 to 2)")
+        ->capture_default_str()
+        ->check(CLI::Range(-2.0, 2.0));
     sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
     sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text and end-of-turn tokens");
     add_json_flag(sub, o->json)

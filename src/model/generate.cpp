@@ -6,6 +6,17 @@
 
 namespace anvil {
 
+void TokenCounts::adjust(std::vector<float>& logits, const SampleOptions& opt) const {
+    const auto at = [&](int32_t id) -> float* {
+        return id >= 0 && size_t(id) < logits.size() ? &logits[size_t(id)] : nullptr;
+    };
+    for (const auto& [id, bias] : opt.logit_bias)
+        if (float* l = at(id)) *l += bias;
+    if (opt.presence_penalty == 0.0f && opt.frequency_penalty == 0.0f) return;
+    for (const auto& [id, n] : counts_)
+        if (float* l = at(id)) *l -= opt.presence_penalty + opt.frequency_penalty * float(n);
+}
+
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng) {
     const int V = int(logits.size());
     if (opt.temperature <= 0.0f)
@@ -105,12 +116,15 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     if (int(ctx.size()) > n_ctx) ctx.erase(ctx.begin(), ctx.end() - n_ctx);  // keep the most recent context
     std::vector<float> logits;
     std::vector<int32_t> out;
+    TokenCounts counts;
     step(ctx.data(), int(ctx.size()), 0, logits);
     int pos = int(ctx.size());
     for (int i = 0; i < opt.max_new_tokens; i++) {
         if (opt.vocab_real > 0 && size_t(opt.vocab_real) < logits.size())
             logits.resize(size_t(opt.vocab_real));
+        counts.adjust(logits, opt);
         const int32_t next = sample_token(logits, opt, rng);
+        counts.add(next);
         out.push_back(next);
         if (on_token) on_token(next);
         const bool stop =

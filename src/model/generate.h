@@ -9,6 +9,8 @@
 #include <vector>
 
 #include <memory>
+#include <unordered_map>
+#include <utility>
 
 #include "core/rng.h"
 #include "model/model.h"
@@ -24,9 +26,26 @@ struct SampleOptions {
     std::vector<int32_t> stop_tokens;  // stop after emitting one of these (end-of-text, end of turn)
     int vocab_real =
         0;  // sample only ids below this (the tokenizer's, when the model's vocabulary is padded)
+    // OpenAI's penalties: a token already generated in this answer loses presence_penalty once and
+    // frequency_penalty for every time it was generated; logit_bias adds to chosen tokens' logits. All of it
+    // before temperature, top-k and top-p; the prompt's tokens do not count.
+    float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
-// Picks the next token from logits (V) on the host (they may be overwritten).
+// The tokens an answer has generated so far, counted, for the penalties.
+class TokenCounts {
+public:
+    void add(int32_t id) { counts_[id]++; }
+    // Applies opt's logit_bias and penalties to logits (V) in place.
+    void adjust(std::vector<float>& logits, const SampleOptions& opt) const;
+
+private:
+    std::unordered_map<int32_t, int> counts_;
+};
+
+// Picks the next token from logits (V) on the host (they may be overwritten); the caller applies
+// TokenCounts::adjust first.
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
 // Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to

@@ -129,6 +129,49 @@ std::vector<std::string> stop_strings(const json& body) {
     return out;
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body, const Tokenizer& tok) {
+    const auto it = body.find("logit_bias");
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_object()) bad("logit_bias", "'logit_bias' must be an object of token ids to biases");
+    std::vector<std::pair<int32_t, float>> out;
+    for (const auto& [key, v] : it->items()) {
+        char* end = nullptr;
+        const long id = std::strtol(key.c_str(), &end, 10);
+        if (key.empty() || *end != '\0' || id < 0 || id >= tok.vocab_size())
+            bad("logit_bias",
+                fmt::format("'logit_bias' key '{}' is not a token id of this model's vocabulary "
+                            "(0 to {})",
+                            key, tok.vocab_size() - 1));
+        if (!v.is_number() || v.get<double>() < -100.0 || v.get<double>() > 100.0)
+            bad("logit_bias",
+                fmt::format("'logit_bias' of token {} must be a number from -100 to 100, got {}", key,
+                            v.dump()));
+        out.emplace_back(int32_t(id), v.get<float>());
+    }
+    return out;
+}
+
+// What OpenAI's API has and this server does not do: refused, naming the field, rather than ignored.
+void refuse_unsupported(const json& j) {
+    const auto given = [&](const char* name) {
+        const auto it = j.find(name);
+        return it != j.end() && !it->is_null() && *it != false && *it != 0 && *it != "" &&
+               !(it->is_array() && it->empty());
+    };
+    for (const char* name : {"logprobs", "top_logprobs", "echo", "suffix", "tools", "functions"})
+        if (given(name)) bad(name, fmt::format("'{}' is not supported by this server; leave it out", name));
+    for (const char* name : {"tool_choice", "function_call"})
+        if (given(name) && j[name] != "none" && j[name] != "auto")
+            bad(name, fmt::format("'{}': this server calls no tools", name));
+    if (given("best_of") && j["best_of"] != 1)
+        bad("best_of", "'best_of': this server returns one completion per request (best_of = 1)");
+    if (const auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+        if (!it->is_object() || it->value("type", "") != "text")
+            bad("response_format", "'response_format': this server writes plain text ({\"type\": \"text\"})");
+    }
+}
+
 }  // namespace
 
 GenerationRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& m,
@@ -185,6 +228,14 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
     field(j, "top_k", top_k, is_int, "an integer");
     if (top_k < 0) bad("top_k", fmt::format("'top_k' must be 0 (off) or more, got {}", top_k));
     s.top_k = int(std::min<int64_t>(top_k, m.tok->vocab_size()));
+    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+        double v = 0.0;
+        field(j, name, v, is_num, "a number");
+        if (v < -2.0 || v > 2.0) bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, v));
+        (name[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = float(v);
+    }
+    s.logit_bias = logit_bias(j, *m.tok);
+    refuse_unsupported(j);
     int64_t seed = int64_t(random_seed);
     field(j, "seed", seed, is_int, "an integer");
     s.seed = uint64_t(seed);

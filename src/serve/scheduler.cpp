@@ -407,7 +407,9 @@ bool Scheduler::pass(bool decode) {
 Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     const SampleOptions& o = s.opt_;
     if (o.vocab_real > 0 && size_t(o.vocab_real) < logits.size()) logits.resize(size_t(o.vocab_real));
+    s.counts_.adjust(logits, o);
     const int32_t next = sample_token(logits, o, s.rng_);
+    s.counts_.add(next);
     const Clock::time_point now = Clock::now();
     if (observer_) {
         if (s.produced_ == 0)

@@ -93,7 +93,8 @@ private:
     std::vector<int32_t> pages_;  // the KV-cache pages it holds, first position first
     int published_ = 0;           // its first pages offered to the prefix cache
     bool decoding() const { return produced_ > 0 && pos_ >= int(ctx_.size()); }  // its context is in
-    int32_t next_ = -1;           // the sampled token the next step feeds
+    int32_t next_ = -1;   // the sampled token the next step feeds
+    TokenCounts counts_;  // the tokens sampled, for the penalties
 
     std::mutex m_;
     std::condition_variable cv_;
@@ -177,7 +178,7 @@ private:
     mutable std::mutex m_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Sequence>> waiting_;
-    int running_count_ = 0;  // running_.size(), readable under m_
+    int running_count_ = 0;                  // running_.size(), readable under m_
     int pages_used_ = 0, pages_cached_ = 0;  // readable under m_
     bool stop_ = false;
 };

@@ -1,6 +1,7 @@
 """anvil serve end to end: a small model trained here, the server on 127.0.0.1, driven over HTTP.
 
-- Same answers: temperature 0 and seeded sampling equal `anvil generate` (completions and chat); streamed text
+- Same answers: temperature 0 and seeded sampling equal `anvil generate` (completions and chat), and so do
+  OpenAI's presence and frequency penalties; logit_bias lifts a token over the rest; streamed text
   equals the plain text; stop strings cut the text; 64 concurrent clients (half streaming) all get the
   answers they get alone, and the scheduler really batched them.
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
@@ -146,6 +147,19 @@ def same_answers(srv, model, refs, failures):
     g = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0.9",
                             "--seed", "5", "--json"))["text"]
     check(a == b == g, f"seed 5 at temperature 0.9: the same text twice and as generate's ({a!r})", failures)
+    # OpenAI's penalties: the server's answer is generate's with the same flags, and they change the answer
+    body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0, "presence_penalty": 1.5,
+            "frequency_penalty": 2}
+    st, r = srv.post("/v1/completions", body)
+    g = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0",
+                            "--presence-penalty", "1.5", "--frequency-penalty", "2", "--json"))["text"]
+    plain = refs["alpha"]["text"] if "alpha" in refs else None
+    check(st == 200 and r["choices"][0]["text"] == g,
+          f"presence_penalty 1.5, frequency_penalty 2: generate's answer ({g!r}; without them {plain!r})", failures)
+    # logit_bias: one token lifted over every other is the whole greedy answer
+    st, r = srv.post("/v1/completions", {"prompt": "alpha", "max_tokens": 5, "temperature": 0,
+                                         "logit_bias": {str(ord("q")): 100}})
+    check(st == 200 and r["choices"][0]["text"] == "qqqqq", f"logit_bias 'q': +100 writes qqqqq ({r})", failures)
     # stop strings cut the text before them
     text = refs[PROMPTS[0]]["text"]
     stop = text[6:9]

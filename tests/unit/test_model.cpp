@@ -530,6 +530,61 @@ TEST(Sampling, TopKAndTopP) {
     for (int i = 0; i < 20; i++) EXPECT_EQ(sample_token(logits, p, rng), 1);
 }
 
+// OpenAI's logit_bias, presence_penalty and frequency_penalty on the logits, before the pick.
+TEST(Sampling, PenaltiesAndLogitBiasAsOpenAiDefinesThem) {
+    const std::vector<float> l = {1.0f, 3.0f, 2.5f, 0.0f};
+    SampleOptions o;
+    o.temperature = 0.0f;
+    TokenCounts c;
+    std::vector<float> x = l;
+    o.logit_bias = {{3, 10.0f}, {0, -1.5f}};
+    c.adjust(x, o);
+    EXPECT_EQ(x, (std::vector<float>{-0.5f, 3.0f, 2.5f, 10.0f})) << "nothing generated yet: the bias alone";
+    o.logit_bias.clear();
+    c.add(1);
+    c.add(1);
+    c.add(2);
+    o.presence_penalty = 0.25f;
+    o.frequency_penalty = 0.5f;
+    x = l;
+    c.adjust(x, o);
+    EXPECT_EQ(x, (std::vector<float>{1.0f, 1.75f, 1.75f, 0.0f})) << "1 twice: 3 - 0.25 - 2 x 0.5; 2 once";
+    o.frequency_penalty = 1.5f;  // 1: 3 - 0.25 - 3, 2: 2.5 - 0.25 - 1.5, below 0's 1
+    x = l;
+    c.adjust(x, o);
+    Rng rng(1);
+    EXPECT_EQ(sample_token(x, o, rng), 0) << "the penalties decide the greedy pick";
+    o.presence_penalty = o.frequency_penalty = -1.0f;  // negative: repeats encouraged
+    x = l;
+    c.adjust(x, o);
+    EXPECT_EQ(sample_token(x, o, rng), 1);
+}
+
+// Through the generator: two tokens lifted far above the rest by logit_bias take turns once a frequency
+// penalty larger than their logits' difference counts each one's uses; without it the likelier one repeats.
+TEST(Sampling, GeneratorCountsTheAnswersTokens) {
+    ModelConfig c = tiny();
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = make_model(*be, c);
+    m->params().init(test_seed());
+    SampleOptions o;
+    o.temperature = 0.0f;
+    o.max_new_tokens = 12;
+    o.logit_bias = {{7, 100.0f}, {8, 100.0f}};
+    Generator gen(*m);
+    const std::vector<int32_t> plain = gen.generate({3, 1, 4}, o);
+    EXPECT_TRUE(std::all_of(plain.begin(), plain.end(), [&](int32_t t) { return t == plain[0]; }));
+    o.frequency_penalty = 2.0f;
+    const std::vector<int32_t> out = gen.generate({3, 1, 4}, o);
+    int n7 = 0, n8 = 0;
+    for (int32_t t : out) {
+        ASSERT_TRUE(t == 7 || t == 8) << t;
+        (t == 7 ? n7 : n8)++;
+        EXPECT_LE(std::abs(n7 - n8), 1) << "each use costs 2, more than the two logits differ";
+    }
+    EXPECT_EQ(n7 + n8, 12);
+}
+
 // The whole distribution (no top-k, no top-p) is sampled in one pass without sorting: p(1) = 3/4 here.
 TEST(Sampling, WholeDistributionFollowsTheSoftmax) {
     Rng rng(7);
@@ -565,7 +620,9 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
         {"gpt2", tiny(), {}, {}},
         {"llama", tiny_llama(false), {}, {}},
         {"gpt2 lora", tiny(), with_lora, {"c_attn", "c_proj", "c_fc"}},
-        {"llama lora", tiny_llama(true), with_lora,
+        {"llama lora",
+         tiny_llama(true),
+         with_lora,
          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
         {"gpt2 fp8", tiny(), fp8, {}},
     };

@@ -407,6 +407,16 @@ TEST(OpenAi, RequestFields) {
         serve::Endpoint::Chat, R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})", m,
         1);
     EXPECT_EQ(c.sample.max_new_tokens, 256 - int(c.prompt.size())) << "chat: up to the context";
+    const serve::GenerationRequest p = serve::parse_request(
+        serve::Endpoint::Chat,
+        R"({"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5,"frequency_penalty":-1,
+            "logit_bias":{"65":-100,"10":2.5},"logprobs":false,"tool_choice":"none","user":"u1",
+            "response_format":{"type":"text"}})",
+        m, 1);
+    EXPECT_FLOAT_EQ(p.sample.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(p.sample.frequency_penalty, -1.0f);
+    EXPECT_EQ(p.sample.logit_bias, (std::vector<std::pair<int32_t, float>>{{10, 2.5f}, {65, -100.0f}}))
+        << "ids in the object's key order";
 }
 
 TEST(OpenAi, BadRequestsNameTheField) {
@@ -437,6 +447,21 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, R"({"prompt":"a","stop":[1]})", 400, "stop"},
         {C, R"({"prompt":"a","stream":"yes"})", 400, "stream"},
         {C, R"({"prompt":"a","model":"gpt-4"})", 404, "model"},
+        {C, R"({"prompt":"a","presence_penalty":3})", 400, "presence_penalty"},
+        {C, R"({"prompt":"a","frequency_penalty":"high"})", 400, "frequency_penalty"},
+        {C, R"({"prompt":"a","logit_bias":{"300":1}})", 400, "logit_bias"},
+        {C, R"({"prompt":"a","logit_bias":{"x":1}})", 400, "logit_bias"},
+        {C, R"({"prompt":"a","logit_bias":{"65":101}})", 400, "logit_bias"},
+        {C, R"({"prompt":"a","logprobs":2})", 400, "logprobs"},
+        {C, R"({"prompt":"a","echo":true})", 400, "echo"},
+        {C, R"({"prompt":"a","best_of":3})", 400, "best_of"},
+        {C, R"({"prompt":"a","suffix":"z"})", 400, "suffix"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"logprobs":true})", 400, "logprobs"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})", 400, "top_logprobs"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})", 400, "tools"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"tool_choice":"required"})", 400, "tool_choice"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_object"}})", 400,
+         "response_format"},
         {H, R"({"prompt":"a"})", 400, "messages"},
         {H, R"({"messages":[{"role":"wizard","content":"a"}]})", 400, "messages[0].role"},
         {H, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content"},
