@@ -27,19 +27,28 @@ what=${1:-tests}
 out=${OUT:-/tmp/anvil-out}
 mkdir -p "$out"
 root=/tmp/anvil-gpu
-if [ ! -x "$root/bin/anvil" ]; then
-  mkdir -p "$root" && tar -xJf .gpu-run/bundle.tar.xz -C "$root" || exit 1
+# unpacked once per bundle (a warm machine keeps /tmp between calls)
+sum=$(sha1sum .gpu-run/bundle.tar.xz | cut -d' ' -f1)
+if [ ! -x "$root/bin/anvil" ] || [ "$(cat "$root/bundle.sha1" 2> /dev/null)" != "$sum" ]; then
+  rm -rf "$root" && mkdir -p "$root" && tar -xJf .gpu-run/bundle.tar.xz -C "$root" || exit 1
+  echo "$sum" > "$root/bundle.sha1"
 fi
 # the toolkit's libraries first, then those pip installed beside PyTorch (NCCL and cuDNN live only there)
 pylibs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(d for p in nvidia.__path__
   for d in glob.glob(os.path.join(p, "*", "lib")))))' 2> /dev/null || true)
 export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${pylibs:+$pylibs:}${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+# a library the binaries still miss (a toolkit laid out otherwise): its folder, wherever it is, joins the path
+for lib in $(ldd "$root"/bin/* 2> /dev/null | awk '/not found/{print $1}' | sort -u); do
+  found=$(find /usr /opt /lib* -name "$lib" -print -quit 2> /dev/null)
+  [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+done
 {
   echo "bundle commit $(cat "$root/commit"), tree commit $(git rev-parse HEAD 2> /dev/null || echo '?')"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   missing=$(ldd "$root"/bin/* 2> /dev/null | grep 'not found' | sort -u)
   echo "libraries not found: ${missing:-none}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   "$root/bin/anvil" doctor
 } > "$out/device.txt" 2>&1
 cat "$out/device.txt"

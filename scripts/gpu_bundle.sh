@@ -52,7 +52,9 @@ EOF
 else
   echo "note: could not download python3-doc; gpu_session.sh train will need text given with --text"
 fi
-git rev-parse HEAD > "$stage/commit"
+# the commit, marked when the tree it was built from had changes on top of it
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- src tests bench CMakeLists.txt || echo ' with uncommitted changes')" \
+  > "$stage/commit"
 
 mkdir -p .gpu-run
 exclude=$(git rev-parse --git-path info/exclude)  # a clone may have no .git/info yet
