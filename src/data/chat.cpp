@@ -162,7 +162,26 @@ struct MistralStyle {
     std::string system_join = "\n\n";
 };
 
+MistralStyle read_mistral_style(const Tokenizer& tok);
+
+// The style of the tokenizer's template, read once per thread and template (render_spans asks per record).
 MistralStyle mistral_style(const Tokenizer& tok) {
+    thread_local struct {
+        std::string tmpl;
+        bool specials = false;
+        MistralStyle style;
+        bool valid = false;
+    } last;
+    if (!last.valid || last.tmpl != tok.chat_template() || last.specials != mistral_specials(tok)) {
+        last.tmpl = tok.chat_template();
+        last.specials = mistral_specials(tok);
+        last.style = read_mistral_style(tok);
+        last.valid = true;
+    }
+    return last.style;
+}
+
+MistralStyle read_mistral_style(const Tokenizer& tok) {
     MistralStyle s;
     const std::string& t = tok.chat_template();
     if (!mistral_chat_template(t)) {  // no template to read: the tokenizer's generation
