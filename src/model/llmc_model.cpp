@@ -85,9 +85,11 @@ ModelConfig read_llmc_header(const std::string& path, LlmcHeader* out) {
                 "{}: an llm.c Llama 3 model file (magic {}); anvil reads llm.c's GPT-2 files (magic {}) and "
                 "Hugging Face Llama directories",
                 path, kLlmcLlama3Magic, kLlmcModelMagic);
-    ANVIL_CHECK(h[0] == kLlmcModelMagic,
-                "{}: magic {} where llm.c's GPT-2 model files have {}; not such a file", path, h[0],
-                kLlmcModelMagic);
+    ANVIL_CHECK(
+        h[0] == kLlmcModelMagic,
+        "{}: not an llm.c model file (it starts with {} where llm.c's GPT-2 files have the magic {}); give "
+        "such a file or a model directory",
+        path, h[0], kLlmcModelMagic);
     ANVIL_CHECK(
         h[1] == 3 || h[1] == 5,
         "{}: version {}; anvil reads llm.c's model versions 3 (fp32) and 5 (bf16), which train_gpt2.py "

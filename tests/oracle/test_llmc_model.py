@@ -11,8 +11,9 @@ This script writes a random GPT-2 the way llm.c's train_gpt2.py does (write_mode
      a bf16 directory and to the same bytes again;
   3. a model whose embedding has exactly the tokenizer's rows (not padded) is written padded to a multiple of
      128 with zero rows, header [3] the vocabulary and [7] the rows;
-  4. bad input: a cut file, an unknown version, llm.c's Llama 3 magic, no --tokenizer, a tokenizer of another
-     size, a Llama directory, an existing --out: each an error naming what is wrong, exit 1.
+  4. bad input: a cut file, an unknown version, llm.c's Llama 3 magic, no --tokenizer, a missing path, a file
+     of something else, a tokenizer of another size, a Llama directory, an existing --out: each an error
+     naming what is wrong, exit 1.
 Skips (exit 77) without numpy and torch (.ci/run installs python3-torch).
 """
 import json
@@ -193,6 +194,10 @@ def main():
                      "Llama 3", "llm.c's Llama 3 files are named and refused")
         expect_error(["convert", "--model", path("m3.bin"), "--out", path("x")], "--tokenizer",
                      "an llm.c file without --tokenizer")
+        expect_error(["convert", "--model", path("none.bin"), "--out", path("x")], "no such file or directory",
+                     "a --model that is not there")
+        expect_error(["convert", "--model", text, "--out", path("x"), "--tokenizer", "byte"],
+                     "not an llm.c model file", "a file of something else")
         write_llmc(path("v300.bin"), tensors, 3, vocab=300)
         expect_error(["convert", "--model", path("v300.bin"), "--out", path("x"), "--tokenizer", "byte"],
                      "vocabulary of 300", "a tokenizer of another size")
