@@ -7,8 +7,10 @@
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py), the
 #                                     transformers/peft interop test, the GPT-2 124M benchmark (short) and the
-#                                     step-time model from its rate, then memcheck on the op tests. A table of
-#                                     every step's outcome comes last; at most 8 files under $OUT.
+#                                     step-time model from its rate, every op's rate at 124M's sizes
+#                                     (anvil_op_bench: attention in each implementation), then memcheck on the
+#                                     op tests. A table of every step's outcome comes last; at most 8 files
+#                                     under $OUT.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -84,6 +86,7 @@ case "$what" in
       --attention auto "${@:2}"
     [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$out/bench/step_time_model.json"
+    step op_bench 45 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
     step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
       --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*'
     rm -rf "$work"
