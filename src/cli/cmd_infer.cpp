@@ -170,6 +170,16 @@ Command add_generate(CLI::App& app) {
                     "frequency_penalty, -2 to 2)")
         ->capture_default_str()
         ->check(CLI::Range(-2.0, 2.0));
+    sub->add_option(
+           "--repetition-penalty", o->s.repetition_penalty,
+           "divides the positive logits and multiplies the negative ones of every token in the prompt "
+           "or the answer so far (Hugging Face's repetition_penalty; 1 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.01, 10.0));
+    sub->add_option("--min-p", o->s.min_p,
+                    "keep only tokens at least this fraction as likely as the likeliest (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
     sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text and end-of-turn tokens");
     add_json_flag(sub, o->json)

@@ -12,6 +12,14 @@ void TokenCounts::adjust(std::vector<float>& logits, const SampleOptions& opt) c
     };
     for (const auto& [id, bias] : opt.logit_bias)
         if (float* l = at(id)) *l += bias;
+    if (opt.repetition_penalty != 1.0f) {
+        const auto penalise = [&](int32_t id) {
+            if (float* l = at(id)) *l = *l > 0.0f ? *l / opt.repetition_penalty : *l * opt.repetition_penalty;
+        };
+        for (int32_t id : prompt_) penalise(id);
+        for (const auto& [id, n] : counts_)
+            if (!prompt_.count(id)) penalise(id);  // once per token, however often it occurs
+    }
     if (opt.presence_penalty == 0.0f && opt.frequency_penalty == 0.0f) return;
     for (const auto& [id, n] : counts_)
         if (float* l = at(id)) *l -= opt.presence_penalty + opt.frequency_penalty * float(n);
@@ -26,7 +34,8 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
         const float mx = *std::max_element(logits.begin(), logits.end());
         double sum = 0.0;
         for (float& l : logits) {
-            l = float(std::exp(double(l - mx) / opt.temperature));
+            l = float(std::exp(double(l - mx) / opt.temperature));  // the likeliest is 1
+            if (l < opt.min_p) l = 0.0f;
             sum += l;
         }
         double u = rng.uniform() * sum;
@@ -52,6 +61,10 @@ int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& 
     double sum = 0.0;
     for (int i = 0; i < keep; i++) {
         p[size_t(i)] = std::exp(double(logits[size_t(idx[size_t(i)])] - mx) / opt.temperature);
+        if (p[size_t(i)] < opt.min_p) {  // sorted: the rest are less likely still
+            keep = i;
+            break;
+        }
         sum += p[size_t(i)];
     }
     if (opt.top_p < 1.0f) {  // smallest prefix (by probability) whose mass reaches top_p
@@ -117,6 +130,7 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     std::vector<float> logits;
     std::vector<int32_t> out;
     TokenCounts counts;
+    counts.add_prompt(ctx);
     step(ctx.data(), int(ctx.size()), 0, logits);
     int pos = int(ctx.size());
     for (int i = 0; i < opt.max_new_tokens; i++) {

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "core/rng.h"
@@ -31,17 +32,26 @@ struct SampleOptions {
     // before temperature, top-k and top-p; the prompt's tokens do not count.
     float presence_penalty = 0.0f, frequency_penalty = 0.0f;
     std::vector<std::pair<int32_t, float>> logit_bias;
+    // Hugging Face's repetition_penalty (1 = off): the logit of every token in the prompt or the answer so
+    // far is divided by it when positive, multiplied when negative (as transformers, vLLM and llama.cpp do).
+    float repetition_penalty = 1.0f;
+    // min_p (0 = off): after temperature, only tokens at least min_p times as likely as the likeliest stay.
+    float min_p = 0.0f;
 };
 
-// The tokens an answer has generated so far, counted, for the penalties.
+// The tokens of a sequence, for the penalties: the prompt's (repetition_penalty only) and the answer's so
+// far, counted.
 class TokenCounts {
 public:
+    void add_prompt(const std::vector<int32_t>& ids) { prompt_.insert(ids.begin(), ids.end()); }
     void add(int32_t id) { counts_[id]++; }
-    // Applies opt's logit_bias and penalties to logits (V) in place.
+    // Applies opt's logit_bias, repetition penalty and presence and frequency penalties to logits (V) in
+    // place.
     void adjust(std::vector<float>& logits, const SampleOptions& opt) const;
 
 private:
     std::unordered_map<int32_t, int> counts_;
+    std::unordered_set<int32_t> prompt_;
 };
 
 // Picks the next token from logits (V) on the host (they may be overwritten); the caller applies

@@ -234,6 +234,16 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
         if (v < -2.0 || v > 2.0) bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, v));
         (name[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = float(v);
     }
+    double repetition = 1.0, min_p = 0.0;  // extensions, as vLLM and llama.cpp's servers take them
+    field(j, "repetition_penalty", repetition, is_num, "a number");
+    if (repetition <= 0.0 || repetition > 10.0)
+        bad("repetition_penalty",
+            fmt::format("'repetition_penalty' must be in (0, 10] (1 = off), got {}", repetition));
+    field(j, "min_p", min_p, is_num, "a number");
+    if (min_p < 0.0 || min_p > 1.0)
+        bad("min_p", fmt::format("'min_p' must be in [0, 1] (0 = off), got {}", min_p));
+    s.repetition_penalty = float(repetition);
+    s.min_p = float(min_p);
     s.logit_bias = logit_bias(j, *m.tok);
     refuse_unsupported(j);
     int64_t seed = int64_t(random_seed);

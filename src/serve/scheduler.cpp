@@ -24,7 +24,9 @@ const char* finish_name(Finish f) {
 // ---- Sequence -------------------------------------------------------------------------------------------
 
 Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt)
-    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()), ctx_(prompt_) {}
+    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()), ctx_(prompt_) {
+    counts_.add_prompt(prompt_);
+}
 
 Sequence::Update Sequence::wait(size_t seen, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lk(m_);

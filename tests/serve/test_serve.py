@@ -1,7 +1,8 @@
 """anvil serve end to end: a small model trained here, the server on 127.0.0.1, driven over HTTP.
 
 - Same answers: temperature 0 and seeded sampling equal `anvil generate` (completions and chat), and so do
-  OpenAI's presence and frequency penalties; logit_bias lifts a token over the rest; streamed text
+  OpenAI's presence and frequency penalties and the repetition_penalty and min_p extensions; logit_bias lifts a
+  token over the rest; streamed text
   equals the plain text; stop strings cut the text; 64 concurrent clients (half streaming) all get the
   answers they get alone, and the scheduler really batched them.
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
@@ -156,6 +157,14 @@ def same_answers(srv, model, refs, failures):
     plain = refs["alpha"]["text"] if "alpha" in refs else None
     check(st == 200 and r["choices"][0]["text"] == g,
           f"presence_penalty 1.5, frequency_penalty 2: generate's answer ({g!r}; without them {plain!r})", failures)
+    # the extensions vLLM and llama.cpp take: repetition_penalty (prompt and answer) and min_p, as generate does
+    body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0.8, "seed": 3, "repetition_penalty": 1.8,
+            "min_p": 0.1}
+    st, r = srv.post("/v1/completions", body)
+    g = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0.8",
+                            "--seed", "3", "--repetition-penalty", "1.8", "--min-p", "0.1", "--json"))["text"]
+    check(st == 200 and r["choices"][0]["text"] == g, f"repetition_penalty 1.8, min_p 0.1: generate's answer ({g!r})",
+          failures)
     # logit_bias: one token lifted over every other is the whole greedy answer
     st, r = srv.post("/v1/completions", {"prompt": "alpha", "max_tokens": 5, "temperature": 0,
                                          "logit_bias": {str(ord("q")): 100}})

@@ -560,6 +560,34 @@ TEST(Sampling, PenaltiesAndLogitBiasAsOpenAiDefinesThem) {
     EXPECT_EQ(sample_token(x, o, rng), 1);
 }
 
+// Hugging Face's repetition_penalty: every token of the prompt or the answer, once however often it occurs,
+// its logit divided when positive and multiplied when negative; min_p keeps what is at least min_p as likely
+// as the likeliest, in the whole-distribution pass and in the sorted one (top-k) alike.
+TEST(Sampling, RepetitionPenaltyAndMinP) {
+    SampleOptions o;
+    o.repetition_penalty = 2.0f;
+    TokenCounts c;
+    c.add_prompt({0, 3});
+    c.add(1);
+    c.add(1);
+    c.add(3);
+    std::vector<float> x = {1.0f, 3.0f, 2.5f, -4.0f};
+    c.adjust(x, o);
+    EXPECT_EQ(x, (std::vector<float>{0.5f, 1.5f, 2.5f, -8.0f}));
+    Rng rng(3);
+    SampleOptions m;
+    m.min_p = 0.2f;         // e^-1 = 0.37 of the likeliest stays, e^-2 = 0.14 goes
+    for (int k : {0, 3}) {  // the whole distribution, then the sorted path
+        m.top_k = k;
+        std::set<int32_t> seen;
+        for (int i = 0; i < 400; i++) {
+            std::vector<float> l = {0.0f, -1.0f, -2.0f, -5.0f};
+            seen.insert(sample_token(l, m, rng));
+        }
+        EXPECT_EQ(seen, (std::set<int32_t>{0, 1})) << "top_k " << k;
+    }
+}
+
 // Through the generator: two tokens lifted far above the rest by logit_bias take turns once a frequency
 // penalty larger than their logits' difference counts each one's uses; without it the likelier one repeats.
 TEST(Sampling, GeneratorCountsTheAnswersTokens) {

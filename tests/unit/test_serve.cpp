@@ -411,10 +411,13 @@ TEST(OpenAi, RequestFields) {
         serve::Endpoint::Chat,
         R"({"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5,"frequency_penalty":-1,
             "logit_bias":{"65":-100,"10":2.5},"logprobs":false,"tool_choice":"none","user":"u1",
+            "repetition_penalty":1.3,"min_p":0.05,
             "response_format":{"type":"text"}})",
         m, 1);
     EXPECT_FLOAT_EQ(p.sample.presence_penalty, 0.5f);
     EXPECT_FLOAT_EQ(p.sample.frequency_penalty, -1.0f);
+    EXPECT_FLOAT_EQ(p.sample.repetition_penalty, 1.3f);
+    EXPECT_FLOAT_EQ(p.sample.min_p, 0.05f);
     EXPECT_EQ(p.sample.logit_bias, (std::vector<std::pair<int32_t, float>>{{10, 2.5f}, {65, -100.0f}}))
         << "ids in the object's key order";
 }
@@ -452,6 +455,8 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, R"({"prompt":"a","logit_bias":{"300":1}})", 400, "logit_bias"},
         {C, R"({"prompt":"a","logit_bias":{"x":1}})", 400, "logit_bias"},
         {C, R"({"prompt":"a","logit_bias":{"65":101}})", 400, "logit_bias"},
+        {C, R"({"prompt":"a","repetition_penalty":0})", 400, "repetition_penalty"},
+        {C, R"({"prompt":"a","min_p":1.5})", 400, "min_p"},
         {C, R"({"prompt":"a","logprobs":2})", 400, "logprobs"},
         {C, R"({"prompt":"a","echo":true})", 400, "echo"},
         {C, R"({"prompt":"a","best_of":3})", 400, "best_of"},
