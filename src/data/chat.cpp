@@ -146,13 +146,13 @@ std::vector<Literal> literals_of(const std::string& t) {
 
 // How a Mistral chat_template spells a conversation, read off its literals: what surrounds a user turn, an
 // answer and the system message, and which user turn that joins. The forms Mistral AI has shipped:
-//   v1 (7B Instruct v0.1, Mixtral):  '[INST] ' + user + ' [/INST]', answer + eos, no system message
-//   v0.2's later template:           ' [INST] ' + (system + '\n\n' on the first) + user + ' [/INST]',
+//   v1 (7B Instruct v0.1, Mixtral)   '[INST] ' + user + ' [/INST]', answer + eos; no system message
+//   v0.2's later template            ' [INST] ' + (system + '\n\n' on the first) + user + ' [/INST]',
 //                                    ' ' + answer + eos
-//   v3, Tekken (v0.3, Nemo, Small):  "[INST]" (or "[INST] ") + (system + "\n\n" on the last, loop.last) +
-//   user
-//                                    + "[/INST]", answer (" " + answer|trim in v0.3) + eos; [INST] and
-//                                    [/INST] control tokens
+//   v3, Tekken (v0.3, Nemo, Small)   "[INST]" (or "[INST] ") + (system + "\n\n" on the last: loop.last)
+//                                    + user + "[/INST]", answer (" " + answer|trim in v0.3) + eos, with
+//                                    [INST] and [/INST] control tokens
+// Without a template to read, the vocabulary decides: v3's spelling with the control tokens, else v1's.
 struct MistralStyle {
     std::string open = "[INST] ", close = " [/INST]";
     bool user_trim = false;
@@ -162,33 +162,11 @@ struct MistralStyle {
     std::string system_join = "\n\n";
 };
 
-MistralStyle read_mistral_style(const Tokenizer& tok);
-
-// The style of the tokenizer's template, read once per thread and template (render_spans asks per record).
-MistralStyle mistral_style(const Tokenizer& tok) {
-    thread_local struct {
-        std::string tmpl;
-        bool specials = false;
-        MistralStyle style;
-        bool valid = false;
-    } last;
-    if (!last.valid || last.tmpl != tok.chat_template() || last.specials != mistral_specials(tok)) {
-        last.tmpl = tok.chat_template();
-        last.specials = mistral_specials(tok);
-        last.style = read_mistral_style(tok);
-        last.valid = true;
-    }
-    return last.style;
-}
-
 MistralStyle read_mistral_style(const Tokenizer& tok) {
     MistralStyle s;
+    if (mistral_specials(tok)) s.open = "[INST]", s.close = "[/INST]", s.system = MistralStyle::System::Last;
     const std::string& t = tok.chat_template();
-    if (!mistral_chat_template(t)) {  // no template to read: the tokenizer's generation
-        if (mistral_specials(tok))
-            s.open = "[INST]", s.close = "[/INST]", s.system = MistralStyle::System::Last;
-        return s;
-    }
+    if (!mistral_chat_template(t)) return s;
     const std::vector<Literal> lits = literals_of(t);
     const auto first_with = [&](const char* needle) -> const Literal* {
         for (const Literal& l : lits)
@@ -230,6 +208,23 @@ MistralStyle read_mistral_style(const Tokenizer& tok) {
             }
     }
     return s;
+}
+
+// The style of the tokenizer's template, read once per thread and template (render_spans asks per record).
+MistralStyle mistral_style(const Tokenizer& tok) {
+    thread_local struct {
+        std::string tmpl;
+        bool specials = false;
+        MistralStyle style;
+        bool valid = false;
+    } last;
+    if (!last.valid || last.tmpl != tok.chat_template() || last.specials != mistral_specials(tok)) {
+        last.tmpl = tok.chat_template();
+        last.specials = mistral_specials(tok);
+        last.style = read_mistral_style(tok);
+        last.valid = true;
+    }
+    return last.style;
 }
 
 // The <s> that opens each of llama2's user turns: the tokenizer's BOS, else its "<s>" token (-1: none).
