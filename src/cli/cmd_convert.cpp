@@ -14,8 +14,7 @@ Command add_convert(CLI::App& app) {
         "convert between llm.c's GPT-2 model files (train_gpt2.py's gpt2_124M.bin, train_gpt2.cu's "
         "model_00005000.bin) and Hugging Face model directories; the direction follows --model: an llm.c "
         "file becomes a directory (train, eval, generate, serve, quantize and LoRA read it), a directory an "
-        "llm.c "
-        "file (train_gpt2cu -e reads it)");
+        "llm.c file (train_gpt2cu -e reads it)");
     struct Opts {
         InferenceOptions in;
         OutputFlags out;
@@ -55,14 +54,14 @@ Command add_convert(CLI::App& app) {
                 ANVIL_CHECK(tok->vocab_size() == h.vocab,
                             "--tokenizer {}: {} ids, but {} was trained on a vocabulary of {}",
                             o->in.tokenizer, tok->vocab_size(), in, h.vocab);
-                const std::string dt = o->dtype.empty() ? (h.version == 3 ? "f32" : "bf16") : o->dtype;
+                const DType dt = o->dtype.empty() ? llmc_dtype(h.version) : weight_dtype(o->dtype);
                 const std::unique_ptr<Backend> be = make_run_backend("cpu", o->in.threads, "auto");
                 const std::unique_ptr<Model> model = make_model(*be, cfg);
                 load_llmc_weights(in, *model);
-                o->out.save(*model, *tok, "auto", weight_dtype(dt));
+                o->out.save(*model, *tok, "auto", dt);
                 std::printf("llm.c model file %s (version %d: %s) -> Hugging Face directory %s (%s, %s)\n",
-                            in.c_str(), h.version, h.version == 3 ? "fp32" : "bf16", o->out.out.c_str(),
-                            cfg.str().c_str(), dt.c_str());
+                            in.c_str(), h.version, precision_name(llmc_dtype(h.version)), o->out.out.c_str(),
+                            cfg.str().c_str(), precision_name(dt));
                 return 0;
             }
             ANVIL_CHECK(o->dtype != "f16",
@@ -77,7 +76,7 @@ Command add_convert(CLI::App& app) {
             std::printf(
                 "Hugging Face directory %s (%s) -> llm.c model file %s (version %d: %s, vocabulary %d)\n",
                 l.base_dir.c_str(), l.model->config().str().c_str(), o->out.out.c_str(), version,
-                version == 3 ? "fp32" : "bf16", l.tok->vocab_size());
+                precision_name(llmc_dtype(version)), l.tok->vocab_size());
             return 0;
         }};
 }

@@ -36,8 +36,8 @@ CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::stri
             "rendered: alpaca, compact, llama3 (Llama 3 header tokens), chatml (<|im_start|>), "
             "llama2 (Llama 2 Chat's [INST] with <<SYS>>), mistral (Mistral Instruct's [INST], spaced as the "
             "tokenizer's chat_template), zephyr (TinyLlama-Chat's <|user|>) or auto (llama3 or chatml when "
-            "the "
-            "tokenizer has their special tokens, llama2, mistral or zephyr when its chat_template is theirs, "
+            "the tokenizer has their special tokens, llama2, mistral or zephyr when its chat_template is "
+            "theirs, "
             "mistral also for [INST] control tokens, else alpaca); " +
                 default_note)
         ->check(

@@ -6,7 +6,19 @@
 
 namespace anvil {
 
-void TokenCounts::adjust(std::vector<float>& logits, const SampleOptions& opt) const {
+TokenCounts::TokenCounts(const std::vector<int32_t>& prompt, const SampleOptions& opt)
+    : opt_(&opt),
+      count_(opt.repetition_penalty != 1.0f || opt.presence_penalty != 0.0f ||
+             opt.frequency_penalty != 0.0f) {
+    if (opt.repetition_penalty != 1.0f) prompt_.insert(prompt.begin(), prompt.end());
+}
+
+void TokenCounts::add(int32_t id) {
+    if (count_) counts_[id]++;
+}
+
+void TokenCounts::adjust(std::vector<float>& logits) const {
+    const SampleOptions& opt = *opt_;
     const auto at = [&](int32_t id) -> float* {
         return id >= 0 && size_t(id) < logits.size() ? &logits[size_t(id)] : nullptr;
     };
@@ -23,6 +35,13 @@ void TokenCounts::adjust(std::vector<float>& logits, const SampleOptions& opt) c
     if (opt.presence_penalty == 0.0f && opt.frequency_penalty == 0.0f) return;
     for (const auto& [id, n] : counts_)
         if (float* l = at(id)) *l -= opt.presence_penalty + opt.frequency_penalty * float(n);
+}
+
+int32_t TokenCounts::sample(std::vector<float>& logits, Rng& rng) {
+    adjust(logits);
+    const int32_t next = sample_token(logits, *opt_, rng);
+    add(next);
+    return next;
 }
 
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng) {
@@ -129,16 +148,13 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     if (int(ctx.size()) > n_ctx) ctx.erase(ctx.begin(), ctx.end() - n_ctx);  // keep the most recent context
     std::vector<float> logits;
     std::vector<int32_t> out;
-    TokenCounts counts;
-    counts.add_prompt(ctx);
+    TokenCounts counts(ctx, opt);
     step(ctx.data(), int(ctx.size()), 0, logits);
     int pos = int(ctx.size());
     for (int i = 0; i < opt.max_new_tokens; i++) {
         if (opt.vocab_real > 0 && size_t(opt.vocab_real) < logits.size())
             logits.resize(size_t(opt.vocab_real));
-        counts.adjust(logits, opt);
-        const int32_t next = sample_token(logits, opt, rng);
-        counts.add(next);
+        const int32_t next = counts.sample(logits, rng);
         out.push_back(next);
         if (on_token) on_token(next);
         const bool stop =

@@ -39,23 +39,28 @@ struct SampleOptions {
     float min_p = 0.0f;
 };
 
-// The tokens of a sequence, for the penalties: the prompt's (repetition_penalty only) and the answer's so
-// far, counted.
+// A sequence's sampling: the tokens of its prompt (for repetition_penalty) and of its answer so far, counted
+// (for every penalty), kept only where opt asks for them.
 class TokenCounts {
 public:
-    void add_prompt(const std::vector<int32_t>& ids) { prompt_.insert(ids.begin(), ids.end()); }
-    void add(int32_t id) { counts_[id]++; }
+    TokenCounts(const std::vector<int32_t>& prompt, const SampleOptions& opt);
+    // The next token from logits (V, overwritten): opt's logit_bias and penalties, then sample_token;
+    // counted.
+    int32_t sample(std::vector<float>& logits, Rng& rng);
     // Applies opt's logit_bias, repetition penalty and presence and frequency penalties to logits (V) in
     // place.
-    void adjust(std::vector<float>& logits, const SampleOptions& opt) const;
+    void adjust(std::vector<float>& logits) const;
+    void add(int32_t id);
 
 private:
+    const SampleOptions* opt_;
+    bool count_ = false;
     std::unordered_map<int32_t, int> counts_;
     std::unordered_set<int32_t> prompt_;
 };
 
-// Picks the next token from logits (V) on the host (they may be overwritten); the caller applies
-// TokenCounts::adjust first.
+// Picks the next token from logits (V) on the host (they may be overwritten); TokenCounts::sample applies the
+// penalties first.
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
 
 // Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to

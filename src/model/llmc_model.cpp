@@ -68,13 +68,6 @@ void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-bool is_llmc_model_file(const std::string& path) {
-    if (!file_exists(path) || dir_exists(path)) return false;
-    std::ifstream f(path, std::ios::binary);
-    int32_t magic = 0;
-    return f.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kLlmcModelMagic;
-}
-
 ModelConfig read_llmc_header(const std::string& path, LlmcHeader* out) {
     std::ifstream f(path, std::ios::binary);
     ANVIL_CHECK(f && !dir_exists(path), "{}: cannot open (an llm.c model file was expected)", path);
@@ -111,14 +104,14 @@ ModelConfig read_llmc_header(const std::string& path, LlmcHeader* out) {
     c.n_ctx = hd.max_t;
     c.vocab_size = hd.padded_vocab;
     c.validate(path);
-    const uint64_t want = sizeof h + uint64_t(c.num_params()) * (hd.version == 3 ? 4 : 2),
+    const uint64_t want = sizeof h + uint64_t(c.num_params()) * dtype_size(llmc_dtype(hd.version)),
                    have = uint64_t(std::filesystem::file_size(path));
     ANVIL_CHECK(
         have == want,
         "{}: {} bytes, but its header (GPT-2 of {} layers, width {}, {} heads, context {}, {} rows, {}) "
         "makes {}; the file is cut short or not what its header says",
-        path, have, c.n_layer, c.n_embd, c.n_head, c.n_ctx, c.vocab_size, hd.version == 3 ? "fp32" : "bf16",
-        want);
+        path, have, c.n_layer, c.n_embd, c.n_head, c.n_ctx, c.vocab_size,
+        precision_name(llmc_dtype(hd.version)), want);
     if (out) *out = hd;
     return c;
 }
@@ -129,7 +122,7 @@ void load_llmc_weights(const std::string& path, Model& model) {
     ANVIL_CHECK(c.same_shape(model.config()), "{}: holds a GPT-2 of {}, not of {}", path, c.str(),
                 model.config().str());
     const MappedFile file(path);
-    const DType dt = h.version == 3 ? DType::F32 : DType::BF16;
+    const DType dt = llmc_dtype(h.version);
     const uint8_t* at = file.data() + kHeaderInts * sizeof(int32_t);
     ParamStore& store = model.params();
     std::vector<float> v, t;
@@ -159,7 +152,7 @@ void write_llmc_model(const std::string& path, const Model& model, int vocab, in
                               c.n_layer,       c.n_head, c.n_embd, padded};
     AtomicFile file(path);
     file.write(h, sizeof h);
-    const DType dt = version == 3 ? DType::F32 : DType::BF16;
+    const DType dt = llmc_dtype(version);
     const ParamStore& store = model.params();
     std::vector<float> t;
     std::vector<uint8_t> bytes;

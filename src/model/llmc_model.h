@@ -27,8 +27,10 @@ struct LlmcHeader {
     int max_t = 0, vocab = 0, layers = 0, heads = 0, channels = 0, padded_vocab = 0;
 };
 
-// True when `path` is a regular file that starts with llm.c's model magic.
-bool is_llmc_model_file(const std::string& path);
+// The dtype of an llm.c model file's tensors: F32 (version 3) or BF16 (5).
+inline DType llmc_dtype(int version) {
+    return version == 3 ? DType::F32 : DType::BF16;
+}
 
 // The header of an llm.c model file, checked (magic, version, sizes, the file's length against them), and the
 // GPT-2 config it describes (vocab_size: the padded rows). Errors name the file and what is wrong.

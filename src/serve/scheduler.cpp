@@ -24,9 +24,12 @@ const char* finish_name(Finish f) {
 // ---- Sequence -------------------------------------------------------------------------------------------
 
 Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt)
-    : prompt_(std::move(prompt)), opt_(opt), rng_(opt.seed), submitted_(Clock::now()), ctx_(prompt_) {
-    counts_.add_prompt(prompt_);
-}
+    : prompt_(std::move(prompt)),
+      opt_(opt),
+      rng_(opt.seed),
+      submitted_(Clock::now()),
+      ctx_(prompt_),
+      counts_(prompt_, opt_) {}
 
 Sequence::Update Sequence::wait(size_t seen, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lk(m_);
@@ -409,9 +412,7 @@ bool Scheduler::pass(bool decode) {
 Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     const SampleOptions& o = s.opt_;
     if (o.vocab_real > 0 && size_t(o.vocab_real) < logits.size()) logits.resize(size_t(o.vocab_real));
-    s.counts_.adjust(logits, o);
-    const int32_t next = sample_token(logits, o, s.rng_);
-    s.counts_.add(next);
+    const int32_t next = s.counts_.sample(logits, s.rng_);
     const Clock::time_point now = Clock::now();
     if (observer_) {
         if (s.produced_ == 0)

@@ -13,6 +13,7 @@ table of what did not pass is printed last. Exit 0 when every test passed (or sk
 the binary says it has no device (the GPU tests' skip).
 """
 import argparse
+import collections
 import json
 import os
 import re
@@ -57,9 +58,10 @@ class Runner:
         tail = [l for l in lines if l.strip()][-self.a.tail:]
         self.results[test] = {"status": status, "ms": ms, "tail": tail}
 
-    def run_once(self, todo):
-        """Runs `todo` in one process; returns when it ends or is stopped. Records what it learns."""
-        cmd = [self.a.binary, "--gtest_filter=" + ":".join(todo)] + self.a.extra
+    def run_once(self, remaining):
+        """Runs the tests `remaining` in one process; returns when it ends or is stopped, having recorded what it
+        learnt."""
+        cmd = [self.a.binary, "--gtest_filter=" + ":".join(remaining)] + self.a.extra
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         fd = p.stdout.fileno()
         current, lines, started, sticky, stop = None, [], 0.0, False, None
@@ -121,18 +123,19 @@ class Runner:
             if stop is None:
                 sig = -p.returncode if p.returncode < 0 else None
                 lines.append(f"(process ended: {signal.Signals(sig).name if sig else 'exit ' + str(p.returncode)})")
-            self.record(current, {"cut off": "cut off", "hung": "hung"}.get(stop, "crashed"), ms, lines)
-        elif p.returncode not in (0, 1) and stop is None and not any(t in self.results for t in todo):
+            self.record(current, stop or "crashed", ms, lines)
+        elif p.returncode not in (0, 1) and stop is None and not any(t in self.results for t in remaining):
             # died before its first test: nothing would change on a retry
-            self.record(todo[0], "crashed", 0, preamble + [f"(process ended with {p.returncode} before a test)"])
+            self.record(remaining[0], "crashed", 0,
+                        preamble + [f"(process ended with {p.returncode} before a test)"])
         return stop
 
     def run(self, tests):
         while True:
-            todo = [t for t in tests if t not in self.results]
-            if not todo:
+            remaining = [t for t in tests if t not in self.results]
+            if not remaining:
                 return None
-            why = self.run_once(todo)
+            why = self.run_once(remaining)
             if why in ("no device", "cut off"):
                 for t in tests:
                     self.results.setdefault(t, {"status": "not run", "ms": 0, "tail": []})
@@ -160,11 +163,9 @@ def main():
     if why == "no device":
         print("run_isolated: the binary has no device to run on (exit 77)")
         return 77
-    counts = {}
-    for t in tests:
-        counts[r.results[t]["status"]] = counts.get(r.results[t]["status"], 0) + 1
+    counts = collections.Counter(r.results[t]["status"] for t in tests)
     summary = {"binary": a.binary, "filter": a.filter, "seconds": round(time.monotonic() - t0, 1),
-               "counts": counts, "tests": {t: r.results[t] for t in tests}}
+               "counts": dict(counts), "tests": {t: r.results[t] for t in tests}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)

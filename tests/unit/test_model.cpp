@@ -533,31 +533,38 @@ TEST(Sampling, TopKAndTopP) {
 // OpenAI's logit_bias, presence_penalty and frequency_penalty on the logits, before the pick.
 TEST(Sampling, PenaltiesAndLogitBiasAsOpenAiDefinesThem) {
     const std::vector<float> l = {1.0f, 3.0f, 2.5f, 0.0f};
+    // logits after the answer so far generated 1 twice and 2 once
+    const auto after_122 = [&](const SampleOptions& o) {
+        TokenCounts c({}, o);
+        for (int32_t id : {1, 1, 2}) c.add(id);
+        std::vector<float> x = l;
+        c.adjust(x);
+        return x;
+    };
     SampleOptions o;
     o.temperature = 0.0f;
-    TokenCounts c;
-    std::vector<float> x = l;
     o.logit_bias = {{3, 10.0f}, {0, -1.5f}};
-    c.adjust(x, o);
+    std::vector<float> x = l;
+    TokenCounts({}, o).adjust(x);
     EXPECT_EQ(x, (std::vector<float>{-0.5f, 3.0f, 2.5f, 10.0f})) << "nothing generated yet: the bias alone";
+    EXPECT_EQ(after_122(o), x) << "no penalty: what was generated does not count";
     o.logit_bias.clear();
-    c.add(1);
-    c.add(1);
-    c.add(2);
     o.presence_penalty = 0.25f;
     o.frequency_penalty = 0.5f;
-    x = l;
-    c.adjust(x, o);
-    EXPECT_EQ(x, (std::vector<float>{1.0f, 1.75f, 1.75f, 0.0f})) << "1 twice: 3 - 0.25 - 2 x 0.5; 2 once";
+    EXPECT_EQ(after_122(o), (std::vector<float>{1.0f, 1.75f, 1.75f, 0.0f}))
+        << "1 twice: 3 - 0.25 - 2 x 0.5; 2 once";
     o.frequency_penalty = 1.5f;  // 1: 3 - 0.25 - 3, 2: 2.5 - 0.25 - 1.5, below 0's 1
-    x = l;
-    c.adjust(x, o);
     Rng rng(1);
+    x = after_122(o);
     EXPECT_EQ(sample_token(x, o, rng), 0) << "the penalties decide the greedy pick";
     o.presence_penalty = o.frequency_penalty = -1.0f;  // negative: repeats encouraged
-    x = l;
-    c.adjust(x, o);
+    x = after_122(o);
     EXPECT_EQ(sample_token(x, o, rng), 1);
+    TokenCounts c({}, o);  // sample: adjusts, picks and counts
+    x = l;
+    EXPECT_EQ(c.sample(x, rng), 1);
+    x = {1.0f, 2.5f, 2.4f, 0.0f};
+    EXPECT_EQ(c.sample(x, rng), 1) << "1 counted once: 2.5 + 1 + 1 above 2.4";
 }
 
 // Hugging Face's repetition_penalty: every token of the prompt or the answer, once however often it occurs,
@@ -566,13 +573,12 @@ TEST(Sampling, PenaltiesAndLogitBiasAsOpenAiDefinesThem) {
 TEST(Sampling, RepetitionPenaltyAndMinP) {
     SampleOptions o;
     o.repetition_penalty = 2.0f;
-    TokenCounts c;
-    c.add_prompt({0, 3});
+    TokenCounts c({0, 3}, o);
     c.add(1);
     c.add(1);
     c.add(3);
     std::vector<float> x = {1.0f, 3.0f, 2.5f, -4.0f};
-    c.adjust(x, o);
+    c.adjust(x);
     EXPECT_EQ(x, (std::vector<float>{0.5f, 1.5f, 2.5f, -8.0f}));
     Rng rng(3);
     SampleOptions m;
@@ -588,8 +594,9 @@ TEST(Sampling, RepetitionPenaltyAndMinP) {
     }
 }
 
-// Through the generator: two tokens lifted far above the rest by logit_bias take turns once a frequency
-// penalty larger than their logits' difference counts each one's uses; without it the likelier one repeats.
+// Through the generator: two tokens lifted far above the rest by logit_bias, 7 by one more than 8 (more than
+// a tiny model's logits ever differ), take turns once a frequency penalty of 2 counts each one's uses;
+// without it 7 repeats.
 TEST(Sampling, GeneratorCountsTheAnswersTokens) {
     ModelConfig c = tiny();
     auto be = make_backend({Device::CPU, 2, 0});
@@ -598,10 +605,10 @@ TEST(Sampling, GeneratorCountsTheAnswersTokens) {
     SampleOptions o;
     o.temperature = 0.0f;
     o.max_new_tokens = 12;
-    o.logit_bias = {{7, 100.0f}, {8, 100.0f}};
+    o.logit_bias = {{7, 100.0f}, {8, 99.0f}};
     Generator gen(*m);
     const std::vector<int32_t> plain = gen.generate({3, 1, 4}, o);
-    EXPECT_TRUE(std::all_of(plain.begin(), plain.end(), [&](int32_t t) { return t == plain[0]; }));
+    EXPECT_EQ(plain, std::vector<int32_t>(12, 7));
     o.frequency_penalty = 2.0f;
     const std::vector<int32_t> out = gen.generate({3, 1, 4}, o);
     int n7 = 0, n8 = 0;
