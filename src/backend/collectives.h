@@ -34,9 +34,13 @@ public:
     // `flat` is one block per rank, rank r's of counts[r] elements, one after another: every block gets the
     // values its rank holds in it (ZeRO-1's weight all-gather). Started the same way.
     virtual void allgather_blocks_start(Tensor flat, const std::vector<size_t>& counts, const char* what) = 0;
-    // Waits until every started collective is complete (work queued on the backend afterwards sees the
-    // sums). Past the deadline, or on an error, it ends the job through CollectiveSetup::abort naming the
-    // collective.
+    // Work queued on the backend from now on waits, on the device, for every collective started so far (it
+    // sees the sums); the host does not wait and goes on queueing. A watchdog ends the job through
+    // CollectiveSetup::abort, naming the collective, if one is not complete within the deadline or the
+    // transport reports an error, wherever the host is then.
+    virtual void wait_all_on_device() = 0;
+    // The same, and the host waits too, until every started collective is complete (the time it spends is
+    // communication the work before did not hide).
     virtual void wait_all() = 0;
 };
 

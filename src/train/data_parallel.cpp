@@ -185,7 +185,7 @@ void DataParallel::after_update() {
     const char* what = "the weight all-gather (ZeRO-1)";
     if (device_) {
         device_->allgather_blocks_start(grads_, counts, what);
-        device_->wait_all();
+        device_->wait_all_on_device();  // the conversions below are queued after it
     } else {
         comm_.allgather_blocks(grads_.f32(), counts, what);
     }

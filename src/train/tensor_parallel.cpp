@@ -45,13 +45,14 @@ private:
     Comm& comm_;
 };
 
-// NCCL on device memory: started after the kernels that wrote t, waited for before any that read it.
+// NCCL on device memory: started after the kernels that wrote t, waited for on the device before any that
+// read it (the host goes on queueing; NCCL's watchdog keeps the deadline).
 class DeviceTpReducer final : public TpReducer {
 public:
     explicit DeviceTpReducer(std::unique_ptr<DeviceCollectives> c) : coll_(std::move(c)) {}
     void sum(Tensor t, const char* what) override {
         coll_->allreduce_sum_start(t, what);
-        coll_->wait_all();
+        coll_->wait_all_on_device();
     }
 
 private:
@@ -66,7 +67,9 @@ std::unique_ptr<DeviceCollectives> make_device_collectives(Comm& c, Backend& be,
     cs.size = c.size();
     cs.timeout_s = c.timeout();
     const std::string what = fmt::format("the NCCL unique id's broadcast ({})", who);
-    cs.broadcast_from_rank0 = [&c, what](void* data, size_t bytes) { c.broadcast(data, bytes, 0, what.c_str()); };
+    cs.broadcast_from_rank0 = [&c, what](void* data, size_t bytes) {
+        c.broadcast(data, bytes, 0, what.c_str());
+    };
     cs.abort = [&c](const std::string& why) { c.abort(why); };
     std::unique_ptr<DeviceCollectives> d = be.make_collectives(cs);
     ANVIL_CHECK(d, "{}: the {} backend has no collectives", who, device_name(be.device()));

@@ -28,6 +28,8 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #undef __global__
 #undef __device__
@@ -52,10 +54,14 @@ void* dynamic_smem();
 // Called once per static __shared__ array (rewrite.py adds the call): the array is filled with 0xFF before
 // each later block of the running kernel. Returns true.
 bool register_shared(void* array, size_t bytes);
-// The most dynamic shared memory a block may opt in to: Hopper's 227 KiB, or CUEMU_SMEM_OPTIN_KIB (99 for Ada).
+// The most dynamic shared memory a block may opt in to: Hopper's 227 KiB, or CUEMU_SMEM_OPTIN_KIB (99 for
+// Ada).
 size_t smem_optin();
 // Stops the run naming the block and thread (for the shims' checks).
 [[noreturn]] void fail(const std::string& what);
+// Whether a kernel is running on this thread; fail_host stops the run outside one.
+bool in_kernel();
+[[noreturn]] void fail_host(const std::string& what);
 // Fails when [first, last) starts in the running block's dynamic shared memory and leaves it.
 void check_smem_span(const void* first, const void* last);
 void sync_block();
@@ -77,6 +83,27 @@ struct Launch {
 };
 inline Launch launch_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = nullptr) {
     return Launch{grid, block, smem};
+}
+
+// Every `reinterpret_cast` in a kernel source becomes this (rewrite.py): a pointer cast checks that the
+// address suits the type it now points to, as a GPU's vector loads and stores demand (a 16-byte load from an
+// address that is not a multiple of 16 is a misaligned-address fault there, while x86 just loads).
+template <typename To, typename From>
+To checked_cast(From&& from) {
+    using F = std::remove_cvref_t<From>;
+    if constexpr (std::is_pointer_v<To> && std::is_pointer_v<F>) {
+        using E = std::remove_cv_t<std::remove_pointer_t<To>>;
+        if constexpr (!std::is_void_v<E> && !std::is_function_v<E>) {
+            if (reinterpret_cast<uintptr_t>(from) % alignof(E) != 0) {
+                const std::string what = "a " + std::to_string(sizeof(E)) +
+                                         "-byte access at an address that is not a multiple of " +
+                                         std::to_string(alignof(E));
+                if (in_kernel()) fail(what);
+                fail_host(what);
+            }
+        }
+    }
+    return reinterpret_cast<To>(std::forward<From>(from));
 }
 
 template <typename T>

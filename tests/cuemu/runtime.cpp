@@ -109,7 +109,7 @@ struct Block {
     uint3 bid;
     const std::function<void()>* body = nullptr;
     std::vector<Fiber> fibers;
-    std::vector<uint64_t> slots;  // one shuffle value per thread
+    std::vector<uint64_t> slots;          // one shuffle value per thread
     std::vector<unsigned char> smem_buf;  // dynamic shared memory, from a 1024-byte boundary in it
     unsigned char* smem = nullptr;
     size_t smem_bytes = 0;
@@ -254,7 +254,8 @@ void check_smem_span(const void* first, const void* last) {
     const auto* f = static_cast<const unsigned char*>(first);
     if (f < b || f >= b + g_block->smem_buf.size()) return;  // not the dynamic shared memory
     if (f < g_block->smem || static_cast<const unsigned char*>(last) > g_block->smem + g_block->smem_bytes)
-        fail("an access past the launch's " + std::to_string(g_block->smem_bytes) + " bytes of dynamic shared memory");
+        fail("an access past the launch's " + std::to_string(g_block->smem_bytes) +
+             " bytes of dynamic shared memory");
 }
 size_t smem_optin() {
     static const size_t kib = [] {
@@ -265,6 +266,12 @@ size_t smem_optin() {
 }
 void fail(const std::string& what) {
     die(where(*g_block) + ", thread " + std::to_string(g_block->cur) + ": " + what);
+}
+bool in_kernel() {
+    return g_block != nullptr;
+}
+void fail_host(const std::string& what) {
+    die("host code: " + what);
 }
 bool register_shared(void* array, size_t bytes) {
     g_static_smem[g_block->kernel].emplace_back(array, bytes);
@@ -323,7 +330,8 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
     b.body = &body;
     b.fibers.resize(threads);
     b.slots.assign(threads, 0);
-    // a GPU's dynamic shared memory starts on a large boundary: WMMA's 32-byte pointer rule is checked against it
+    // a GPU's dynamic shared memory starts on a large boundary: WMMA's 32-byte pointer rule is checked
+    // against it
     b.smem_bytes = std::max<size_t>(smem, 16);
     b.smem_buf.resize(b.smem_bytes + 1024);
     b.smem = b.smem_buf.data() + (1024 - reinterpret_cast<uintptr_t>(b.smem_buf.data()) % 1024);

@@ -1,15 +1,20 @@
 // NCCL for the CUDA backend's collectives, loaded at run time (libnccl.so.2 from the CUDA toolkit or the
 // system), so anvil links and runs without it until a multi-GPU job asks for it. Rank 0's unique id reaches
 // the other ranks through the caller's host broadcast (MPI). Collectives run on a stream of their own, after
-// an event on the compute stream; wait_all() polls their completion against the deadline and ends the job
-// (ncclCommAbort, then CollectiveSetup::abort) past it or on an asynchronous NCCL error.
+// an event on the compute stream; wait_all() makes the compute stream wait for them on the device (the host
+// goes on queueing) and hands their completion event to a watchdog thread, which ends the job
+// (ncclCommAbort, then CollectiveSetup::abort) when one is not complete within the deadline or NCCL reports
+// an asynchronous error, wherever the host is then.
 #include <dlfcn.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/watchdog.h"
 
 #if ANVIL_HAVE_NCCL_H
 #include <nccl.h>
@@ -101,13 +106,27 @@ public:
         init(id);
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
         api_.get_version(&version_);
+        Watchdog::Hooks hooks;
+        hooks.on_thread = [device] { (void)cudaSetDevice(device); };
+        hooks.transport_error = [this]() -> std::string {
+            ncclResult_t async = ncclSuccess;
+            api_.comm_get_async_error(comm_, &async);
+            return async == ncclSuccess || async == ncclInProgress
+                       ? std::string()
+                       : fmt::format("NCCL: {}", api_.get_error_string(async));
+        };
+        hooks.fire = [this](const std::string& why) {
+            if (comm_) api_.comm_abort(comm_);  // NCCL's kernels give up, so the device is free again
+            setup_.abort(why);
+        };
+        watchdog_ = std::make_unique<Watchdog>(setup_.timeout_s, std::move(hooks));
     }
     ~NcclCollectives() override {
+        watchdog_.reset();  // before the communicator it watches goes
         if (comm_) api_.comm_destroy(comm_);
         (void)cudaEventDestroy(queued_);
-        (void)cudaEventDestroy(done_);
+        for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
         (void)cudaStreamDestroy(stream_);
     }
     std::string describe() const override {
@@ -138,16 +157,28 @@ public:
         }
         enqueued(api_.group_end());
     }
-    void wait_all() override {
+    void wait_all_on_device() override {
         if (!pending_) return;
-        CUDA_CHECK(cudaEventRecord(done_, stream_));
-        poll([&] {
-            const cudaError_t e = cudaEventQuery(done_);
-            if (e != cudaErrorNotReady) CUDA_CHECK(e);
-            return e == cudaSuccess;
-        });
-        CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+        const cudaEvent_t done = free_event();
+        CUDA_CHECK(cudaEventRecord(done, stream_));
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+        // an error other than "not ready" is the context's, and the host's next CUDA call reports it
+        watchdog_->watch(
+            what_, [done] { return cudaEventQuery(done) != cudaErrorNotReady; },
+            [this, done] {
+                std::lock_guard<std::mutex> lock(events_mu_);
+                free_.push_back(done);
+            });
+        last_ = done;
         pending_ = false;
+    }
+    void wait_all() override {
+        wait_all_on_device();
+        if (!last_) return;
+        // Only this thread records events, so `last_` marks the newest collective even if the watchdog has
+        // already handed it back. A stall holds this wait up until the watchdog ends the job.
+        CUDA_CHECK(cudaEventSynchronize(last_));
+        last_ = nullptr;
     }
 
 private:
@@ -158,6 +189,19 @@ private:
         CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));
         what_ = what;
         pending_ = true;
+    }
+    // An event no collective still being watched uses (made when none is free).
+    cudaEvent_t free_event() {
+        std::lock_guard<std::mutex> lock(events_mu_);
+        if (!free_.empty()) {
+            const cudaEvent_t e = free_.back();
+            free_.pop_back();
+            return e;
+        }
+        cudaEvent_t e = nullptr;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        events_.push_back(e);
+        return e;
     }
     // A non-blocking communicator may still be queueing the collective (ncclInProgress): NCCL wants it queued
     // before the next call, so wait for that (bounded by the deadline).
@@ -215,11 +259,14 @@ private:
     NcclApi api_;
     CollectiveSetup setup_;
     cudaStream_t compute_, stream_ = nullptr;
-    cudaEvent_t queued_ = nullptr, done_ = nullptr;
+    cudaEvent_t queued_ = nullptr, last_ = nullptr;  // last_: the newest completion event, until wait_all()
+    std::mutex events_mu_;
+    std::vector<cudaEvent_t> events_, free_;  // every completion event made; those free for reuse
     ncclComm_t comm_ = nullptr;
     int version_ = 0;
     std::string what_;
     bool pending_ = false;
+    std::unique_ptr<Watchdog> watchdog_;  // last: its thread uses the members above
 };
 
 }  // namespace
