@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include <memory>
@@ -62,6 +63,22 @@ private:
 // Picks the next token from logits (V) on the host (they may be overwritten); TokenCounts::sample applies the
 // penalties first.
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
+
+// A token's log-probability under the model, and the `top` likeliest tokens' (most likely first; ties by id):
+// the log-softmax of the raw logits (V), before temperature, penalties and logit_bias (what OpenAI's logprobs
+// and vLLM's default report). Computed in double.
+struct TokenLogprob {
+    int32_t token = -1;
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
+// The log-probabilities a request asks for (OpenAI's logprobs and top_logprobs, and echo's of the prompt).
+struct LogprobRequest {
+    int top = -1;         // each sampled token's, with the `top` likeliest beside it; -1: none
+    bool prompt = false;  // every prompt token's after the first (the server then computes its positions
+                          // instead of taking them from the prefix cache)
+};
 
 // Runs ids[0..n) of the sequence in cache slot `slot`, at positions pos0.., through the model, appending to
 // the cache; returns the last position's logits (V) in f32. `acts`: decoding activations for at least n

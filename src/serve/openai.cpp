@@ -90,6 +90,38 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
     return prompt_tokens(conv, m.prompt, *m.tok);
 }
 
+// Completions' logprobs (an integer: how many likeliest tokens beside each) and echo; chat's logprobs (a
+// boolean) and top_logprobs.
+void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
+    constexpr int kMaxTop = 20;
+    const auto top_in_range = [&](const char* name, int64_t v) {
+        if (v < 0 || v > kMaxTop)
+            bad(name, fmt::format("'{}' must be from 0 to {}, got {}", name, kMaxTop, v));
+        return int(v);
+    };
+    if (endpoint == Endpoint::Completions) {
+        int64_t top = -1;
+        field(j, "logprobs", top, is_int, "an integer (how many likeliest tokens to list beside each)");
+        if (top != -1) r.logprobs.top = top_in_range("logprobs", top);
+        field(j, "echo", r.echo, is_bool, "a boolean");
+        r.logprobs.prompt = r.echo && r.logprobs.top >= 0;
+        field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
+        if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+            bad("top_logprobs", "'top_logprobs' is the chat API's; completions take 'logprobs': N");
+        return;
+    }
+    bool want = false;
+    field(j, "logprobs", want, is_bool, "a boolean");
+    int64_t top = 0;
+    field(j, "top_logprobs", top, is_int, "an integer");
+    top = top_in_range("top_logprobs", top);
+    if (top > 0 && !want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (want) r.logprobs.top = int(top);
+    field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
+    if (j.contains("echo") && !j["echo"].is_null() && j["echo"] != false)
+        bad("echo", "'echo' is the completions API's; chat completions do not repeat the messages");
+}
+
 std::vector<int32_t> completion_prompt(const json& body, const ServedModel& m) {
     const auto it = body.find("prompt");
     if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required");
@@ -108,9 +140,14 @@ std::vector<int32_t> completion_prompt(const json& body, const ServedModel& m) {
         }
         return ids;
     }
-    if (p.is_array() && p.size() > 1 && p[0].is_string())
+    if (p.is_array() && p.size() == 1 && p[0].is_array() && !p[0].empty()) {  // one prompt of token ids
+        json one = body;
+        one["prompt"] = p[0];
+        return completion_prompt(one, m);
+    }
+    if (p.is_array() && p.size() > 1 && (p[0].is_string() || p[0].is_array()))
         bad("prompt", "one prompt per request: 'prompt' lists several (send them as separate requests)");
-    bad("prompt", "'prompt' must be a string, a list of one string or a list of token ids");
+    bad("prompt", "'prompt' must be a string, a list of token ids, or a list of one of either");
 }
 
 std::vector<std::string> stop_strings(const json& body) {
@@ -159,7 +196,7 @@ void refuse_unsupported(const json& j) {
         return it != j.end() && !it->is_null() && *it != false && *it != 0 && *it != "" &&
                !(it->is_array() && it->empty());
     };
-    for (const char* name : {"logprobs", "top_logprobs", "echo", "suffix", "tools", "functions"})
+    for (const char* name : {"suffix", "tools", "functions"})
         if (given(name)) bad(name, fmt::format("'{}' is not supported by this server; leave it out", name));
     for (const char* name : {"tool_choice", "function_call"})
         if (given(name) && j[name] != "none" && j[name] != "auto")
@@ -206,10 +243,12 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
                         m.n_ctx, P));
 
     SampleOptions& s = r.sample;
+    logprob_fields(j, endpoint, r);
     int64_t max_tokens = endpoint == Endpoint::Chat ? m.n_ctx - P : 16;  // OpenAI's defaults
     const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     field(j, max_name, max_tokens, is_int, "an integer");
-    if (max_tokens <= 0) bad(max_name, fmt::format("'{}' must be at least 1, got {}", max_name, max_tokens));
+    if (max_tokens < (r.echo ? 0 : 1))  // with echo, 0 scores the prompt alone
+        bad(max_name, fmt::format("'{}' must be at least {}, got {}", max_name, r.echo ? 0 : 1, max_tokens));
     if (P + max_tokens > m.n_ctx)
         bad(max_name,
             fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
@@ -253,6 +292,8 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
     s.vocab_real = m.tok->vocab_size();
     r.stop = stop_strings(j);
     field(j, "stream", r.stream, is_bool, "a boolean");
+    if (r.stream && r.echo)
+        bad("echo", "'echo' with 'stream': this server echoes the prompt only in whole responses");
     if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
         if (!it->is_object()) bad("stream_options", "'stream_options' must be an object");
         field(*it, "include_usage", r.include_usage, is_bool, "a boolean");
@@ -285,9 +326,9 @@ json finish_json(const char* finish) {
 }  // namespace
 
 json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
-                         int prompt_tokens, int completion_tokens) {
+                         int prompt_tokens, int completion_tokens, const json& logprobs) {
     json out = head(h, false);
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
     if (h.endpoint == Endpoint::Chat)
         choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
@@ -297,9 +338,10 @@ json completion_response(const ResponseHead& h, const std::string& text, const c
     return out;
 }
 
-json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first) {
+json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first,
+                  const json& logprobs) {
     json out = head(h, true);
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
     if (h.endpoint == Endpoint::Chat) {
         json d = json::object();
         if (first) d["role"] = "assistant";
@@ -317,6 +359,64 @@ json usage_chunk(const ResponseHead& h, int prompt_tokens, int completion_tokens
     out["choices"] = json::array();
     out["usage"] = usage(prompt_tokens, completion_tokens);
     return out;
+}
+
+size_t utf8_length(const std::string& s) {
+    return size_t(std::count_if(s.begin(), s.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+}
+
+namespace {
+
+json byte_list(const std::string& s) {
+    json b = json::array();
+    for (const char c : s) b.push_back(int(uint8_t(c)));
+    return b;
+}
+
+// How logprobs name a token: its text, or "token_id:N".
+std::string token_name(const Tokenizer& tok, int32_t id, bool ids) {
+    return ids ? fmt::format("token_id:{}", id) : tok.decode(&id, 1);
+}
+
+}  // namespace
+
+json completion_logprobs(const Tokenizer& tok, const std::vector<LogprobItem>& items, size_t& offset,
+                         bool ids) {
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (const LogprobItem& it : items) {
+        const std::string text = tok.decode(&it.id, 1), name = token_name(tok, it.id, ids);
+        tokens.push_back(name);
+        offsets.push_back(offset);
+        offset += utf8_length(text);
+        if (!it.lp) {
+            lps.push_back(nullptr);
+            tops.push_back(nullptr);
+            continue;
+        }
+        lps.push_back(it.lp->logprob);
+        json top = json::object();
+        for (const auto& [id, lp] : it.lp->top) top.emplace(token_name(tok, id, ids), lp);
+        top.emplace(name, it.lp->logprob);  // OpenAI lists the token itself too
+        tops.push_back(std::move(top));
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json chat_logprobs(const Tokenizer& tok, const std::vector<LogprobItem>& items, bool ids) {
+    json content = json::array();
+    for (const LogprobItem& it : items) {
+        if (!it.lp) continue;
+        json top = json::array();
+        for (const auto& [id, lp] : it.lp->top)
+            top.push_back({{"token", token_name(tok, id, ids)},
+                           {"logprob", lp},
+                           {"bytes", byte_list(tok.decode(&id, 1))}});
+        content.push_back({{"token", token_name(tok, it.id, ids)},
+                           {"logprob", it.lp->logprob},
+                           {"bytes", byte_list(tok.decode(&it.id, 1))},
+                           {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
 }
 
 json models_list(const ServedModel& m) {

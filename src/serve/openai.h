@@ -47,6 +47,9 @@ struct GenerationRequest {
     SampleOptions sample;
     std::vector<std::string> stop;  // stop strings: the text ends before the first one
     bool stream = false, include_usage = false;
+    LogprobRequest logprobs;  // completions' logprobs (and, with echo, the prompt's); chat's top_logprobs
+    bool echo = false;        // completions: the prompt's text (and tokens) before the completion's
+    bool token_ids = false;   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
 };
 
 // Checks a body and renders its prompt; throws ApiError (400 for what the client got wrong, 404 for an
@@ -61,8 +64,27 @@ struct ResponseHead {
     int64_t created;
 };
 nlohmann::json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
-                                   int prompt_tokens, int completion_tokens);
-nlohmann::json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first);
+                                   int prompt_tokens, int completion_tokens,
+                                   const nlohmann::json& logprobs = nullptr);
+nlohmann::json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first,
+                            const nlohmann::json& logprobs = nullptr);
+
+// Characters in UTF-8 text: the bytes that do not continue a character (a token holding part of a character
+// counts it with its lead byte).
+size_t utf8_length(const std::string& s);
+
+// A token and its log-probabilities; lp null for the prompt's first token (nothing predicts it).
+struct LogprobItem {
+    int32_t id;
+    const TokenLogprob* lp;
+};
+// Completions' logprobs object: {"tokens", "token_logprobs", "top_logprobs" (the `top` likeliest and the
+// token itself, by text), "text_offset"}; offsets count characters from `offset`, which is moved past the
+// items' text. With `ids`, tokens are named "token_id:N" (their text still counts for the offsets).
+nlohmann::json completion_logprobs(const Tokenizer& tok, const std::vector<LogprobItem>& items,
+                                   size_t& offset, bool ids = false);
+// Chat's: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+nlohmann::json chat_logprobs(const Tokenizer& tok, const std::vector<LogprobItem>& items, bool ids = false);
 nlohmann::json usage_chunk(const ResponseHead& h, int prompt_tokens, int completion_tokens);
 nlohmann::json models_list(const ServedModel& m);
 

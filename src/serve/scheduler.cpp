@@ -23,9 +23,10 @@ const char* finish_name(Finish f) {
 
 // ---- Sequence -------------------------------------------------------------------------------------------
 
-Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt)
+Sequence::Sequence(std::vector<int32_t> prompt, const SampleOptions& opt, const LogprobRequest& lp)
     : prompt_(std::move(prompt)),
       opt_(opt),
+      lp_(lp),
       rng_(opt.seed),
       submitted_(Clock::now()),
       ctx_(prompt_),
@@ -36,17 +37,24 @@ Sequence::Update Sequence::wait(size_t seen, std::chrono::milliseconds timeout) 
     cv_.wait_for(lk, timeout, [&] { return tokens_.size() > seen || finish_ != Finish::None; });
     Update u;
     if (tokens_.size() > seen) u.tokens.assign(tokens_.begin() + std::ptrdiff_t(seen), tokens_.end());
+    if (logprobs_.size() > seen) u.logprobs.assign(logprobs_.begin() + std::ptrdiff_t(seen), logprobs_.end());
     u.finish = finish_;
     u.error = error_;
     return u;
 }
 
-void Sequence::push(int32_t id) {
+void Sequence::push(int32_t id, TokenLogprob lp) {
     {
         std::lock_guard<std::mutex> lk(m_);
         tokens_.push_back(id);
+        if (lp_.top >= 0) logprobs_.push_back(std::move(lp));
     }
     cv_.notify_all();
+}
+
+std::vector<TokenLogprob> Sequence::prompt_logprobs() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return prompt_lp_;
 }
 
 void Sequence::end(Finish f, std::string error) {
@@ -84,10 +92,11 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
 
 Scheduler::~Scheduler() = default;
 
-std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const SampleOptions& opt) {
+std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const SampleOptions& opt,
+                                            const LogprobRequest& lp) {
     ANVIL_CHECK(!prompt.empty() && int(prompt.size()) < model_.config().n_ctx,
                 "scheduler: a prompt of {} tokens for a context of {}", prompt.size(), model_.config().n_ctx);
-    auto s = std::make_shared<Sequence>(std::move(prompt), opt);
+    auto s = std::make_shared<Sequence>(std::move(prompt), opt, lp);
     {
         std::lock_guard<std::mutex> lk(m_);
         if (stop_) return nullptr;
@@ -207,8 +216,10 @@ int Scheduler::pages_to_admit(const Sequence& s) const {
 }
 
 // The whole pages of s's context it may take from the prefix cache: all of them once it has sampled (its
-// next token is known), else all but its last position, whose logits give the first token.
+// next token is known), else all but its last position, whose logits give the first token; none while its
+// prompt's log-probabilities are still to be computed.
 int Scheduler::pages_to_match(const Sequence& s) const {
+    if (s.scoring()) return 0;
     return (int(s.ctx_.size()) - (s.produced_ > 0 ? 0 : 1)) / opt_.kv_page;
 }
 
@@ -302,8 +313,14 @@ void Scheduler::reuse_prefixes() {
 struct Scheduler::PassRows {
     std::vector<int> slot, pos, logit_rows;
     std::vector<int32_t> tok;
-    std::vector<size_t> sampling;  // indices into running_ of the logit rows' sequences, in their order
-    size_t n_decode = 0;           // the first sampling entries decode (the others end their prompt here)
+    // what each logit row's logits are for, in their order: sampling sequence `seq`'s next token (score < 0),
+    // or scoring the prompt token after its position `score`
+    struct Use {
+        size_t seq;  // index into running_
+        int score;
+    };
+    std::vector<Use> uses;
+    size_t n_decode = 0;  // the first uses decode (the others end or score their prompt here)
     std::vector<std::pair<size_t, int>>
         moved;  // (index in running_, its prompt positions in the cache after)
 };
@@ -316,9 +333,9 @@ void Scheduler::add_decode_rows(PassRows& r) const {
         if (!s.decoding()) continue;
         r.logit_rows.push_back(int(r.tok.size()));
         r.slot.push_back(s.slot_), r.pos.push_back(s.pos_), r.tok.push_back(s.next_);
-        r.sampling.push_back(i);
+        r.uses.push_back({i, -1});
     }
-    r.n_decode = r.sampling.size();
+    r.n_decode = r.uses.size();
 }
 
 // Prompts advance by whole pieces, each ending at a multiple of the chunk (as the Generator cuts a prompt),
@@ -326,7 +343,8 @@ void Scheduler::add_decode_rows(PassRows& r) const {
 // at most 2 chunk_ - 1 rows). First the prompts whose rest fits in half the budget, oldest first, so a short
 // prompt is not held behind a long one's pieces; then the others, oldest first, with at least half the budget
 // left to them. With --prefill-chunk 0, the whole prompts that fit chunk_ together, oldest first. A prompt
-// whose last piece is in the pass has its last row's logits.
+// whose last piece is in the pass has its last row's logits, and so has every row whose prompt token after it
+// is to be scored (a pass has logits for all its rows at most).
 void Scheduler::add_prompt_pieces(PassRows& r) const {
     const bool whole = opt_.prefill_chunk == 0;
     const size_t rows0 = r.tok.size();
@@ -340,15 +358,18 @@ void Scheduler::add_prompt_pieces(PassRows& r) const {
         for (int k; at < n && used() < chunk_; at += k) {
             k = prefill_piece(at, n, chunk_);
             if (whole && used() + k > chunk_) break;
-            for (int j = at; j < at + k; j++)
+            for (int j = at; j < at + k; j++) {
+                if (s.scoring() && j >= s.scored_ && j + 1 < int(s.prompt_.size()))
+                    r.logit_rows.push_back(int(r.tok.size())), r.uses.push_back({i, j});
                 r.slot.push_back(s.slot_), r.pos.push_back(j), r.tok.push_back(s.ctx_[size_t(j)]);
+            }
         }
         done[i] = true;
         if (at == s.pos_) return;
         r.moved.emplace_back(i, at);
         // a prompt's end samples the first token; a preempted sequence's has its next token already
         if (at == n && s.produced_ == 0)
-            r.logit_rows.push_back(int(r.tok.size()) - 1), r.sampling.push_back(i);
+            r.logit_rows.push_back(int(r.tok.size()) - 1), r.uses.push_back({i, -1});
     };
     if (!whole)
         for (size_t i = 0; i < running_.size(); i++) {
@@ -370,7 +391,7 @@ bool Scheduler::pass(bool decode) {
     std::vector<std::pair<size_t, Finish>> ended;  // (index in running_, why)
     std::string error;
     Backend& be = model_.backend();
-    const int B = int(r.tok.size()), n = int(r.sampling.size());
+    const int B = int(r.tok.size()), n = int(r.uses.size());
     try {
         cache_->sync();
         be.upload(acts_->get("tokens", B, 1), r.tok.data());
@@ -380,7 +401,7 @@ bool Scheduler::pass(bool decode) {
         if (n > 0) all = be.download_f32(acts_->get("logits", n, 1));
         if (observer_) observer_->on_pass(int(r.n_decode), B - int(r.n_decode));
         for (size_t k = 0; k < r.n_decode; k++) {
-            Sequence& s = *running_[r.sampling[k]];
+            Sequence& s = *running_[r.uses[k].seq];
             s.ctx_.push_back(s.next_);
             s.pos_++;
             publish_pages(s);
@@ -391,15 +412,20 @@ bool Scheduler::pass(bool decode) {
         }
         const size_t V = n > 0 ? all.size() / size_t(n) : 0;
         std::vector<float> logits;
-        for (size_t k = 0; k < r.sampling.size(); k++) {
+        for (size_t k = 0; k < r.uses.size(); k++) {
+            const PassRows::Use u = r.uses[k];
+            if (u.score >= 0) {
+                score_prompt(*running_[u.seq], u.score, std::span<const float>(all).subspan(k * V, V));
+                continue;
+            }
             logits.assign(all.begin() + std::ptrdiff_t(k * V), all.begin() + std::ptrdiff_t((k + 1) * V));
-            const Finish fin = sample_into(*running_[r.sampling[k]], logits);
-            if (fin != Finish::None) ended.emplace_back(r.sampling[k], fin);
+            const Finish fin = sample_into(*running_[u.seq], logits);
+            if (fin != Finish::None) ended.emplace_back(u.seq, fin);
         }
     } catch (const std::exception& e) {  // every sequence of the pass ends with the error
         ended.clear();
         error = e.what();
-        for (size_t k = 0; k < r.n_decode; k++) ended.emplace_back(r.sampling[k], Finish::Error);
+        for (size_t k = 0; k < r.n_decode; k++) ended.emplace_back(r.uses[k].seq, Finish::Error);
         for (const auto& mv : r.moved) ended.emplace_back(mv.first, Finish::Error);
     }
     std::sort(ended.begin(), ended.end());  // retired from the back, so the indices stay valid
@@ -411,8 +437,13 @@ bool Scheduler::pass(bool decode) {
 // caller retires it).
 Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     const SampleOptions& o = s.opt_;
+    if (o.max_new_tokens == 0) return Finish::Length;  // the prompt's log-probabilities were all it wanted
     if (o.vocab_real > 0 && size_t(o.vocab_real) < logits.size()) logits.resize(size_t(o.vocab_real));
+    TokenLogprob lp;
+    std::vector<float> raw;
+    if (s.lp_.top >= 0) raw = logits;  // sampling overwrites them
     const int32_t next = s.counts_.sample(logits, s.rng_);
+    if (s.lp_.top >= 0) lp = token_logprob(raw, next, s.lp_.top);
     const Clock::time_point now = Clock::now();
     if (observer_) {
         if (s.produced_ == 0)
@@ -426,11 +457,24 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) {
         fin = Finish::Stop;  // the end-of-text or end-of-turn token itself is not part of the answer
     } else {
-        s.push(next);
+        s.push(next, std::move(lp));
         if (s.produced_ >= o.max_new_tokens || s.pos_ >= model_.config().n_ctx) fin = Finish::Length;
     }
     s.next_ = next;
     return fin;
+}
+
+// The log-probability of prompt token pos + 1, from position pos's logits (V).
+void Scheduler::score_prompt(Sequence& s, int pos, std::span<const float> logits) {
+    if (pos != s.scored_) return;  // scored before a preemption (the rows are added from scored_ on)
+    const int vr = s.opt_.vocab_real;
+    if (vr > 0 && size_t(vr) < logits.size()) logits = logits.first(size_t(vr));
+    TokenLogprob lp = token_logprob(logits, s.prompt_[size_t(pos) + 1], std::max(s.lp_.top, 0));
+    {
+        std::lock_guard<std::mutex> lk(s.m_);
+        s.prompt_lp_.push_back(std::move(lp));
+    }
+    s.scored_ = pos + 1;
 }
 
 }  // namespace anvil::serve

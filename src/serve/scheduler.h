@@ -61,12 +61,13 @@ public:
 // One request, shared by the scheduler (which appends tokens) and the waiter (which reads them).
 class Sequence {
 public:
-    Sequence(std::vector<int32_t> prompt, const SampleOptions& opt);
+    Sequence(std::vector<int32_t> prompt, const SampleOptions& opt, const LogprobRequest& lp = {});
 
     struct Update {
-        std::vector<int32_t> tokens;   // the new ones since the last wait()
-        Finish finish = Finish::None;  // != None: no more will come
-        std::string error;             // with Finish::Error
+        std::vector<int32_t> tokens;         // the new ones since the last wait()
+        std::vector<TokenLogprob> logprobs;  // theirs, when asked for
+        Finish finish = Finish::None;        // != None: no more will come
+        std::string error;                   // with Finish::Error
     };
     // Blocks until a token past `seen` exists, the sequence has ended, or `timeout` passed.
     Update wait(size_t seen, std::chrono::milliseconds timeout);
@@ -74,14 +75,18 @@ public:
     // step.
     void cancel() { cancelled_ = true; }
     const std::vector<int32_t>& prompt() const { return prompt_; }
+    // With LogprobRequest::prompt, once the first token has come (or the sequence ended after its prompt):
+    // prompt token k's (k >= 1) at k - 1.
+    std::vector<TokenLogprob> prompt_logprobs() const;
 
 private:
     friend class Scheduler;
-    void push(int32_t id);
+    void push(int32_t id, TokenLogprob lp);
     void end(Finish f, std::string error = {});
 
     const std::vector<int32_t> prompt_;
     const SampleOptions opt_;
+    const LogprobRequest lp_;
     Rng rng_;
     std::atomic<bool> cancelled_{false};
     Clock::time_point submitted_, last_token_;
@@ -95,10 +100,14 @@ private:
     bool decoding() const { return produced_ > 0 && pos_ >= int(ctx_.size()); }  // its context is in
     int32_t next_ = -1;   // the sampled token the next step feeds
     TokenCounts counts_;  // the tokens sampled, for the penalties
+    // LogprobRequest::prompt: the prompt positions scored so far (position j's logits score token j + 1)
+    int scored_ = 0;
+    bool scoring() const { return lp_.prompt && scored_ < int(prompt_.size()) - 1; }
 
-    std::mutex m_;
+    mutable std::mutex m_;
     std::condition_variable cv_;
     std::vector<int32_t> tokens_;
+    std::vector<TokenLogprob> logprobs_, prompt_lp_;
     Finish finish_ = Finish::None;
     std::string error_;
 };
@@ -129,7 +138,8 @@ public:
 
     // Queues a request; nullptr when the queue is full. The prompt must fit the context with room for one
     // token (the caller checks and says so).
-    std::shared_ptr<Sequence> submit(std::vector<int32_t> prompt, const SampleOptions& opt);
+    std::shared_ptr<Sequence> submit(std::vector<int32_t> prompt, const SampleOptions& opt,
+                                     const LogprobRequest& lp = {});
 
     struct Load {
         int running = 0, queued = 0, slots = 0;
@@ -160,6 +170,7 @@ private:
     void add_decode_rows(PassRows& r) const;
     void add_prompt_pieces(PassRows& r) const;
     Finish sample_into(Sequence& s, std::vector<float>& logits);
+    void score_prompt(Sequence& s, int pos, std::span<const float> logits);
     void retire(size_t i, Finish f, std::string error = {});
 
     Model& model_;

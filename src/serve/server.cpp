@@ -65,11 +65,17 @@ struct Follower {
     size_t seen = 0;
     Finish finish = Finish::None;  // != None: the generation is over
     std::string error;             // with Finish::Error
+    std::vector<int32_t> ids;      // every token so far, and (when asked for) their log-probabilities
+    std::vector<TokenLogprob> logprobs;
+    size_t fresh = 0;  // ids[fresh..] came with the last next()
 
     // Waits up to kPoll; returns the text that may be shown since the last call (the rest once it is over).
     std::string next() {
-        const Sequence::Update u = seq->wait(seen, kPoll);
+        Sequence::Update u = seq->wait(seen, kPoll);
         seen += u.tokens.size();
+        fresh = ids.size();
+        ids.insert(ids.end(), u.tokens.begin(), u.tokens.end());
+        for (TokenLogprob& lp : u.logprobs) logprobs.push_back(std::move(lp));
         std::string delta = text.push(u.tokens);
         if (text.stopped()) {
             seq->cancel();
@@ -82,6 +88,13 @@ struct Follower {
         return delta;
     }
     bool ended_badly() const { return finish == Finish::Cancelled || finish == Finish::Error; }
+    // ids[from..] with their log-probabilities
+    std::vector<LogprobItem> items(size_t from) const {
+        std::vector<LogprobItem> out;
+        for (size_t k = from; k < ids.size() && k < logprobs.size(); k++)
+            out.push_back({ids[k], &logprobs[k]});
+        return out;
+    }
 };
 
 // The numeric host and port of a socket's own end (peer = false) or its peer's, as the HTTP library writes
@@ -169,7 +182,7 @@ void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, http
     try {
         if (draining) throw shutting_down();
         const GenerationRequest r = parse_request(endpoint, req.body, model, random_seed());
-        std::shared_ptr<Sequence> seq = sched.submit(r.prompt, r.sample);
+        std::shared_ptr<Sequence> seq = sched.submit(r.prompt, r.sample, r.logprobs);
         if (!seq) {
             const Scheduler::Load l = sched.load();
             throw ApiError(
@@ -209,7 +222,29 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
     }
     metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
     if (f.ended_badly()) throw ended_error(f.finish, f.error);
-    send_json(res, 200, completion_response(h, f.text.text(), finish_name(f.finish), P, f.text.tokens()));
+    // echo: the prompt's text before the completion's, its tokens (and their log-probabilities) before them
+    const std::string prompt_text =
+        r.echo || h.endpoint == Endpoint::Completions ? model.tok->decode(r.prompt) : "";
+    nlohmann::json lp;
+    if (r.logprobs.top >= 0 && h.endpoint == Endpoint::Chat) {
+        lp = chat_logprobs(*model.tok, f.items(0), r.token_ids);
+    } else if (r.logprobs.top >= 0) {
+        std::vector<LogprobItem> items;
+        std::vector<TokenLogprob> prompt_lp;
+        size_t offset = 0;
+        if (r.echo) {
+            prompt_lp = f.seq->prompt_logprobs();
+            for (size_t k = 0; k < r.prompt.size(); k++)
+                items.push_back({r.prompt[k], k == 0 || k > prompt_lp.size() ? nullptr : &prompt_lp[k - 1]});
+        } else {
+            offset = utf8_length(prompt_text);  // OpenAI counts offsets in the prompt and completion together
+        }
+        for (const LogprobItem& it : f.items(0)) items.push_back(it);
+        lp = completion_logprobs(*model.tok, items, offset, r.token_ids);
+    }
+    send_json(res, 200,
+              completion_response(h, (r.echo ? prompt_text : "") + f.text.text(), finish_name(f.finish), P,
+                                  f.text.tokens(), lp));
 }
 
 void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h,
@@ -218,13 +253,19 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
         explicit State(Follower f) : f(std::move(f)) {}
         Follower f;
         bool first = true, done = false;
+        size_t offset = 0;
     };
     auto st = std::make_shared<State>(Follower(std::move(seq), *model.tok, r.stop));
     const int P = int(r.prompt.size());
+    // completions' text offsets count from the prompt's end
+    st->offset = r.logprobs.top >= 0 && h.endpoint == Endpoint::Completions
+                     ? utf8_length(model.tok->decode(r.prompt))
+                     : 0;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, h, P, usage = r.include_usage](size_t, httplib::DataSink& sink) {
+        [this, st, h, P, usage = r.include_usage, want_lp = r.logprobs.top >= 0, ids = r.token_ids](
+            size_t, httplib::DataSink& sink) {
             Follower& f = st->f;
             std::string out;
             if (st->first && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
@@ -232,8 +273,14 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
                 st->first = false;
             }
             const std::string delta = f.next();
-            if (!delta.empty()) {
-                out += sse(stream_chunk(h, delta, nullptr, st->first));
+            // the log-probabilities of the tokens that came with this delta (their text may be held back)
+            nlohmann::json lp;
+            if (want_lp && f.logprobs.size() > f.fresh)
+                lp = h.endpoint == Endpoint::Chat
+                         ? chat_logprobs(*model.tok, f.items(f.fresh), ids)
+                         : completion_logprobs(*model.tok, f.items(f.fresh), st->offset, ids);
+            if (!delta.empty() || !lp.is_null()) {
+                out += sse(stream_chunk(h, delta, nullptr, st->first, lp));
                 st->first = false;
             }
             if (f.finish != Finish::None) {

@@ -207,6 +207,109 @@ TEST(Scheduler, AnswersEqualTheGeneratorFromCachedPrefixes) {
     answers_equal_the_generator(3, 4, {0, 2, 6, false});
 }
 
+// The model's logits after each prefix of ids (position j's: given ids[0..j]), one position at a time in a
+// cache of its own.
+std::vector<std::vector<float>> logits_at_each_position(Model& m, const std::vector<int32_t>& ids) {
+    auto acts = m.make_activations(1, 1, ActMode::Decode);
+    auto cache = m.make_cache();
+    std::vector<std::vector<float>> out;
+    for (size_t j = 0; j < ids.size(); j++)
+        out.push_back(forward_cached(m, *acts, *cache, 0, &ids[j], 1, int(j)));
+    return out;
+}
+
+double log_softmax_at(const std::vector<float>& logits, int32_t id) {
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (const float x : logits) sum += std::exp(double(x - mx));
+    return double(logits[size_t(id)] - mx) - std::log(sum);
+}
+
+// Log-probabilities through the scheduler (OpenAI's logprobs, and echo's of the prompt) are the model's own,
+// before the penalties change the sampling: each prompt token's after the first, each sampled token's, and
+// the likeliest beside them, whether a request is preempted and recomputed, or shares its prompt's first
+// pages with another (a scored prompt computes its positions instead of taking them from the prefix cache).
+TEST(Scheduler, LogprobsAreTheModelsThroughPreemptionAndCachedPrefixes) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = random_model(*be, tiny_llama());
+    const int V = m->config().vocab_size;
+    serve::SchedulerOptions so;
+    so.slots = 4;
+    so.prefill_chunk = 3;
+    so.kv_pages = 8;  // one context of 16 positions in pages of 2: some requests are preempted
+    so.kv_page = 2;
+    StepLog log;
+    serve::Scheduler sched(*m, so, &log);
+    struct Case {
+        std::vector<int32_t> prompt;
+        SampleOptions opt;
+        LogprobRequest lp;
+        std::vector<int32_t> tokens;
+        std::vector<TokenLogprob> lps, prompt_lps;
+    };
+    std::vector<Case> cases(6);
+    for (int i = 0; i < 6; i++) {
+        Case& c = cases[size_t(i)];
+        for (int k = 0; k < 4 + i; k++) c.prompt.push_back(int32_t(k < 4 ? 7 + k : (i * 3 + k * 5) % 11));
+        c.opt.max_new_tokens = 12 - int(c.prompt.size());
+        c.opt.temperature = 0.9f;
+        c.opt.seed = uint64_t(20 + i);
+        c.opt.presence_penalty = 1.5f;  // not in the reported values
+        c.lp = {i % 3, i % 2 == 0};
+    }
+    cases[5].opt.max_new_tokens = 0;  // the prompt scored, nothing generated
+    std::thread client([&] {
+        std::vector<std::shared_ptr<serve::Sequence>> seqs;
+        for (Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt, c.lp));
+        for (size_t i = 0; i < seqs.size(); i++) {
+            ASSERT_TRUE(seqs[i]);
+            for (;;) {
+                serve::Sequence::Update u =
+                    seqs[i]->wait(cases[i].tokens.size(), std::chrono::milliseconds(100));
+                cases[i].tokens.insert(cases[i].tokens.end(), u.tokens.begin(), u.tokens.end());
+                for (TokenLogprob& t : u.logprobs) cases[i].lps.push_back(std::move(t));
+                if (u.finish != serve::Finish::None) break;
+            }
+            cases[i].prompt_lps = seqs[i]->prompt_logprobs();
+        }
+        sched.stop();
+    });
+    sched.run();
+    client.join();
+    EXPECT_GT(log.preemptions, 0);
+    EXPECT_GT(log.cached, 0) << "the unscored requests share the prompts' first pages";
+    double worst = 0.0;
+    for (size_t i = 0; i < cases.size(); i++) {
+        const Case& c = cases[i];
+        std::vector<int32_t> all = c.prompt;
+        all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+        const auto want = logits_at_each_position(*m, all);
+        const size_t P = c.prompt.size();
+        ASSERT_EQ(c.lps.size(), c.tokens.size()) << "request " << i;
+        ASSERT_EQ(c.prompt_lps.size(), c.lp.prompt ? P - 1 : 0) << "request " << i;
+        const auto check = [&](const TokenLogprob& t, int32_t id, const std::vector<float>& logits) {
+            EXPECT_EQ(t.token, id);
+            worst = std::max(worst, std::abs(double(t.logprob) - log_softmax_at(logits, id)));
+            ASSERT_EQ(int(t.top.size()), std::min(c.lp.top, V)) << "request " << i;
+            for (size_t k = 0; k < t.top.size(); k++) {
+                worst = std::max(worst,
+                                 std::abs(double(t.top[k].second) - log_softmax_at(logits, t.top[k].first)));
+                if (k > 0) {
+                    EXPECT_GE(t.top[k - 1].second, t.top[k].second);
+                }
+            }
+            if (!t.top.empty()) {
+                EXPECT_EQ(t.top[0].first,
+                          int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+            }
+        };
+        for (size_t k = 1; k < P && c.lp.prompt; k++) check(c.prompt_lps[k - 1], c.prompt[k], want[k - 1]);
+        for (size_t k = 0; k < c.tokens.size(); k++) check(c.lps[k], c.tokens[k], want[P - 1 + k]);
+    }
+    EXPECT_TRUE(cases[5].tokens.empty());
+    EXPECT_LT(worst, 1e-4) << "log-probabilities against the model's logits, position by position";
+}
+
 // Serves on this thread until every one of `seqs` has ended.
 void run_until_ended(serve::Scheduler& sched, std::vector<std::shared_ptr<serve::Sequence>> seqs) {
     std::thread client([&] {
@@ -420,6 +523,79 @@ TEST(OpenAi, RequestFields) {
     EXPECT_FLOAT_EQ(p.sample.min_p, 0.05f);
     EXPECT_EQ(p.sample.logit_bias, (std::vector<std::pair<int32_t, float>>{{10, 2.5f}, {65, -100.0f}}))
         << "ids in the object's key order";
+    EXPECT_EQ(p.logprobs.top, -1) << "logprobs false: none";
+    // log-probabilities: completions' logprobs N (with echo, the prompt's too: max_tokens 0 scores it alone),
+    // chat's logprobs and top_logprobs
+    const serve::GenerationRequest e =
+        serve::parse_request(serve::Endpoint::Completions,
+                             R"({"prompt":[[5,6,7]],"echo":true,"logprobs":1,"max_tokens":0})", m, 1);
+    EXPECT_EQ(e.prompt, (std::vector<int32_t>{5, 6, 7})) << "one prompt of token ids, in a list";
+    EXPECT_TRUE(e.echo && e.logprobs.prompt);
+    EXPECT_EQ(e.logprobs.top, 1);
+    EXPECT_EQ(e.sample.max_new_tokens, 0);
+    const serve::GenerationRequest e2 =
+        serve::parse_request(serve::Endpoint::Completions, R"({"prompt":"a","echo":true})", m, 1);
+    EXPECT_TRUE(e2.echo && !e2.logprobs.prompt && e2.logprobs.top == -1) << "echo alone: the text, no values";
+    const serve::GenerationRequest h =
+        serve::parse_request(serve::Endpoint::Chat,
+                             R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":4,
+            "return_tokens_as_token_ids":true})",
+                             m, 1);
+    EXPECT_EQ(h.logprobs.top, 4);
+    EXPECT_FALSE(h.logprobs.prompt);
+    EXPECT_TRUE(h.token_ids);
+}
+
+// The response objects' logprobs, as OpenAI's clients read them.
+TEST(OpenAi, LogprobObjects) {
+    ByteTokenizer tok;
+    TokenLogprob a{'h', -0.5f, {{'h', -0.5f}, {'x', -2.0f}}}, b{0xC3, -1.0f, {{'e', -0.25f}}};
+    const std::vector<serve::LogprobItem> items = {{'>', nullptr}, {'h', &a}, {0xC3, &b}};
+    size_t offset = 0;
+    const nlohmann::json c = serve::completion_logprobs(tok, items, offset);
+    ASSERT_EQ(c["tokens"].size(), 3u);
+    EXPECT_EQ(c["tokens"][0], ">");
+    EXPECT_EQ(c["tokens"][1], "h");
+    EXPECT_EQ(c["tokens"][2], "\xC3") << "its own bytes (U+FFFD once written as JSON text)";
+    EXPECT_TRUE(c["token_logprobs"][0].is_null() && c["top_logprobs"][0].is_null())
+        << "nothing predicts the first";
+    EXPECT_FLOAT_EQ(c["token_logprobs"][1].get<float>(), -0.5f);
+    EXPECT_EQ(c["top_logprobs"][1], nlohmann::json::parse(R"({"h": -0.5, "x": -2.0})"));
+    EXPECT_EQ(c["top_logprobs"][2].size(), 2u) << "the top one and the token itself";
+    EXPECT_EQ(c["text_offset"], nlohmann::json::parse("[0, 1, 2]"));
+    EXPECT_EQ(offset, 3u) << "half a character counts with its lead byte";
+    size_t o2 = 10;
+    const nlohmann::json ids = serve::completion_logprobs(tok, {{'h', &a}}, o2, true);
+    EXPECT_EQ(ids["tokens"][0], "token_id:104");
+    EXPECT_EQ(ids["top_logprobs"][0],
+              nlohmann::json::parse(R"({"token_id:104": -0.5, "token_id:120": -2.0})"));
+    EXPECT_EQ(ids["text_offset"][0], 10);
+    const nlohmann::json h = serve::chat_logprobs(tok, items);
+    ASSERT_EQ(h["content"].size(), 2u) << "the prompt's token is not the answer's";
+    EXPECT_EQ(h["content"][0]["token"], "h");
+    EXPECT_EQ(h["content"][0]["bytes"], nlohmann::json::parse("[104]"));
+    EXPECT_EQ(h["content"][0]["top_logprobs"][1]["token"], "x");
+    EXPECT_EQ(h["content"][1]["bytes"], nlohmann::json::parse("[195]")) << "the raw byte of half a character";
+    EXPECT_TRUE(h["refusal"].is_null());
+}
+
+// token_logprob: the log-softmax of the logits, the likeliest first, ties by id.
+TEST(Sampling, TokenLogprobIsTheLogSoftmax) {
+    const std::vector<float> logits = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f};
+    double z = 0.0;
+    for (const float x : logits) z += std::exp(double(x));
+    const TokenLogprob t = token_logprob(logits, 4, 3);
+    EXPECT_NEAR(t.logprob, 0.5 - std::log(z), 1e-6);
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].first, 1);
+    EXPECT_EQ(t.top[1].first, 2);
+    EXPECT_EQ(t.top[2].first, 0);
+    EXPECT_NEAR(t.top[2].second, 1.0 - std::log(z), 1e-6);
+    EXPECT_TRUE(token_logprob(logits, 0, 0).top.empty());
+    EXPECT_EQ(token_logprob(logits, 0, 9).top.size(), logits.size());
+    // far from 0: no overflow
+    const TokenLogprob big = token_logprob(std::vector<float>{1000.0f, 999.0f}, 1, 0);
+    EXPECT_NEAR(big.logprob, -1.0 - std::log1p(std::exp(-1.0)), 1e-5);
 }
 
 TEST(OpenAi, BadRequestsNameTheField) {
@@ -457,12 +633,18 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, R"({"prompt":"a","logit_bias":{"65":101}})", 400, "logit_bias"},
         {C, R"({"prompt":"a","repetition_penalty":0})", 400, "repetition_penalty"},
         {C, R"({"prompt":"a","min_p":1.5})", 400, "min_p"},
-        {C, R"({"prompt":"a","logprobs":2})", 400, "logprobs"},
-        {C, R"({"prompt":"a","echo":true})", 400, "echo"},
+        {C, R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
+        {C, R"({"prompt":"a","logprobs":true})", 400, "logprobs"},
+        {C, R"({"prompt":"a","echo":true,"logprobs":1,"stream":true})", 400, "echo"},
+        {C, R"({"prompt":"a","top_logprobs":2})", 400, "top_logprobs"},
+        {C, R"({"prompt":[[1,2],[3]]})", 400, "prompt"},
         {C, R"({"prompt":"a","best_of":3})", 400, "best_of"},
         {C, R"({"prompt":"a","suffix":"z"})", 400, "suffix"},
-        {H, R"({"messages":[{"role":"user","content":"a"}],"logprobs":true})", 400, "logprobs"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"logprobs":3})", 400, "logprobs"},
         {H, R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})", 400, "top_logprobs"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":21})", 400,
+         "top_logprobs"},
+        {H, R"({"messages":[{"role":"user","content":"a"}],"echo":true})", 400, "echo"},
         {H, R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})", 400, "tools"},
         {H, R"({"messages":[{"role":"user","content":"a"}],"tool_choice":"required"})", 400, "tool_choice"},
         {H, R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_object"}})", 400,
