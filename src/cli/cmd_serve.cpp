@@ -120,6 +120,7 @@ Command add_serve(CLI::App& app) {
         served.prompt = l.prompt;
         served.stop_tokens = stop_tokens(l.prompt, *l.tok);
         served.created = int64_t(std::time(nullptr));
+        served.max_prompts = so.slots + so.max_queue;  // what an idle server can take in one request
 
         const double kv_bytes = double(sched.cache_bytes());
         const std::string prefill =

@@ -122,32 +122,45 @@ void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
         bad("echo", "'echo' is the completions API's; chat completions do not repeat the messages");
 }
 
-std::vector<int32_t> completion_prompt(const json& body, const ServedModel& m) {
+// A prompt of token ids: a non-empty list of integers in the vocabulary (else empty).
+std::vector<int32_t> token_prompt(const json& p, const ServedModel& m, const std::string& param) {
+    if (!p.is_array() || p.empty() || !std::all_of(p.begin(), p.end(), is_int)) return {};
+    std::vector<int32_t> ids;
+    for (const json& v : p) {
+        const int64_t id = v.get<int64_t>();
+        if (id < 0 || id >= m.tok->vocab_size())
+            bad("prompt",
+                fmt::format("'{}' token {} is outside the vocabulary of {}", param, id, m.tok->vocab_size()));
+        ids.push_back(int32_t(id));
+    }
+    return ids;
+}
+
+// OpenAI's forms: a string, a list of token ids, or a list of several of either (a choice each).
+std::vector<std::vector<int32_t>> completion_prompts(const json& body, const ServedModel& m) {
     const auto it = body.find("prompt");
     if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required");
     const json& p = *it;
-    if (p.is_string()) return m.tok->encode_prompt(p.get<std::string>());
-    if (p.is_array() && p.size() == 1 && p[0].is_string())
-        return m.tok->encode_prompt(p[0].get<std::string>());
-    if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), is_int)) {  // token ids
-        std::vector<int32_t> ids;
-        for (const json& v : p) {
-            const int64_t id = v.get<int64_t>();
-            if (id < 0 || id >= m.tok->vocab_size())
-                bad("prompt", fmt::format("'prompt' token {} is outside the vocabulary of {}", id,
-                                          m.tok->vocab_size()));
-            ids.push_back(int32_t(id));
+    if (p.is_string()) return {m.tok->encode_prompt(p.get<std::string>())};
+    if (std::vector<int32_t> ids = token_prompt(p, m, "prompt"); !ids.empty()) return {ids};
+    const char* form = "'prompt' must be a string, a list of token ids, or a list of several of either";
+    if (!p.is_array() || p.empty()) bad("prompt", form);
+    if (int(p.size()) > m.max_prompts)
+        bad("prompt", fmt::format("'prompt' lists {} prompts; this server takes at most {} in one request "
+                                  "(its sequences and queue)",
+                                  p.size(), m.max_prompts));
+    std::vector<std::vector<int32_t>> out;
+    for (size_t i = 0; i < p.size(); i++) {
+        const std::string param = fmt::format("prompt[{}]", i);
+        if (p[i].is_string()) {
+            out.push_back(m.tok->encode_prompt(p[i].get<std::string>()));
+        } else {
+            out.push_back(token_prompt(p[i], m, param));
+            if (out.back().empty())
+                bad("prompt", fmt::format("'{}' must be a string or a list of token ids", param));
         }
-        return ids;
     }
-    if (p.is_array() && p.size() == 1 && p[0].is_array() && !p[0].empty()) {  // one prompt of token ids
-        json one = body;
-        one["prompt"] = p[0];
-        return completion_prompt(one, m);
-    }
-    if (p.is_array() && p.size() > 1 && (p[0].is_string() || p[0].is_array()))
-        bad("prompt", "one prompt per request: 'prompt' lists several (send them as separate requests)");
-    bad("prompt", "'prompt' must be a string, a list of token ids, or a list of one of either");
+    return out;
 }
 
 std::vector<std::string> stop_strings(const json& body) {
@@ -233,9 +246,15 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
 
     GenerationRequest r;
     r.endpoint = endpoint;
-    r.prompt = endpoint == Endpoint::Chat ? chat_prompt(j, m) : completion_prompt(j, m);
-    if (r.prompt.empty()) bad("prompt", "the prompt is empty; give at least one token of text");
-    const int P = int(r.prompt.size());
+    if (endpoint == Endpoint::Chat)
+        r.prompts = {chat_prompt(j, m)};
+    else
+        r.prompts = completion_prompts(j, m);
+    int P = 0;  // the longest prompt
+    for (const auto& prompt : r.prompts) {
+        if (prompt.empty()) bad("prompt", "the prompt is empty; give at least one token of text");
+        P = std::max(P, int(prompt.size()));
+    }
     if (P >= m.n_ctx)
         bad(endpoint == Endpoint::Chat ? "messages" : "prompt",
             fmt::format("This model's maximum context length is {} tokens; the prompt has {} (leave room for "
@@ -325,23 +344,27 @@ json finish_json(const char* finish) {
 
 }  // namespace
 
-json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
-                         int prompt_tokens, int completion_tokens, const json& logprobs) {
+json completion_response(const ResponseHead& h, const std::vector<Choice>& choices, int prompt_tokens,
+                         int completion_tokens) {
     json out = head(h, false);
-    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
-    if (h.endpoint == Endpoint::Chat)
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-        choice["text"] = text;
-    out["choices"] = json::array({choice});
+    out["choices"] = json::array();
+    for (size_t i = 0; i < choices.size(); i++) {
+        const Choice& c = choices[i];
+        json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", finish_json(c.finish)}};
+        if (h.endpoint == Endpoint::Chat)
+            choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        else
+            choice["text"] = c.text;
+        out["choices"].push_back(std::move(choice));
+    }
     out["usage"] = usage(prompt_tokens, completion_tokens);
     return out;
 }
 
 json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first,
-                  const json& logprobs) {
+                  const json& logprobs, int index) {
     json out = head(h, true);
-    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
+    json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
     if (h.endpoint == Endpoint::Chat) {
         json d = json::object();
         if (first) d["role"] = "assistant";

@@ -39,11 +39,13 @@ struct ServedModel {
     PromptTemplate prompt = PromptTemplate::Alpaca;  // chat rendering
     std::vector<int32_t> stop_tokens;                // end of text and end of turn
     int64_t created = 0;                             // unix time, for /v1/models
+    int max_prompts = 64;  // completions' prompts in one request (the scheduler's sequences and queue)
 };
 
 struct GenerationRequest {
     Endpoint endpoint = Endpoint::Completions;
-    std::vector<int32_t> prompt;
+    // completions: one or several prompts, a choice each (choices[i].index = i); chat: one
+    std::vector<std::vector<int32_t>> prompts;
     SampleOptions sample;
     std::vector<std::string> stop;  // stop strings: the text ends before the first one
     bool stream = false, include_usage = false;
@@ -63,11 +65,16 @@ struct ResponseHead {
     std::string id, model;
     int64_t created;
 };
-nlohmann::json completion_response(const ResponseHead& h, const std::string& text, const char* finish,
-                                   int prompt_tokens, int completion_tokens,
-                                   const nlohmann::json& logprobs = nullptr);
+struct Choice {
+    std::string text;
+    const char* finish = nullptr;
+    nlohmann::json logprobs;  // null when not asked for
+};
+// choices[i] becomes choices[i] with index i; the token counts are the request's, over every prompt
+nlohmann::json completion_response(const ResponseHead& h, const std::vector<Choice>& choices,
+                                   int prompt_tokens, int completion_tokens);
 nlohmann::json stream_chunk(const ResponseHead& h, const std::string& delta, const char* finish, bool first,
-                            const nlohmann::json& logprobs = nullptr);
+                            const nlohmann::json& logprobs = nullptr, int index = 0);
 
 // Characters in UTF-8 text: the bytes that do not continue a character (a token holding part of a character
 // counts it with its lead byte).

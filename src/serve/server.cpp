@@ -61,6 +61,7 @@ struct Follower {
     Follower(std::shared_ptr<Sequence> s, const Tokenizer& tok, std::vector<std::string> stop)
         : seq(std::move(s)), text(tok, std::move(stop)) {}
     std::shared_ptr<Sequence> seq;
+    size_t offset = 0;  // completions' text offset of the next token (logprobs)
     TextStream text;
     size_t seen = 0;
     Finish finish = Finish::None;  // != None: the generation is over
@@ -69,9 +70,9 @@ struct Follower {
     std::vector<TokenLogprob> logprobs;
     size_t fresh = 0;  // ids[fresh..] came with the last next()
 
-    // Waits up to kPoll; returns the text that may be shown since the last call (the rest once it is over).
-    std::string next() {
-        Sequence::Update u = seq->wait(seen, kPoll);
+    // Waits up to `wait`; returns the text that may be shown since the last call (the rest once it is over).
+    std::string next(std::chrono::milliseconds wait = kPoll) {
+        Sequence::Update u = seq->wait(seen, wait);
         seen += u.tokens.size();
         fresh = ids.size();
         ids.insert(ids.end(), u.tokens.begin(), u.tokens.end());
@@ -172,18 +173,26 @@ struct Server::Impl {
         return seeds();
     }
     void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-    void reply_whole(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
+    std::vector<Follower> follow(const GenerationRequest& r, std::vector<std::shared_ptr<Sequence>> seqs);
+    void reply_whole(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
                      const httplib::Request& req, httplib::Response& res);
-    void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::shared_ptr<Sequence> seq,
+    void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
                       httplib::Response& res);
+    // The logprobs of follower i's tokens from `from` on (with echo and `from` 0, its prompt's first).
+    nlohmann::json logprobs(const GenerationRequest& r, Follower& f, size_t i, size_t from, bool echo);
 };
 
 void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     try {
         if (draining) throw shutting_down();
         const GenerationRequest r = parse_request(endpoint, req.body, model, random_seed());
-        std::shared_ptr<Sequence> seq = sched.submit(r.prompt, r.sample, r.logprobs);
-        if (!seq) {
+        // a sequence per prompt, all or none (a full queue refuses the request whole)
+        std::vector<std::shared_ptr<Sequence>> seqs;
+        for (const auto& prompt : r.prompts) {
+            seqs.push_back(sched.submit(prompt, r.sample, r.logprobs));
+            if (seqs.back()) continue;
+            for (auto& s : seqs)
+                if (s) s->cancel();
             const Scheduler::Load l = sched.load();
             throw ApiError(
                 429,
@@ -196,113 +205,156 @@ void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, http
             endpoint, fmt::format("{}-{:x}", endpoint == Endpoint::Chat ? "chatcmpl" : "cmpl", next_id++),
             model.name, int64_t(std::time(nullptr))};
         if (r.stream)
-            reply_stream(r, h, std::move(seq), res);
+            reply_stream(r, h, follow(r, std::move(seqs)), res);
         else
-            reply_whole(r, h, std::move(seq), req, res);
+            reply_whole(r, h, follow(r, std::move(seqs)), req, res);
     } catch (const ApiError& e) {
         send_error(res, e);
     }
 }
 
-void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h,
-                               std::shared_ptr<Sequence> seq, const httplib::Request& req,
-                               httplib::Response& res) {
-    Follower f(std::move(seq), *model.tok, r.stop);
-    const ClientWatch client(req);
-    const int P = int(r.prompt.size());
-    while (f.finish == Finish::None) {
-        f.next();
-        // the client left: its sequence ends and frees the slot
-        if (f.finish == Finish::None && client.gone()) {
-            f.seq->cancel();
-            metrics.on_generation("abandoned", P, f.text.tokens());
-            res.status = 499;  // nobody reads it; nginx's "client closed request", for the request counters
-            return;
-        }
+std::vector<Follower> Server::Impl::follow(const GenerationRequest& r,
+                                           std::vector<std::shared_ptr<Sequence>> seqs) {
+    std::vector<Follower> fs;
+    for (size_t i = 0; i < seqs.size(); i++) {
+        fs.emplace_back(std::move(seqs[i]), *model.tok, r.stop);
+        // completions count text offsets in the prompt and the completion together
+        if (r.logprobs.top >= 0 && r.endpoint == Endpoint::Completions && !r.echo)
+            fs.back().offset = utf8_length(model.tok->decode(r.prompts[i]));
     }
-    metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
-    if (f.ended_badly()) throw ended_error(f.finish, f.error);
-    // echo: the prompt's text before the completion's, its tokens (and their log-probabilities) before them
-    const std::string prompt_text =
-        r.echo || h.endpoint == Endpoint::Completions ? model.tok->decode(r.prompt) : "";
-    nlohmann::json lp;
-    if (r.logprobs.top >= 0 && h.endpoint == Endpoint::Chat) {
-        lp = chat_logprobs(*model.tok, f.items(0), r.token_ids);
-    } else if (r.logprobs.top >= 0) {
-        std::vector<LogprobItem> items;
-        std::vector<TokenLogprob> prompt_lp;
-        size_t offset = 0;
-        if (r.echo) {
-            prompt_lp = f.seq->prompt_logprobs();
-            for (size_t k = 0; k < r.prompt.size(); k++)
-                items.push_back({r.prompt[k], k == 0 || k > prompt_lp.size() ? nullptr : &prompt_lp[k - 1]});
-        } else {
-            offset = utf8_length(prompt_text);  // OpenAI counts offsets in the prompt and completion together
-        }
-        for (const LogprobItem& it : f.items(0)) items.push_back(it);
-        lp = completion_logprobs(*model.tok, items, offset, r.token_ids);
-    }
-    send_json(res, 200,
-              completion_response(h, (r.echo ? prompt_text : "") + f.text.text(), finish_name(f.finish), P,
-                                  f.text.tokens(), lp));
+    return fs;
 }
 
-void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h,
-                                std::shared_ptr<Sequence> seq, httplib::Response& res) {
+nlohmann::json Server::Impl::logprobs(const GenerationRequest& r, Follower& f, size_t i, size_t from,
+                                      bool echo) {
+    if (r.logprobs.top < 0) return nullptr;
+    if (r.endpoint == Endpoint::Chat) return chat_logprobs(*model.tok, f.items(from), r.token_ids);
+    std::vector<LogprobItem> items;
+    std::vector<TokenLogprob> prompt_lp;
+    if (echo) {  // the prompt's tokens first, the first of them unpredicted
+        const std::vector<int32_t>& prompt = r.prompts[i];
+        prompt_lp = f.seq->prompt_logprobs();
+        for (size_t k = 0; k < prompt.size(); k++)
+            items.push_back({prompt[k], k == 0 || k > prompt_lp.size() ? nullptr : &prompt_lp[k - 1]});
+    }
+    for (const LogprobItem& it : f.items(from)) items.push_back(it);
+    return completion_logprobs(*model.tok, items, f.offset, r.token_ids);
+}
+
+void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
+                               const httplib::Request& req, httplib::Response& res) {
+    const ClientWatch client(req);
+    for (Follower& f : fs)
+        while (f.finish == Finish::None) {
+            f.next();
+            // the client left: its sequences end and free their slots
+            if (f.finish == Finish::None && client.gone()) {
+                for (size_t i = 0; i < fs.size(); i++) {
+                    fs[i].seq->cancel();
+                    metrics.on_generation("abandoned", int(r.prompts[i].size()), fs[i].text.tokens());
+                }
+                res.status =
+                    499;  // nobody reads it; nginx's "client closed request", for the request counters
+                return;
+            }
+        }
+    std::vector<Choice> choices;
+    int prompt_tokens = 0, completion_tokens = 0;
+    for (size_t i = 0; i < fs.size(); i++) {
+        Follower& f = fs[i];
+        const int P = int(r.prompts[i].size());
+        metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
+        if (f.ended_badly()) {
+            for (Follower& other : fs) other.seq->cancel();
+            throw ended_error(f.finish, f.error);
+        }
+        // echo: the prompt's text before the completion's (and its tokens before the completion's)
+        const std::string echoed = r.echo ? model.tok->decode(r.prompts[i]) : "";
+        choices.push_back({echoed + f.text.text(), finish_name(f.finish), logprobs(r, f, i, 0, r.echo)});
+        prompt_tokens += P;
+        completion_tokens += f.text.tokens();
+    }
+    send_json(res, 200, completion_response(h, choices, prompt_tokens, completion_tokens));
+}
+
+void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
+                                httplib::Response& res) {
     struct State {
-        explicit State(Follower f) : f(std::move(f)) {}
-        Follower f;
-        bool first = true, done = false;
-        size_t offset = 0;
+        std::vector<Follower> fs;
+        std::vector<bool> first;  // per choice: nothing of it sent yet
+        bool done = false;
     };
-    auto st = std::make_shared<State>(Follower(std::move(seq), *model.tok, r.stop));
-    const int P = int(r.prompt.size());
-    // completions' text offsets count from the prompt's end
-    st->offset = r.logprobs.top >= 0 && h.endpoint == Endpoint::Completions
-                     ? utf8_length(model.tok->decode(r.prompt))
-                     : 0;
+    auto st = std::make_shared<State>(State{std::move(fs), {}, false});
+    // One choice that fails (the model's error, a drain) ends the stream with its error; the others stop.
+    st->first.assign(st->fs.size(), true);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, h, P, usage = r.include_usage, want_lp = r.logprobs.top >= 0, ids = r.token_ids](
-            size_t, httplib::DataSink& sink) {
-            Follower& f = st->f;
+        [this, st, h, r](size_t, httplib::DataSink& sink) {
             std::string out;
-            if (st->first && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
-                out += sse(stream_chunk(h, "", nullptr, true));
-                st->first = false;
+            bool failed = false;
+            size_t open = 0;
+            for (const Follower& f : st->fs) open += f.finish == Finish::None;
+            // each open choice in turn, the wait shared among them
+            const auto wait = std::max(kPoll / int(std::max<size_t>(open, 1)), std::chrono::milliseconds(5));
+            for (size_t i = 0; i < st->fs.size(); i++) {
+                Follower& f = st->fs[i];
+                if (f.finish != Finish::None) continue;
+                const int index = int(i);
+                if (st->first[i] && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
+                    out += sse(stream_chunk(h, "", nullptr, true));
+                    st->first[i] = false;
+                }
+                const std::string delta = f.next(wait);
+                // the values of the tokens that came with this delta (their text may be held back)
+                const nlohmann::json lp =
+                    f.logprobs.size() > f.fresh ? logprobs(r, f, i, f.fresh, false) : nlohmann::json();
+                if (!delta.empty() || !lp.is_null()) {
+                    out += sse(stream_chunk(h, delta, nullptr, st->first[i], lp, index));
+                    st->first[i] = false;
+                }
+                if (f.finish == Finish::None) continue;
+                metrics.on_generation(finish_name(f.finish), int(r.prompts[i].size()), f.text.tokens());
+                if (!f.ended_badly()) {
+                    out += sse(stream_chunk(h, "", finish_name(f.finish), st->first[i], nullptr, index));
+                    continue;
+                }
+                out += sse(error_body(ended_error(f.finish, f.error)));
+                failed = true;
+                for (size_t k = 0; k < st->fs.size(); k++)
+                    if (st->fs[k].finish == Finish::None) {
+                        st->fs[k].seq->cancel();
+                        st->fs[k].finish = Finish::Cancelled;
+                        metrics.on_generation("cancelled", int(r.prompts[k].size()), st->fs[k].text.tokens());
+                    }
+                break;
             }
-            const std::string delta = f.next();
-            // the log-probabilities of the tokens that came with this delta (their text may be held back)
-            nlohmann::json lp;
-            if (want_lp && f.logprobs.size() > f.fresh)
-                lp = h.endpoint == Endpoint::Chat
-                         ? chat_logprobs(*model.tok, f.items(f.fresh), ids)
-                         : completion_logprobs(*model.tok, f.items(f.fresh), st->offset, ids);
-            if (!delta.empty() || !lp.is_null()) {
-                out += sse(stream_chunk(h, delta, nullptr, st->first, lp));
-                st->first = false;
+            bool all = true;
+            int prompt_tokens = 0, completion_tokens = 0;
+            for (size_t i = 0; i < st->fs.size(); i++) {
+                all = all && st->fs[i].finish != Finish::None;
+                prompt_tokens += int(r.prompts[i].size());
+                completion_tokens += st->fs[i].text.tokens();
             }
-            if (f.finish != Finish::None) {
-                if (f.ended_badly())
-                    out += sse(error_body(ended_error(f.finish, f.error)));
-                else
-                    out += sse(stream_chunk(h, "", finish_name(f.finish), st->first));
-                if (usage) out += sse(usage_chunk(h, P, f.text.tokens()));
+            if (all || failed) {
+                if (r.include_usage) out += sse(usage_chunk(h, prompt_tokens, completion_tokens));
                 out += "data: [DONE]\n\n";
-                metrics.on_generation(finish_name(f.finish), P, f.text.tokens());
                 st->done = true;
             }
-            // a client that left: its sequence ends and frees the slot
+            // a client that left: its sequences end and free their slots
             if (!out.empty() && !sink.write(out.data(), out.size())) return false;
             if (!sink.is_writable()) return false;
             if (st->done) sink.done();
             return true;
         },
-        [this, st, P](bool success) {
+        [this, st, r](bool success) {
             if (success && st->done) return;
-            st->f.seq->cancel();  // the client left before the end
-            if (!st->done) metrics.on_generation("abandoned", P, st->f.text.tokens());
+            for (size_t i = 0; i < st->fs.size(); i++) {  // the client left before the end
+                Follower& f = st->fs[i];
+                f.seq->cancel();
+                if (f.finish == Finish::None)
+                    metrics.on_generation("abandoned", int(r.prompts[i].size()), f.text.tokens());
+            }
         });
 }
 

@@ -8,7 +8,7 @@ same HF-layout weights' logits, and `anvil serve` must report the same values wi
   when the prompt's pages are already in the prefix cache from an earlier request, and with requests
   scored side by side in one batch;
 - echo with max_tokens 1 at temperature 0 (lm-eval's exact request): the prompt's values, then the greedy token
-  and its value;
+  and its value; several prompts of ids in one request (lm-eval's batches), a choice each;
 - generated tokens: each one's log-probability under the model given everything before it, the raw model's
   even when penalties change the sampling; streamed chunks carry the same values as the whole response;
 - chat: top_logprobs entries, bytes (the byte tokenizer's token N is byte N), the greedy token first among them;
@@ -118,6 +118,21 @@ def main():
             if not all(abs(got[k] - max(lp["top_logprobs"][k].values())) <= TOL
                        for k in range(1, len(ids)) if int(want[k - 1].argmax()) == ids[k]):
                 failures.append("lm-eval request: a greedy token's value is not the top of its top_logprobs")
+
+            # lm-eval with batch_size > 1: several prompts of ids in one request, a choice each
+            batch = [prompt(12), prompt(25), prompt(7)]
+            st, r = srv.post("/v1/completions", {"prompt": batch, "echo": True, "logprobs": 1, "max_tokens": 0})
+            worst = 0.0
+            for i, c in enumerate(r.get("choices", [])):
+                want = torch_lp(p, batch[i])
+                got = c["logprobs"]["token_logprobs"]
+                if c["index"] != i or len(got) != len(batch[i]):
+                    failures.append(f"batched prompts: choice {i} has index {c['index']}, {len(got)} values")
+                    continue
+                worst = max([worst] + [abs(got[k] - float(want[k - 1, batch[i][k]])) for k in range(1, len(got))])
+            print(f"[echo, 3 prompts in one request] worst |anvil - torch| {worst:.2e}")
+            if st != 200 or len(r["choices"]) != 3 or not worst <= TOL:
+                failures.append(f"batched prompts: HTTP {st}, {len(r.get('choices', []))} choices, worst {worst:.2e}")
 
             # generated tokens, greedy and sampled with penalties: the raw model's values
             ids = prompt(20)

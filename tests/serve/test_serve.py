@@ -3,7 +3,7 @@
 - Same answers: temperature 0 and seeded sampling equal `anvil generate` (completions and chat), and so do
   OpenAI's presence and frequency penalties and the repetition_penalty and min_p extensions; logit_bias lifts a
   token over the rest; streamed text
-  equals the plain text; stop strings cut the text; 64 concurrent clients (half streaming) all get the
+  equals the plain text; several prompts in one request get a choice each, plain and streamed; stop strings cut the text; 64 concurrent clients (half streaming) all get the
   answers they get alone, and the scheduler really batched them.
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
   longer than the context, an unknown model (404), a body over --max-body-mb (413), an unknown path (404),
@@ -141,6 +141,25 @@ def same_answers(srv, model, refs, failures):
         st, ev, done = srv.stream("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0})
         check(st == 200 and done and streamed_text(ev) == ref["text"] and finish_of(ev) == ref["finish_reason"],
               f"streamed text equals the plain one for {p!r}", failures)
+    # several prompts in one request: a choice each, in order, each its own answer
+    many = PROMPTS[:4]
+    body = {"prompt": many, "max_tokens": MAX_TOKENS, "temperature": 0}
+    st, r = srv.post("/v1/completions", body)
+    got = [(c["index"], c["text"], c["finish_reason"]) for c in r.get("choices", [])]
+    want = [(i, refs[p]["text"], refs[p]["finish_reason"]) for i, p in enumerate(many)]
+    check(st == 200 and got == want and r["usage"]["prompt_tokens"] == sum(refs[p]["prompt_tokens"] for p in many)
+          and r["usage"]["completion_tokens"] == sum(refs[p]["completion_tokens"] for p in many),
+          f"4 prompts in one request: 4 choices, generate's answers, usage summed ({r.get('usage')})", failures)
+    st, ev, done = srv.stream("/v1/completions", dict(body, stream_options={"include_usage": True}))
+    per = {}
+    for e in ev:
+        for c in e["choices"]:
+            per.setdefault(c["index"], []).append(c)
+    streamed = [("".join(c["text"] for c in per.get(i, [])), [c["finish_reason"] for c in per.get(i, [])
+                                                              if c["finish_reason"]]) for i in range(len(many))]
+    check(st == 200 and done and streamed == [(refs[p]["text"], [refs[p]["finish_reason"]]) for p in many]
+          and ev[-1]["usage"] == r["usage"], "4 prompts streamed: each choice's text by its index, one finish each",
+          failures)
     # seeded sampling: reproducible per request, and the same as generate with that seed
     body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0.9, "seed": 5}
     a = srv.post("/v1/completions", body)[1]["choices"][0]["text"]

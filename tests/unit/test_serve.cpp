@@ -493,7 +493,7 @@ TEST(OpenAi, RequestFields) {
         R"({"model":"tiny","prompt":"hey","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":3,"seed":7,
             "stop":["x","yz"],"stream":true,"stream_options":{"include_usage":true}})",
         m, 1);
-    EXPECT_EQ(r.prompt, tok.encode("hey"));
+    EXPECT_EQ(r.prompts, std::vector<std::vector<int32_t>>{tok.encode("hey")});
     EXPECT_EQ(r.sample.max_new_tokens, 5);
     EXPECT_FLOAT_EQ(r.sample.temperature, 0.5f);
     EXPECT_FLOAT_EQ(r.sample.top_p, 0.9f);
@@ -505,11 +505,11 @@ TEST(OpenAi, RequestFields) {
         serve::parse_request(serve::Endpoint::Completions, R"({"prompt":[1,2]})", m, 9);
     EXPECT_EQ(d.sample.max_new_tokens, 16) << "OpenAI's default for completions";
     EXPECT_EQ(d.sample.seed, 9u) << "no seed: the server's random one";
-    EXPECT_EQ(d.prompt, (std::vector<int32_t>{1, 2}));
+    EXPECT_EQ(d.prompts, (std::vector<std::vector<int32_t>>{{1, 2}}));
     const serve::GenerationRequest c = serve::parse_request(
         serve::Endpoint::Chat, R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})", m,
         1);
-    EXPECT_EQ(c.sample.max_new_tokens, 256 - int(c.prompt.size())) << "chat: up to the context";
+    EXPECT_EQ(c.sample.max_new_tokens, 256 - int(c.prompts[0].size())) << "chat: up to the context";
     const serve::GenerationRequest p = serve::parse_request(
         serve::Endpoint::Chat,
         R"({"messages":[{"role":"user","content":"hi"}],"presence_penalty":0.5,"frequency_penalty":-1,
@@ -529,7 +529,13 @@ TEST(OpenAi, RequestFields) {
     const serve::GenerationRequest e =
         serve::parse_request(serve::Endpoint::Completions,
                              R"({"prompt":[[5,6,7]],"echo":true,"logprobs":1,"max_tokens":0})", m, 1);
-    EXPECT_EQ(e.prompt, (std::vector<int32_t>{5, 6, 7})) << "one prompt of token ids, in a list";
+    EXPECT_EQ(e.prompts, (std::vector<std::vector<int32_t>>{{5, 6, 7}}))
+        << "one prompt of token ids, in a list";
+    // several prompts, a choice each: strings and token ids
+    const serve::GenerationRequest several =
+        serve::parse_request(serve::Endpoint::Completions, R"({"prompt":["ab",[7,8],"c"]})", m, 1);
+    EXPECT_EQ(several.prompts,
+              (std::vector<std::vector<int32_t>>{tok.encode("ab"), {7, 8}, tok.encode("c")}));
     EXPECT_TRUE(e.echo && e.logprobs.prompt);
     EXPECT_EQ(e.logprobs.top, 1);
     EXPECT_EQ(e.sample.max_new_tokens, 0);
@@ -614,7 +620,7 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, "[1,2]", 400, ""},
         {C, "{}", 400, "prompt"},
         {C, R"({"prompt":5})", 400, "prompt"},
-        {C, R"({"prompt":["a","b"]})", 400, "prompt"},
+        {C, R"({"prompt":[]})", 400, "prompt"},
         {C, R"({"prompt":[999]})", 400, "prompt"},
         {C, R"({"prompt":"a","max_tokens":"ten"})", 400, "max_tokens"},
         {C, R"({"prompt":"a","max_tokens":0})", 400, "max_tokens"},
@@ -637,7 +643,9 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, R"({"prompt":"a","logprobs":true})", 400, "logprobs"},
         {C, R"({"prompt":"a","echo":true,"logprobs":1,"stream":true})", 400, "echo"},
         {C, R"({"prompt":"a","top_logprobs":2})", 400, "top_logprobs"},
-        {C, R"({"prompt":[[1,2],[3]]})", 400, "prompt"},
+        {C, R"({"prompt":[[1,2],[]]})", 400, "prompt"},
+        {C, R"({"prompt":["a",5]})", 400, "prompt"},
+        {C, R"({"prompt":[[1,2],[999]]})", 400, "prompt"},
         {C, R"({"prompt":"a","best_of":3})", 400, "best_of"},
         {C, R"({"prompt":"a","suffix":"z"})", 400, "suffix"},
         {H, R"({"messages":[{"role":"user","content":"a"}],"logprobs":3})", 400, "logprobs"},
@@ -666,6 +674,16 @@ TEST(OpenAi, BadRequestsNameTheField) {
             const nlohmann::json j = serve::error_body(e);
             EXPECT_TRUE(j["error"]["message"].is_string() && j["error"]["type"].is_string()) << j.dump();
         }
+    }
+    // more prompts than the server's sequences and queue take
+    serve::ServedModel two = m;
+    two.max_prompts = 2;
+    try {
+        serve::parse_request(C, R"({"prompt":["a","b","c"]})", two, 1);
+        ADD_FAILURE() << "three prompts accepted where two fit";
+    } catch (const serve::ApiError& e) {
+        EXPECT_EQ(e.param, "prompt");
+        EXPECT_NE(std::string(e.what()).find("at most 2"), std::string::npos) << e.what();
     }
     // a conversation the model's template cannot render: Llama 2 Chat's turns alternate
     serve::ServedModel llama2 = m;
