@@ -111,7 +111,7 @@ public:
         hooks.on_thread = [device] { (void)cudaSetDevice(device); };
         hooks.transport_error = [this]() -> std::string {
             ncclResult_t async = ncclSuccess;
-            api_.comm_get_async_error(comm_, &async);
+            if (comm_) api_.comm_get_async_error(comm_, &async);
             return async == ncclSuccess || async == ncclInProgress
                        ? std::string()
                        : fmt::format("NCCL: {}", api_.get_error_string(async));
