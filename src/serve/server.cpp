@@ -253,8 +253,8 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
                     fs[i].seq->cancel();
                     metrics.on_generation("abandoned", int(r.prompts[i].size()), fs[i].text.tokens());
                 }
-                res.status =
-                    499;  // nobody reads it; nginx's "client closed request", for the request counters
+                // nobody reads it; nginx's "client closed request", for the request counters
+                res.status = 499;
                 return;
             }
         }
