@@ -59,9 +59,9 @@ bool register_shared(void* array, size_t bytes);
 size_t smem_optin();
 // Stops the run naming the block and thread (for the shims' checks).
 [[noreturn]] void fail(const std::string& what);
-// Whether a kernel is running on this thread; fail_host stops the run outside one.
-bool in_kernel();
-[[noreturn]] void fail_host(const std::string& what);
+// Stops the run for an access of `size` bytes at an address that is not a multiple of `align` (out of line,
+// so that the check inlined into every cast stays small: a kernel's loops still vectorise).
+[[noreturn, gnu::cold, gnu::noinline]] void misaligned(size_t size, size_t align);
 // Fails when [first, last) starts in the running block's dynamic shared memory and leaves it.
 void check_smem_span(const void* first, const void* last);
 void sync_block();
@@ -94,13 +94,8 @@ To checked_cast(From&& from) {
     if constexpr (std::is_pointer_v<To> && std::is_pointer_v<F>) {
         using E = std::remove_cv_t<std::remove_pointer_t<To>>;
         if constexpr (!std::is_void_v<E> && !std::is_function_v<E>) {
-            if (reinterpret_cast<uintptr_t>(from) % alignof(E) != 0) {
-                const std::string what = "a " + std::to_string(sizeof(E)) +
-                                         "-byte access at an address that is not a multiple of " +
-                                         std::to_string(alignof(E));
-                if (in_kernel()) fail(what);
-                fail_host(what);
-            }
+            if (reinterpret_cast<uintptr_t>(from) % alignof(E) != 0) [[unlikely]]
+                misaligned(sizeof(E), alignof(E));
         }
     }
     return reinterpret_cast<To>(std::forward<From>(from));

@@ -267,10 +267,10 @@ size_t smem_optin() {
 void fail(const std::string& what) {
     die(where(*g_block) + ", thread " + std::to_string(g_block->cur) + ": " + what);
 }
-bool in_kernel() {
-    return g_block != nullptr;
-}
-void fail_host(const std::string& what) {
+void misaligned(size_t size, size_t align) {
+    const std::string what = "a " + std::to_string(size) +
+                             "-byte access at an address that is not a multiple of " + std::to_string(align);
+    if (g_block) fail(what);
     die("host code: " + what);
 }
 bool register_shared(void* array, size_t bytes) {
