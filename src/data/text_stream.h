@@ -22,6 +22,7 @@ public:
     bool stopped() const { return stopped_; }
     const std::string& text() const { return shown_; }
     int tokens() const { return int(ids_.size()); }
+    const std::vector<int32_t>& ids() const { return ids_; }  // every token pushed
 
 private:
     const Tokenizer& tok_;

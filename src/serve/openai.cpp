@@ -94,6 +94,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
 // boolean) and top_logprobs.
 void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
     constexpr int kMaxTop = 20;
+    field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
     const auto top_in_range = [&](const char* name, int64_t v) {
         if (v < 0 || v > kMaxTop)
             bad(name, fmt::format("'{}' must be from 0 to {}, got {}", name, kMaxTop, v));
@@ -105,7 +106,6 @@ void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
         if (top != -1) r.logprobs.top = top_in_range("logprobs", top);
         field(j, "echo", r.echo, is_bool, "a boolean");
         r.logprobs.prompt = r.echo && r.logprobs.top >= 0;
-        field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
         if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
             bad("top_logprobs", "'top_logprobs' is the chat API's; completions take 'logprobs': N");
         return;
@@ -117,7 +117,6 @@ void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
     top = top_in_range("top_logprobs", top);
     if (top > 0 && !want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (want) r.logprobs.top = int(top);
-    field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
     if (j.contains("echo") && !j["echo"].is_null() && j["echo"] != false)
         bad("echo", "'echo' is the completions API's; chat completions do not repeat the messages");
 }

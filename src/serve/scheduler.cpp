@@ -359,7 +359,7 @@ void Scheduler::add_prompt_pieces(PassRows& r) const {
             k = prefill_piece(at, n, chunk_);
             if (whole && used() + k > chunk_) break;
             for (int j = at; j < at + k; j++) {
-                if (s.scoring() && j >= s.scored_ && j + 1 < int(s.prompt_.size()))
+                if (s.scoring() && size_t(j) >= s.scored() && size_t(j) + 1 < s.prompt_.size())
                     r.logit_rows.push_back(int(r.tok.size())), r.uses.push_back({i, j});
                 r.slot.push_back(s.slot_), r.pos.push_back(j), r.tok.push_back(s.ctx_[size_t(j)]);
             }
@@ -464,9 +464,10 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     return fin;
 }
 
-// The log-probability of prompt token pos + 1, from position pos's logits (V).
+// The log-probability of prompt token pos + 1, from position pos's logits (V). Positions come in order, each
+// once: a pass adds rows from scored() on.
 void Scheduler::score_prompt(Sequence& s, int pos, std::span<const float> logits) {
-    if (pos != s.scored_) return;  // scored before a preemption (the rows are added from scored_ on)
+    ANVIL_CHECK(size_t(pos) == s.scored(), "scheduler: prompt position {} scored after {}", pos, s.scored());
     const int vr = s.opt_.vocab_real;
     if (vr > 0 && size_t(vr) < logits.size()) logits = logits.first(size_t(vr));
     TokenLogprob lp = token_logprob(logits, s.prompt_[size_t(pos) + 1], std::max(s.lp_.top, 0));
@@ -474,7 +475,6 @@ void Scheduler::score_prompt(Sequence& s, int pos, std::span<const float> logits
         std::lock_guard<std::mutex> lk(s.m_);
         s.prompt_lp_.push_back(std::move(lp));
     }
-    s.scored_ = pos + 1;
 }
 
 }  // namespace anvil::serve

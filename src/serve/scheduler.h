@@ -100,14 +100,15 @@ private:
     bool decoding() const { return produced_ > 0 && pos_ >= int(ctx_.size()); }  // its context is in
     int32_t next_ = -1;   // the sampled token the next step feeds
     TokenCounts counts_;  // the tokens sampled, for the penalties
-    // LogprobRequest::prompt: the prompt positions scored so far (position j's logits score token j + 1)
-    int scored_ = 0;
-    bool scoring() const { return lp_.prompt && scored_ < int(prompt_.size()) - 1; }
+    // LogprobRequest::prompt: prompt positions 0..scored() - 1 are scored (position j's logits score token
+    // j + 1; only this thread adds to prompt_lp_, so it reads the size without the lock)
+    size_t scored() const { return prompt_lp_.size(); }
+    bool scoring() const { return lp_.prompt && scored() + 1 < prompt_.size(); }
 
     mutable std::mutex m_;
     std::condition_variable cv_;
     std::vector<int32_t> tokens_;
-    std::vector<TokenLogprob> logprobs_, prompt_lp_;
+    std::vector<TokenLogprob> logprobs_, prompt_lp_;  // the waiter reads them under m_
     Finish finish_ = Finish::None;
     std::string error_;
 };

@@ -64,18 +64,16 @@ struct Follower {
     size_t offset = 0;  // completions' text offset of the next token (logprobs)
     TextStream text;
     size_t seen = 0;
-    Finish finish = Finish::None;  // != None: the generation is over
-    std::string error;             // with Finish::Error
-    std::vector<int32_t> ids;      // every token so far, and (when asked for) their log-probabilities
-    std::vector<TokenLogprob> logprobs;
-    size_t fresh = 0;  // ids[fresh..] came with the last next()
+    Finish finish = Finish::None;        // != None: the generation is over
+    std::string error;                   // with Finish::Error
+    std::vector<TokenLogprob> logprobs;  // the tokens' so far (text.ids()), when asked for
+    size_t fresh = 0;                    // tokens [fresh..] came with the last next()
 
     // Waits up to `wait`; returns the text that may be shown since the last call (the rest once it is over).
     std::string next(std::chrono::milliseconds wait = kPoll) {
         Sequence::Update u = seq->wait(seen, wait);
         seen += u.tokens.size();
-        fresh = ids.size();
-        ids.insert(ids.end(), u.tokens.begin(), u.tokens.end());
+        fresh = size_t(text.tokens());
         for (TokenLogprob& lp : u.logprobs) logprobs.push_back(std::move(lp));
         std::string delta = text.push(u.tokens);
         if (text.stopped()) {
@@ -89,11 +87,11 @@ struct Follower {
         return delta;
     }
     bool ended_badly() const { return finish == Finish::Cancelled || finish == Finish::Error; }
-    // ids[from..] with their log-probabilities
+    // tokens [from..] with their log-probabilities
     std::vector<LogprobItem> items(size_t from) const {
         std::vector<LogprobItem> out;
-        for (size_t k = from; k < ids.size() && k < logprobs.size(); k++)
-            out.push_back({ids[k], &logprobs[k]});
+        for (size_t k = from; k < logprobs.size() && k < text.ids().size(); k++)
+            out.push_back({text.ids()[k], &logprobs[k]});
         return out;
     }
 };

@@ -33,12 +33,12 @@ if "--gtest_list_tests" in args:
 if os.environ.get("FAKE_NO_DEVICE"):
     print("SKIPPED: no usable CUDA device")
     sys.exit(77)
-todo = args["--gtest_filter"].split(":")
+requested = args["--gtest_filter"].split(":")
 with open(os.environ["FAKE_RUNS"], "a") as f:
-    f.write(",".join(todo) + "\n")
+    f.write(",".join(requested) + "\n")
 poisoned, failed = False, 0
 for t in TESTS:
-    if t not in todo:
+    if t not in requested:
         continue
     print("[ RUN      ] " + t, flush=True)
     kind = TESTS[t]

@@ -1,10 +1,10 @@
 // NCCL for the CUDA backend's collectives, loaded at run time (libnccl.so.2 from the CUDA toolkit or the
 // system), so anvil links and runs without it until a multi-GPU job asks for it. Rank 0's unique id reaches
 // the other ranks through the caller's host broadcast (MPI). Collectives run on a stream of their own, after
-// an event on the compute stream; wait_all() makes the compute stream wait for them on the device (the host
-// goes on queueing) and hands their completion event to a watchdog thread, which ends the job
-// (ncclCommAbort, then CollectiveSetup::abort) when one is not complete within the deadline or NCCL reports
-// an asynchronous error, wherever the host is then.
+// an event on the compute stream; wait_all_on_device() makes the compute stream wait for them on the device
+// (the host goes on queueing; wait_all() has the host wait too) and hands their completion event to a
+// watchdog thread, which ends the job (ncclCommAbort, then CollectiveSetup::abort) when one is not complete
+// within the deadline or NCCL reports an asynchronous error, wherever the host is then.
 #include <dlfcn.h>
 
 #include <chrono>
