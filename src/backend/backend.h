@@ -145,17 +145,21 @@ public:
     virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
     virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
     // Grouped-query heads into the packed layout: qkv (N, (NH + 2 KH) HS) = [q | k | v] from q (N, NH HS) and
-    // k, v (N, KVH HS). KH is the width of qkv: KVH (the cache's layout) or NH, every key/value head repeated
-    // NH/KVH times (the layout attention_fwd takes). The backward overwrites dq, dk, dv, summing the repeats.
+    // k, v (N, KVH HS). KH is the width of qkv: KVH (what attention and the cache take) or NH, every
+    // key/value head repeated NH/KVH times. The backward overwrites dq, dk, dv from dqkv (N, (NH + 2 KH) HS),
+    // summing the repeats (attention_bwd's dqkv has KH = NH).
     virtual void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) = 0;
     virtual void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) = 0;
 
-    // Causal self-attention. qkv (B,T,3C) packs q, k, v, each (B,T,NH,HS). out (B,T,C).
-    // `saved` keeps what the backward needs (its size is backend-defined, see attention_saved_elems).
+    // Causal self-attention. qkv (B,T,(NH + 2 KVH) HS) packs q (B,T,NH,HS), k and v (B,T,KVH,HS); query head
+    // h attends with key/value head h / (NH/KVH) (grouped-query attention; GPT-2: KVH = NH, qkv (B,T,3C)).
+    // out (B,T,C), C = NH HS. `saved` keeps what the backward needs (its size is backend-defined, see
+    // attention_saved_elems).
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
     virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
     virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) = 0;
-    // dqkv (B,T,3C) overwritten.
+    // dqkv (B,T,3C) overwritten: dq, then each query head's share of its key/value head's dk and dv
+    // (qkv_unpack sums the shares; with KVH = NH they are the gradients themselves).
     virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                                int NH) = 0;
     // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions

@@ -113,12 +113,18 @@ EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor
     return d;
 }
 
-AttnShape check_attention(const Tensor& qkv, int NH) {
-    ANVIL_CHECK(qkv.shape.ndim == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
-                qkv.shape.str());
-    const AttnShape s{int(qkv.dim(0)), int(qkv.dim(1)), int(qkv.dim(2) / 3), NH};
-    ANVIL_CHECK(NH > 0 && s.C % NH == 0, "attention: {} channels do not split into {} heads", s.C, NH);
-    return s;
+AttnShape check_attention(const Tensor& qkv, const Tensor& o, int NH) {
+    ANVIL_CHECK(qkv.shape.ndim == 3 && o.shape.ndim == 3 && o.dim(0) == qkv.dim(0) && o.dim(1) == qkv.dim(1),
+                "attention: qkv {} and output {} must be (B, T, (NH + 2 KVH) HS) and (B, T, NH HS)",
+                qkv.shape.str(), o.shape.str());
+    const int C = int(o.dim(2));
+    ANVIL_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
+    const int HS = C / NH;
+    const int64_t KC2 = qkv.dim(2) - C;
+    ANVIL_CHECK(KC2 > 0 && KC2 % (2 * HS) == 0 && NH % (KC2 / (2 * HS)) == 0,
+                "attention: qkv {} holds no whole number of key/value heads of size {} dividing the {} heads",
+                qkv.shape.str(), HS, NH);
+    return AttnShape{int(qkv.dim(0)), int(qkv.dim(1)), C, NH, int(KC2 / (2 * HS))};
 }
 
 RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w) {

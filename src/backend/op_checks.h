@@ -49,10 +49,11 @@ EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor
                            const Tensor& wpe);
 
 struct AttnShape {
-    int B, T, C, NH;
+    int B, T, C, NH, KVH;  // C = NH HS; qkv (B, T, C + 2 KVH HS)
 };
-// qkv (B,T,3C) and an output-like tensor (B,T,C) or (B,T,3C) for dqkv
-AttnShape check_attention(const Tensor& qkv, int NH);
+// qkv (B,T,(NH + 2 KVH) HS) and the output-like `o` (B,T,NH HS) (out, or dout in the backward): KVH from
+// what qkv holds beyond the queries; KVH divides NH
+AttnShape check_attention(const Tensor& qkv, const Tensor& o, int NH);
 
 RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w);
 RowDims check_rmsnorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,

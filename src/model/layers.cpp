@@ -344,14 +344,12 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
 void RotaryAttention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_, C = q_.in_features();
-    // decoding packs the cache's kv_heads; a full pass repeats them for attention_fwd's layout
-    const int64_t KH = plan.mode() == ActMode::Decode ? kv_heads_ : heads_;
     const Backend& be = reg_->store->backend();
     const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_};
     plan.add("rattn.q", {QC}, a, Keep::Scratch);
     plan.add("rattn.k", {KC}, a, Keep::Scratch);
     plan.add("rattn.v", {KC}, a, Keep::Scratch);
-    plan.add(qkv_buf_, {QC + 2 * KH * hs_}, a, Keep::Saved, "rattn.qkv");
+    plan.add(qkv_buf_, {QC + 2 * KC}, a, Keep::Saved, "rattn.qkv");  // the key/value heads once each
     plan.add(y_buf_, {QC}, a, Keep::Saved, "rattn.y");
     if (plan.mode() != ActMode::Decode)
         plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "rattn.saved");

@@ -610,6 +610,56 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
     return c;
 }
 
+// Grouped-query attention as Llama runs it: q (NH heads), k and v (KVH heads) packed once each
+// (qkv_pack), attention over the packed qkv, then the backward's per-query-head shares (B, T, 3C) summed back
+// into dk and dv (qkv_unpack). Checked against multi-head attention on the key/value heads repeated.
+OpCase attention_gqa(int B, int T, int NH, int KVH, int HS) {
+    OpCase c;
+    const int C = NH * HS, KC = KVH * HS, group = NH / KVH;
+    c.name = fmt::format("attention_gqa B={} T={} NH={} KVH={} HS={}", B, T, NH, KVH, HS);
+    const AttnDims d{B, T, NH, HS};
+    Arg saved = out("saved", {1}, false), scratch = out("scratch", {1}, false);
+    saved.elems = [d](const Backend& be) { return int64_t(be.attention_saved_elems(d)); };
+    scratch.elems = [d](const Backend& be) { return int64_t(be.attention_scratch_elems(d)); };
+    saved.compare = scratch.compare = false;  // each backend keeps its own statistics
+    c.args = {in("q", {B, T, C}),
+              in("k", {B, T, KC}),
+              in("v", {B, T, KC}),
+              out("qkv", {B, T, C + 2 * KC}, false),
+              out("out", {B, T, C}),
+              saved,
+              scratch,
+              out("shares", {B, T, 3 * C}, false),
+              grad("dq", {B, T, C}, false),
+              grad("dk", {B, T, KC}, false),
+              grad("dv", {B, T, KC}, false)};
+    c.forward = [NH](Backend& be, const Args& a) {
+        be.qkv_pack(a["qkv"], a["q"], a["k"], a["v"], NH);
+        be.attention_fwd(a["out"], a["saved"], a["qkv"], NH);
+    };
+    c.backward = [NH](Backend& be, const Args& a) {
+        be.attention_bwd(a["shares"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH);
+        be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["shares"], NH);
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec mha(size_t(B) * T * 3 * C);  // every query head with its own copy of its key/value head
+        for (size_t r = 0; r < size_t(B) * T; r++)
+            for (int hh = 0; hh < NH; hh++)
+                for (int e = 0; e < HS; e++) {
+                    const size_t at = r * 3 * C + size_t(hh) * HS + e,
+                                 kv = r * KC + size_t(hh / group) * HS + e;
+                    mha[at] = h.at("q")[r * C + size_t(hh) * HS + e];
+                    mha[at + C] = h.at("k")[kv];
+                    mha[at + 2 * C] = h.at("v")[kv];
+                }
+        want["out"] = ref_attention(mha, B, T, C, NH);
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    c.flops = 12.0 * B * double(T) * T * C;
+    c.attention = true;
+    return c;
+}
+
 // Generation's incremental attention: a prompt, then one position at a time, appending to the caches. With
 // KVH < NH, grouped-query: the caches hold KVH heads.
 OpCase attention_cached(const OpSizes& s, int KVH) {
@@ -910,8 +960,11 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
         t.push_back(attention(s, 1, 70, 2, 16));
         t.push_back(attention(s, 2, 33, 1, 80));
-        t.push_back(attention(s, 1, 130, 2, 64));  // tensor cores: three tiles of 64, the last one partial
-        t.push_back(attention(s, 2, 40, 2, 20));   // rows not whole 16-byte packs: element loads
+        t.push_back(attention(s, 1, 130, 2, 64));     // tensor cores: three tiles of 64, the last one partial
+        t.push_back(attention(s, 2, 40, 2, 20));      // rows not whole 16-byte packs: element loads
+        t.push_back(attention_gqa(2, 70, 4, 2, 16));  // key/value heads shared by two query heads
+        t.push_back(attention_gqa(1, 130, 4, 1, 64));  // one key/value head for four: tensor-core tiles
+        t.push_back(attention_gqa(2, 40, 6, 2, 20));   // groups of three, rows not whole 16-byte packs
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
     }
     return t;

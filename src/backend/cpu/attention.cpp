@@ -1,6 +1,9 @@
 // Causal self-attention on the CPU. Each (batch, head) pair is one task; inside it the two products run as
 // single-threaded BLAS calls (OpenBLAS's OpenMP build does not nest) and the softmax is a plain loop.
 // The forward keeps the softmax matrix att (B,NH,T,T) for the backward, as llm.c's CPU trainer does.
+// Grouped-query attention reads each key/value head from every query head of its group in place (qkv holds
+// KVH of them); the backward writes each query head's own share of its key/value head's gradient, which
+// qkv_unpack sums.
 #include <cblas.h>
 #include <omp.h>
 
@@ -13,16 +16,17 @@
 
 namespace anvil::cpu {
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    const int HS = C / NH;
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH) {
+    const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
-    const int ld = 3 * C;
+    const int ld = C + 2 * KC;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float* q = qkv + size_t(b) * T * ld + h * HS;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
+            const float* row = qkv + size_t(b) * T * ld;
+            const float* q = row + h * HS;
+            const float* k = row + C + (h / group) * HS;
+            const float* v = k + KC;
             float* a = att + (size_t(b) * NH + h) * T * T;
             // a (T,T) = scale * q @ k^T
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld, 0.0f, a, T);
@@ -49,26 +53,27 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH, int threads) {
-    const int HS = C / NH;
+                        int B, int T, int C, int NH, int KVH, int threads) {
+    const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
-    const int ld = 3 * C;
+    const int ld = C + 2 * KC, dld = 3 * C;
     // exactly `threads` threads: the scratch holds one (T,T) block per thread, whatever another backend set
     // as the process-wide OpenMP default
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float* ds = scratch + size_t(omp_get_thread_num()) * T * T;  // (T,T)
-            const float* q = qkv + size_t(b) * T * ld + h * HS;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
+            const float* row = qkv + size_t(b) * T * ld;
+            const float* q = row + h * HS;
+            const float* k = row + C + (h / group) * HS;
+            const float* v = k + KC;
             const float* a = att + (size_t(b) * NH + h) * T * T;
             const float* dO = dout + size_t(b) * T * C + h * HS;
-            float* dq = dqkv + size_t(b) * T * ld + h * HS;
+            float* dq = dqkv + size_t(b) * T * dld + h * HS;
             float* dk = dq + C;
             float* dv = dq + 2 * C;
             // dv (T,HS) = a^T @ dO
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dO, C, 0.0f, dv, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dO, C, 0.0f, dv, dld);
             // da (T,T) = dO @ v^T
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld, 0.0f, ds, T);
             // softmax backward: ds = a * (da - rowsum(a * da))
@@ -84,8 +89,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             }
             // dq = scale * ds @ k ; dk = scale * ds^T @ q
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, ld, 0.0f, dq,
-                        ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, ld, 0.0f, dk, ld);
+                        dld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, ld, 0.0f, dk,
+                        dld);
         }
     }
 }

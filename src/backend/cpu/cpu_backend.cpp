@@ -269,21 +269,19 @@ size_t CpuBackend::attention_scratch_elems(const AttnDims& d) const {
 }
 
 void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const auto [B, T, C, nh] = check_attention(qkv, NH);
-    expect_shape(out, {B, T, C}, "attention out");
+    const auto [B, T, C, nh, KVH] = check_attention(qkv, out, NH);
     ANVIL_CHECK(size_t(saved.numel()) >= attention_saved_elems({B, T, NH, C / NH}),
                 "attention: saved too small");
-    cpu::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH);
+    cpu::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH, KVH);
 }
 
 void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor /*out*/,
                                Tensor saved, int NH) {
-    const auto [B, T, C, nh] = check_attention(qkv, NH);
+    const auto [B, T, C, nh, KVH] = check_attention(qkv, dout, NH);
     expect_shape(dqkv, {B, T, 3 * C}, "attention dqkv");
-    expect_shape(dout, {B, T, C}, "attention dout");
     ANVIL_CHECK(size_t(scratch.numel()) >= attention_scratch_elems({B, T, NH, C / NH}),
                 "attention: scratch too small");
-    cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH,
+    cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH, KVH,
                             threads_);
 }
 

@@ -44,10 +44,12 @@ void embedding_q8_forward(float* out, const int32_t* tokens, const int8_t* q, co
 void gelu_forward(float* out, const float* in, size_t n);
 void gelu_backward(float* din, const float* dout, const float* in, size_t n);  // din may alias dout
 
-// attention.cpp: qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) keeps the softmax for the backward
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// attention.cpp: qkv (B,T,C + 2 KVH HS) -> out (B,T,C), C = NH HS, query head h reading key/value head
+// h / (NH / KVH); att (B,NH,T,T) keeps the softmax for the backward. dqkv (B,T,3C): q's gradient, then
+// each query head's share of its key/value head's (qkv_unpack sums the shares)
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH, int threads);  // scratch: threads*T*T floats
+                        int B, int T, int C, int NH, int KVH, int threads);  // scratch: threads*T*T floats
 // qkv (Tq, (NH + 2 KVH) HS); caches (maxT, KVH HS): query head h reads key/value head h / (NH / KVH)
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
                       int KVH, int HS);

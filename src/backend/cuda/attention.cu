@@ -35,7 +35,7 @@ __global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
     __shared__ float Ks[kTile][D + 1], Vs[kTile][D + 1], Qs[kRows][D + 1];
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int row0 = blockIdx.x * kRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    load_rows<T, D>(Qs, qkv + g.q(b, row0, h), size_t(3) * g.C, kRows, min(kRows, g.T - row0), g.HS);
+    load_rows<T, D>(Qs, qkv + g.q(b, row0, h), g.ld(), kRows, min(kRows, g.T - row0), g.HS);
     float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][D / 32];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; i++) {
@@ -48,8 +48,8 @@ __global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
     for (int kt = 0; kt * kTile <= last_row; kt++) {
         __syncthreads();
         const int k0 = kt * kTile, kvalid = min(kTile, g.T - k0);
-        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
-        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), g.ld(), kTile, kvalid, g.HS);
+        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), g.ld(), kTile, kvalid, g.HS);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; i++) {
@@ -113,8 +113,8 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
     float* dorow = qrow + D;                              // D
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, lane = threadIdx.x;
     const int k0 = blockIdx.x * kTile, key = k0 + lane, kvalid = min(kTile, g.T - k0);
-    load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
-    load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+    load_rows<T, D>(Ks, qkv + g.k(b, k0, h), g.ld(), kTile, kvalid, g.HS);
+    load_rows<T, D>(Vs, qkv + g.v(b, k0, h), g.ld(), kTile, kvalid, g.HS);
     for (int d = 0; d < D; d++) dKs[lane][d] = dVs[lane][d] = 0.0f;
     __syncwarp();
     for (int t = k0; t < g.T; t++) {
@@ -141,8 +141,8 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
     }
     if (key < g.T)
         for (int d = 0; d < g.HS; d++) {
-            dqkv[g.k(b, key, h) + d] = from_f<T>(dKs[lane][d]);
-            dqkv[g.v(b, key, h) + d] = from_f<T>(dVs[lane][d]);
+            dqkv[g.dk(b, key, h) + d] = from_f<T>(dKs[lane][d]);
+            dqkv[g.dv(b, key, h) + d] = from_f<T>(dVs[lane][d]);
         }
 }
 
@@ -158,7 +158,7 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
     auto* Vs = Ks + kTile;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, lane = threadIdx.x;
     const int q0 = blockIdx.x * kTile, t = q0 + lane, qvalid = min(kTile, g.T - q0);
-    load_rows<T, D>(Qs, qkv + g.q(b, q0, h), size_t(3) * g.C, kTile, qvalid, g.HS);
+    load_rows<T, D>(Qs, qkv + g.q(b, q0, h), g.ld(), kTile, qvalid, g.HS);
     // dO rows are (B,T,C): stride C
     for (int idx = lane; idx < kTile * D; idx += 32) {
         const int r = idx / D, d = idx % D;
@@ -170,8 +170,8 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
     for (int k0 = 0; k0 <= last; k0 += kTile) {
         __syncwarp();
         const int kvalid = min(kTile, g.T - k0);
-        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
-        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), size_t(3) * g.C, kTile, kvalid, g.HS);
+        load_rows<T, D>(Ks, qkv + g.k(b, k0, h), g.ld(), kTile, kvalid, g.HS);
+        load_rows<T, D>(Vs, qkv + g.v(b, k0, h), g.ld(), kTile, kvalid, g.HS);
         __syncwarp();
         for (int kk = 0; kk < kTile; kk++) {
             const int key = k0 + kk;
@@ -187,7 +187,7 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
         }
     }
     if (t < g.T)
-        for (int d = 0; d < g.HS; d++) dqkv[g.q(b, t, h) + d] = from_f<T>(dQs[lane][d]);
+        for (int d = 0; d < g.HS; d++) dqkv[g.dq(b, t, h) + d] = from_f<T>(dQs[lane][d]);
 }
 
 // Where each new query's key and value go, and which cached positions it reads: positions 0..last(i),
@@ -286,7 +286,7 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
 }
 
 void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH, bool tensor_cores) {
-    const Geom g = attn_geom(qkv, NH);
+    const Geom g = attn_geom(qkv, int(out.dim(2)), NH);
     if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g))
         return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
@@ -302,7 +302,7 @@ void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int
 
 void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
                          Tensor saved, int NH, bool tensor_cores) {
-    const Geom g = attn_geom(qkv, NH);
+    const Geom g = attn_geom(qkv, int(out.dim(2)), NH);
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
     attention_rowdot(c, Drow, dout, out, g);

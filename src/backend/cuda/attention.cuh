@@ -1,6 +1,6 @@
 // What anvil's two flash-style attention kernel families share (attention.cu on the CUDA cores,
-// attention_tc.cu on the tensor cores): the addressing of the packed qkv (B, T, 3C), the output (B, T, C)
-// and the per-row statistics (B, NH, T), and the head-size dispatch.
+// attention_tc.cu on the tensor cores): the addressing of the packed qkv (B, T, C + 2 KC), its gradient (B,
+// T, 3C), the output (B, T, C) and the per-row statistics (B, NH, T), and the head-size dispatch.
 #pragma once
 
 #include <cmath>
@@ -11,19 +11,32 @@
 
 namespace anvil::cuda {
 
+// qkv (B, T, W) holds the NH query heads, then KVH key heads and KVH value heads (W = C + 2 KC, C = NH HS,
+// KC = KVH HS); query head h reads key/value head h / group. The gradient dqkv is (B, T, 3C): each query
+// head's own share of its key/value head's gradient, which qkv_unpack sums (for GPT-2, KVH = NH, the same
+// layout as qkv).
 struct AttnGeom {
-    int B, T, C, NH, HS;
+    int B, T, C, NH, HS, KC, group;
     float scale;
-    __device__ size_t q(int b, int t, int h) const { return (size_t(b) * T + t) * 3 * C + size_t(h) * HS; }
-    __device__ size_t k(int b, int t, int h) const { return q(b, t, h) + C; }
-    __device__ size_t v(int b, int t, int h) const { return q(b, t, h) + 2 * C; }
+    __host__ __device__ size_t ld() const { return size_t(C) + 2 * size_t(KC); }  // qkv row
+    __host__ __device__ size_t dld() const { return size_t(3) * C; }              // dqkv row
+    __device__ size_t q(int b, int t, int h) const { return (size_t(b) * T + t) * ld() + size_t(h) * HS; }
+    __device__ size_t k(int b, int t, int h) const {
+        return (size_t(b) * T + t) * ld() + C + size_t(h / group) * HS;
+    }
+    __device__ size_t v(int b, int t, int h) const { return k(b, t, h) + KC; }
+    __device__ size_t dq(int b, int t, int h) const { return (size_t(b) * T + t) * dld() + size_t(h) * HS; }
+    __device__ size_t dk(int b, int t, int h) const { return dq(b, t, h) + C; }
+    __device__ size_t dv(int b, int t, int h) const { return dq(b, t, h) + 2 * size_t(C); }
     __device__ size_t o(int b, int t, int h) const { return (size_t(b) * T + t) * C + size_t(h) * HS; }
     __device__ size_t row(int b, int h, int t) const { return (size_t(b) * NH + h) * T + t; }
 };
 
-inline AttnGeom attn_geom(const Tensor& qkv, int NH) {
-    const int C = int(qkv.dim(2) / 3), HS = C / NH;
-    return AttnGeom{int(qkv.dim(0)), int(qkv.dim(1)), C, NH, HS, 1.0f / std::sqrt(float(HS))};
+// From the shapes the backend checked (check_attention): qkv (B, T, W), C channels of output.
+inline AttnGeom attn_geom(const Tensor& qkv, int C, int NH) {
+    const int HS = C / NH, KC = int(qkv.dim(2) - C) / 2;
+    return AttnGeom{
+        int(qkv.dim(0)), int(qkv.dim(1)), C, NH, HS, KC, NH / (KC / HS), 1.0f / std::sqrt(float(HS))};
 }
 
 // Calls f(std::integral_constant<int, D>) with D the head-size bound (32, 64 or 128).

@@ -50,27 +50,65 @@ __global__ void causal_softmax_bwd_kernel(T* P, const float* dP, int rows, int T
     for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] - d) * scale);
 }
 
+// qkv (B, T, W): NH query heads, then KVH key and KVH value heads (W = C + 2 KC); query head h reads
+// key/value head h / kv_group. The gradient dqkv is (B, T, 3C), each query head's share of its key/value
+// head's gradient (qkv_unpack sums them).
 struct Geo {
-    int B, T, C, NH, HS;
+    int B, T, C, NH, HS, KC, kv_group;
     int group;  // heads per pass, so that group * T * T fp32 scores fit the workspace
+    int64_t ld() const { return int64_t(C) + 2 * int64_t(KC); }
+    int64_t dld() const { return 3 * int64_t(C); }
+    // the heads of one pass from h0: within one key/value head when they share it (its K and V then read
+    // with a batch stride of 0), any run of heads otherwise
+    int heads_from(int h0) const {
+        const int n = std::min(group, NH - h0);
+        return kv_group == 1 ? n : std::min(n, kv_group - h0 % kv_group);
+    }
+    int64_t kv_stride() const { return kv_group == 1 ? HS : 0; }
+    // where query head h0 and its key/value head start in sequence b of qkv
+    struct Heads {
+        const char *q, *k, *v;
+    };
+    Heads pointers(const Tensor& qkv, int b, int h0) const {
+        const size_t es = dtype_size(qkv.dtype);
+        const char* row = static_cast<const char*>(qkv.data) + size_t(b) * T * size_t(ld()) * es;
+        const char* k = row + (size_t(C) + size_t(h0 / kv_group) * HS) * es;
+        return {row + size_t(h0) * HS * es, k, k + size_t(KC) * es};
+    }
 };
 
-Geo geo(const Ctx& c, const Tensor& qkv, int NH) {
+Geo geo(const Ctx& c, const Tensor& qkv, int C, int NH) {
     Geo g;
-    g.B = int(qkv.dim(0)), g.T = int(qkv.dim(1)), g.C = int(qkv.dim(2) / 3), g.NH = NH, g.HS = g.C / NH;
+    g.B = int(qkv.dim(0)), g.T = int(qkv.dim(1)), g.C = C, g.NH = NH, g.HS = C / NH;
+    g.KC = int(qkv.dim(2) - C) / 2, g.kv_group = NH / (g.KC / g.HS);
     g.group = int(std::min<size_t>(size_t(NH), c.workspace_bytes / (size_t(g.T) * g.T * sizeof(float))));
     ANVIL_ASSERT(g.group > 0);
     return g;
 }
 
-// A batched product over `heads` heads: strides of HS between heads in the (B,T,3C)/(B,T,C) tensors and T*T
+// A batched product over `heads` heads: strides of HS between heads in the (B,T,W)/(B,T,C) tensors and T*T
 // between heads' (T,T) matrices.
 Gemm head_gemm(DType dt, int heads) {
     Gemm g;
-    g.a_type = g.b_type = dt;
-    g.d = dt;
+    g.a_type = g.b_type = g.d = dt;
     g.batch = heads;
     return g;
+}
+
+// The batched product, or, where cuBLASLt has no batched algorithm for its strides (a key/value head's
+// stride of 0 under grouped-query attention), one product per head.
+void heads_gemm(const Ctx& c, const Gemm& g) {
+    if (lt_gemm(c, g)) return;
+    ANVIL_CHECK(g.batch > 1, "cuBLASLt has no algorithm for a {}x{}x{} {} attention product", g.m, g.n, g.k,
+                dtype_name(g.a_type));
+    Gemm one = g;
+    one.batch = 1;
+    for (int i = 0; i < g.batch; i++) {
+        one.A = static_cast<const char*>(g.A) + size_t(i) * g.stride_a * dtype_size(g.a_type);
+        one.B = static_cast<const char*>(g.B) + size_t(i) * g.stride_b * dtype_size(g.b_type);
+        one.D = static_cast<char*>(g.D) + size_t(i) * g.stride_d * dtype_size(g.d);
+        lt_gemm_or_fail(c, one);
+    }
 }
 
 void softmax_rows(const Ctx& c, DType dt, void* P, const float* S, int rows, int Tn) {
@@ -97,89 +135,83 @@ bool attention_gemm_fits(const Ctx& c, const AttnDims& d) {
 }
 
 void attention_gemm_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const Geo g = geo(c, qkv, NH);
+    const Geo g = geo(c, qkv, int(out.dim(2)), NH);
     const DType dt = qkv.dtype;
     const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
-    const int64_t row3 = 3 * int64_t(g.C);
+    const int ld = int(g.ld());
     auto* S = static_cast<float*>(c.scratch(0, size_t(g.group) * TT * sizeof(float)));
-    const char* base = static_cast<const char*>(qkv.data);
     for (int b = 0; b < g.B; b++)
-        for (int h0 = 0; h0 < NH; h0 += g.group) {
-            const int heads = std::min(g.group, NH - h0);
-            const char* q = base + (size_t(b) * g.T * row3 + size_t(h0) * g.HS) * es;
-            const char* k = q + size_t(g.C) * es;
-            const char* v = q + 2 * size_t(g.C) * es;
+        for (int h0 = 0, heads; h0 < NH; h0 += heads) {
+            heads = g.heads_from(h0);
+            const auto [q, k, v] = g.pointers(qkv, b, h0);
             char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
             // S^T (Tk x Tq) = K . Q^T, scaled, in fp32
             Gemm s = head_gemm(dt, heads);
             s.d = DType::F32;
             s.m = g.T, s.n = g.T, s.k = g.HS;
-            s.A = k, s.ta = true, s.lda = int(row3), s.stride_a = g.HS;
-            s.B = q, s.ldb = int(row3), s.stride_b = g.HS;
+            s.A = k, s.ta = true, s.lda = ld, s.stride_a = g.kv_stride();
+            s.B = q, s.ldb = ld, s.stride_b = g.HS;
             s.D = S, s.ldd = g.T, s.stride_d = int64_t(TT);
             s.alpha = 1.0f / std::sqrt(float(g.HS));
-            lt_gemm_or_fail(c, s);
+            heads_gemm(c, s);
             softmax_rows(c, dt, P, S, heads * g.T, g.T);
             // O^T (HS x Tq) = V^T . P^T
             Gemm o = head_gemm(dt, heads);
             o.m = g.HS, o.n = g.T, o.k = g.T;
-            o.A = v, o.lda = int(row3), o.stride_a = g.HS;
+            o.A = v, o.lda = ld, o.stride_a = g.kv_stride();
             o.B = P, o.ldb = g.T, o.stride_b = int64_t(TT);
             o.D = static_cast<char*>(out.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
             o.ldd = g.C, o.stride_d = g.HS;
-            lt_gemm_or_fail(c, o);
+            heads_gemm(c, o);
         }
 }
 
 void attention_gemm_bwd(const Ctx& c, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved, int NH) {
-    const Geo g = geo(c, qkv, NH);
+    const Geo g = geo(c, qkv, int(dout.dim(2)), NH);
     const DType dt = qkv.dtype;
     const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
-    const int64_t row3 = 3 * int64_t(g.C);
+    const int ld = int(g.ld()), dld = int(g.dld());
     auto* dP = static_cast<float*>(c.scratch(0, size_t(g.group) * TT * sizeof(float)));
     for (int b = 0; b < g.B; b++)
-        for (int h0 = 0; h0 < NH; h0 += g.group) {
-            const int heads = std::min(g.group, NH - h0);
-            const size_t at3 = (size_t(b) * g.T * row3 + size_t(h0) * g.HS) * es;
-            const char* q = static_cast<const char*>(qkv.data) + at3;
-            const char* k = q + size_t(g.C) * es;
-            const char* v = q + 2 * size_t(g.C) * es;
-            char* dq = static_cast<char*>(dqkv.data) + at3;
+        for (int h0 = 0, heads; h0 < NH; h0 += heads) {
+            heads = g.heads_from(h0);
+            const auto [q, k, v] = g.pointers(qkv, b, h0);
+            char* dq = static_cast<char*>(dqkv.data) + (size_t(b) * g.T * dld + size_t(h0) * g.HS) * es;
             char* dk = dq + size_t(g.C) * es;
             char* dv = dq + 2 * size_t(g.C) * es;
             const char* dO = static_cast<const char*>(dout.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
             char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
-            // dV^T (HS x Tk) = dO^T . P
+            // dV^T (HS x Tk) = dO^T . P, each query head's share
             Gemm gv = head_gemm(dt, heads);
             gv.m = g.HS, gv.n = g.T, gv.k = g.T;
             gv.A = dO, gv.lda = g.C, gv.stride_a = g.HS;
             gv.B = P, gv.tb = true, gv.ldb = g.T, gv.stride_b = int64_t(TT);
-            gv.D = dv, gv.ldd = int(row3), gv.stride_d = g.HS;
-            lt_gemm_or_fail(c, gv);
+            gv.D = dv, gv.ldd = dld, gv.stride_d = g.HS;
+            heads_gemm(c, gv);
             // dP^T (Tk x Tq) = V . dO^T, in fp32
             Gemm gp = head_gemm(dt, heads);
             gp.d = DType::F32;
             gp.m = g.T, gp.n = g.T, gp.k = g.HS;
-            gp.A = v, gp.ta = true, gp.lda = int(row3), gp.stride_a = g.HS;
+            gp.A = v, gp.ta = true, gp.lda = ld, gp.stride_a = g.kv_stride();
             gp.B = dO, gp.ldb = g.C, gp.stride_b = g.HS;
             gp.D = dP, gp.ldd = g.T, gp.stride_d = int64_t(TT);
-            lt_gemm_or_fail(c, gp);
+            heads_gemm(c, gp);
             // P becomes dS (scaled by 1/sqrt(HS), the forward's scale)
             softmax_bwd_rows(c, dt, P, dP, heads * g.T, g.T, 1.0f / std::sqrt(float(g.HS)));
             // dQ^T (HS x Tq) = K^T . dS^T
             Gemm gq = head_gemm(dt, heads);
             gq.m = g.HS, gq.n = g.T, gq.k = g.T;
-            gq.A = k, gq.lda = int(row3), gq.stride_a = g.HS;
+            gq.A = k, gq.lda = ld, gq.stride_a = g.kv_stride();
             gq.B = P, gq.ldb = g.T, gq.stride_b = int64_t(TT);
-            gq.D = dq, gq.ldd = int(row3), gq.stride_d = g.HS;
-            lt_gemm_or_fail(c, gq);
-            // dK^T (HS x Tk) = Q^T . dS
+            gq.D = dq, gq.ldd = dld, gq.stride_d = g.HS;
+            heads_gemm(c, gq);
+            // dK^T (HS x Tk) = Q^T . dS, each query head's share
             Gemm gk = head_gemm(dt, heads);
             gk.m = g.HS, gk.n = g.T, gk.k = g.T;
-            gk.A = q, gk.lda = int(row3), gk.stride_a = g.HS;
+            gk.A = q, gk.lda = ld, gk.stride_a = g.HS;
             gk.B = P, gk.tb = true, gk.ldb = g.T, gk.stride_b = int64_t(TT);
-            gk.D = dk, gk.ldd = int(row3), gk.stride_d = g.HS;
-            lt_gemm_or_fail(c, gk);
+            gk.D = dk, gk.ldd = dld, gk.stride_d = g.HS;
+            heads_gemm(c, gk);
         }
 }
 

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
             warp * 16 * kPld;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int row0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest rows first
-    const size_t qstride = size_t(3) * g.C;
+    const size_t qstride = g.ld();
     load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS, vec);
     for (int i = lane; i < 16 * ldo; i += 32) Ow[i] = 0.0f;
     // lane: row r of the warp's 16, keys half*32 .. +31 of each tile (and columns half*D/2 .. of the output)
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kThreads)
     T *Pt = sm.h0, *dSt = sm.h1;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int k0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest walks first
-    const size_t qstride = size_t(3) * g.C;
+    const size_t qstride = g.ld();
     load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     FragC dk[D / 16], dv[D / 16];
@@ -303,9 +303,9 @@ __global__ void __launch_bounds__(kThreads)
     float* stage = reinterpret_cast<float*>(Qs) + warp * 16 * Sizes<D>::ldo;
     const int valid = min(16, g.T - warp_first);
     if (valid <= 0) return;
-    write_rows<T, D>(dqkv + g.v(b, warp_first, h), qstride, dv, stage, valid, g.HS);
+    write_rows<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, stage, valid, g.HS);
     __syncwarp();
-    write_rows<T, D>(dqkv + g.k(b, warp_first, h), qstride, dk, stage, valid, g.HS);
+    write_rows<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, stage, valid, g.HS);
 }
 
 // dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 and walks the key tiles up to
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(kThreads)
     T* dSw = sm.h0;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;
-    const size_t qstride = size_t(3) * g.C;
+    const size_t qstride = g.ld();
     load_tile<T, D>(Qs, qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
     load_tile<T, D>(dOs, dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
     sm.load_stats(lse, Drow, g, b, h, q0);
@@ -359,11 +359,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the K and V tiles' space becomes the warps' fp32 staging
     float* stage = reinterpret_cast<float*>(Ks) + warp * 16 * Sizes<D>::ldo;
     const int valid = min(16, g.T - (q0 + warp * 16));
-    if (valid > 0) write_rows<T, D>(dqkv + g.q(b, q0 + warp * 16, h), qstride, dq, stage, valid, g.HS);
+    if (valid > 0) write_rows<T, D>(dqkv + g.dq(b, q0 + warp * 16, h), g.dld(), dq, stage, valid, g.HS);
 }
 
-// 16-byte tile loads need every row start of what is loaded (qkv rows of 3C, dO rows of C, head offsets) on
-// 16 bytes: head sizes that are whole packs and aligned bases.
+// 16-byte tile loads need every row start of what is loaded (qkv rows of C + 2 KC, dO rows of C, head
+// offsets, all multiples of HS) on 16 bytes: head sizes that are whole packs and aligned bases.
 bool rows_aligned(const AttnGeom& g, const void* p) {
     return g.HS % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

@@ -337,8 +337,7 @@ size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
 }
 
 void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const AttnShape s = check_attention(qkv, NH);
-    expect_shape(out, {s.B, s.T, s.C}, "attention out");
+    const AttnShape s = check_attention(qkv, out, NH);
     const AttnDims d{s.B, s.T, NH, s.C / NH};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, out, saved, qkv, NH);
     ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
@@ -347,9 +346,9 @@ void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
 
 void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
                                 Tensor saved, int NH) {
-    const AttnShape s = check_attention(qkv, NH);
+    const AttnShape s = check_attention(qkv, dout, NH);
     expect_shape(dqkv, {s.B, s.T, 3 * s.C}, "attention dqkv");
-    expect_shape(dout, {s.B, s.T, s.C}, "attention dout");
+    expect_shape(out, {s.B, s.T, s.C}, "attention out");
     const AttnDims d{s.B, s.T, NH, s.C / NH};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, dqkv, dout, qkv, saved, NH);
     ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
