@@ -310,8 +310,6 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
     s.vocab_real = m.tok->vocab_size();
     r.stop = stop_strings(j);
     field(j, "stream", r.stream, is_bool, "a boolean");
-    if (r.stream && r.echo)
-        bad("echo", "'echo' with 'stream': this server echoes the prompt only in whole responses");
     if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
         if (!it->is_object()) bad("stream_options", "'stream_options' must be an object");
         field(*it, "include_usage", r.include_usage, is_bool, "a boolean");

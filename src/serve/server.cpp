@@ -303,10 +303,15 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
                     out += sse(stream_chunk(h, "", nullptr, true));
                     st->first[i] = false;
                 }
-                const std::string delta = f.next(wait);
+                std::string delta = f.next(wait);
+                const bool fresh = f.logprobs.size() > f.fresh;
+                // echo: the prompt (its text, its tokens' values) leads the choice's first chunk, sent once
+                // the prompt is scored (the first token, or the end when max_tokens is 0)
+                const bool echo =
+                    r.echo && st->first[i] && (!delta.empty() || fresh || f.finish != Finish::None);
+                if (echo) delta = model.tok->decode(r.prompts[i]) + delta;
                 // the values of the tokens that came with this delta (their text may be held back)
-                const nlohmann::json lp =
-                    f.logprobs.size() > f.fresh ? logprobs(r, f, i, f.fresh, false) : nlohmann::json();
+                const nlohmann::json lp = fresh || echo ? logprobs(r, f, i, f.fresh, echo) : nlohmann::json();
                 if (!delta.empty() || !lp.is_null()) {
                     out += sse(stream_chunk(h, delta, nullptr, st->first[i], lp, index));
                     st->first[i] = false;

@@ -120,6 +120,15 @@ def main():
             if not all(near(max(lp["top_logprobs"][k].values()), float(want[k - 1].max())) for k in range(1, len(ids))):
                 failures.append("lm-eval request: the top of a position's top_logprobs is not torch's likeliest")
 
+            # echo streamed with max_tokens 0: one event holds the scored prompt, then the end
+            st, events, _ = srv.stream("/v1/completions", {"prompt": [ids], "echo": True, "logprobs": 1,
+                                                           "max_tokens": 0})
+            chunks = [e["choices"][0] for e in events if e["choices"]]
+            got = [v for c in chunks if c["logprobs"] for v in c["logprobs"]["token_logprobs"]]
+            if st != 200 or len(got) != len(ids) or chunks[-1]["finish_reason"] != "length" or \
+                    not all(near(got[k], float(want[k - 1, ids[k]])) for k in range(1, len(ids))):
+                failures.append(f"echo streamed, max_tokens 0: HTTP {st}, {len(got)} values for {len(ids)} tokens")
+
             # lm-eval with batch_size > 1: several prompts of ids in one request, a choice each
             batch = [prompt(12), prompt(25), prompt(7)]
             st, r = srv.post("/v1/completions", {"prompt": batch, "echo": True, "logprobs": 1, "max_tokens": 0})
@@ -163,6 +172,19 @@ def main():
                             for v in e["choices"][0]["logprobs"]["token_logprobs"]]
                 if streamed != lp["token_logprobs"]:
                     failures.append(f"streamed values {streamed} differ from the whole response's")
+                # echo streamed: the first event leads with the prompt's text and values
+                echo = dict(body, echo=True)
+                st, r = srv.post("/v1/completions", echo)
+                st2, events, _ = srv.stream("/v1/completions", echo)
+                chunks = [e["choices"][0] for e in events if e["choices"]]
+                text = "".join(c["text"] for c in chunks)
+                streamed = [v for c in chunks if c["logprobs"] for v in c["logprobs"]["token_logprobs"]]
+                whole = r["choices"][0]
+                if st != 200 or st2 != 200 or text != whole["text"] or \
+                        streamed != whole["logprobs"]["token_logprobs"] or len(streamed) != len(ids) + len(gen) or \
+                        chunks[0]["logprobs"]["text_offset"][:len(ids)] != whole["logprobs"]["text_offset"][:len(ids)]:
+                    failures.append(f"echo streamed {extra}: HTTP {st2}, {len(streamed)} values, text "
+                                    f"{text[:60]!r} against {whole['text'][:60]!r}")
 
             # chat: top_logprobs and bytes; at temperature 0 each token is the first of its top_logprobs
             body = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 2,

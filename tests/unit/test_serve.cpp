@@ -641,7 +641,7 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, R"({"prompt":"a","min_p":1.5})", 400, "min_p"},
         {C, R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
         {C, R"({"prompt":"a","logprobs":true})", 400, "logprobs"},
-        {C, R"({"prompt":"a","echo":true,"logprobs":1,"stream":true})", 400, "echo"},
+        {C, R"({"prompt":"a","echo":"yes"})", 400, "echo"},
         {C, R"({"prompt":"a","top_logprobs":2})", 400, "top_logprobs"},
         {C, R"({"prompt":[[1,2],[]]})", 400, "prompt"},
         {C, R"({"prompt":["a",5]})", 400, "prompt"},
