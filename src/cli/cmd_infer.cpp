@@ -94,8 +94,7 @@ Command add_eval(CLI::App& app) {
             }
         }
         if (!items.empty()) {
-            const int n =
-                o->choices_limit > 0 ? std::min(o->choices_limit, int(items.size())) : int(items.size());
+            const int n = choice_items(items, o->choices_limit);
             int endings = 0;
             for (int i = 0; i < n; i++) endings += int(items[size_t(i)].endings.size());
             Progress bar("multiple choice", endings, std::max(1, endings / 20), "endings");

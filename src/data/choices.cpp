@@ -1,11 +1,11 @@
 #include "data/choices.h"
 
 #include <cctype>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/fs.h"
 
 namespace anvil {
 
@@ -77,15 +77,11 @@ bool is_space(char c) {
 }  // namespace
 
 std::vector<ChoiceItem> read_choice_items(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    ANVIL_CHECK(in, "{}: cannot open the multiple-choice file", path);
     std::vector<ChoiceItem> items;
-    std::string line;
-    for (size_t lineno = 1; std::getline(in, line); lineno++) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        items.push_back(parse_item(line, path + ":" + std::to_string(lineno)));
-    }
+    read_lines(path, [&](const std::string& line, size_t lineno) {
+        if (line.find_first_not_of(" \t") != std::string::npos)
+            items.push_back(parse_item(line, path + ":" + std::to_string(lineno)));
+    });
     ANVIL_CHECK(!items.empty(),
                 "{}: no multiple-choice items (one JSON object per line: ctx, endings, label)", path);
     return items;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/utf8.h"
+#include "io/fs.h"
 
 namespace anvil {
 
@@ -61,21 +62,6 @@ void fill_from_fields(RawRecord& r, const std::function<const std::string*(const
     if (t->find_first_not_of(" \t\r\n") == std::string::npos) return reject(r, "empty_text", "empty text");
     if (!utf8::valid(*t)) return reject(r, "invalid_utf8", "invalid UTF-8 in the text");
     r.text = *t;
-}
-
-// Reads a file in pieces of up to `chunk` bytes through `f(data, n)`; throws on read errors.
-template <typename F>
-void read_lines(const std::string& path, F&& f) {
-    std::ifstream in(path, std::ios::binary);
-    ANVIL_CHECK(in.good(), "{}: cannot open ({})", path, std::strerror(errno));
-    std::string line;
-    size_t lineno = 0;
-    while (std::getline(in, line)) {
-        lineno++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        f(line, lineno);
-    }
-    ANVIL_CHECK(!in.bad(), "{}: read error", path);
 }
 
 void read_jsonl(const std::string& path, const RecordOptions& o, const std::function<void(RawRecord&)>& f,

@@ -59,16 +59,35 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     f.commit();
 }
 
-std::string read_file(const std::string& path) {
+namespace {
+
+std::ifstream open_file(const std::string& path) {
     std::error_code ec;
     ANVIL_CHECK(fsys::exists(path, ec), "{}: no such file", path);
     ANVIL_CHECK(!fsys::is_directory(path, ec), "{}: is a directory, expected a file", path);
     std::ifstream f(path, std::ios::binary);
     ANVIL_CHECK(f.good(), "{}: cannot open ({})", path, std::strerror(errno));
+    return f;
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path) {
+    std::ifstream f = open_file(path);
     std::ostringstream ss;
     ss << f.rdbuf();
     ANVIL_CHECK(!f.bad(), "{}: read error", path);
     return ss.str();
+}
+
+void read_lines(const std::string& path, const std::function<void(const std::string&, size_t)>& f) {
+    std::ifstream in = open_file(path);
+    std::string line;
+    for (size_t lineno = 1; std::getline(in, line); lineno++) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        f(line, lineno);
+    }
+    ANVIL_CHECK(!in.bad(), "{}: read error", path);
 }
 
 bool file_exists(const std::string& path) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,9 @@ private:
 };
 // Reads a whole file; errors name the path and say what is wrong.
 std::string read_file(const std::string& path);
+// Reads a file a line at a time: f(line, lineno), lines numbered from 1 without their "\n" or "\r\n"; the
+// same errors as read_file.
+void read_lines(const std::string& path, const std::function<void(const std::string&, size_t)>& f);
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
 void make_dirs(const std::string& path);

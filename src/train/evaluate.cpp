@@ -155,12 +155,16 @@ void score_rows(Model& model, int pad, const std::vector<ScoredRow>& rows, size_
 
 }  // namespace
 
+int choice_items(const std::vector<ChoiceItem>& items, int max_items) {
+    return max_items > 0 && max_items < int(items.size()) ? max_items : int(items.size());
+}
+
 ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
                              int max_items, Comm* comm, const std::function<void(int)>& progress) {
     const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
     const int Bm = model.max_B();
     ANVIL_ASSERT(Bm > 0 && model.max_T() > 0);
-    const int n = max_items > 0 && max_items < int(items.size()) ? max_items : int(items.size());
+    const int n = choice_items(items, max_items);
     ChoiceResult r;
     std::vector<ScoredRow> rows;  // every ending of this rank's items
     for (int i = rank; i < n; i += W) {

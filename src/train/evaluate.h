@@ -76,5 +76,7 @@ struct ChoiceResult {
 ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
                              int max_items, Comm* comm = nullptr,
                              const std::function<void(int)>& progress = {});
+// How many items multiple_choice scores: the first max_items (0 = all).
+int choice_items(const std::vector<ChoiceItem>& items, int max_items);
 
 }  // namespace anvil
