@@ -194,6 +194,12 @@ public:
     // never stored. Only the first `vocab_real` columns are real tokens; padded columns get
     // probability 0 and gradient 0.
     virtual void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) = 0;
+    // Log-probabilities of rows of logits (N,Vp) over their first V columns (backend/logprobs.h is the spec):
+    // lp (N) f32 = log_softmax(row)[target], targets (N) i32 in [0, V); top_ids (N,K) i32 and top_lp (N,K)
+    // f32 the K likeliest ids and theirs, most likely first, ties to the lower id (K = 0: both empty). For a
+    // server's scored prompt rows: N * (2K + 1) values come back instead of N * V.
+    virtual void token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                                int V) = 0;
 
     // out (1) f32 = sum of squares of every element of every tensor in `grads`.
     virtual void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) = 0;

@@ -261,4 +261,18 @@ ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tenso
     return d;
 }
 
+LogprobDims check_token_logprobs(const Tensor& lp, const Tensor& top_ids, const Tensor& top_lp,
+                                 const Tensor& logits, const Tensor& targets, int V) {
+    const int N = int(rows(logits)), Vp = int(cols(logits));
+    ANVIL_CHECK(
+        lp.numel() == N && lp.dtype == DType::F32 && targets.numel() == N && targets.dtype == DType::I32,
+        "token_logprobs: lp {} targets {} for {} rows", lp.shape.str(), targets.shape.str(), N);
+    const int64_t K = N > 0 ? top_ids.numel() / N : 0;
+    ANVIL_CHECK(top_ids.numel() == N * K && top_lp.numel() == N * K && top_ids.dtype == DType::I32 &&
+                    top_lp.dtype == DType::F32 && V > 0 && V <= Vp && K <= V,
+                "token_logprobs: top {} and {} for {} rows of {} logits, vocabulary {}", top_ids.shape.str(),
+                top_lp.shape.str(), N, Vp, V);
+    return {N, Vp, int(K)};
+}
+
 }  // namespace anvil

@@ -92,5 +92,10 @@ struct ClsDims {
     int N, Vp;
 };
 ClsDims check_classifier(const Tensor& losses, const Tensor& logits, const Tensor& targets, int vocab_real);
+struct LogprobDims {
+    int N, Vp, K;
+};
+LogprobDims check_token_logprobs(const Tensor& lp, const Tensor& top_ids, const Tensor& top_lp,
+                                 const Tensor& logits, const Tensor& targets, int V);
 
 }  // namespace anvil

@@ -166,6 +166,10 @@ public:
         timed("classifier", lg.nbytes() * (d != 0.0f ? 2 : 1) + l.nbytes() + t.nbytes(),
               [&] { in_.classifier(l, lg, t, d, v); });
     }
+    void token_logprobs(Tensor lp, Tensor ids, Tensor top, Tensor lg, Tensor t, int v) override {
+        timed("token_logprobs", lg.nbytes() + lp.nbytes() + ids.nbytes() + top.nbytes() + t.nbytes(),
+              [&] { in_.token_logprobs(lp, ids, top, lg, t, v); });
+    }
     void global_norm_sq(Tensor o, const std::vector<Tensor>& g) override {
         timed("global_norm", total_bytes(g), [&] { in_.global_norm_sq(o, g); });
     }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/logprobs.h"
+
 namespace anvil {
 
 TokenCounts::TokenCounts(const std::vector<int32_t>& prompt, const SampleOptions& opt)
@@ -45,24 +47,13 @@ int32_t TokenCounts::sample(std::vector<float>& logits, Rng& rng) {
 }
 
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top) {
-    ANVIL_CHECK(token >= 0 && size_t(token) < logits.size(), "logprob of token {} among {}", token,
-                logits.size());
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (const float x : logits) sum += std::exp(double(x) - double(mx));
-    const double lse = double(mx) + std::log(sum);
     TokenLogprob r;
     r.token = token;
-    r.logprob = float(double(logits[size_t(token)]) - lse);
-    const size_t k = std::min(size_t(std::max(top, 0)), logits.size());
-    if (k == 0) return r;
-    std::vector<int32_t> ids(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    const auto before = [&](int32_t a, int32_t b) {
-        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    };
-    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), before);
-    for (size_t i = 0; i < k; i++) r.top.emplace_back(ids[i], float(double(logits[size_t(ids[i])]) - lse));
+    const int k = int(std::min(size_t(std::max(top, 0)), logits.size()));
+    std::vector<int32_t> ids(size_t(k) + 1);
+    std::vector<float> lps(size_t(k) + 1);
+    logprob_row(logits, token, k, &r.logprob, ids.data(), lps.data());
+    for (int i = 0; i < k; i++) r.top.emplace_back(ids[size_t(i)], lps[size_t(i)]);
     return r;
 }
 

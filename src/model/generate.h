@@ -75,7 +75,8 @@ struct TokenLogprob {
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
 // The log-probabilities a request asks for (OpenAI's logprobs and top_logprobs, and echo's of the prompt).
 struct LogprobRequest {
-    int top = -1;         // each sampled token's, with the `top` likeliest beside it; -1: none
+    static constexpr int kMaxTop = 20;  // OpenAI's most
+    int top = -1;  // each sampled token's, with the `top` likeliest beside it (up to kMaxTop); -1: none
     bool prompt = false;  // every prompt token's after the first (the server then computes its positions
                           // instead of taking them from the prefix cache)
 };

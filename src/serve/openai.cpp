@@ -93,7 +93,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
 // Completions' logprobs (an integer: how many likeliest tokens beside each) and echo; chat's logprobs (a
 // boolean) and top_logprobs.
 void logprob_fields(const json& j, Endpoint endpoint, GenerationRequest& r) {
-    constexpr int kMaxTop = 20;
+    constexpr int kMaxTop = LogprobRequest::kMaxTop;
     field(j, "return_tokens_as_token_ids", r.token_ids, is_bool, "a boolean");
     const auto top_in_range = [&](const char* name, int64_t v) {
         if (v < 0 || v > kMaxTop)

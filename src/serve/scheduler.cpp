@@ -85,8 +85,10 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
     // a pass's rows: every slot decoding, and the prompt pieces that start within a chunk's budget, the last
     // one whole
-    acts_ =
-        model.make_activations(o.slots + (o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_), 1, ActMode::Decode);
+    max_rows_ = o.slots + (o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_);
+    acts_ = model.make_activations(max_rows_, 1, ActMode::Decode);
+    // per row: a target id and its log-probability, the likeliest ids and theirs
+    scores_ = model.backend().alloc(size_t(max_rows_) * (2 + 2 * LogprobRequest::kMaxTop) * 4);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
 
@@ -96,6 +98,8 @@ std::shared_ptr<Sequence> Scheduler::submit(std::vector<int32_t> prompt, const S
                                             const LogprobRequest& lp) {
     ANVIL_CHECK(!prompt.empty() && int(prompt.size()) < model_.config().n_ctx,
                 "scheduler: a prompt of {} tokens for a context of {}", prompt.size(), model_.config().n_ctx);
+    ANVIL_CHECK(lp.top <= LogprobRequest::kMaxTop, "scheduler: {} top log-probabilities asked, at most {}",
+                lp.top, LogprobRequest::kMaxTop);
     auto s = std::make_shared<Sequence>(std::move(prompt), opt, lp);
     {
         std::lock_guard<std::mutex> lk(m_);
@@ -325,6 +329,14 @@ struct Scheduler::PassRows {
         moved;  // (index in running_, its prompt positions in the cache after)
 };
 
+// A pass's scored rows, computed on the device: row k's log-probability of the prompt token after its
+// position (lp[k]) and the K likeliest (ids and values at k K ..). Empty when no row of the pass scores.
+struct Scheduler::Scores {
+    int K = 0;
+    std::vector<float> lp, top_lp;
+    std::vector<int32_t> ids;
+};
+
 // A row for every sequence whose prompt is in the cache (it has sampled a token): that token, at its next
 // position.
 void Scheduler::add_decode_rows(PassRows& r) const {
@@ -397,8 +409,18 @@ bool Scheduler::pass(bool decode) {
         be.upload(acts_->get("tokens", B, 1), r.tok.data());
         model_.forward(*acts_,
                        rows_pass(B, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
-        std::vector<float> all;
-        if (n > 0) all = be.download_f32(acts_->get("logits", n, 1));
+        const Tensor logits = acts_->get("logits", n, 1);
+        const size_t V = n > 0 ? size_t(logits.numel() / n) : 0;
+        // the rows that sample come back whole, a run of them at a time; the scored ones as a few values each
+        std::vector<float> all(size_t(n) * V);
+        for (int k0 = 0, k1; k0 < n; k0 = k1 + 1) {
+            for (k1 = k0; k1 < n && r.uses[size_t(k1)].score < 0; k1++) {
+            }
+            if (k1 == k0) continue;
+            const std::vector<float> run = be.download_f32(logits.range(size_t(k0) * V, size_t(k1 - k0) * V));
+            std::copy(run.begin(), run.end(), all.begin() + std::ptrdiff_t(size_t(k0) * V));
+        }
+        const Scores scores = score_rows(r, logits);
         if (observer_) observer_->on_pass(int(r.n_decode), B - int(r.n_decode));
         for (size_t k = 0; k < r.n_decode; k++) {
             Sequence& s = *running_[r.uses[k].seq];
@@ -410,16 +432,15 @@ bool Scheduler::pass(bool decode) {
             running_[i]->pos_ = at;
             publish_pages(*running_[i]);
         }
-        const size_t V = n > 0 ? all.size() / size_t(n) : 0;
-        std::vector<float> logits;
+        std::vector<float> row;
         for (size_t k = 0; k < r.uses.size(); k++) {
             const PassRows::Use u = r.uses[k];
             if (u.score >= 0) {
-                score_prompt(*running_[u.seq], u.score, std::span<const float>(all).subspan(k * V, V));
+                score_prompt(*running_[u.seq], u.score, scores, k);
                 continue;
             }
-            logits.assign(all.begin() + std::ptrdiff_t(k * V), all.begin() + std::ptrdiff_t((k + 1) * V));
-            const Finish fin = sample_into(*running_[u.seq], logits);
+            row.assign(all.begin() + std::ptrdiff_t(k * V), all.begin() + std::ptrdiff_t((k + 1) * V));
+            const Finish fin = sample_into(*running_[u.seq], row);
             if (fin != Finish::None) ended.emplace_back(u.seq, fin);
         }
     } catch (const std::exception& e) {  // every sequence of the pass ends with the error
@@ -464,13 +485,52 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     return fin;
 }
 
-// The log-probability of prompt token pos + 1, from position pos's logits (V). Positions come in order, each
+Scheduler::Scores Scheduler::score_rows(const PassRows& r, Tensor logits) {
+    Scores sc;
+    const int n = int(r.uses.size()), Vp = n > 0 ? int(logits.numel() / n) : 0;
+    std::vector<int32_t> targets(size_t(n), 0);  // 0 for the rows that sample (their values are not read)
+    int V = 0;
+    for (size_t k = 0; k < r.uses.size(); k++) {
+        if (r.uses[k].score < 0) continue;
+        const Sequence& s = *running_[r.uses[k].seq];
+        targets[k] = s.prompt_[size_t(r.uses[k].score) + 1];
+        sc.K = std::max(sc.K, s.lp_.top);
+        const int vr = s.opt_.vocab_real > 0 && s.opt_.vocab_real < Vp ? s.opt_.vocab_real : Vp;
+        ANVIL_CHECK(V == 0 || V == vr, "scheduler: rows of one pass score over {} and {} tokens", V, vr);
+        V = vr;
+    }
+    if (V == 0) return sc;
+    Backend& be = model_.backend();
+    const auto part = [&](size_t at, Shape shape, DType dt) {  // of scores_, at `at` elements of 4 bytes
+        Tensor t;
+        t.data = static_cast<char*>(scores_.data()) + at * 4;
+        t.shape = shape;
+        t.dtype = dt;
+        t.device = be.device();
+        return t;
+    };
+    const size_t N = size_t(n), K = size_t(sc.K);
+    const Tensor tg = part(0, {n}, DType::I32), lp = part(N, {n}, DType::F32),
+                 ids = part(2 * N, {n, sc.K}, DType::I32), top = part(2 * N + N * K, {n, sc.K}, DType::F32);
+    be.upload(tg, targets.data());
+    be.token_logprobs(lp, ids, top, logits, tg, V);
+    sc.lp = be.download_f32(lp);
+    sc.top_lp = be.download_f32(top);
+    sc.ids.resize(N * K);
+    if (K > 0) be.download(sc.ids.data(), ids);
+    return sc;
+}
+
+// Prompt token pos + 1's log-probability, from position pos's row of the pass. Positions come in order, each
 // once: a pass adds rows from scored() on.
-void Scheduler::score_prompt(Sequence& s, int pos, std::span<const float> logits) {
+void Scheduler::score_prompt(Sequence& s, int pos, const Scores& sc, size_t row) {
     ANVIL_CHECK(size_t(pos) == s.scored(), "scheduler: prompt position {} scored after {}", pos, s.scored());
-    const int vr = s.opt_.vocab_real;
-    if (vr > 0 && size_t(vr) < logits.size()) logits = logits.first(size_t(vr));
-    TokenLogprob lp = token_logprob(logits, s.prompt_[size_t(pos) + 1], std::max(s.lp_.top, 0));
+    TokenLogprob lp;
+    lp.token = s.prompt_[size_t(pos) + 1];
+    lp.logprob = sc.lp[row];
+    for (int i = 0; i < std::max(s.lp_.top, 0); i++)
+        lp.top.emplace_back(sc.ids[row * size_t(sc.K) + size_t(i)],
+                            sc.top_lp[row * size_t(sc.K) + size_t(i)]);
     {
         std::lock_guard<std::mutex> lk(s.m_);
         s.prompt_lp_.push_back(std::move(lp));

@@ -171,7 +171,9 @@ private:
     void add_decode_rows(PassRows& r) const;
     void add_prompt_pieces(PassRows& r) const;
     Finish sample_into(Sequence& s, std::vector<float>& logits);
-    void score_prompt(Sequence& s, int pos, std::span<const float> logits);
+    struct Scores;
+    Scores score_rows(const PassRows& r, Tensor logits);
+    void score_prompt(Sequence& s, int pos, const Scores& sc, size_t row);
     void retire(size_t i, Finish f, std::string error = {});
 
     Model& model_;
@@ -181,6 +183,8 @@ private:
     size_t cache_bytes_ = 0;
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
+    int max_rows_ = 0;                   // of a pass
+    Buffer scores_;  // a pass's scored rows on the device: targets, log-probabilities, the likeliest
     int pages_to_admit(const Sequence& s) const;
     int pages_to_match(const Sequence& s) const;
     std::vector<int> free_slots_;

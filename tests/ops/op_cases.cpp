@@ -789,6 +789,40 @@ OpCase embedding_rows_add_case(const OpSizes& s) {
     return c;
 }
 
+// A server's log-probabilities of rows of logits: the target's and the K likeliest (ties to the lower id,
+// which bf16's and f16's rounding makes common), from a reference that sorts every id.
+OpCase token_logprobs_case(int N, int V, int Vp, int K) {
+    OpCase c;
+    c.name = fmt::format("token_logprobs N={} V={} (padded to {}) top {}", N, V, Vp, K);
+    Arg top_ids = out("top_ids", {N, K}, false);
+    top_ids.ints = true;
+    c.args = {in("logits", {N, Vp}, 3.0f, false), ids("targets", {N}, 0, V), f32(out("lp", {N}, false)),
+              top_ids, f32(out("top_lp", {N, K}, false))};
+    c.forward = [V](Backend& be, const Args& a) {
+        be.token_logprobs(a["lp"], a["top_ids"], a["top_lp"], a["logits"], a["targets"], V);
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec lp(static_cast<size_t>(N)), ids(size_t(N) * K), top(size_t(N) * K);
+        for (int n = 0; n < N; n++) {
+            const float* row = &h.at("logits")[size_t(n) * Vp];
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j < V; j++) mx = std::max(mx, double(row[j]));
+            for (int j = 0; j < V; j++) sum += std::exp(row[j] - mx);
+            const double lse = mx + std::log(sum);
+            lp[size_t(n)] = float(row[int(h.at("targets")[size_t(n)])] - lse);
+            std::vector<int> order(static_cast<size_t>(V));
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+            for (int k = 0; k < K; k++) {
+                ids[size_t(n) * K + k] = float(order[size_t(k)]);
+                top[size_t(n) * K + k] = float(row[order[size_t(k)]] - lse);
+            }
+        }
+        want["lp"] = lp, want["top_ids"] = ids, want["top_lp"] = top;
+    };
+    return c;
+}
+
 OpCase classifier(const OpSizes& s) {
     OpCase c;
     const int N = s.B * s.T, V = s.V, Vp = s.Vp;
@@ -953,6 +987,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         qkv_pack_case(s, s.NH, s.NH / 2, false),
         qkv_pack_case(s, s.NH, s.NH, true),
         classifier(s),
+        token_logprobs_case(std::min(s.B * s.T, 1024), s.V, s.Vp, 5),
+        token_logprobs_case(3, s.V, s.Vp, 0),
         global_norm(s),
         adamw(s),
         convert(s),
@@ -966,6 +1002,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_gqa(1, 130, 4, 1, 64));  // one key/value head for four: tensor-core tiles
         t.push_back(attention_gqa(2, 40, 6, 2, 20));   // groups of three, rows not whole 16-byte packs
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
+        t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
     }
     return t;
 }

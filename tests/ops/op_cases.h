@@ -36,13 +36,14 @@ struct Arg {
     int int_min = 0, int_max = 0;
     std::vector<int> fixed_ints;   // Int: these values instead of random ones (a page table)
     DType int_dtype = DType::I32;  // Int: I32 (ids) or I8 (int8 weights)
-    bool f32 = false;          // f32 whatever dtype is under test (statistics, losses, the norm, ids)
-    bool diff = false;         // In: checked against finite differences (its GradIn is "d" + name)
-    bool accumulates = false;  // GradIn: the op adds into it; it starts from random values
-    bool loss = true;          // Out: part of the objective sum(out * seed); "d" + name holds the seed
-    float seed_const = 0.0f;   // Out: the seed is this constant (0: random), for ops that take one scalar
-    bool positive = false;     // In/InOut: |N(offset, scale)| (second moments)
-    bool compare = true;       // compared across backends (not: backend-defined scratch)
+    bool f32 = false;              // f32 whatever dtype is under test (statistics, losses, the norm, ids)
+    bool ints = false;             // Out: i32 values (token ids), compared exactly
+    bool diff = false;             // In: checked against finite differences (its GradIn is "d" + name)
+    bool accumulates = false;      // GradIn: the op adds into it; it starts from random values
+    bool loss = true;              // Out: part of the objective sum(out * seed); "d" + name holds the seed
+    float seed_const = 0.0f;       // Out: the seed is this constant (0: random), for ops that take one scalar
+    bool positive = false;         // In/InOut: |N(offset, scale)| (second moments)
+    bool compare = true;           // compared across backends (not: backend-defined scratch)
     // The shape depends on the backend (attention's saved statistics and scratch): elements from this.
     std::function<int64_t(const Backend&)> elems;
 };

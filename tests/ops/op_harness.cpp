@@ -55,6 +55,11 @@ std::vector<float> get(Backend& be, const Tensor& t) {
     std::vector<uint8_t> raw(t.nbytes());
     be.download(raw.data(), t);
     std::vector<float> out(size_t(t.numel()));
+    if (t.dtype == DType::I32) {
+        const auto* v = reinterpret_cast<const int32_t*>(raw.data());
+        for (size_t i = 0; i < out.size(); i++) out[i] = float(v[i]);
+        return out;
+    }
     convert_to_f32(out.data(), raw.data(), t.dtype, out.size());
     return out;
 }
@@ -83,7 +88,7 @@ struct Run {
             return keep.back().t;
         };
         for (const Arg& a : c.args) {
-            const DType t = a.role == Role::Int ? a.int_dtype : (a.f32 ? DType::F32 : dt);
+            const DType t = a.role == Role::Int || a.ints ? a.int_dtype : (a.f32 ? DType::F32 : dt);
             const Tensor x = add(a.name, shape_on(a, be), t);
             const bool filled = a.role == Role::In || a.role == Role::Int || a.role == Role::InOut ||
                                 (a.role == Role::GradIn && a.accumulates);
@@ -204,9 +209,8 @@ std::string compare_backends(const OpCase& c, Backend& cpu, Backend& gpu, DType 
             if (a.role == Role::In || a.role == Role::Int || !a.compare) continue;
             const Tensor t = got.args[a.name];
             if (pass == 0) {
-                const Tol tol = tol_for(a.f32 ? DType::F32 : dt);
-                err += failure(close(get(gpu, t), get(cpu, ref.args[a.name]), tol,
-                                     where + a.name));
+                const Tol tol = a.ints ? Tol{0.0, 0.0} : tol_for(a.f32 ? DType::F32 : dt);
+                err += failure(close(get(gpu, t), get(cpu, ref.args[a.name]), tol, where + a.name));
                 first.push_back(bytes_of(gpu, t));
             } else if (first[k] != bytes_of(gpu, t)) {
                 err += where + a.name + " differs between two identical runs\n";

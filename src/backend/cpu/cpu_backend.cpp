@@ -13,6 +13,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/dropout_mask.h"
+#include "backend/logprobs.h"
 #include "backend/op_checks.h"
 #include "core/fp8.h"
 #include "backend/cpu/host_info.h"
@@ -331,7 +332,22 @@ void CpuBackend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
     const uint32_t threshold = dropout_threshold(p);
     const float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) o[i] = dropout_keep(seed, uint64_t(i), threshold) ? x[i] * keep_scale : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = dropout_keep(seed, uint64_t(i), threshold) ? x[i] * keep_scale : 0.0f;
+}
+
+void CpuBackend::token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                                int V) {
+    const auto [N, Vp, K] = check_token_logprobs(lp, top_ids, top_lp, logits, targets, V);
+    const int32_t* tg = static_cast<const int32_t*>(targets.data);
+    auto* ids = static_cast<int32_t*>(top_ids.data);
+    for (int n = 0; n < N; n++)
+        ANVIL_CHECK(tg[n] >= 0 && tg[n] < V,
+                    "token_logprobs: target id {} at row {} is outside the vocabulary of {}", tg[n], n, V);
+#pragma omp parallel for schedule(dynamic)
+    for (int n = 0; n < N; n++)
+        logprob_row({logits.f32() + size_t(n) * Vp, size_t(V)}, tg[n], K, lp.f32() + n, ids + size_t(n) * K,
+                    top_lp.f32() + size_t(n) * K);
 }
 
 void CpuBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {

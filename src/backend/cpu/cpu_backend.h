@@ -67,6 +67,8 @@ public:
     void scale(Tensor x, float s) override;
     void dropout(Tensor out, Tensor in, float p, uint64_t seed) override;
     void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) override;
+    void token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                        int V) override;
     void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) override;
     void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) override;
 

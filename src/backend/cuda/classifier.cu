@@ -1,12 +1,33 @@
 // Fused softmax + cross-entropy: one block per row finds the row's max and log-sum-exp in one online pass,
 // writes the loss, and, when a gradient is wanted, overwrites the logits with dloss * (softmax - onehot).
-// The probabilities are never stored.
+// The probabilities are never stored. The same row pass gives a server its log-probabilities
+// (token_logprobs).
+#include <climits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
 namespace anvil::cuda {
 
 namespace {
+
+// The log-sum-exp of a row's first V values, in one online pass of the block (every thread gets it).
+template <typename T>
+__device__ float row_lse(const T* x, int V, float* red) {
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float v = to_f(x[j]);
+        if (v > m) {
+            s = s * __expf(m - v) + 1.0f;
+            m = v;
+        } else {
+            s += __expf(v - m);
+        }
+    }
+    const float M = block_max(m, red);
+    s = m == -INFINITY ? 0.0f : s * __expf(m - M);
+    return M + logf(block_sum(s, red));
+}
 
 template <typename T>
 __global__ void classifier_kernel(float* losses, T* logits, const int32_t* targets, float dloss, int Vp, int V) {
@@ -20,19 +41,7 @@ __global__ void classifier_kernel(float* losses, T* logits, const int32_t* targe
             for (int j = tid; j < Vp; j += nt) x[j] = from_f<T>(0.0f);
         return;
     }
-    float m = -INFINITY, s = 0.0f;
-    for (int j = tid; j < V; j += nt) {
-        const float v = to_f(x[j]);
-        if (v > m) {
-            s = s * __expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            s += __expf(v - m);
-        }
-    }
-    const float M = block_max(m, red);
-    s = m == -INFINITY ? 0.0f : s * __expf(m - M);
-    const float lse = M + logf(block_sum(s, red));
+    const float lse = row_lse(x, V, red);
     const float target_logit = to_f(x[tgt]);
     __syncthreads();  // every thread has read x[tgt] before anyone overwrites it
     if (tid == 0) losses[row] = lse - target_logit;
@@ -44,7 +53,74 @@ __global__ void classifier_kernel(float* losses, T* logits, const int32_t* targe
         }
 }
 
+// Whether (v, i) comes before (w, j) among a row's tokens: the larger value first, ties to the lower id.
+__device__ __forceinline__ bool before(float v, int i, float w, int j) {
+    return v > w || (v == w && i < j);
+}
+
+// The first (in `before` order) of every thread's (v, i); every thread gets it. `sv`, `si`: 32 each.
+__device__ void block_first(float& v, int& i, float* sv, int* si) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const auto warp_first = [&] {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+            if (before(ov, oi, v, i)) v = ov, i = oi;
+        }
+    };
+    warp_first();
+    __syncthreads();  // the previous call's reads are done
+    if (lane == 0) sv[warp] = v, si[warp] = i;
+    __syncthreads();
+    v = lane < warps ? sv[lane] : -INFINITY;
+    i = lane < warps ? si[lane] : INT_MAX;
+    warp_first();
+}
+
+// One block per row: the log-sum-exp of the first V values in one online pass, the target's log-probability,
+// then the K likeliest one round each: the first value in `before` order that comes after the one the last
+// round took (so nothing taken needs remembering), each round a pass over the row.
+template <typename T>
+__global__ void token_logprobs_kernel(float* lp, int32_t* top_ids, float* top_lp, const T* logits,
+                                      const int32_t* targets, int Vp, int V, int K) {
+    __shared__ float red[32];
+    __shared__ int red_i[32];
+    const int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    const T* x = logits + size_t(row) * Vp;
+    const float lse = row_lse(x, V, red);
+    const int tgt = targets[row];
+    if (tid == 0) lp[row] = tgt >= 0 && tgt < V ? to_f(x[tgt]) - lse : NAN;
+    float pv = INFINITY;  // the last round's value and id: every token comes after (inf, -1)
+    int pi = -1;
+    for (int r = 0; r < K; r++) {
+        float v = -INFINITY;
+        int i = INT_MAX;
+        for (int j = tid; j < V; j += nt) {
+            const float xj = to_f(x[j]);
+            if (before(pv, pi, xj, j) && before(xj, j, v, i)) v = xj, i = j;
+        }
+        block_first(v, i, red, red_i);
+        if (tid == 0) {
+            top_ids[size_t(row) * K + r] = i;
+            top_lp[size_t(row) * K + r] = v - lse;
+        }
+        pv = v, pi = i;
+    }
+}
+
 }  // namespace
+
+void token_logprobs(const Ctx& c, Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                    int V, int K) {
+    const int Vp = int(logits.shape[logits.shape.ndim - 1]), N = int(logits.numel() / Vp);
+    dispatch(logits.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        token_logprobs_kernel<T><<<N, 256, 0, c.stream>>>(lp.ptr<float>(), top_ids.ptr<int32_t>(),
+                                                          top_lp.ptr<float>(), logits.ptr<T>(),
+                                                          targets.ptr<int32_t>(), Vp, V, K);
+        CUDA_LAUNCH_CHECK();
+    });
+}
 
 void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
     const int Vp = int(logits.shape[logits.shape.ndim - 1]), N = int(logits.numel() / Vp);

@@ -388,6 +388,12 @@ void CudaBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float
     cuda::classifier(ctx_, losses, logits, targets, dloss, vocab_real);
 }
 
+void CudaBackend::token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                                 int V) {
+    const LogprobDims d = check_token_logprobs(lp, top_ids, top_lp, logits, targets, V);
+    if (d.N > 0) cuda::token_logprobs(ctx_, lp, top_ids, top_lp, logits, targets, V, d.K);
+}
+
 void CudaBackend::global_norm_sq(Tensor out, const std::vector<Tensor>& grads) {
     cuda::global_norm_sq(ctx_, out, grads);
 }

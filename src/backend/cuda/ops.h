@@ -132,6 +132,9 @@ void attention_gemm_bwd(const Ctx& c, Tensor dqkv, Tensor dout, Tensor qkv, Tens
 
 // classifier.cu
 void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real);
+// rows (N, Vp) -> lp (N), the K likeliest (N, K); a target outside [0, V) gets a NaN lp
+void token_logprobs(const Ctx& c, Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
+                    int V, int K);
 
 // optimizer.cu
 void global_norm_sq(const Ctx& c, Tensor out, const std::vector<Tensor>& grads);
