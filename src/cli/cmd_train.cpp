@@ -298,6 +298,16 @@ Command add_train(CLI::App& app) {
     sub->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoint-N directories to keep (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
+    auto keep_best = std::make_shared<std::string>("on");
+    sub->add_option("--keep-best", *keep_best,
+                    "with --eval-every: keep a checkpoint of the lowest validation loss so far in OUT/best")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    sub->add_option("--early-stop", o->early_stop,
+                    "with --eval-every: stop once this many evaluations in a row have not lowered the "
+                    "validation loss (0 = never)")
+        ->capture_default_str()
+        ->check(nonneg);
     sub->add_option("--device", o->device,
                     "cpu, cuda, or auto: CUDA when a usable GPU is visible (anvil doctor), else the CPU")
         ->capture_default_str()
@@ -370,8 +380,9 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
 
-    auto run = [sub, o, shuffle, batch, tb]() -> int {
+    auto run = [sub, o, shuffle, batch, tb, keep_best]() -> int {
         o->shuffle = *shuffle == "on";
+        o->keep_best = *keep_best == "on";
         o->tensorboard = *tb == "on";
         o->batch_auto = *batch == "auto";
         if (!o->batch_auto) o->batch = std::atoi(batch->c_str());

@@ -261,6 +261,11 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
           {"train_tokens", run.data.train.size()}}},
     };
     if (run.trainer->scaler().enabled) state["loss_scale"] = scaler_to_json(run.trainer->scaler());
+    if (run.best.step > 0)
+        state["best"] = {{"step", run.best.step},
+                         {"val_loss", run.best.loss},
+                         {"evals_since", run.best.evals_since},
+                         {"dir", run.best.dir}};
     write_file_atomic(tmp + "/trainer_state.json", json_text(state, 2) + "\n");
     replace_dir(tmp, dir);
     drop_old_checkpoints(o.out, o.keep_checkpoints);

@@ -61,6 +61,10 @@ struct TrainOptions {
     int log_every = 10;
     int save_every = 0;  // 0 = only at the end
     int keep_checkpoints = 2;
+    // with --eval-every: OUT/best, a checkpoint of the lowest validation loss so far; stop once that many
+    // evaluations in a row have not improved on it (0 = never)
+    bool keep_best = true;
+    int early_stop = 0;
     // model weights in shards of at most this size (Hugging Face's layout)
     std::string max_shard_size = "5G";
     // execution

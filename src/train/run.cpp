@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -105,6 +106,9 @@ private:
     // instruction or chat example's answer, both ending at the template's stop tokens; else (plain text) from
     // the end-of-text token (BOS where the tokenizer has one), as llm.c samples during training.
     std::string sample(int done) const;
+    // --eval-every's validation loss at step `done`: OUT/best when it is the lowest so far (--keep-best), and
+    // --early-stop's count of evaluations without improvement
+    void track_best(double val_loss, int done);
 
     // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
     // travel with the step's loss, so every rank stops after the same step).
@@ -125,6 +129,7 @@ private:
     double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
+    bool early_stopped_ = false;
 };
 
 int TrainingLoop::run() {
@@ -138,6 +143,10 @@ int TrainingLoop::run() {
             save_checkpoint(run_, done, fmt::format("checkpoint-{}", done));
         if (stop_requested()) {
             interrupted = true;
+            step++;
+            break;
+        }
+        if (early_stopped_) {
             step++;
             break;
         }
@@ -200,8 +209,13 @@ void TrainingLoop::one_step(int step) {
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
     const bool eval_now = eval_due && (run_.data.val.size() > 1 || !run_.choices.empty());
-    if (eval_due && run_.data.val.size() > 1)
-        rec["val_loss"] = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_).loss;
+    if (eval_due && run_.data.val.size() > 1) {
+        const LossResult v = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_);
+        if (v.targets > 0) {
+            rec["val_loss"] = v.loss;
+            track_best(v.loss, done);
+        }
+    }
     if (o_.sample_every > 0 && done % o_.sample_every == 0) {
         rec["sample"] = sample(done);
         bar_.note(fmt::format("sample at step {}:\n---\n{}\n---", done, rec["sample"].get<std::string>()));
@@ -216,6 +230,23 @@ void TrainingLoop::one_step(int step) {
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+void TrainingLoop::track_best(double val_loss, int done) {
+    RunSetup::Best& b = run_.best;
+    if (b.step == 0 || val_loss < b.loss) {
+        b = {val_loss, done, 0, o_.keep_best ? std::filesystem::absolute(o_.out + "/best").string() : ""};
+        if (o_.keep_best) save_checkpoint(run_, done, "best");  // every rank: the loss is the replicas' own
+        return;
+    }
+    b.evals_since++;
+    if (o_.early_stop > 0 && b.evals_since >= o_.early_stop) {
+        early_stopped_ = true;
+        bar_.note(
+            fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
+                        "in {} evaluations",
+                        done, b.loss, b.step, b.evals_since));
+    }
 }
 
 std::string TrainingLoop::sample(int done) const {
@@ -293,6 +324,7 @@ int TrainingLoop::finish(int step, bool interrupted) {
             W_, run_.grid.tp ? "replicas" : "ranks", W_ * o_.batch * o_.grad_accum,
             100.0 * summary["comm_exposed_share"].get<double>());
     }
+    if (early_stopped_) summary["early_stopped"] = true;
     report(summary, tokens_per_s);
     if (lead) write_file_atomic(o_.out + "/summary.json", json_text(summary, 2) + "\n");
     return 0;
@@ -354,6 +386,22 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
         std::printf("cost: $%.4f ($%.4f per million tokens at $%.2f/h)\n", summary["cost_usd"].get<double>(),
                     summary["cost_per_million_tokens"].get<double>(),
                     summary["price_per_hour"].get<double>());
+    const RunSetup::Best& b = run_.best;
+    if (o_.eval_every > 0 &&
+        b.step > 0) {  // the lowest of --eval-every's validation losses, or the final one
+        const bool final_best = summary.contains("val_loss") && summary["val_loss"].get<double>() < b.loss;
+        summary["best_val_loss"] = final_best ? summary["val_loss"].get<double>() : b.loss;
+        summary["best_step"] = final_best ? summary["steps"].get<int>() : b.step;
+        if (final_best)
+            summary["best_model_dir"] = o_.out + "/final";
+        else if (!b.dir.empty() && dir_exists(b.dir))  // a resumed run's may be its first run directory's
+            summary["best_model_dir"] = b.dir;
+        std::printf("best validation loss: %.4f at step %d%s\n", summary["best_val_loss"].get<double>(),
+                    summary["best_step"].get<int>(),
+                    summary.contains("best_model_dir")
+                        ? (" (" + summary["best_model_dir"].get<std::string>() + ")").c_str()
+                        : "");
+    }
     std::printf("data wait: %.3f%% of step time (background loader)\n",
                 100.0 * summary["data_wait_share"].get<double>());
     std::printf("throughput: %.0f tokens/s; wall time %s; model in %s/final\n", tokens_per_s,

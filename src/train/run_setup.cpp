@@ -255,6 +255,10 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
     ANVIL_CHECK(o.lr > 0.0f && std::isfinite(o.lr), "--lr {} must be a positive number", o.lr);
     ANVIL_CHECK(o.warmup >= 0 && o.log_every > 0 && o.eval_every >= 0 && o.save_every >= 0,
                 "--warmup, --eval-every and --save-every must not be negative, --log-every must be positive");
+    ANVIL_CHECK(
+        o.early_stop == 0 || o.eval_every > 0,
+        "--early-stop {} watches the validation loss taken every --eval-every steps; give --eval-every N",
+        o.early_stop);
     parse_bytes(o.max_shard_size, "--max-shard-size");  // a bad size fails now, not at the first save
     parse_lr_shape(o.lr_schedule);                      // a bad name fails now
     ANVIL_CHECK(o.decay_frac > 0.0f && o.decay_frac <= 1.0f,
@@ -369,6 +373,9 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
                      was.c_str(), now.c_str());
     scaler_from_json(rp.state, r.trainer->scaler());
     r.start_step = rp.state.value("step", 0);
+    if (const auto b = rp.state.find("best"); b != rp.state.end() && b->is_object())
+        r.best = {b->value("val_loss", 0.0), b->value("step", 0), b->value("evals_since", 0),
+                  b->value("dir", std::string())};
     const std::string fp = rp.state.contains("data") ? rp.state["data"].value("fingerprint", "") : "";
     ANVIL_CHECK(
         fp.empty() || fp == hex(r.data.fingerprint),

@@ -39,6 +39,13 @@ struct RunSetup {
     std::unique_ptr<Trainer> trainer;
     int start_step = 0;
     std::vector<std::string> batch_search;  // what --batch auto tried
+    // --eval-every's lowest validation loss so far, its step (0: none yet), the evaluations since and the
+    // checkpoint that holds it (--keep-best); kept in trainer_state.json, so a resumed run goes on from it
+    struct Best {
+        double loss = 0.0;
+        int step = 0, evals_since = 0;
+        std::string dir;
+    } best;
 };
 
 // Resolves and loads; `o` is updated in place with the resolved values. `resume` is the checkpoint to

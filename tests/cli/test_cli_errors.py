@@ -143,6 +143,9 @@ def main():
              "--price-per-hour cheap")
         case("out dir already holds a run", ["train", "--data", good, "--out", os.path.dirname(model), *TINY],
              "already holds a run")
+        case("early stop without evaluations", ["train", "--data", good, "--out", out("w"), "--early-stop", "3",
+                                                *TINY], "give --eval-every")
+        case("bad --keep-best", ["train", "--data", good, "--keep-best", "maybe"], "--keep-best")
 
         # eval / generate
         case("eval without --model", ["eval", "--data", good], "--model")
