@@ -413,12 +413,16 @@ bool Scheduler::pass(bool decode) {
         const size_t V = n > 0 ? size_t(logits.numel() / n) : 0;
         // the rows that sample come back whole, a run of them at a time; the scored ones as a few values each
         std::vector<float> all(size_t(n) * V);
-        for (int k0 = 0, k1; k0 < n; k0 = k1 + 1) {
-            for (k1 = k0; k1 < n && r.uses[size_t(k1)].score < 0; k1++) {
+        for (int k0 = 0; k0 < n;) {
+            if (r.uses[size_t(k0)].score >= 0) {
+                k0++;
+                continue;
             }
-            if (k1 == k0) continue;
+            int k1 = k0 + 1;
+            while (k1 < n && r.uses[size_t(k1)].score < 0) k1++;
             const std::vector<float> run = be.download_f32(logits.range(size_t(k0) * V, size_t(k1 - k0) * V));
             std::copy(run.begin(), run.end(), all.begin() + std::ptrdiff_t(size_t(k0) * V));
+            k0 = k1;
         }
         const Scores scores = score_rows(r, logits);
         if (observer_) observer_->on_pass(int(r.n_decode), B - int(r.n_decode));
