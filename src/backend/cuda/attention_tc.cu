@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int row0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest rows first
     const size_t qstride = g.ld();
+    const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
     load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS, vec);
     for (int i = lane; i < 16 * ldo; i += 32) Ow[i] = 0.0f;
     // lane: row r of the warp's 16, keys half*32 .. +31 of each tile (and columns half*D/2 .. of the output)
@@ -155,8 +156,8 @@ __global__ void __launch_bounds__(kThreads)
     float m = -INFINITY, l = 0.0f;
     for (int k0 = 0; k0 <= min(g.T - 1, row0 + kTileRows - 1); k0 += kTileRows) {
         __syncthreads();  // the previous tile's K and V are no longer read
-        load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
+        load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
+        load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         __syncthreads();
         if (warp_last < k0) continue;                                  // rows past T
         const int n = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key tiles of 16 not wholly masked
@@ -263,6 +264,8 @@ __global__ void __launch_bounds__(kThreads)
     const size_t qstride = g.ld();
     load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
+    const T *Q0 = qkv + g.q(b, 0, h),
+            *dO0 = dout + g.o(b, 0, h);  // this head's queries and their gradient, row 0
     FragC dk[D / 16], dv[D / 16];
 #pragma unroll
     for (int j = 0; j < D / 16; j++) {
@@ -272,8 +275,8 @@ __global__ void __launch_bounds__(kThreads)
     const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r, warp_first = k0 + warp * 16;
     for (int q0 = k0; q0 < g.T; q0 += kTileRows) {
         __syncthreads();  // the previous tile's Q, dO and row terms are no longer read
-        load_tile<T, D>(Qs, qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
-        load_tile<T, D>(dOs, dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
+        load_tile<T, D>(Qs, Q0 + size_t(q0) * qstride, qstride, min(kTileRows, g.T - q0), g.HS, vec);
+        load_tile<T, D>(dOs, dO0 + size_t(q0) * g.C, size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
         sm.load_stats(lse, Drow, g, b, h, q0);
         __syncthreads();
         if (warp_first >= g.T) continue;  // keys past T
@@ -325,6 +328,7 @@ __global__ void __launch_bounds__(kThreads)
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;
     const size_t qstride = g.ld();
+    const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
     load_tile<T, D>(Qs, qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
     load_tile<T, D>(dOs, dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
     sm.load_stats(lse, Drow, g, b, h, q0);
@@ -335,8 +339,8 @@ __global__ void __launch_bounds__(kThreads)
     const int warp_last = min(g.T - 1, q0 + warp * 16 + 15);
     for (int k0 = 0; k0 <= min(g.T - 1, q0 + kTileRows - 1); k0 += kTileRows) {
         __syncthreads();
-        load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
+        load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
+        load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         __syncthreads();
         if (warp_last < k0) continue;
         const int n = min(kTileRows / 16, (warp_last - k0) / 16 + 1);
