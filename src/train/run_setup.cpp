@@ -439,6 +439,11 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
         src.base);
     r.tok = choose_tokenizer(o, src.base, src_config);
     r.data = load_data(o, *r.tok, comm);
+    ANVIL_CHECK(
+        o.early_stop == 0 || r.data.val.size() > 1,
+        "--early-stop {} watches the validation loss, and --data {} has no validation split (--val-fraction "
+        "{}); hold some out",
+        o.early_stop, o.data, o.val_fraction);
     if (!o.eval_choices.empty()) r.choices = read_choice_items(o.eval_choices);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);

@@ -146,6 +146,9 @@ def main():
         case("early stop without evaluations", ["train", "--data", good, "--out", out("w"), "--early-stop", "3",
                                                 *TINY], "give --eval-every")
         case("bad --keep-best", ["train", "--data", good, "--keep-best", "maybe"], "--keep-best")
+        case("early stop without a validation split", ["train", "--data", good, "--out", out("x"), "--early-stop",
+                                                       "3", "--eval-every", "5", "--val-fraction", "0", *TINY],
+             "no validation split")
 
         # eval / generate
         case("eval without --model", ["eval", "--data", good], "--model")
