@@ -17,7 +17,12 @@ does: the server's prefix cache (--prefix-cache, passed through) then prefills t
 are 24 rotations of one word list, so a level of more than 24 requests repeats some (whole prompts for the
 prefix cache to find); --distinct-prompts opens each with its own number.
 
+With --score-tokens N, it times scoring instead: lm-eval-harness's loglikelihood request (a prompt of N token
+ids, echo, max_tokens 0) at each --score-logprobs, one request at a time, the median of --rounds after a
+warm-up. A scored prompt is computed anew each time (never from the prefix cache), so repeats are fair.
+
   python3 bench/serve_bench.py [--model DIR] [--threads N] [--levels 1,4,16,64] [--json FILE]
+  python3 bench/serve_bench.py --score-tokens 1000 [--score-logprobs 5,20] [--rounds 3] [--model DIR]
                                [--long-prompt-words N --prefill-chunk C]
                                [--shared-prefix-words N --prefix-cache on|off] [--kv-cache-mb MB]
 """
@@ -25,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -42,6 +48,8 @@ WORDS = ("the model reads every weight once per step however many sequences shar
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model directory (default: make a 12-layer width-768 GPT-2)")
+    p.add_argument("--make-layers", type=int, default=12, help="without --model: the made GPT-2's layers")
+    p.add_argument("--make-dim", type=int, default=768, help="without --model: its width (heads of 64)")
     p.add_argument("--threads", type=int, default=0, help="server CPU threads (0 = all cores)")
     p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")
     p.add_argument("--prompt-words", type=int, default=24, help="words per prompt")
@@ -54,6 +62,9 @@ def parse():
                    help="every prompt begins with the same this many words")
     p.add_argument("--distinct-prompts", action="store_true", help="no two prompts alike (each opens with its number)")
     p.add_argument("--prefix-cache", choices=["on", "off"], help="the server's --prefix-cache (default: the server's)")
+    p.add_argument("--score-tokens", type=int, default=0, help="time scoring a prompt of this many token ids instead")
+    p.add_argument("--score-logprobs", default="5,20", help="with --score-tokens: the logprobs N of each request")
+    p.add_argument("--rounds", type=int, default=3, help="with --score-tokens: timed requests per setting")
     p.add_argument("--json", help="write the results here")
     return p.parse_args()
 
@@ -68,13 +79,13 @@ def gpt2_vocab():
     return d
 
 
-def make_model(tmp, threads):
+def make_model(tmp, threads, layers=12, dim=768):
     text = os.path.join(tmp, "text.txt")
     with open(text, "w") as f:
         f.write(" ".join(WORDS[(i * 7) % len(WORDS)] for i in range(20000)))
-    out = os.path.join(tmp, "gpt2-124m")
-    subprocess.run([ANVIL, "train", "--data", text, "--tokenizer", gpt2_vocab(), "--layers", "12", "--heads", "12",
-                    "--dim", "768", "--seq", "1024", "--batch", "1", "--steps", "1", "--threads", str(threads),
+    out = os.path.join(tmp, f"gpt2-{layers}x{dim}")
+    subprocess.run([ANVIL, "train", "--data", text, "--tokenizer", gpt2_vocab(), "--layers", str(layers),
+                    "--heads", str(dim // 64), "--dim", str(dim), "--seq", "1024", "--batch", "1", "--steps", "1", "--threads", str(threads),
                     "--out", out], check=True, capture_output=True)
     return os.path.join(out, "final")
 
@@ -131,6 +142,29 @@ def one_request(port, prompt, max_tokens):
     c.close()
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     return (arrivals[0] - t0 if arrivals else t1 - t0), gaps, tokens, t1 - t0
+
+
+def score(port, args):
+    """Seconds per scoring request (median of --rounds after one warm-up) for each --score-logprobs."""
+    rng = random.Random(5)
+    ids = [rng.randrange(0, 50257) for _ in range(args.score_tokens)]
+    out = {}
+    for n in [int(x) for x in args.score_logprobs.split(",")]:
+        body = json.dumps({"prompt": [ids], "echo": True, "logprobs": n, "max_tokens": 0})
+        times = []
+        for _ in range(args.rounds + 1):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            t = time.perf_counter()
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            got = json.loads(r.read())
+            times.append(time.perf_counter() - t)
+            if r.status != 200 or len(got["choices"][0]["logprobs"]["token_logprobs"]) != len(ids):
+                raise SystemExit(f"serve_bench: scoring failed: HTTP {r.status} {json.dumps(got)[:300]}")
+        out[f"logprobs_{n}_s"] = statistics.median(times[1:])
+        print(f"scoring {len(ids)} tokens, logprobs {n}: {out[f'logprobs_{n}_s']:.3f} s (median of {args.rounds})",
+              flush=True)
+    return out
 
 
 def metric(port, name):
@@ -219,9 +253,17 @@ def level(port, conc, args):
 def main():
     args = parse()
     tmp = tempfile.mkdtemp(prefix="anvil_serve_bench_")
-    model = args.model or make_model(tmp, args.threads)
+    model = args.model or make_model(tmp, args.threads, args.make_layers, args.make_dim)
     proc, port, lines = start(model, args)
     try:
+        if args.score_tokens:
+            r = score(port, args)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"server": [ln.strip() for ln in lines], "model": model, "anvil": ANVIL,
+                               "score_tokens": args.score_tokens, "threads": args.threads, "seconds": r,
+                               "command": " ".join(sys.argv)}, f, indent=2)
+            return
         one_request(port, "warm up", 4)
         rows = []
         for conc in [int(x) for x in args.levels.split(",")]:

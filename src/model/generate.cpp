@@ -50,8 +50,8 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
     TokenLogprob r;
     r.token = token;
     const int k = int(std::min(size_t(std::max(top, 0)), logits.size()));
-    std::vector<int32_t> ids(size_t(k) + 1);
-    std::vector<float> lps(size_t(k) + 1);
+    std::vector<int32_t> ids(static_cast<size_t>(k));
+    std::vector<float> lps(static_cast<size_t>(k));
     logprob_row(logits, token, k, &r.logprob, ids.data(), lps.data());
     for (int i = 0; i < k; i++) r.top.emplace_back(ids[size_t(i)], lps[size_t(i)]);
     return r;

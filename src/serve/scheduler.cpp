@@ -85,10 +85,15 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& o, SchedulerObserver*
     chunk_ = prefill_chunk_size(o.prefill_chunk, n_ctx);
     // a pass's rows: every slot decoding, and the prompt pieces that start within a chunk's budget, the last
     // one whole
-    max_rows_ = o.slots + (o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_);
-    acts_ = model.make_activations(max_rows_, 1, ActMode::Decode);
-    // per row: a target id and its log-probability, the likeliest ids and theirs
-    scores_ = model.backend().alloc(size_t(max_rows_) * (2 + 2 * LogprobRequest::kMaxTop) * 4);
+    const int max_rows = o.slots + (o.prefill_chunk > 0 ? 2 * chunk_ - 1 : chunk_);
+    acts_ = model.make_activations(max_rows, 1, ActMode::Decode);
+    // per row: a target id and its log-probability, the likeliest ids and theirs: scores_[0] to [3]
+    TensorTable scores;
+    scores.add("targets", {max_rows}, DType::I32);
+    scores.add("lp", {max_rows}, DType::F32);
+    scores.add("top_ids", {max_rows * LogprobRequest::kMaxTop}, DType::I32);
+    scores.add("top_lp", {max_rows * LogprobRequest::kMaxTop}, DType::F32);
+    scores_ = Arena(model.backend(), scores);
     for (int s = o.slots - 1; s >= 0; s--) free_slots_.push_back(s);
 }
 
@@ -411,8 +416,10 @@ bool Scheduler::pass(bool decode) {
                        rows_pass(B, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
         const Tensor logits = acts_->get("logits", n, 1);
         const size_t V = n > 0 ? size_t(logits.numel() / n) : 0;
-        // the rows that sample come back whole, a run of them at a time; the scored ones as a few values each
-        std::vector<float> all(size_t(n) * V);
+        // the rows that sample come back whole, a run of them at a time, one after another in `sampled`
+        // (row k at at[k]); the scored ones as a few values each
+        std::vector<float> sampled;
+        std::vector<size_t> at(static_cast<size_t>(n));
         for (int k0 = 0; k0 < n;) {
             if (r.uses[size_t(k0)].score >= 0) {
                 k0++;
@@ -420,8 +427,9 @@ bool Scheduler::pass(bool decode) {
             }
             int k1 = k0 + 1;
             while (k1 < n && r.uses[size_t(k1)].score < 0) k1++;
+            for (int k = k0; k < k1; k++) at[size_t(k)] = sampled.size() + size_t(k - k0) * V;
             const std::vector<float> run = be.download_f32(logits.range(size_t(k0) * V, size_t(k1 - k0) * V));
-            std::copy(run.begin(), run.end(), all.begin() + std::ptrdiff_t(size_t(k0) * V));
+            sampled.insert(sampled.end(), run.begin(), run.end());
             k0 = k1;
         }
         const Scores scores = score_rows(r, logits);
@@ -443,7 +451,7 @@ bool Scheduler::pass(bool decode) {
                 score_prompt(*running_[u.seq], u.score, scores, k);
                 continue;
             }
-            row.assign(all.begin() + std::ptrdiff_t(k * V), all.begin() + std::ptrdiff_t((k + 1) * V));
+            row.assign(sampled.begin() + std::ptrdiff_t(at[k]), sampled.begin() + std::ptrdiff_t(at[k] + V));
             const Finish fin = sample_into(*running_[u.seq], row);
             if (fin != Finish::None) ended.emplace_back(u.seq, fin);
         }
@@ -505,22 +513,15 @@ Scheduler::Scores Scheduler::score_rows(const PassRows& r, Tensor logits) {
     }
     if (V == 0) return sc;
     Backend& be = model_.backend();
-    const auto part = [&](size_t at, Shape shape, DType dt) {  // of scores_, at `at` elements of 4 bytes
-        Tensor t;
-        t.data = static_cast<char*>(scores_.data()) + at * 4;
-        t.shape = shape;
-        t.dtype = dt;
-        t.device = be.device();
-        return t;
-    };
-    const size_t N = size_t(n), K = size_t(sc.K);
-    const Tensor tg = part(0, {n}, DType::I32), lp = part(N, {n}, DType::F32),
-                 ids = part(2 * N, {n, sc.K}, DType::I32), top = part(2 * N + N * K, {n, sc.K}, DType::F32);
+    const int K = sc.K;
+    const Tensor tg = scores_[0].range(0, size_t(n)), lp = scores_[1].range(0, size_t(n)),
+                 ids = scores_[2].range(0, size_t(n * K)).view({n, K}),
+                 top = scores_[3].range(0, size_t(n * K)).view({n, K});
     be.upload(tg, targets.data());
     be.token_logprobs(lp, ids, top, logits, tg, V);
     sc.lp = be.download_f32(lp);
     sc.top_lp = be.download_f32(top);
-    sc.ids.resize(N * K);
+    sc.ids.resize(size_t(n * K));
     if (K > 0) be.download(sc.ids.data(), ids);
     return sc;
 }

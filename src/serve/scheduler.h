@@ -183,8 +183,8 @@ private:
     size_t cache_bytes_ = 0;
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
-    int max_rows_ = 0;                   // of a pass
-    Buffer scores_;  // a pass's scored rows on the device: targets, log-probabilities, the likeliest
+    Arena
+        scores_;  // a pass's scored rows on the device: targets, log-probabilities, the likeliest ids, theirs
     int pages_to_admit(const Sequence& s) const;
     int pages_to_match(const Sequence& s) const;
     std::vector<int> free_slots_;

@@ -387,8 +387,8 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
                     summary["cost_per_million_tokens"].get<double>(),
                     summary["price_per_hour"].get<double>());
     const RunSetup::Best& b = run_.best;
-    if (o_.eval_every > 0 &&
-        b.step > 0) {  // the lowest of --eval-every's validation losses, or the final one
+    // the lowest of --eval-every's validation losses, or the final one
+    if (o_.eval_every > 0 && b.step > 0) {
         const bool final_best = summary.contains("val_loss") && summary["val_loss"].get<double>() < b.loss;
         summary["best_val_loss"] = final_best ? summary["val_loss"].get<double>() : b.loss;
         summary["best_step"] = final_best ? summary["steps"].get<int>() : b.step;

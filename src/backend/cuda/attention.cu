@@ -285,24 +285,25 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
     });
 }
 
-void attention_flash_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH, bool tensor_cores) {
-    const Geom g = attn_geom(qkv, int(out.dim(2)), NH);
+void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
+                         bool tensor_cores) {
+    const Geom g = attn_geom(s);
     if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g))
         return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            attn_fwd_kernel<T, D><<<dim3((g.T + kRows - 1) / kRows, g.B * NH), kWarps * 32, 0, c.stream>>>(
+            attn_fwd_kernel<T, D><<<dim3((g.T + kRows - 1) / kRows, g.B * g.NH), kWarps * 32, 0, c.stream>>>(
                 out.ptr<T>(), static_cast<float*>(saved.data), qkv.ptr<T>(), g);
             CUDA_LAUNCH_CHECK();
         });
     });
 }
 
-void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
-                         Tensor saved, int NH, bool tensor_cores) {
-    const Geom g = attn_geom(qkv, int(out.dim(2)), NH);
+void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor scratch, Tensor dout,
+                         Tensor qkv, Tensor out, Tensor saved, bool tensor_cores) {
+    const Geom g = attn_geom(s);
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
     attention_rowdot(c, Drow, dout, out, g);
@@ -312,7 +313,7 @@ void attention_flash_bwd(const Ctx& c, Tensor dqkv, Tensor scratch, Tensor dout,
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            const dim3 grid((g.T + kTile - 1) / kTile, g.B * NH);
+            const dim3 grid((g.T + kTile - 1) / kTile, g.B * g.NH);
             const size_t kv_smem = (4 * kTile * (D + 1) + 2 * D) * sizeof(float);
             CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kv_kernel<T, D>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(kv_smem)));

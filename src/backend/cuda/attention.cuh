@@ -32,11 +32,10 @@ struct AttnGeom {
     __device__ size_t row(int b, int h, int t) const { return (size_t(b) * NH + h) * T + t; }
 };
 
-// From the shapes the backend checked (check_attention): qkv (B, T, W), C channels of output.
-inline AttnGeom attn_geom(const Tensor& qkv, int C, int NH) {
-    const int HS = C / NH, KC = int(qkv.dim(2) - C) / 2;
-    return AttnGeom{
-        int(qkv.dim(0)), int(qkv.dim(1)), C, NH, HS, KC, NH / (KC / HS), 1.0f / std::sqrt(float(HS))};
+// From the shapes the backend checked (check_attention).
+inline AttnGeom attn_geom(const AttnShape& s) {
+    const int HS = s.C / s.NH;
+    return AttnGeom{s.B, s.T, s.C, s.NH, HS, s.KVH * HS, s.NH / s.KVH, 1.0f / std::sqrt(float(HS))};
 }
 
 // Calls f(std::integral_constant<int, D>) with D the head-size bound (32, 64 or 128).

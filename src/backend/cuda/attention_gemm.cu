@@ -77,11 +77,11 @@ struct Geo {
     }
 };
 
-Geo geo(const Ctx& c, const Tensor& qkv, int C, int NH) {
+Geo geo(const Ctx& c, const AttnShape& s) {
     Geo g;
-    g.B = int(qkv.dim(0)), g.T = int(qkv.dim(1)), g.C = C, g.NH = NH, g.HS = C / NH;
-    g.KC = int(qkv.dim(2) - C) / 2, g.kv_group = NH / (g.KC / g.HS);
-    g.group = int(std::min<size_t>(size_t(NH), c.workspace_bytes / (size_t(g.T) * g.T * sizeof(float))));
+    g.B = s.B, g.T = s.T, g.C = s.C, g.NH = s.NH, g.HS = s.C / s.NH;
+    g.KC = s.KVH * g.HS, g.kv_group = s.NH / s.KVH;
+    g.group = int(std::min<size_t>(size_t(s.NH), c.workspace_bytes / (size_t(g.T) * g.T * sizeof(float))));
     ANVIL_ASSERT(g.group > 0);
     return g;
 }
@@ -134,8 +134,9 @@ bool attention_gemm_fits(const Ctx& c, const AttnDims& d) {
     return size_t(d.T) * d.T * sizeof(float) <= c.workspace_bytes;
 }
 
-void attention_gemm_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int NH) {
-    const Geo g = geo(c, qkv, int(out.dim(2)), NH);
+void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv) {
+    const Geo g = geo(c, s);
+    const int NH = g.NH;
     const DType dt = qkv.dtype;
     const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
     const int ld = int(g.ld());
@@ -166,8 +167,10 @@ void attention_gemm_fwd(const Ctx& c, Tensor out, Tensor saved, Tensor qkv, int 
         }
 }
 
-void attention_gemm_bwd(const Ctx& c, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved, int NH) {
-    const Geo g = geo(c, qkv, int(dout.dim(2)), NH);
+void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor dout, Tensor qkv,
+                        Tensor saved) {
+    const Geo g = geo(c, s);
+    const int NH = g.NH;
     const DType dt = qkv.dtype;
     const size_t es = dtype_size(dt), TT = size_t(g.T) * g.T;
     const int ld = int(g.ld()), dld = int(g.dld());

@@ -339,9 +339,9 @@ size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
 void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
     const AttnShape s = check_attention(qkv, out, NH);
     const AttnDims d{s.B, s.T, NH, s.C / NH};
-    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, out, saved, qkv, NH);
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, s, out, saved, qkv);
     ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
-    cuda::attention_flash_fwd(ctx_, out, saved, qkv, NH, attention_ != AttentionImpl::FlashSimt);
+    cuda::attention_flash_fwd(ctx_, s, out, saved, qkv, attention_ != AttentionImpl::FlashSimt);
 }
 
 void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
@@ -350,9 +350,9 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
     expect_shape(dqkv, {s.B, s.T, 3 * s.C}, "attention dqkv");
     expect_shape(out, {s.B, s.T, s.C}, "attention out");
     const AttnDims d{s.B, s.T, NH, s.C / NH};
-    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, dqkv, dout, qkv, saved, NH);
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, s, dqkv, dout, qkv, saved);
     ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
-    cuda::attention_flash_bwd(ctx_, dqkv, scratch, dout, qkv, out, saved, NH,
+    cuda::attention_flash_bwd(ctx_, s, dqkv, scratch, dout, qkv, out, saved,
                               attention_ != AttentionImpl::FlashSimt);
 }
 
