@@ -12,8 +12,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -219,6 +221,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     } else {
         ok = ok && la.type == lb.type;
     }
+    // CUEMU_LT_NO_ZERO_STRIDE=1: no algorithm for a batch whose A or B is one matrix read again (a stride of
+    // 0), as a cuBLASLt build may answer; the callers' fallbacks then run
+    static const bool no_zero_stride = [] {
+        const char* e = std::getenv("CUEMU_LT_NO_ZERO_STRIDE");
+        return e && *e && std::string_view(e) != "0";
+    }();
+    const auto repeats = [](const Layout& l) { return l.batch > 1 && l.stride == 0; };
+    ok = ok && !(no_zero_stride && (repeats(la) || repeats(lb)));
     *found = ok ? 1 : 0;
     if (ok) results[0] = cublasLtMatmulHeuristicResult_t{}, results[0].state = CUBLAS_STATUS_SUCCESS;
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
