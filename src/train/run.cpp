@@ -109,6 +109,7 @@ private:
     // --eval-every's validation loss at step `done`: OUT/best when it is the lowest so far (--keep-best), and
     // --early-stop's count of evaluations without improvement
     void track_best(double val_loss, int done);
+    std::string eval_line(const nlohmann::json& rec, int done) const;
 
     // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
     // travel with the step's loss, so every rank stops after the same step).
@@ -226,10 +227,35 @@ void TrainingLoop::one_step(int step) {
         rec["mc_acc"] = mc.acc();
         rec["mc_acc_norm"] = mc.acc_norm();
     }
+    if (eval_now) bar_.note(eval_line(rec, done));
+    if (early_stopped_)
+        bar_.note(
+            fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
+                        "in {} evaluations",
+                        done, run_.best.loss, run_.best.step, run_.best.evals_since));
     log(rec, done, eval_now || !st.finite || rec.contains("sample"));
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+// One line per evaluation, as llm.c and nanoGPT print theirs: validation loss and perplexity, whether it is
+// the best so far (--keep-best wrote best/), multiple-choice accuracy.
+std::string TrainingLoop::eval_line(const nlohmann::json& rec, int done) const {
+    std::string line = fmt::format("eval at step {}:", done);
+    if (rec.contains("val_loss")) {
+        const double v = rec["val_loss"].get<double>();
+        line += fmt::format(" val loss {:.4f}, perplexity {:.3f}", v, std::exp(std::min(v, 700.0)));
+        if (run_.best.step == done)
+            line += o_.keep_best ? " (best so far: saved best/)" : " (best so far)";
+        else
+            line += fmt::format(" (best {:.4f} at step {})", run_.best.loss, run_.best.step);
+    }
+    if (rec.contains("mc_acc"))
+        line += fmt::format("{} multiple choice {:.1f}% (normalised {:.1f}%)",
+                            rec.contains("val_loss") ? ";" : "", 100 * rec["mc_acc"].get<double>(),
+                            100 * rec["mc_acc_norm"].get<double>());
+    return line;
 }
 
 void TrainingLoop::track_best(double val_loss, int done) {
@@ -240,13 +266,7 @@ void TrainingLoop::track_best(double val_loss, int done) {
         return;
     }
     b.evals_since++;
-    if (o_.early_stop > 0 && b.evals_since >= o_.early_stop) {
-        early_stopped_ = true;
-        bar_.note(
-            fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
-                        "in {} evaluations",
-                        done, b.loss, b.step, b.evals_since));
-    }
+    early_stopped_ = o_.early_stop > 0 && b.evals_since >= o_.early_stop;
 }
 
 std::string TrainingLoop::sample(int done) const {

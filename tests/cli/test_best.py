@@ -41,9 +41,21 @@ def main():
     with TempDir() as d:
         data = records(os.path.join(d, "d.jsonl"))
         a = os.path.join(d, "a")
-        run(["train", "--data", data, "--out", a, *ARGS], check=True)
+        ra = run(["train", "--data", data, "--out", a, *ARGS], check=True)
         evals = [(r["step"], r["val_loss"]) for r in metrics(a) if "val_loss" in r]
         best_step, best_loss = min(evals, key=lambda e: (e[1], e[0]))
+        # each evaluation printed as it happens, the new lows marked
+        printed = [l for l in ra.stderr.splitlines() if l.startswith("eval at step ")]
+        low, want = None, []
+        for step, loss in evals:
+            if step == 200:
+                continue  # the end-of-run evaluation has its own lines
+            new_low = low is None or loss < low
+            low = loss if new_low else low
+            want.append((f"eval at step {step}: val loss {loss:.4f}", new_low))
+        check(len(printed) == len(want) and
+              all(l.startswith(w) and ("best so far: saved best/" in l) == n for l, (w, n) in zip(printed, want)),
+              f"every evaluation printed with its loss and whether it is the best ({len(printed)} lines)", failures)
         summary = json.load(open(os.path.join(a, "summary.json")))
         state = json.load(open(os.path.join(a, "best", "trainer_state.json")))
         print(f"A: {len(evals)} evaluations, the lowest {best_loss:.4f} at step {best_step}, the last "
@@ -76,7 +88,8 @@ def main():
         la = {r["step"]: r["loss"] for r in metrics(a)}
         lb = {r["step"]: r["loss"] for r in metrics(b)}
         print(f"B: stopped at step {sb['steps']} (expected {expect}); {rb.stderr.strip().splitlines()[-1][:120]}")
-        check(sb["steps"] == expect and sb.get("early_stopped") is True and max(lb) == expect,
+        check(sb["steps"] == expect and sb.get("early_stopped") is True and max(lb) == expect and
+              f"early stop at step {expect}:" in rb.stderr,
               f"--early-stop 3 stops at step {expect}", failures)
         check(all(lb[s] == la[s] for s in lb), "B's losses are A's, bit for bit, up to the stop", failures)
         check(sb.get("best_step") == best_step and os.path.isdir(os.path.join(b, "final")),

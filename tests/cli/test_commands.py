@@ -3,6 +3,7 @@
 metrics.jsonl, an HF-style model directory), eval, and generate (seeded, greedy, KV-cached)."""
 import json
 import os
+import re
 import random
 import struct
 import sys
@@ -57,6 +58,9 @@ def main():
               f"--sample-every: the prompt and its continuation in metrics.jsonl and printed ({samples})", f)
         check(summary.get("mc_n") == 10 and 0 <= summary.get("mc_acc", -1) <= 1 and "multiple choice: acc" in r.stdout,
               "--eval-choices: the summary's mc_acc over --eval-choices-limit items, printed", f)
+        check(re.search(r"eval at step 15: val loss [0-9.]+, perplexity [0-9.]+ \(best so far: saved best/\); "
+                        r"multiple choice [0-9.]+% \(normalised [0-9.]+%\)", r.stderr) is not None,
+              "the evaluation at step 15 printed: validation loss, best, multiple-choice accuracy", f)
         first = json.loads(open(os.path.join(out, "data.jsonl")).readline())
         check(set(first) == {"instruction", "input", "output"}, "embedded data is in the seed format", f)
 
