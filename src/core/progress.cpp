@@ -64,10 +64,14 @@ void Progress::draw(int64_t done, const std::string& text, bool) {
     } else {
         line = label_ + " ";
     }
-    if (unit_ == "B")
-        line += fmt::format("{:.1f}/{:.1f} MB {:3.0f}% | {} | {:.1f} MB/s | ETA {}", double(done) / 1e6,
-                            double(total_) / 1e6, 100.0 * frac, text, rate / 1e6, format_duration(eta));
-    else
+    if (unit_ == "B") {  // in the unit the total reads best in (a 46 kB file is not "0.0/0.0 MB")
+        const auto [scale, name] = total_ >= 1'000'000'000 ? std::pair{1e9, "GB"}
+                                   : total_ >= 1'000'000   ? std::pair{1e6, "MB"}
+                                                           : std::pair{1e3, "kB"};
+        line +=
+            fmt::format("{:.1f}/{:.1f} {} {:3.0f}% | {} | {:.1f} MB/s | ETA {}", double(done) / scale,
+                        double(total_) / scale, name, 100.0 * frac, text, rate / 1e6, format_duration(eta));
+    } else
         line += fmt::format("{}/{} {:3.0f}% | {} | {:.2f} {}/s | ETA {}", done, total_, 100.0 * frac, text,
                             rate, unit_, format_duration(eta));
     if (!tty_) line += "\n";

@@ -115,5 +115,22 @@ TEST(Progress, OffATerminalALineEachTimeTheCountPassesAMultiple) {
         << out;
 }
 
+// Byte counts read in the unit of their total: kB under a megabyte, MB, GB from a gigabyte.
+TEST(Progress, BytesInTheUnitOfTheirTotal) {
+    const auto line = [](int64_t total) {
+        std::FILE* f = std::tmpfile();
+        Progress p("prepare", total, 1, "B", f);
+        p.update(total, "");
+        std::rewind(f);
+        std::string out(256, '\0');
+        out.resize(std::fread(out.data(), 1, out.size(), f));
+        std::fclose(f);
+        return out.substr(0, out.find(" 100%"));
+    };
+    EXPECT_EQ(line(46'507), "prepare 46.5/46.5 kB");
+    EXPECT_EQ(line(3'500'000), "prepare 3.5/3.5 MB");
+    EXPECT_EQ(line(12'300'000'000), "prepare 12.3/12.3 GB");
+}
+
 }  // namespace
 }  // namespace anvil::test
