@@ -91,7 +91,7 @@ def llama(tmp, data, failures):
                                   rms_norm_eps=1e-5, tie_word_embeddings=False)
     fresh = transformers.LlamaForCausalLM(lc).eval()
     hf_dir = os.path.join(tmp, "hf_llama")
-    fresh.save_pretrained(hf_dir, safe_serialization=True)
+    fresh.save_pretrained(hf_dir)  # safetensors (transformers 5 has no safe_serialization)
     compare(anvil_logits(hf_dir), hf_logits(fresh), "transformers Llama checkpoint in anvil", failures)
     r = subprocess.run([ANVIL, "train", *common, "--init", hf_dir, "--tokenizer", "byte", "--out",
                         os.path.join(tmp, "from_hf_llama"), "--steps", "5"], capture_output=True, text=True)
@@ -124,7 +124,7 @@ def relatives(tmp, data, failures):
                 if n.endswith(".bias"):
                     t.copy_(0.1 * torch.randn_like(t))
         d = os.path.join(tmp, "hf_" + name)
-        fresh.save_pretrained(d, safe_serialization=True)
+        fresh.save_pretrained(d)  # safetensors (transformers 5 has no safe_serialization)
         compare(anvil_logits(d), hf_logits(fresh), f"transformers {type(fresh).__name__} checkpoint in anvil",
                 failures)
 
@@ -147,7 +147,7 @@ def main():
         cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, n_positions=64, vocab_size=257)
         fresh = transformers.GPT2LMHeadModel(cfg).eval()
         hf_dir = os.path.join(tmp, "hf")
-        fresh.save_pretrained(hf_dir, safe_serialization=True)
+        fresh.save_pretrained(hf_dir)  # safetensors (transformers 5 has no safe_serialization)
         compare(anvil_logits(hf_dir), hf_logits(fresh), "transformers checkpoint in anvil", failures)
         r = subprocess.run([ANVIL, "train", *common, "--init", hf_dir, "--tokenizer", "byte", "--out",
                             os.path.join(tmp, "from_hf"), "--steps", "5", "--seq", "64"], capture_output=True, text=True)
