@@ -1,5 +1,6 @@
 // One op-test harness for every backend (in the spirit of ggml's test-backend-ops). Each backend op is a case
-// in one table (op_cases.cpp): its tensors with shapes and how to draw them, its forward, its backward, and
+// in one table (op_cases.cpp; the products' and attention's cases in op_cases_matmul.cpp and
+// op_cases_attention.cpp): its tensors with shapes and how to draw them, its forward, its backward, and
 // optionally a host reference. Every case runs in three modes from the same freshly drawn inputs:
 //   gradients  on the CPU backend (the spec): the backward against central finite differences of the
 //              forward, and the host reference where there is one            (tests/unit/test_ops.cpp)
