@@ -5,12 +5,15 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/version.h"
 
 int main(int argc, char** argv) {
     CLI::App app{
         "anvil: pretrain, fine-tune, evaluate, sample and serve GPT-2 and Llama style language models"};
     app.require_subcommand(1, 1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
+    app.set_version_flag("--version", std::string("anvil ") + anvil::version_string(),
+                         "print the version and the commit this binary was built from");
     using namespace anvil::cli;
     std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
                                  add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         std::string sub;

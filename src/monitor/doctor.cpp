@@ -1,8 +1,9 @@
 #include "monitor/doctor.h"
 
 #include "backend/backend.h"
-#include "monitor/nvml.h"
 #include "backend/cpu/host_info.h"
+#include "core/version.h"
+#include "monitor/nvml.h"
 
 #ifdef ANVIL_WITH_CUDA
 #include "monitor/cuda_probe.h"
@@ -12,6 +13,8 @@ namespace anvil {
 
 DoctorReport run_doctor(const std::string& device) {
     DoctorReport r;
+    r.json["anvil"] = version_string();
+    r.text += fmt::format("anvil {}\n", version_string());
     const CpuInfo c = cpu_info();
     r.json["cpu"] = {{"model", c.model},
                      {"logical_cores", c.logical_cores},

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/progress.h"
+#include "core/version.h"
 #include "data/chat.h"
 #include "data/prefetch.h"
 #include "io/fs.h"
@@ -330,7 +331,8 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               {"skipped_steps", skipped_},
                               {"params", run_.model->params().numel()},
                               {"trainable_params", run_.model->params().numel(true)},
-                              {"model_dir", o_.out + "/final"}};
+                              {"model_dir", o_.out + "/final"},
+                              {"anvil_version", version_string()}};
     if (comm_.size() > 1) {
         summary["world_size"] = comm_.size();
         summary["tensor_parallel"] = run_.grid.tp_size();

@@ -42,7 +42,7 @@ def main():
                  "--eval-choices", choices, "--eval-choices-limit", "10", "--sample-every", "15", "--sample-prompt",
                  "Reverse.\nabc\n=> ", "--sample-tokens", "6"], check=True)
         summary = default_summary = json.load(open(os.path.join(out, "summary.json")))
-        for k in ("val_loss", "val_ppl", "exact_match", "tokens_per_s", "steps", "wall_s"):
+        for k in ("val_loss", "val_ppl", "exact_match", "tokens_per_s", "steps", "wall_s", "anvil_version"):
             check(k in summary, f"summary.json has {k}", f)
         check(summary.get("steps") == 30, "summary steps == 30", f)
         check("exact match:" in r.stdout and "validation: loss" in r.stdout, "end-of-run report printed", f)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What a new user stumbled on (issue 15), one check group per stumble:
 
-1. --json alone prints JSON to stdout; --json FILE prints the text and writes the file (bench, doctor, eval).
+1. --json alone prints JSON to stdout; --json FILE prints the text and writes the file (bench, doctor, eval);
+   --version and doctor name the version and commit.
 2. Re-running the first command with --resume added works; an architecture flag that differs is refused,
    naming both values.
 3. data prepare counts records in one unit: records in = kept + rejected + duplicates in the summary line,
@@ -28,6 +29,16 @@ def last_line(r):
     return lines[-1] if lines else ""
 
 
+def version(doctor, f):
+    """anvil --version names the version and the commit built; doctor reports the same."""
+    r = run(["--version"])
+    m = re.fullmatch(r"anvil (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}(-dirty)?|unknown)(, \d{4}-\d\d-\d\d)?\)\n",
+                     r.stdout)
+    check(r.returncode == 0 and m is not None, f"anvil --version: {r.stdout.strip()!r}", f)
+    check(m is not None and doctor.get("anvil") == r.stdout.strip()[len("anvil "):],
+          "anvil doctor --json names the same version", f)
+
+
 def json_flag(d, f):
     r = run(["bench", "--device", "cpu", "--quick", "--json"])
     try:
@@ -45,8 +56,9 @@ def json_flag(d, f):
     check(r.returncode == 0 and "cpu" in json.loads(r.stdout), "doctor --json alone: JSON on stdout", f)
     path = os.path.join(d, "doctor.json")
     r = run(["doctor", "--json", path])
-    check(r.returncode == 0 and r.stdout.startswith("CPU:") and "cpu" in json.load(open(path)),
-          "doctor --json FILE: text on stdout, JSON in the file", f)
+    check(r.returncode == 0 and r.stdout.startswith("anvil ") and "\nCPU:" in r.stdout and
+          "cpu" in json.load(open(path)), "doctor --json FILE: text on stdout, JSON in the file", f)
+    version(json.load(open(path)), f)
 
     model = tiny_model(d)
     data = os.path.join(d, "tiny.txt")
