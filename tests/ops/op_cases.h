@@ -70,7 +70,8 @@ struct OpCase {
     double flops = 0;                      // per forward + backward, for GFLOP/s (0: memory-bound)
     bool attention = false;                // compare mode runs every CUDA attention implementation
     double fd_eps = 1e-2, fd_rtol = 2e-2, fd_atol = 2e-3;
-    bool low_precision = true;             // compare mode runs bf16 and f16 too
+    bool low_precision = true;       // compare mode runs bf16 and f16 too
+    double low_precision_tol = 1.0;  // and scales those dtypes' tolerances (tol_for) by this
 };
 
 // An independent model of the 8-bit float formats (F8E4M3, F8E5M2) for FP8 products: every value decoded from

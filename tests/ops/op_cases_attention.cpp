@@ -41,6 +41,13 @@ Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH) {
 }
 
 // Grouped-query heads into attention's layout: NH query heads, KVH key/value heads, packed as KH heads.
+// bf16/f16 tolerances for attention's gradients are twice the elementwise ops': the backward takes each row's
+// D = sum(dout * out) from the output as stored, rounded to the dtype (as FlashAttention does, and the gemm
+// path's P is rounded likewise), and D - dP cancels where a row attends to few positions: dq of a row's
+// second position (two keys) was seen 0.83% of max|dq| off in bf16 (seed 68774450726167), past the 0.8%;
+// at 0.6 times the tolerance 3 of 30 other seeds failed, at 1 time none of 40.
+constexpr double kAttentionLowPrecisionTol = 2.0;
+
 }  // namespace
 
 OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand) {
@@ -93,6 +100,7 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
     c.attention = true;
+    c.low_precision_tol = kAttentionLowPrecisionTol;
     (void)s;
     return c;
 }
@@ -144,6 +152,7 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS) {
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
     c.attention = true;
+    c.low_precision_tol = kAttentionLowPrecisionTol;
     return c;
 }
 
