@@ -17,10 +17,12 @@
 #include <string>
 #include <vector>
 
-// The fiber switch: saves the callee-saved registers and the FP control words on the current stack, stores
-// its pointer in *save and continues on `next` (a stack the same routine saved, or a new one laid out by
-// Stack::start). glibc's swapcontext would do, but it makes a system call per switch (the signal mask),
-// which doubled the run time.
+// The fiber switch: saves the callee-saved registers on the current stack, stores its pointer in *save and
+// continues on `next` (a stack the same routine saved, or a new one laid out by Stack::start). glibc's
+// swapcontext would do, but it makes a system call per switch (the signal mask), which doubled the run time.
+// The FP control words (MXCSR, x87) are not switched: every fiber of a launch runs with the defaults, which
+// run_kernel sets for the whole launch (FPControl). Saving and loading them here serialised the pipeline at
+// every barrier and shuffle and, depending on where the linker put this routine, took 33 to 61% of a run.
 #if !defined(__x86_64__)
 #error "cuemu's fiber switch is written for x86-64"
 #endif
@@ -36,14 +38,8 @@ cuemu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -69,6 +65,23 @@ namespace {
 
 enum class St { Run, AtBlock, AtWarp, Done };
 
+// The FP control words at their defaults (MXCSR 0x1F80: round to nearest, no flush-to-zero or
+// denormals-are-zero, exceptions masked; x87 0x037F) for a launch's lifetime, and the launching thread's back
+// after it (anvil's CPU threads flush denormals, which a kernel must not inherit).
+struct FPControl {
+    uint32_t mxcsr = 0;
+    uint16_t x87 = 0;
+    FPControl() {
+        asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(x87));
+        const uint32_t m = 0x1F80;
+        const uint16_t c = 0x037F;
+        asm volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(m), "m"(c));
+    }
+    ~FPControl() { asm volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(x87)); }
+    FPControl(const FPControl&) = delete;
+    FPControl& operator=(const FPControl&) = delete;
+};
+
 constexpr size_t kStackBytes = 256 << 10, kGuardBytes = 4096;
 
 struct Stack {
@@ -81,15 +94,14 @@ struct Stack {
         mprotect(base, kGuardBytes, PROT_NONE);  // an overflow faults instead of writing a neighbour
     }
     ~Stack() { munmap(base, kStackBytes + kGuardBytes); }
-    // A stack pointer that cuemu_switch "returns" from into entry(): the saved words, then entry's address,
-    // then a zero return address for entry (which never returns) at the 16-aligned top.
+    // A stack pointer that cuemu_switch "returns" from into entry(): the saved registers, then entry's
+    // address, then a zero return address for entry (which never returns) at the 16-aligned top.
     void* start(void (*entry)()) const {
         auto* top = reinterpret_cast<uint64_t*>(base + kGuardBytes + kStackBytes);
-        uint64_t* sp = top - 9;
-        sp[0] = 0x1F80 | uint64_t(0x037F) << 32;  // MXCSR and the x87 control word at their defaults
-        for (int i = 1; i <= 6; i++) sp[i] = 0;   // r15 r14 r13 r12 rbx rbp
-        sp[7] = reinterpret_cast<uint64_t>(entry);
-        sp[8] = 0;
+        uint64_t* sp = top - 8;
+        for (int i = 0; i < 6; i++) sp[i] = 0;  // r15 r14 r13 r12 rbx rbp
+        sp[6] = reinterpret_cast<uint64_t>(entry);
+        sp[7] = 0;
         return sp;
     }
     Stack(const Stack&) = delete;
@@ -336,6 +348,7 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
     b.smem_buf.resize(b.smem_bytes + 1024);
     b.smem = b.smem_buf.data() + (1024 - reinterpret_cast<uintptr_t>(b.smem_buf.data()) % 1024);
     g_block = &b;
+    const FPControl fp;  // a GPU's rounding, denormals kept, whatever the launching thread had set
     const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
     for (uint64_t k = 0; k < blocks; k++) {
         const uint64_t i = order == Order::Reverse ? blocks - 1 - k : k;
