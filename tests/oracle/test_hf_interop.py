@@ -150,7 +150,8 @@ def main():
         fresh.save_pretrained(hf_dir)  # safetensors (transformers 5 has no safe_serialization)
         compare(anvil_logits(hf_dir), hf_logits(fresh), "transformers checkpoint in anvil", failures)
         r = subprocess.run([ANVIL, "train", *common, "--init", hf_dir, "--tokenizer", "byte", "--out",
-                            os.path.join(tmp, "from_hf"), "--steps", "5", "--seq", "64"], capture_output=True, text=True)
+                            os.path.join(tmp, "from_hf"), "--steps", "5", "--seq", "64"],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             failures.append(f"anvil could not train from the transformers checkpoint: {r.stderr[-300:]}")
         # 3. anvil LoRA -> peft
