@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "core/progress.h"
@@ -110,7 +111,8 @@ private:
     // --eval-every's validation loss at step `done`: OUT/best when it is the lowest so far (--keep-best), and
     // --early-stop's count of evaluations without improvement
     void track_best(double val_loss, int done);
-    std::string eval_line(const nlohmann::json& rec, int done) const;
+    std::string eval_line(int done, const std::optional<LossResult>& val,
+                          const std::optional<ChoiceResult>& mc) const;
 
     // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
     // travel with the step's loss, so every rank stops after the same step).
@@ -211,11 +213,14 @@ void TrainingLoop::one_step(int step) {
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
     const bool eval_now = eval_due && (run_.data.val.size() > 1 || !run_.choices.empty());
+    std::optional<LossResult> val;
+    std::optional<ChoiceResult> mc;
     if (eval_due && run_.data.val.size() > 1) {
         const LossResult v = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_);
         if (v.targets > 0) {
             rec["val_loss"] = v.loss;
             track_best(v.loss, done);
+            val = v;
         }
     }
     if (o_.sample_every > 0 && done % o_.sample_every == 0) {
@@ -223,12 +228,11 @@ void TrainingLoop::one_step(int step) {
         bar_.note(fmt::format("sample at step {}:\n---\n{}\n---", done, rec["sample"].get<std::string>()));
     }
     if (eval_due && !run_.choices.empty()) {
-        const ChoiceResult mc =
-            multiple_choice(*run_.model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
-        rec["mc_acc"] = mc.acc();
-        rec["mc_acc_norm"] = mc.acc_norm();
+        mc = multiple_choice(*run_.model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
+        rec["mc_acc"] = mc->acc();
+        rec["mc_acc_norm"] = mc->acc_norm();
     }
-    if (eval_now) bar_.note(eval_line(rec, done));
+    if (eval_now) bar_.note(eval_line(done, val, mc));
     if (early_stopped_)
         bar_.note(
             fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
@@ -242,20 +246,19 @@ void TrainingLoop::one_step(int step) {
 
 // One line per evaluation, as llm.c and nanoGPT print theirs: validation loss and perplexity, whether it is
 // the best so far (--keep-best wrote best/), multiple-choice accuracy.
-std::string TrainingLoop::eval_line(const nlohmann::json& rec, int done) const {
+std::string TrainingLoop::eval_line(int done, const std::optional<LossResult>& val,
+                                    const std::optional<ChoiceResult>& mc) const {
     std::string line = fmt::format("eval at step {}:", done);
-    if (rec.contains("val_loss")) {
-        const double v = rec["val_loss"].get<double>();
-        line += fmt::format(" val loss {:.4f}, perplexity {:.3f}", v, std::exp(std::min(v, 700.0)));
+    if (val) {
+        line += fmt::format(" val loss {:.4f}, perplexity {:.3f}", val->loss, val->ppl);
         if (run_.best.step == done)
             line += o_.keep_best ? " (best so far: saved best/)" : " (best so far)";
         else
             line += fmt::format(" (best {:.4f} at step {})", run_.best.loss, run_.best.step);
     }
-    if (rec.contains("mc_acc"))
-        line += fmt::format("{} multiple choice {:.1f}% (normalised {:.1f}%)",
-                            rec.contains("val_loss") ? ";" : "", 100 * rec["mc_acc"].get<double>(),
-                            100 * rec["mc_acc_norm"].get<double>());
+    if (mc)
+        line += fmt::format("{} multiple choice {:.1f}% (normalised {:.1f}%)", val ? ";" : "",
+                            100 * mc->acc(), 100 * mc->acc_norm());
     return line;
 }
 
