@@ -25,4 +25,13 @@ ANVIL_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t t
     return uint32_t(z >> 40) >= threshold;
 }
 
+// The seed of one dropout site of a pass (the embeddings, one residual branch of one layer): every site its
+// own mask, unrelated to the others'.
+inline uint64_t dropout_site_seed(uint64_t pass_seed, uint64_t site) {
+    uint64_t z = pass_seed ^ ((site + 1) * 0xd1b54a32d192ed03ull);
+    z = (z ^ (z >> 31)) * 0x7fb5d329728ea185ull;
+    z = (z ^ (z >> 27)) * 0x81dadef4bc2dd44dull;
+    return z ^ (z >> 33);
+}
+
 }  // namespace anvil

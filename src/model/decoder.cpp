@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/dropout_mask.h"
+
 namespace anvil {
 
 namespace {
@@ -65,9 +67,12 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                  .row_slot = f.row_slot,
                  .row_pos = f.row_pos,
                  .seed = f.seed,
+                 .train = f.dloss != 0.0f,
+                 .dropout = f.dloss != 0.0f ? options_.dropout : 0.0f,
                  .tp = options_.tp.reducer.get()};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
+    if (p.dropout > 0.0f) be_.dropout(encoded, encoded, p.dropout, dropout_site_seed(p.seed, 0));
     Tensor x = encoded;
     for (const auto& b : blocks_) {
         b->forward(p, x);
@@ -146,6 +151,8 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
                  .T = last_T_,
                  .pos0 = last_pos0_,
                  .seed = last_seed_,
+                 .train = true,
+                 .dropout = options_.dropout,
                  .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     // the logits hold d(loss)/d(logits); a chunked loss did this in the forward
@@ -160,6 +167,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
         blocks_[size_t(l)]->backward(p, dres, dln, in);
         if (hooks) hooks->on_layer_grads_ready(l);
     }
+    if (p.dropout > 0.0f) be_.dropout(dres, dres, p.dropout, dropout_site_seed(p.seed, 0));
     emb_.backward(p, dres, p.act("tokens"));
     if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
     have_grad_logits_ = false;

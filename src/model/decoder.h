@@ -6,13 +6,15 @@
 #include <memory>
 #include <vector>
 
+#include "backend/dropout_mask.h"
 #include "model/model.h"
 
 namespace anvil {
 
-// One transformer block: x -> x + f(norm(x)) -> ... Its output is its own buffer (Keep::Output); the backward
-// takes d(out) in dres and leaves d(in) there (dln is scratch). Its forward depends only on its input, its
-// parameters and the pass's seed, so --recompute full can run it again, to the same bits, before its backward.
+// One transformer block: x -> x + dropout(f(norm(x))) -> ... Its output is its own buffer (Keep::Output); the
+// backward takes d(out) in dres and leaves d(in) there (dln is scratch). Its forward depends only on its
+// input, its parameters and the pass's seed, so --recompute full can run it again, to the same bits, before
+// its backward.
 class Block {
 public:
     virtual ~Block() = default;
@@ -33,14 +35,15 @@ template <class Mixer, class Ffn>
 class PreNormBlock final : public Block {
 public:
     template <class N1, class M, class N2, class F>
-    PreNormBlock(const std::string& prefix, int dim, DType dtype, N1 make_norm1, M make_mixer, N2 make_norm2,
-                 F make_ffn)
+    PreNormBlock(const std::string& prefix, int layer, int dim, DType dtype, N1 make_norm1, M make_mixer,
+                 N2 make_norm2, F make_ffn)
         : norm1(make_norm1()),
           mixer(make_mixer()),
           norm2(make_norm2()),
           ffn(make_ffn()),
           dim_(dim),
           dtype_(dtype),
+          site_(1 + 2 * uint64_t(layer)),
           res2_(prefix + ".res2"),
           res3_(prefix + ".res3"),
           what_{"the tensor-parallel all-reduce of " + prefix + "'s attention output",
@@ -62,23 +65,30 @@ public:
         norm1.forward(p, in);
         mixer.forward(p, proj, norm1.out(p));
         p.tp_sum(proj, what_[0].c_str());
+        drop(p, proj, proj, site_);
         p.be.residual_fwd(res2, in, proj);
         norm2.forward(p, res2);
         ffn.forward(p, proj, norm2.out(p));
         p.tp_sum(proj, what_[1].c_str());
+        drop(p, proj, proj, site_ + 1);
         p.be.residual_fwd(out(p), res2, proj);
     }
     Tensor out(const Pass& p) const override { return p.act(res3_); }
     void backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const override {
         const Tensor res2 = p.act(res2_);
+        // the branches' output gradients through their dropout (the forward's masks, from the same seeds), in
+        // the forward's scratch, which the backward does not otherwise use
+        const Tensor dbranch = p.dropout > 0.0f ? p.act("block.proj") : dres;
         // the MLP half: dres holds d(out) = d(res2) through the residual
         if (p.acts.recompute()) norm2.forward(p, res2);
-        ffn.backward(p, dln, dres, norm2.out(p));
+        drop(p, dbranch, dres, site_ + 1);
+        ffn.backward(p, dln, dbranch, norm2.out(p));
         p.tp_sum(dln, what_[2].c_str());
         norm2.backward(p, dres, dln, res2);
         // the attention half: dres holds d(res2) = d(in) through the residual
         if (p.acts.recompute()) norm1.forward(p, in);
-        mixer.backward(p, dln, dres, norm1.out(p));
+        drop(p, dbranch, dres, site_);
+        mixer.backward(p, dln, dbranch, norm1.out(p));
         p.tp_sum(dln, what_[3].c_str());
         norm1.backward(p, dres, dln, in);
     }
@@ -94,8 +104,14 @@ public:
     Ffn ffn;
 
 private:
+    // out = dropout(in) while the pass trains with dropout (ModelOptions::dropout)
+    static void drop(const Pass& p, Tensor out, Tensor in, uint64_t site) {
+        if (p.dropout > 0.0f) p.be.dropout(out, in, p.dropout, dropout_site_seed(p.seed, site));
+    }
+
     int64_t dim_;
     DType dtype_;
+    uint64_t site_;  // the attention branch's dropout site; the MLP's is the next
     std::string res2_, res3_;
     std::string what_[4];
 };

@@ -109,7 +109,7 @@ Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) :
     for (int l = 0; l < c.n_layer; l++) {
         const std::string h = layer_prefix(l);
         blocks_.push_back(std::make_unique<Gpt2Block>(
-            h, c.n_embd, reg_.dtype, [&] { return Norm(reg_, h + ".ln_1", c.n_embd, l, true); },
+            h, l, c.n_embd, reg_.dtype, [&] { return Norm(reg_, h + ".ln_1", c.n_embd, l, true); },
             [&] { return Attention(reg_, h + ".attn", c.n_embd, c.n_head, l, kStd, proj_std); },
             [&] { return Norm(reg_, h + ".ln_2", c.n_embd, l, true); },
             [&] { return Mlp(reg_, h + ".mlp", c.n_embd, 4 * c.n_embd, l, kStd, proj_std); }));

@@ -60,8 +60,13 @@ struct Pass {
     int slot = 0;
     const int* row_slot = nullptr;
     const int* row_pos = nullptr;
-    uint64_t seed = 0;          // this pass's randomness (dropout masks), the same in its backward
-    TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
+    uint64_t seed = 0;  // this pass's randomness (dropout masks), the same in its backward
+    // The pass takes gradients (a forward with a nonzero dloss, and its backward): dropout is on, as in
+    // PyTorch's model.train(). An evaluation on training activations (the validation loss during a run) runs
+    // with it off, as after model.eval().
+    bool train = false;
+    float dropout = 0.0f;     // train: dropout on the embeddings and on each residual branch (ModelOptions)
+    TpReducer* tp = nullptr;  // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }
     void tp_sum(Tensor t, const char* what) const {
         if (tp) tp->sum(t, what);

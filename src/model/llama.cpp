@@ -224,7 +224,7 @@ LlamaModel::LlamaModel(Backend& be, const ModelConfig& c, const ModelOptions& o)
     for (int l = 0; l < c.n_layer; l++) {
         const std::string h = layer_prefix(l);
         blocks_.push_back(std::make_unique<LlamaBlock>(
-            h, c.n_embd, reg_.dtype,
+            h, l, c.n_embd, reg_.dtype,
             [&] { return Norm(reg_, h + ".input_layernorm", c.n_embd, l, true, NormKind::Rms, eps); },
             [&] {
                 return RotaryAttention(reg_, h + ".self_attn", c.n_embd, c.n_head, c.kv_heads(),

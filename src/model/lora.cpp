@@ -50,7 +50,7 @@ void LoraAdapter::plan(ActPlan& plan, const std::string& prefix, int) const {
 }
 
 Tensor LoraAdapter::dropped(const Pass& p, Tensor in) const {
-    if (dropout_ <= 0.0f || !p.acts.training()) return in;
+    if (dropout_ <= 0.0f || !p.train) return in;
     const Tensor x = p.act(fmt::format("lora.x{}", in_));
     p.be.dropout(x, in, dropout_, p.seed * 0x9e3779b97f4a7c15ull + uint64_t(id_));  // one mask per layer and pass
     return x;
@@ -73,7 +73,7 @@ void LoraAdapter::backward(const Pass& p, const std::string& prefix, Tensor din,
     const Tensor dx = din.empty() ? Tensor{} : p.act(fmt::format("lora.dx{}", in_));
     p.be.matmul_bwd(dx, s.grad(a_), {}, dh, dropped(p, in), s.param(a_), WLayout::OutIn, {});  // dA += dh^T x
     if (din.empty()) return;
-    if (dropout_ > 0.0f && p.acts.training())
+    if (dropout_ > 0.0f && p.train)
         p.be.dropout(dx, dx, dropout_, p.seed * 0x9e3779b97f4a7c15ull + uint64_t(id_));
     p.be.residual_fwd(din, din, dx);
 }

@@ -80,6 +80,10 @@ struct ModelOptions {
     // FP8 products (--precision fp8) for the blocks' linear layers (Backend::matmul_fp8_fwd); the embedding,
     // the head and attention's own products keep the model's dtype, as Transformer Engine's recipes do.
     bool fp8 = false;
+    // Dropout while training (--dropout, nanoGPT's `dropout`, Hugging Face GPT-2's embd_pdrop and
+    // resid_pdrop): on the embeddings' output and on each block's attention and MLP output before its
+    // residual add. Off in every pass that takes no gradient (evaluation, generation).
+    float dropout = 0.0f;
     // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
     std::vector<std::string> frozen;
     // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.

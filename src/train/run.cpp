@@ -212,7 +212,6 @@ void TrainingLoop::one_step(int step) {
     if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
-    const bool eval_now = eval_due && (run_.data.val.size() > 1 || !run_.choices.empty());
     std::optional<LossResult> val;
     std::optional<ChoiceResult> mc;
     if (eval_due && run_.data.val.size() > 1) {
@@ -232,6 +231,8 @@ void TrainingLoop::one_step(int step) {
         rec["mc_acc"] = mc->acc();
         rec["mc_acc_norm"] = mc->acc_norm();
     }
+    // A held-out split with no loss targets (every row masked) gives no validation line of its own.
+    const bool eval_now = val || mc;
     if (eval_now) bar_.note(eval_line(done, val, mc));
     if (early_stopped_)
         bar_.note(

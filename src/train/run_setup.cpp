@@ -292,6 +292,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.recompute = parse_recompute(o.recompute);
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = src.lora;
+    mo.dropout = o.dropout;
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }

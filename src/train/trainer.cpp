@@ -42,6 +42,12 @@ Trainer::Trainer(Model& model, AdamW& opt, uint64_t seed) : model_(model), opt_(
     scaler_.scale = scaler_.enabled ? 65536.0f : 1.0f;
 }
 
+uint64_t Trainer::pass_seed(int64_t step, int m) const {
+    // each rank's rows draw their own randomness
+    const uint64_t seed = seed_ ^ (dp_ ? uint64_t(dp_->rank()) * 0x9e3779b97f4a7c15ull : 0);
+    return Rng(seed ^ (uint64_t(step) << 20) ^ uint64_t(m)).next_u64();
+}
+
 StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, int64_t step) {
     const auto t0 = Clock::now();
     Backend& be = model_.backend();
@@ -58,10 +64,8 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     f.T = T;
     f.targets = true;
     f.dloss = dloss;
-    // each rank's rows draw their own randomness
-    const uint64_t seed = seed_ ^ (dp_ ? uint64_t(dp_->rank()) * 0x9e3779b97f4a7c15ull : 0);
     for (int m = 0; m < accum; m++) {
-        f.seed = Rng(seed ^ (uint64_t(step) << 20) ^ uint64_t(m)).next_u64();
+        f.seed = pass_seed(step, m);
         be.upload(model_.tokens(B, T), batch.tokens + size_t(m) * per);
         be.upload(model_.targets(B, T), batch.targets + size_t(m) * per);
         model_.forward(f);

@@ -62,6 +62,8 @@ public:
     // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
     // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite.
     StepStats step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args);
+    // The randomness of micro-batch m of a step on this rank (ForwardPass::seed: the dropout masks).
+    uint64_t pass_seed(int64_t step, int m) const;
 
 private:
     Model& model_;

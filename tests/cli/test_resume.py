@@ -11,6 +11,7 @@ D: --recompute only trades memory for compute: A again with --recompute full log
    A's checkpoint-12 resumed with --recompute selective, and with the option as a checkpoint written before it
    took a mode stored it (true), continue with A's losses; --logits-chunk 40K (the loss a sequence at a time)
    stays within 1e-6 of A's losses at every step, with less activation memory.
+E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit.
 """
 import json
 import os
@@ -113,6 +114,18 @@ def main():
             saved = json.load(open(os.path.join(out, "final", "trainer_state.json")))["options"]["recompute"]
             if saved != "selective":
                 failures.append(f"resume {name} stored --recompute {saved!r}, expected 'selective'")
+
+        # E: --dropout draws its masks from (seed, step, micro-batch), so a resumed run draws the same ones
+        e, e2 = os.path.join(d, "e"), os.path.join(d, "e2")
+        run(["train", "--data", data, "--out", e, "--save-every", "6", "--dropout", "0.2", *ARGS], check=True)
+        run(["train", "--resume", os.path.join(e, "checkpoint-12"), "--out", e2], check=True)
+        le, le2 = losses(e), losses(e2)
+        diff = [s for s in range(13, 25) if le2.get(s) != le[s]]
+        print(f"E --dropout 0.2 resumed at 12: {len(diff)} of 12 steps differ from the uninterrupted run")
+        if diff:
+            failures.append(f"--dropout: the resumed run differs at steps {diff}")
+        if le[1] == la[1]:
+            failures.append(f"--dropout 0.2 logged step 1's loss without dropout ({la[1]})")
     return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 

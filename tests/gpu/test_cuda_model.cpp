@@ -65,9 +65,10 @@ struct TrainRun {
     float loss_scale;
     TrainRun(Backend& be, DType dt, uint64_t seed, int B, int T, Recompute recompute = Recompute::Off,
              LoraOptions lora = {}, const ModelConfig& cfg = small(), bool fp8 = false,
-             size_t logits_chunk = ModelOptions{}.logits_chunk_bytes) {
+             size_t logits_chunk = ModelOptions{}.logits_chunk_bytes, float dropout = 0.0f) {
         ModelOptions mo;
         mo.logits_chunk_bytes = logits_chunk;
+        mo.dropout = dropout;
         mo.dtype = dt;
         mo.recompute = recompute;
         mo.lora = lora;
@@ -115,14 +116,9 @@ protected:
 class CudaModelAttention : public CudaModel,
                            public ::testing::WithParamInterface<std::tuple<AttentionImpl, const char*>> {};
 
-TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
-    const int B = 3, T = 48;
-    const ModelConfig cfg = small(std::get<1>(GetParam()));
-    const Batches data(B, T, cfg.vocab_size, 1, test_seed());
-    auto gpu_be = make_backend({Device::CUDA, 0, 0, std::get<0>(GetParam())});
-    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg),
-        gpu(*gpu_be, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
-    const double lc = cpu.grads_only(data.step(0), B, T), lg = gpu.grads_only(data.step(0), B, T);
+// Step 0's fp32 loss and every gradient on the GPU within 1e-4 of the CPU's; returns the loss.
+double expect_step_matches_the_cpu(TrainRun& cpu, TrainRun& gpu, const StepBatch& batch, int B, int T) {
+    const double lc = cpu.grads_only(batch, B, T), lg = gpu.grads_only(batch, B, T);
     EXPECT_LE(std::abs(lg - lc), 1e-4 * std::abs(lc)) << "loss: gpu " << lg << " cpu " << lc;
     const auto gc = cpu.grads(), gg = gpu.grads();
     const ParamStore& store = cpu.model->params();
@@ -136,6 +132,40 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
         }
         EXPECT_LE(std::sqrt(num), 1e-4 * std::sqrt(den)) << store.spec(i).name << ": relative L2 error";
         EXPECT_TRUE(all_close(gg[k], gc[k], 1e-4, 1e-4 * scale, store.spec(i).name));
+    }
+    return lc;
+}
+
+TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
+    const int B = 3, T = 48;
+    const ModelConfig cfg = small(std::get<1>(GetParam()));
+    const Batches data(B, T, cfg.vocab_size, 1, test_seed());
+    auto gpu_be = make_backend({Device::CUDA, 0, 0, std::get<0>(GetParam())});
+    TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg),
+        gpu(*gpu_be, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
+    expect_step_matches_the_cpu(cpu, gpu, data.step(0), B, T);
+}
+
+// --dropout: the masks are the CPU's (the same hash of the same pass seed), so the fp32 step matches it too,
+// and differs from the step without dropout.
+TEST_F(CudaModel, DropoutMatchesTheCpu) {
+    const int B = 3, T = 48;
+    for (const char* family : {"gpt2", "llama"}) {
+        SCOPED_TRACE(family);
+        const ModelConfig cfg = small(family);
+        const Batches data(B, T, cfg.vocab_size, 1, test_seed());
+        const size_t chunk = ModelOptions{}.logits_chunk_bytes;
+        TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
+            gpu(*be.gpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
+            plain(*be.gpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
+        expect_step_matches_the_cpu(cpu, gpu, data.step(0), B, T);
+        plain.grads_only(data.step(0), B, T);
+        const auto g = gpu.grads(), p = plain.grads();
+        double num = 0.0, den = 0.0;  // all gradients together: dropout moves them by far more than rounding
+        for (size_t k = 0; k < g.size(); k++)
+            for (size_t e = 0; e < g[k].size(); e++)
+                num += std::pow(double(g[k][e]) - double(p[k][e]), 2), den += std::pow(double(p[k][e]), 2);
+        EXPECT_GT(std::sqrt(num), 0.01 * std::sqrt(den)) << "dropout changed the gradients";
     }
 }
 

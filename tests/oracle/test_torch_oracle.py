@@ -90,12 +90,42 @@ def make_params():
     return {k: v.float().requires_grad_(True) for k, v in p.items()}
 
 
-def forward(p, idx, lora=None):
+def dropout_keep(seed, n, p):
+    """anvil's dropout mask (docs/architecture.md): element i of n is kept when the top 24 bits of
+    SplitMix64's finaliser of seed + (i + 1) * golden reach p * 2^24."""
+    i = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)) >= np.uint64(int(float(np.float32(p)) * 16777216.0))
+
+
+def dropout_site_seed(pass_seed, site):
+    """The seed of dropout site `site` of a pass: 0 the embeddings, 1 + 2l layer l's attention output, 2 + 2l
+    its MLP output."""
+    m = (1 << 64) - 1
+    z = pass_seed ^ (((site + 1) * 0xD1B54A32D192ED03) & m)
+    z = ((z ^ (z >> 31)) * 0x7FB5D329728EA185) & m
+    z = ((z ^ (z >> 27)) * 0x81DADEF4BC2DD44D) & m
+    return z ^ (z >> 33)
+
+
+def forward(p, idx, lora=None, drop=None):
     """GPT-2 on parameters p (HF names). lora: {module name: (A (r, in), B (out, r), scaling)} adds
-    scaling * (x A^T) B^T to that Conv1D's output, as PEFT's LoRA does."""
+    scaling * (x A^T) B^T to that Conv1D's output, as PEFT's LoRA does. drop: (probability, pass seed), the
+    dropout of a training pass on the embeddings and on each block's attention and MLP output."""
     B, T = idx.shape
     hs = C // NH
     lora = lora or {}
+
+    def dropout(x, site):
+        if not drop:
+            return x
+        pr, seed = drop
+        keep = dropout_keep(dropout_site_seed(seed, site), x.numel(), pr).reshape(tuple(x.shape))
+        return x * torch.from_numpy(keep).float() * (1.0 / (1.0 - np.float32(pr)))
 
     def linear(x, name):
         y = x @ p[name + ".weight"] + p[name + ".bias"]
@@ -104,7 +134,7 @@ def forward(p, idx, lora=None):
             y = y + s * ((x @ a.T) @ b.T)
         return y
 
-    x = p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][:T]
+    x = dropout(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][:T], 0)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for l in range(L):
         g = lambda n: p[f"transformer.h.{l}.{n}"]  # noqa: E731
@@ -114,10 +144,10 @@ def forward(p, idx, lora=None):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + linear(y, f"transformer.h.{l}.attn.c_proj")
+        x = x + dropout(linear(y, f"transformer.h.{l}.attn.c_proj"), 1 + 2 * l)
         h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)
         h = F.gelu(linear(h, f"transformer.h.{l}.mlp.c_fc"), approximate="tanh")
-        x = x + linear(h, f"transformer.h.{l}.mlp.c_proj")
+        x = x + dropout(linear(h, f"transformer.h.{l}.mlp.c_proj"), 2 + 2 * l)
     x = F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5)
     return x @ p["transformer.wte.weight"].T
 
@@ -198,14 +228,15 @@ def lr_at(step, lr, warmup, total, min_frac, shape="cosine", decay_frac=0.2):
     return lr * min_frac + coeff * (lr - lr * min_frac)
 
 
-def step_loss(p, ids, score, step, B, T, accum, lora=None):
+def step_loss(p, ids, score, step, B, T, accum, lora=None, drops=None):
+    """drops: each micro-batch's (dropout probability, pass seed)."""
     micro = [batch(ids, score, step * accum + m, B, T) for m in range(accum)]
     count = sum(int((y >= 0).sum()) for _, y in micro)
     assert count > 0, f"step {step} has no target tokens: the scenario is misconfigured"
     total = 0
-    for x, y in micro:
-        total = total + F.cross_entropy(forward(p, x, lora).view(-1, V), y.view(-1), ignore_index=-1,
-                                        reduction="sum")
+    for m, (x, y) in enumerate(micro):
+        logits = forward(p, x, lora, drops[m] if drops else None)
+        total = total + F.cross_entropy(logits.view(-1, V), y.view(-1), ignore_index=-1, reduction="sum")
     return total / count
 
 
@@ -237,15 +268,17 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         print(r.stdout, r.stderr)
         raise SystemExit(f"FAILED: {' '.join(cmd)} exited {r.returncode}")
     return r.stdout
 
 
-def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=(), schedule=("cosine", 0.2)):
+def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=(), schedule=("cosine", 0.2), dropout=0.0):
+    """dropout: step 0 of a training pass with --dropout, its masks from the pass seeds anvil reports (the 10
+    steps are not run: a step's seeds are anvil's own)."""
     failures = []
     model_dir = os.path.join(tmp, name + "_init")
     p = make_params()
@@ -254,9 +287,11 @@ def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=(), sche
 
     # 1. step 0: loss and every gradient
     gpath = os.path.join(tmp, name + "_grads.safetensors")
-    run([GRAD_DUMP, model_dir, data_path, str(B), str(T), str(accum), gpath, *extra[1:]])
+    env = dict(os.environ, ANVIL_DROPOUT=str(dropout)) if dropout else None
+    run([GRAD_DUMP, model_dir, data_path, str(B), str(T), str(accum), gpath, *extra[1:]], env)
     grads, meta = read_safetensors(gpath)
-    loss = step_loss(p, ids, score, 0, B, T, accum)
+    drops = [(dropout, int(s)) for s in meta["pass_seeds"].split(",")] if dropout else None
+    loss = step_loss(p, ids, score, 0, B, T, accum, drops=drops)
     loss.backward()
     r = rel(float(meta["loss"]), loss.item())
     print(f"[{name}] step 0 loss: anvil {float(meta['loss']):.7f} torch {loss.item():.7f} rel {r:.2e}")
@@ -269,6 +304,11 @@ def scenario(tmp, name, data_path, stream, B, T, accum, steps=10, extra=(), sche
         if not e <= TOL:
             failures.append(f"{name}: gradient of {k} differs by {e:.2e} (norm-relative)")
     print(f"[{name}] step 0 gradients: worst norm-relative error {worst:.2e} over {len(p)} tensors")
+    if dropout:
+        plain = step_loss({k: v.detach() for k, v in p.items()}, ids, score, 0, B, T, accum).item()
+        if not rel(float(meta["loss"]), plain) > 10 * TOL:
+            failures.append(f"{name}: the loss with dropout {dropout} is the loss without it ({plain:.7f})")
+        return failures
 
     # 2. ten AdamW steps through `anvil train`
     lr, warmup, wd, clip = 1e-3, 3, 0.1, 1.0
@@ -306,6 +346,7 @@ def main():
         with open(text, "w", encoding="utf-8") as f:
             f.write(" ".join(rng.choice(words) for _ in range(1500)))
         failures += scenario(tmp, "text", text, stream_from_text(text), B=4, T=16, accum=2)
+        failures += scenario(tmp, "dropout", text, stream_from_text(text), B=4, T=16, accum=2, dropout=0.2)
         # instruction records: prompt masked out of the loss by the template
         inst = os.path.join(tmp, "inst.jsonl")
         with open(inst, "w") as f:

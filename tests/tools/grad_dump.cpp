@@ -1,7 +1,8 @@
 // Test tool for the PyTorch oracle: loads a model directory and a data file, computes step 0's loss and
 // gradients exactly as `anvil train --shuffle off` does, and writes the gradients of the trainable
 // parameters as safetensors under their names (the loss goes in the metadata). With ADAPTER_DIR (a PEFT LoRA
-// adapter) the base is frozen and the gradients are the adapters'.
+// adapter) the base is frozen and the gradients are the adapters'. ANVIL_DROPOUT=P trains with --dropout P;
+// the metadata's pass_seeds are the micro-batches' pass seeds (the masks' seeds), comma-separated.
 //   anvil_grad_dump MODEL_DIR DATA_FILE BATCH SEQ GRAD_ACCUM OUT.safetensors [TEMPLATE [ADAPTER_DIR]]
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
         auto be = make_backend({Device::CPU, 0, 0});
         ModelOptions mo;
         if (argc == 9) mo.lora = read_peft_config(argv[8]).lora;
+        if (const char* p = std::getenv("ANVIL_DROPOUT")) mo.dropout = std::strtof(p, nullptr);
         auto model = make_model(*be, read_model_config(dir), mo);
         load_model_weights(dir, *model);
         if (argc == 9) load_peft_weights(argv[8], *model);
@@ -49,7 +51,9 @@ int main(int argc, char** argv) {
             ts.push_back({s.spec(i).name, DType::F32, {sh.dims.begin(), sh.dims.begin() + sh.ndim}, nullptr});
         }
         for (size_t k = 0; k < ts.size(); k++) ts[k].data = host[k].data();
-        write_safetensors(out, ts, {{"loss", fmt::format("{:.9g}", r.loss)}});
+        std::string seeds;
+        for (int m = 0; m < accum; m++) seeds += (m ? "," : "") + std::to_string(trainer.pass_seed(0, m));
+        write_safetensors(out, ts, {{"loss", fmt::format("{:.9g}", r.loss)}, {"pass_seeds", seeds}});
         std::printf("%.9g\n", r.loss);
         return 0;
     } catch (const Error& e) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -130,8 +131,11 @@ struct TinyRun {
         for (int32_t t : tgt) v += t >= 0;
         return v;
     }
-    // Mean loss over valid targets; with grad=true also leaves gradients in the store.
-    double loss(bool grad, BackwardHooks* hooks = nullptr) {
+    // Mean loss over valid targets; with grad=true also leaves gradients in the store. train (default: grad)
+    // runs the forward as a training pass, dropout on, with the pass seed `seed`; without grad it takes no
+    // backward (the loss a finite difference needs, masks and all).
+    double loss(bool grad, BackwardHooks* hooks = nullptr, std::optional<bool> train = {},
+                uint64_t seed = 0) {
         be->upload(model->tokens(B, T), tok.data());
         be->upload(model->targets(B, T), tgt.data());
         if (grad) model->zero_grads();
@@ -139,7 +143,8 @@ struct TinyRun {
         f.B = B;
         f.T = T;
         f.targets = true;
-        f.dloss = grad ? 1.0f / float(valid()) : 0.0f;
+        f.dloss = train.value_or(grad) ? 1.0f / float(valid()) : 0.0f;
+        f.seed = seed;
         model->forward(f);
         if (grad) model->backward(hooks);
         const std::vector<float> l = download(*be, model->losses(B, T));
@@ -156,18 +161,22 @@ struct TinyRun {
         set_all_params(model->params(), p);
     }
     // Finite differences of the loss against every trainable entry's analytic gradient (a sample of each).
+    // The loss is a training pass's, dropout masks and all (the same pass seed, so the same masks).
     void check_gradients(uint64_t seed) {
         loss(true);
         ParamStore& s = model->params();
         auto params = all_params(s);
+        std::vector<std::vector<float>> grads;  // all of them first: a training forward may write some
+        for (size_t i : s.trainable()) grads.push_back(download(*be, s.grad(i)));
         std::mt19937_64 g(seed);
-        for (size_t i : s.trainable()) {
-            const std::vector<float> grad = download(*be, s.grad(i));
+        for (size_t n = 0; n < grads.size(); n++) {
+            const size_t i = s.trainable()[n];
+            const std::vector<float>& grad = grads[n];
             std::vector<size_t> idx;  // a sample of coordinates per tensor keeps the test fast
             for (size_t k = 0; k < 12; k++) idx.push_back(size_t(g() % params[i].size()));
             auto f = [&] {
                 set_all_params(s, params);
-                return loss(false);
+                return loss(false, nullptr, true);
             };
             EXPECT_TRUE(check_grad(params[i], grad, f, s.spec(i).name, 2e-3, 3e-2, 3e-4, idx));
         }

@@ -4,6 +4,7 @@
 // generation against uncached forward passes (through the cache rebuild).
 #include <cmath>
 
+#include "backend/dropout_mask.h"
 #include "core/rng.h"
 #include "harness.h"
 #include "model/generate.h"
@@ -637,7 +638,8 @@ TEST(Sampling, WholeDistributionFollowsTheSoftmax) {
 // Every --recompute mode gives the loss and the gradients of keeping everything, bit for bit, with less
 // activation memory: selective (norms and GELU/SwiGLU recomputed) less than off, full (each block run again
 // from its input) least. GPT-2 and Llama with grouped-query attention, alone, with LoRA adapters on every
-// projection (with dropout, whose mask the second forward must draw again) and with fp8 products.
+// projection (with dropout, whose mask the second forward must draw again), with fp8 products and with
+// --dropout.
 TEST(Model, RecomputeGivesIdenticalGradients) {
     ModelOptions with_lora;
     with_lora.lora.rank = 2;
@@ -645,6 +647,8 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     with_lora.lora.dropout = 0.25f;
     ModelOptions fp8;
     fp8.fp8 = true;
+    ModelOptions drop;
+    drop.dropout = 0.25f;
     struct Case {
         const char* what;
         ModelConfig c;
@@ -660,6 +664,8 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
          with_lora,
          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
         {"gpt2 fp8", tiny(), fp8, {}},
+        {"gpt2 dropout", tiny(), drop, {}},
+        {"llama dropout", tiny_llama(false), drop, {}},
     };
     const uint64_t seed = test_seed();
     for (const Case& k : cases) {
@@ -686,6 +692,53 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
         EXPECT_LT(act_bytes[1], act_bytes[0]) << k.what;
         EXPECT_LT(act_bytes[2], act_bytes[1]) << k.what;
     }
+}
+
+// --dropout (nanoGPT's): the gradient of a training pass, masks and all, against finite differences in both
+// families; evaluation passes drop nothing (the loss of the model trained without dropout, bit for bit,
+// LoRA's dropout off too); another pass seed draws other masks, the same seed the same; the masks' keep rate.
+TEST(Model, DropoutGradientsAndEvaluation) {
+    ModelOptions drop;
+    drop.dropout = 0.2f;
+    ModelOptions drop_lora = drop;
+    drop_lora.lora.rank = 2;
+    drop_lora.lora.dropout = 0.3f;
+    drop_lora.lora.targets = {"c_attn", "c_fc"};
+    ModelOptions plain_lora = drop_lora;
+    plain_lora.dropout = plain_lora.lora.dropout = 0.0f;
+    const uint64_t seed = test_seed();
+    for (const auto& [what, c, mo, plain] :
+         std::vector<std::tuple<const char*, ModelConfig, ModelOptions, ModelOptions>>{
+             {"gpt2", tiny(), drop, {}},
+             {"llama", tiny_llama(false), drop, {}},
+             {"gpt2 lora", tiny(), drop_lora, plain_lora}}) {
+        SCOPED_TRACE(what);
+        TinyRun run(seed, mo, c), ref(seed, plain, c);
+        run.shake(seed + 1, 0.2f);
+        set_all_params(ref.model->params(), all_params(run.model->params()));
+        run.check_gradients(seed + 2);
+        // evaluation: no dropout anywhere
+        EXPECT_EQ(run.loss(false, nullptr, false, 5), ref.loss(false, nullptr, false, 5));
+        EXPECT_EQ(run.loss(false, nullptr, false, 5), run.loss(false, nullptr, false, 6));
+        // training passes: the seed draws the masks
+        const double a = run.loss(false, nullptr, true, 5);
+        EXPECT_EQ(run.loss(false, nullptr, true, 5), a);
+        EXPECT_NE(run.loss(false, nullptr, true, 6), a);
+        EXPECT_NE(ref.loss(false, nullptr, true, 5), a);
+    }
+    // the sites' masks: each keeps about 1 - p of its elements, and two sites' masks are unrelated
+    const uint32_t th = dropout_threshold(0.2f);
+    const uint64_t pass = 0x1234;
+    int kept[2] = {0, 0}, both = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; i++) {
+        const bool k0 = dropout_keep(dropout_site_seed(pass, 1), uint64_t(i), th);
+        const bool k1 = dropout_keep(dropout_site_seed(pass, 2), uint64_t(i), th);
+        kept[0] += k0, kept[1] += k1, both += k0 && k1;
+    }
+    for (int k : kept) EXPECT_NEAR(double(k) / n, 0.8, 0.005);
+    EXPECT_NEAR(double(both) / n, 0.64, 0.005)
+        << "independent masks keep an element in both 0.8^2 of the time";
 }
 
 // Taking the loss a chunk of sequences at a time (ModelOptions::logits_chunk_bytes) gives the whole batch's
