@@ -131,6 +131,7 @@ Command add_generate(CLI::App& app) {
         std::string prompt, instruction, input, system, json;
         SampleOptions s;
         bool no_stop = false, chat = false;
+        int samples = 1;
     };
     auto o = std::make_shared<Opts>();
     o->s.max_new_tokens = 128;
@@ -181,11 +182,17 @@ Command add_generate(CLI::App& app) {
         ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--seed", o->s.seed, "sampling seed")->capture_default_str();
     sub->add_flag("--no-stop", o->no_stop, "keep going past the end-of-text and end-of-turn tokens");
+    sub->add_option("--num-samples,-n", o->samples,
+                    "independent completions of the prompt (nanoGPT's num_samples, Hugging Face's "
+                    "num_return_sequences), sample i drawn with --seed + i, printed one after another "
+                    "between lines of dashes")
+        ->capture_default_str()
+        ->check(kPositive);
     add_json_flag(sub, o->json)
         ->description(
             "print one JSON object instead of streaming: the text, prompt and completion tokens, time "
-            "to first token, tokens/s and why it ended; --json FILE streams the text and writes the "
-            "JSON to FILE");
+            "to first token, tokens/s and why it ended (with --num-samples N > 1: {\"samples\": [N such "
+            "objects]}); --json FILE streams the text and writes the JSON to FILE");
     auto run = [mf, o]() -> int {
         ANVIL_CHECK(o->chat || !o->prompt.empty() || !o->instruction.empty(),
                     "give --prompt TEXT, --instruction TEXT or --chat");
@@ -196,6 +203,10 @@ Command add_generate(CLI::App& app) {
         ANVIL_CHECK(!o->chat || o->json.empty(),
                     "--json describes one completion; use it with --prompt or "
                     "--instruction, not --chat");
+        ANVIL_CHECK(!o->chat || o->samples == 1,
+                    "--num-samples {}: --chat answers each turn once; use --prompt or --instruction for "
+                    "several completions",
+                    o->samples);
         InferenceSetup l = mf->load();
         const Tokenizer& tok = *l.tok;
         SampleOptions s = o->s;
@@ -247,23 +258,26 @@ Command add_generate(CLI::App& app) {
                      {"tokens_per_s", produced > 1 && decode > 0 ? (produced - 1) * 1e3 / decode : 0.0}};
             return text.text();
         };
-        auto finish = [&]() {
-            if (o->json == "-")
-                std::printf("%s\n", json_text(stats, 2).c_str());
-            else if (!o->json.empty())
-                write_file_atomic(o->json, json_text(stats, 2) + "\n");
-            return 0;
-        };
         if (!o->chat) {
-            if (o->instruction.empty()) {
-                if (stream) std::printf("%s", o->prompt.c_str());
-                reply(tok.encode_prompt(o->prompt));
-            } else {
-                const Example ex{o->instruction, o->input, "", {}};
-                if (stream) std::printf("%s", render_text(ex, l.prompt, tok, true).c_str());
-                reply(prompt_tokens(ex, l.prompt, tok));
+            const Example ex{o->instruction, o->input, "", {}};
+            const bool inst = !o->instruction.empty();
+            const std::vector<int32_t> prompt =
+                inst ? prompt_tokens(ex, l.prompt, tok) : tok.encode_prompt(o->prompt);
+            const std::string shown = inst ? render_text(ex, l.prompt, tok, true) : o->prompt;
+            nlohmann::json all = nlohmann::json::array();
+            for (int i = 0; i < o->samples; i++) {
+                s.seed = o->s.seed + uint64_t(i);
+                if (stream) std::printf("%s", shown.c_str());
+                reply(prompt);
+                all.push_back(stats);
+                if (stream && o->samples > 1) std::printf("---------------\n");
             }
-            return finish();
+            const nlohmann::json result = o->samples > 1 ? nlohmann::json{{"samples", all}} : stats;
+            if (o->json == "-")
+                std::printf("%s\n", json_text(result, 2).c_str());
+            else if (!o->json.empty())
+                write_file_atomic(o->json, json_text(result, 2) + "\n");
+            return 0;
         }
         std::string note;  // the tokenizer's system message, where chatml puts it first (Qwen's)
         if (l.prompt == PromptTemplate::ChatML && o->system.empty() && !tok.default_system().empty())

@@ -140,6 +140,17 @@ def main():
               "generate --json FILE streams the text and writes the same JSON", f)
         r = run(["generate", "--model", final, "--chat", "--prompt", "hi", "--json"])
         check(r.returncode != 0 and "--json describes one completion" in r.stderr, "--json with --chat is refused", f)
+        # --num-samples: sample i is the one --seed + i draws alone, streamed between lines of dashes
+        hot = [*g, "--temperature", "1", "--top-k", "20"]
+        many = json.loads(run([*hot, "--seed", "5", "--num-samples", "3", "--json"], check=True).stdout)["samples"]
+        alone = [json.loads(run([*hot, "--seed", str(5 + i), "--json"], check=True).stdout)["text"] for i in range(3)]
+        streamed = run([*hot, "--seed", "5", "-n", "3"], check=True).stdout
+        check([x["text"] for x in many] == alone and streamed == "".join(
+            f"Reverse.\nabc\n=> {t}\n---------------\n" for t in alone) and len(set(alone)) > 1,
+              f"generate --num-samples 3: samples of seeds 5, 6, 7 ({alone})", f)
+        r = run(["generate", "--model", final, "--chat", "--prompt", "hi", "--num-samples", "2"])
+        check(r.returncode != 0 and "--num-samples 2: --chat answers each turn once" in r.stderr,
+              "--num-samples with --chat is refused", f)
 
         # a plain text run with gradient accumulation and constant LR
         data = text_file(d)
