@@ -1,4 +1,6 @@
-// What several subcommands share: number validators, model-directory resolution and the --json flag.
+// What several subcommands share: number validators, model-directory resolution, the --json flag and
+// --config files.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -106,6 +108,56 @@ void OutputFlags::save(const Model& model, const Tokenizer& tok, const std::stri
                     format);
     tok.save(tmp);
     replace_dir(tmp, out);
+}
+
+CLI::Option* add_config_flag(CLI::App* sub, std::string& dest) {
+    return sub
+        ->add_option(
+            "--config", dest,
+            "read flags from a JSON file, {\"layers\": 12, \"lr\": 6e-4, \"lr-schedule\": \"wsd\"} (a "
+            "flag's name without the dashes); a flag given on the command line overrides the file's")
+        ->check(CLI::ExistingFile);
+}
+
+int apply_config_file(CLI::App& sub, const std::string& path) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::parse_error& e) {
+        fail("--config {}: not valid JSON ({})", path, e.what());
+    }
+    ANVIL_CHECK(j.is_object(), "--config {}: expected a JSON object of flags, {{\"flag\": value, ...}}",
+                path);
+    int applied = 0;
+    for (const auto& [key, value] : j.items()) {
+        if (key.starts_with('#')) continue;  // a comment: {"#": "what this recipe is"}
+        std::string name = key;
+        std::replace(name.begin(), name.end(), '_', '-');
+        const bool meta = name == "config" || name == "help" || name == "help-all";
+        CLI::Option* opt = meta ? nullptr : sub.get_option_no_throw("--" + name);
+        ANVIL_CHECK(opt, "--config {}: \"{}\" is not a flag of `anvil {}` (anvil {} --help lists them)", path,
+                    key, sub.get_name(), sub.get_name());
+        std::string v;
+        if (opt->get_expected_max() == 0)  // a flag: true or false
+            ANVIL_CHECK(value.is_boolean(), "--config {}: \"{}\" is a flag: give true or false, not {}", path,
+                        key, value.dump());
+        if (value.is_string())
+            v = value.get<std::string>();
+        else if (value.is_boolean() || value.is_number())
+            v = value.dump();
+        else
+            fail("--config {}: \"{}\" must be a string, a number or true/false, not {}", path, key,
+                 value.dump());
+        if (opt->count() > 0) continue;  // the command line's own value wins
+        try {
+            opt->add_result(v);
+            opt->run_callback();
+        } catch (const CLI::Error& e) {
+            fail("--config {}: \"{}\": {}", path, key, e.what());
+        }
+        applied++;
+    }
+    return applied;
 }
 
 }  // namespace anvil::cli

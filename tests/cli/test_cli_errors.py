@@ -133,6 +133,21 @@ def main():
         case("width not divisible by heads", ["train", "--data", good, "--out", out("t"), "--dim", "30", "--heads",
                                               "4"], "does not divide")
         case("unknown flag", ["train", "--data", good, "--bogus", "3"], "--bogus")
+        # --config files
+        def config(name, text):
+            path = os.path.join(d, name)
+            open(path, "w").write(text)
+            return ["train", "--config", path, "--data", good, "--out", out(name), *TINY]
+        case("config key that is no flag", config("c1.json", '{"layers": 2, "lrr": 3}'),
+             'c1.json: "lrr" is not a flag of `anvil train`')
+        case("config value the flag refuses", config("c2.json", '{"dropout": 1.5}'), 'c2.json: "dropout": --dropout')
+        case("config value of the wrong type", config("c3.json", '{"layers": [2]}'),
+             '"layers" must be a string, a number or true/false')
+        case("config flag given a number", config("c4.json", '{"tie-embeddings": 1}'),
+             '"tie-embeddings" is a flag: give true or false')
+        case("config that is not JSON", config("c5.json", '{"layers": 2,}'), "c5.json: not valid JSON")
+        case("config that is no object", config("c6.json", "[1, 2]"), "c6.json: expected a JSON object")
+        case("missing config file", ["train", "--config", os.path.join(d, "none.json")], "--config")
         case("unknown subcommand", ["frobnicate"], "unknown command \"frobnicate\"")
         case("bad choice", ["train", "--data", good, "--shuffle", "maybe"], "--shuffle")
         case("non-numeric size", ["train", "--data", good, "--steps", "eight"], "--steps: must be a number")

@@ -11,6 +11,8 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from common import TINY, TempDir, check, instruction_file, report, run, text_file  # noqa: E402
 
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs")
+
 
 def main():
     f = []
@@ -151,6 +153,27 @@ def main():
         r = run(["generate", "--model", final, "--chat", "--prompt", "hi", "--num-samples", "2"])
         check(r.returncode != 0 and "--num-samples 2: --chat answers each turn once" in r.stderr,
               "--num-samples with --chat is refused", f)
+
+        # --config: a JSON file of flags, the command line's own flags winning
+        cfg = os.path.join(d, "run.json")
+        json.dump({"layers": 1, "dim": 32, "heads": 2, "steps": 3, "lr_schedule": "constant", "dropout": 0.1,
+                   "shuffle": "off", "lr": 2e-3, "log-every": 1}, open(cfg, "w"))
+        out_cfg = os.path.join(d, "cfg")
+        r = run(["train", "--config", cfg, "--data", text_file(d), "--steps", "2", "--out", out_cfg, "--seq", "16",
+                 "--batch", "2", "--threads", "2"], check=True)
+        o = json.load(open(os.path.join(out_cfg, "final", "trainer_state.json")))["options"]
+        check({k: o[k] for k in ("layers", "dim", "steps", "lr_schedule", "shuffle")}
+              == {"layers": 1, "dim": 32, "steps": 2, "lr_schedule": "constant", "shuffle": False}
+              and abs(o["dropout"] - 0.1) < 1e-7 and abs(o["lr"] - 2e-3) < 1e-9
+              and "--config " + cfg + ": 8 flags" in r.stderr,
+              f"train --config: the file's flags, --steps from the command line ({o['layers']} layers, "
+              f"{o['steps']} steps)", f)
+
+        # the recipes in configs/ hold only flags train takes (a small model and one step in their place)
+        for name in sorted(os.listdir(CONFIGS)):
+            r = run(["train", "--config", os.path.join(CONFIGS, name), "--data", text_file(d), "--tokenizer", "byte",
+                     "--vocab", "320", "--out", os.path.join(d, "recipe-" + name), "--steps", "1", *TINY])
+            check(r.returncode == 0 and "--config " in r.stderr, f"configs/{name} trains (one step, tiny)", f)
 
         # a plain text run with gradient accumulation and constant LR
         data = text_file(d)
