@@ -387,15 +387,7 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
 
-    auto config = std::make_shared<std::string>();
-    add_config_flag(sub, *config);
-
-    auto run = [sub, o, shuffle, batch, tb, keep_best, config]() -> int {
-        if (!config->empty()) {
-            const int n = apply_config_file(*sub, *config);
-            std::fprintf(stderr, "anvil: --config %s: %d flag%s (the command line's own flags win)\n",
-                         config->c_str(), n, n == 1 ? "" : "s");
-        }
+    auto run = [sub, o, shuffle, batch, tb, keep_best]() -> int {
         o->shuffle = *shuffle == "on";
         o->keep_best = *keep_best == "on";
         o->tensorboard = *tb == "on";

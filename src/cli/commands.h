@@ -62,11 +62,12 @@ struct OutputFlags {
 // --dtype f32|bf16|f16 of the written weights.
 DType weight_dtype(const std::string& name);
 
-// --config FILE: a JSON object of the subcommand's flags, {"layers": 12, "lr": 6e-4, "lr-schedule": "wsd",
-// "tie-embeddings": true} (a key is a flag's long name without the dashes, '_' for '-' allowed), applied as
-// if given on the command line, except where the command line gave that flag itself. A key that names no
-// flag, a value that is not a string, number or true/false, or one the flag refuses is an error naming the
-// file and the key; a key starting with '#' is a comment. Returns how many flags it set.
+// --config FILE (every command has it, main.cpp): a JSON object of the subcommand's flags, {"layers": 12,
+// "lr": 6e-4, "lr-schedule": "wsd", "tie-embeddings": true} (a key is a flag's long name without the dashes,
+// '_' for '-' allowed), applied as if given on the command line, except where the command line gave that flag
+// itself. A key that names no flag, a value that is not a string, number or true/false, or one the flag
+// refuses is an error naming the file and the key; a flag of several values takes a list; a key starting
+// with '#' is a comment. Returns how many flags it set.
 CLI::Option* add_config_flag(CLI::App* sub, std::string& dest);
 int apply_config_file(CLI::App& sub, const std::string& path);
 

@@ -137,20 +137,24 @@ int apply_config_file(CLI::App& sub, const std::string& path) {
         CLI::Option* opt = meta ? nullptr : sub.get_option_no_throw("--" + name);
         ANVIL_CHECK(opt, "--config {}: \"{}\" is not a flag of `anvil {}` (anvil {} --help lists them)", path,
                     key, sub.get_name(), sub.get_name());
-        std::string v;
         if (opt->get_expected_max() == 0)  // a flag: true or false
             ANVIL_CHECK(value.is_boolean(), "--config {}: \"{}\" is a flag: give true or false, not {}", path,
                         key, value.dump());
-        if (value.is_string())
-            v = value.get<std::string>();
-        else if (value.is_boolean() || value.is_number())
-            v = value.dump();
-        else
-            fail("--config {}: \"{}\" must be a string, a number or true/false, not {}", path, key,
-                 value.dump());
+        // a flag of several values (--in FILES...) takes a list
+        const bool many = opt->get_expected_max() > 1 && value.is_array();
+        std::vector<std::string> v;
+        for (const nlohmann::json& x : many ? value : nlohmann::json::array({value})) {
+            if (x.is_string())
+                v.push_back(x.get<std::string>());
+            else if (x.is_boolean() || x.is_number())
+                v.push_back(x.dump());
+            else
+                fail("--config {}: \"{}\" must be a string, a number or true/false{}, not {}", path, key,
+                     opt->get_expected_max() > 1 ? " (or a list of them)" : "", value.dump());
+        }
         if (opt->count() > 0) continue;  // the command line's own value wins
         try {
-            opt->add_result(v);
+            for (const std::string& x : v) opt->add_result(x);
             opt->run_callback();
         } catch (const CLI::Error& e) {
             fail("--config {}: \"{}\": {}", path, key, e.what());

@@ -1,6 +1,8 @@
 // anvil: one binary, one subcommand per job. Library code throws anvil::Error; this is the only place that
 // turns an error into a message and an exit status.
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
@@ -20,6 +22,32 @@ int main(int argc, char** argv) {
                                  add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
                                  add_serve(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));
+    // Every command takes its flags from a JSON file too (--config), applied before it runs. With one, a
+    // required flag may come from the file: it is checked once the file is in.
+    const bool with_config = std::any_of(argv + 1, argv + argc, [](const char* a) {
+        return std::string_view(a) == "--config" || std::string_view(a).starts_with("--config=");
+    });
+    for (Command& c : cmds) {
+        auto path = std::make_shared<std::string>();
+        // the command's own flags: `anvil data prepare`'s, not `anvil data`'s
+        const auto kids = c.app->get_subcommands([](CLI::App*) { return true; });
+        CLI::App* leaf = kids.size() == 1 ? kids[0] : c.app;
+        add_config_flag(leaf, *path);
+        std::vector<CLI::Option*> required;
+        for (CLI::Option* o : leaf->get_options())
+            if (with_config && o->get_required()) required.push_back(o->required(false));
+        c.run = [path, app = leaf, required, run = std::move(c.run)]() {
+            if (!path->empty()) {
+                const int n = apply_config_file(*app, *path);
+                std::fprintf(stderr, "anvil: --config %s: %d flag%s (the command line's own flags win)\n",
+                             path->c_str(), n, n == 1 ? "" : "s");
+            }
+            for (const CLI::Option* o : required)
+                ANVIL_CHECK(o->count() > 0, "{} is required: give it on the command line or in --config {}",
+                            o->get_name(), *path);
+            return run();
+        };
+    }
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
         for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];

@@ -147,6 +147,10 @@ def main():
              '"tie-embeddings" is a flag: give true or false')
         case("config that is not JSON", config("c5.json", '{"layers": 2,}'), "c5.json: not valid JSON")
         case("config that is no object", config("c6.json", "[1, 2]"), "c6.json: expected a JSON object")
+        nomodel = os.path.join(d, "c7.json")
+        open(nomodel, "w").write('{"max-new-tokens": 4}')
+        case("required flag in neither the config nor the command line", ["generate", "--config", nomodel, "--prompt",
+                                                                          "x"], "--model is required: give it")
         case("missing config file", ["train", "--config", os.path.join(d, "none.json")], "--config")
         case("unknown subcommand", ["frobnicate"], "unknown command \"frobnicate\"")
         case("bad choice", ["train", "--data", good, "--shuffle", "maybe"], "--shuffle")

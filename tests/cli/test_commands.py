@@ -169,6 +169,20 @@ def main():
               f"train --config: the file's flags, --steps from the command line ({o['layers']} layers, "
               f"{o['steps']} steps)", f)
 
+        # every command has --config, where a required flag may be too, and a list gives a flag of several values
+        gcfg = os.path.join(d, "gen.json")
+        json.dump({"model": final, "instruction": "Reverse.", "input": "abc", "max_new_tokens": 8, "temperature": 0},
+                  open(gcfg, "w"))
+        r = run(["generate", "--config", gcfg], check=True)
+        check(r.stdout == a.stdout, "generate --config: the file's --model, prompt and sampling flags", f)
+        pcfg = os.path.join(d, "prep.json")
+        txt = text_file(d)
+        json.dump({"in": [txt, instruction_file(d)], "out": os.path.join(d, "prep"), "tokenizer": "byte"},
+                  open(pcfg, "w"))
+        run(["data", "prepare", "--config", pcfg], check=True)
+        files = list(json.load(open(os.path.join(d, "prep", "report.json")))["inputs"])
+        check(len(files) == 2, f"data prepare --config: --in from a list ({files})", f)
+
         # the recipes in configs/ hold only flags train takes (a small model and one step in their place)
         for name in sorted(os.listdir(CONFIGS)):
             r = run(["train", "--config", os.path.join(CONFIGS, name), "--data", text_file(d), "--tokenizer", "byte",
