@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "backend/dropout_mask.h"
-
 namespace anvil {
 
 namespace {
@@ -57,6 +55,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                         "forward: row {} at position {} in slot {} (context {}, {} slots)", b, f.row_pos[b],
                         f.row_slot[b], config_.n_ctx, f.cache->slots());
     }
+    const bool train = f.dloss != 0.0f;  // a pass that takes gradients drops (ModelOptions::dropout)
     const Pass p{.be = be_,
                  .acts = acts,
                  .B = f.B,
@@ -67,12 +66,12 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                  .row_slot = f.row_slot,
                  .row_pos = f.row_pos,
                  .seed = f.seed,
-                 .train = f.dloss != 0.0f,
-                 .dropout = f.dloss != 0.0f ? options_.dropout : 0.0f,
+                 .train = train,
+                 .dropout = train ? options_.dropout : 0.0f,
                  .tp = options_.tp.reducer.get()};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
-    if (p.dropout > 0.0f) be_.dropout(encoded, encoded, p.dropout, dropout_site_seed(p.seed, 0));
+    p.drop(encoded, encoded, 0);  // site 0: the embeddings
     Tensor x = encoded;
     for (const auto& b : blocks_) {
         b->forward(p, x);
@@ -167,7 +166,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
         blocks_[size_t(l)]->backward(p, dres, dln, in);
         if (hooks) hooks->on_layer_grads_ready(l);
     }
-    if (p.dropout > 0.0f) be_.dropout(dres, dres, p.dropout, dropout_site_seed(p.seed, 0));
+    p.drop(dres, dres, 0);
     emb_.backward(p, dres, p.act("tokens"));
     if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
     have_grad_logits_ = false;

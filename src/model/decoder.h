@@ -6,7 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "backend/dropout_mask.h"
 #include "model/model.h"
 
 namespace anvil {
@@ -65,12 +64,12 @@ public:
         norm1.forward(p, in);
         mixer.forward(p, proj, norm1.out(p));
         p.tp_sum(proj, what_[0].c_str());
-        drop(p, proj, proj, site_);
+        p.drop(proj, proj, site_);
         p.be.residual_fwd(res2, in, proj);
         norm2.forward(p, res2);
         ffn.forward(p, proj, norm2.out(p));
         p.tp_sum(proj, what_[1].c_str());
-        drop(p, proj, proj, site_ + 1);
+        p.drop(proj, proj, site_ + 1);
         p.be.residual_fwd(out(p), res2, proj);
     }
     Tensor out(const Pass& p) const override { return p.act(res3_); }
@@ -81,13 +80,13 @@ public:
         const Tensor dbranch = p.dropout > 0.0f ? p.act("block.proj") : dres;
         // the MLP half: dres holds d(out) = d(res2) through the residual
         if (p.acts.recompute()) norm2.forward(p, res2);
-        drop(p, dbranch, dres, site_ + 1);
+        p.drop(dbranch, dres, site_ + 1);
         ffn.backward(p, dln, dbranch, norm2.out(p));
         p.tp_sum(dln, what_[2].c_str());
         norm2.backward(p, dres, dln, res2);
         // the attention half: dres holds d(res2) = d(in) through the residual
         if (p.acts.recompute()) norm1.forward(p, in);
-        drop(p, dbranch, dres, site_);
+        p.drop(dbranch, dres, site_);
         mixer.backward(p, dln, dbranch, norm1.out(p));
         p.tp_sum(dln, what_[3].c_str());
         norm1.backward(p, dres, dln, in);
@@ -104,11 +103,6 @@ public:
     Ffn ffn;
 
 private:
-    // out = dropout(in) while the pass trains with dropout (ModelOptions::dropout)
-    static void drop(const Pass& p, Tensor out, Tensor in, uint64_t site) {
-        if (p.dropout > 0.0f) p.be.dropout(out, in, p.dropout, dropout_site_seed(p.seed, site));
-    }
-
     int64_t dim_;
     DType dtype_;
     uint64_t site_;  // the attention branch's dropout site; the MLP's is the next

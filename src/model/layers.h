@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/dropout_mask.h"
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -68,6 +69,10 @@ struct Pass {
     float dropout = 0.0f;     // train: dropout on the embeddings and on each residual branch (ModelOptions)
     TpReducer* tp = nullptr;  // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }
+    // out = dropout(in) with dropout site `site`'s mask (dropout_mask.h) when the pass drops; else nothing
+    void drop(Tensor out, Tensor in, uint64_t site) const {
+        if (dropout > 0.0f) be.dropout(out, in, dropout, dropout_site_seed(seed, site));
+    }
     void tp_sum(Tensor t, const char* what) const {
         if (tp) tp->sum(t, what);
     }
