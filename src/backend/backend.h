@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/collectives.h"
+#include "backend/dropout_mask.h"
 #include "core/arena.h"
 #include "core/tensor.h"
 
@@ -154,14 +155,15 @@ public:
     // Causal self-attention. qkv (B,T,(NH + 2 KVH) HS) packs q (B,T,NH,HS), k and v (B,T,KVH,HS); query head
     // h attends with key/value head h / (NH/KVH) (grouped-query attention; GPT-2: KVH = NH, qkv (B,T,3C)).
     // out (B,T,C), C = NH HS. `saved` keeps what the backward needs (its size is backend-defined, see
-    // attention_saved_elems).
+    // attention_saved_elems). `drop`: dropout on the probabilities (dropout_mask.h's AttnDropout), the
+    // backward given the forward's.
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
     virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
-    virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) = 0;
+    virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) = 0;
     // dqkv (B,T,3C) overwritten: dq, then each query head's share of its key/value head's dk and dv
     // (qkv_unpack sums the shares; with KVH = NH they are the gradients themselves).
     virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                               int NH) = 0;
+                               int NH, const AttnDropout& drop) = 0;
     // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions
     // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT, KVH HS), then each new query
     // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH

@@ -27,11 +27,29 @@ ANVIL_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t t
 
 // The seed of one dropout site of a pass (the embeddings, one residual branch of one layer): every site its
 // own mask, unrelated to the others'.
-inline uint64_t dropout_site_seed(uint64_t pass_seed, uint64_t site) {
+ANVIL_HOST_DEVICE inline uint64_t dropout_site_seed(uint64_t pass_seed, uint64_t site) {
     uint64_t z = pass_seed ^ ((site + 1) * 0xd1b54a32d192ed03ull);
     z = (z ^ (z >> 31)) * 0x7fb5d329728ea185ull;
     z = (z ^ (z >> 27)) * 0x81dadef4bc2dd44dull;
     return z ^ (z >> 33);
 }
+
+// Dropout on the attention probabilities (nanoGPT's and Hugging Face's attention dropout): P =
+// softmax(scores) becomes P * keep / (1 - p) where it multiplies the values, and the softmax's backward takes
+// the gradient of P through the same mask. Element (b, h, i, j) (sequence b, query head h, query i, key j <=
+// i, sequences of T) is kept when dropout_keep(dropout_site_seed(seed, head0 + h), (b T + i) T + j) holds: a
+// mask per head, the head numbered across tensor-parallel ranks (head0: this rank's first), so a split model
+// draws what the whole one does. p = 0: no dropout (the seed unused).
+struct AttnDropout {
+    float p = 0.0f;
+    uint64_t seed = 0;
+    int head0 = 0;
+
+    bool on() const { return p > 0.0f; }
+    ANVIL_HOST_DEVICE uint64_t head_seed(int h) const { return dropout_site_seed(seed, uint64_t(head0 + h)); }
+    ANVIL_HOST_DEVICE static uint64_t index(int b, int i, int j, int T) {
+        return (uint64_t(b) * uint64_t(T) + uint64_t(i)) * uint64_t(T) + uint64_t(j);
+    }
+};
 
 }  // namespace anvil

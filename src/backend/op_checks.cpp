@@ -113,6 +113,10 @@ EmbDims check_embedding_q8(const Tensor& out, const Tensor& tokens, const Tensor
     return d;
 }
 
+void check_attention_dropout(const AttnDropout& drop) {
+    ANVIL_CHECK(drop.p >= 0.0f && drop.p < 1.0f, "attention dropout: p must be in [0, 1), got {}", drop.p);
+}
+
 AttnShape check_attention(const Tensor& qkv, const Tensor& o, int NH) {
     ANVIL_CHECK(qkv.shape.ndim == 3 && o.shape.ndim == 3 && o.dim(0) == qkv.dim(0) && o.dim(1) == qkv.dim(1),
                 "attention: qkv {} and output {} must be (B, T, (NH + 2 KVH) HS) and (B, T, NH HS)",

@@ -54,6 +54,8 @@ struct AttnShape {
 // qkv (B,T,(NH + 2 KVH) HS) and the output-like `o` (B,T,NH HS) (out, or dout in the backward): KVH from
 // what qkv holds beyond the queries; KVH divides NH
 AttnShape check_attention(const Tensor& qkv, const Tensor& o, int NH);
+// attention's dropout rate in [0, 1)
+void check_attention_dropout(const AttnDropout& drop);
 
 RowDims check_rmsnorm(const Tensor& out, const Tensor& rstd, const Tensor& in, const Tensor& w);
 RowDims check_rmsnorm_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,

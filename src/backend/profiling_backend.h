@@ -140,11 +140,12 @@ public:
     size_t attention_scratch_elems(const AttnDims& d) const override {
         return in_.attention_scratch_elems(d);
     }
-    void attention_fwd(Tensor o, Tensor s, Tensor q, int nh) override {
-        timed("attention_fwd", 0, [&] { in_.attention_fwd(o, s, q, nh); });
+    void attention_fwd(Tensor o, Tensor s, Tensor q, int nh, const AttnDropout& dr) override {
+        timed("attention_fwd", 0, [&] { in_.attention_fwd(o, s, q, nh, dr); });
     }
-    void attention_bwd(Tensor dq, Tensor sc, Tensor d, Tensor q, Tensor o, Tensor s, int nh) override {
-        timed("attention_bwd", 0, [&] { in_.attention_bwd(dq, sc, d, q, o, s, nh); });
+    void attention_bwd(Tensor dq, Tensor sc, Tensor d, Tensor q, Tensor o, Tensor s, int nh,
+                       const AttnDropout& dr) override {
+        timed("attention_bwd", 0, [&] { in_.attention_bwd(dq, sc, d, q, o, s, nh, dr); });
     }
     void attention_cached(Tensor o, Tensor q, Tensor k, Tensor v, int p, int nh) override {
         timed("attention_cached", 0, [&] { in_.attention_cached(o, q, k, v, p, nh); });

@@ -242,12 +242,15 @@ Command add_train(CLI::App& app) {
     sub->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay (matrices only)")
         ->capture_default_str()
         ->check(nonneg);
-    sub->add_option(
-           "--dropout", o->dropout,
-           "dropout while training on the embeddings and on each block's attention and MLP output, "
-           "nanoGPT's dropout (Hugging Face GPT-2's embd_pdrop and resid_pdrop; attention weights are "
-           "not dropped); off in evaluation and generation")
+    sub->add_option("--dropout", o->dropout,
+                    "dropout while training on the embeddings, on the attention probabilities and on each "
+                    "block's attention and MLP output: nanoGPT's dropout (Hugging Face GPT-2's embd_pdrop, "
+                    "attn_pdrop and resid_pdrop); off in evaluation and generation")
         ->capture_default_str()
+        ->check(CLI::Range(0.0, 0.99));
+    sub->add_option("--attn-dropout", o->attn_dropout,
+                    "dropout on the attention probabilities alone (Hugging Face's attn_pdrop, Llama's "
+                    "attention_dropout); default: --dropout's rate")
         ->check(CLI::Range(0.0, 0.99));
     sub->add_option("--grad-clip", o->grad_clip, "clip the global gradient norm to this (0 = off)")
         ->capture_default_str()

@@ -68,6 +68,7 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                  .seed = f.seed,
                  .train = train,
                  .dropout = train ? options_.dropout : 0.0f,
+                 .attn_dropout = train ? options_.attn_dropout : 0.0f,
                  .tp = options_.tp.reducer.get()};
     const Tensor encoded = p.act("encoded");
     emb_.forward(p, encoded, p.act("tokens"));
@@ -152,6 +153,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
                  .seed = last_seed_,
                  .train = true,
                  .dropout = options_.dropout,
+                 .attn_dropout = options_.attn_dropout,
                  .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     // the logits hold d(loss)/d(logits); a chunked loss did this in the forward

@@ -242,7 +242,7 @@ void Attention::forward(const Pass& p, Tensor out, Tensor in) const {
     if (p.cache) {
         cached_attention(p, y, qkv, layer_, heads_);
     } else {
-        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
+        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_, p.attn_drop(layer_, reg_->tp.rank * heads_));
     }
     proj_.forward(p, out, y);
 }
@@ -251,7 +251,8 @@ void Attention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) cons
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     const Tensor dy = p.act("attn.dy"), dqkv = p.act("attn.dqkv");
     proj_.backward(p, dy, dout, y);
-    p.be.attention_bwd(dqkv, p.act("attn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_);
+    p.be.attention_bwd(dqkv, p.act("attn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_,
+                       p.attn_drop(layer_, reg_->tp.rank * heads_));
     qkv_.backward(p, din, dqkv, in);
 }
 
@@ -380,7 +381,7 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     if (p.cache) {
         cached_attention(p, y, qkv, layer_, heads_);
     } else {
-        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_);
+        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_, p.attn_drop(layer_, reg_->tp.rank * heads_));
     }
     o_.forward(p, out, y);
 }
@@ -389,7 +390,8 @@ void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_), dy = p.act("rattn.dy"), dqkv = p.act("rattn.dqkv");
     const Tensor dq = p.act("rattn.dq"), dk = p.act("rattn.dk"), dv = p.act("rattn.dv"), dx = p.act("rattn.dx");
     o_.backward(p, dy, dout, y);
-    p.be.attention_bwd(dqkv, p.act("rattn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_);
+    p.be.attention_bwd(dqkv, p.act("rattn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_,
+                       p.attn_drop(layer_, reg_->tp.rank * heads_));
     p.be.qkv_unpack(dq, dk, dv, dqkv, heads_);
     p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
     p.be.rope(dk, inv_freq_, kv_heads_, p.pos0, true);

@@ -66,12 +66,20 @@ struct Pass {
     // PyTorch's model.train(). An evaluation on training activations (the validation loss during a run) runs
     // with it off, as after model.eval().
     bool train = false;
-    float dropout = 0.0f;     // train: dropout on the embeddings and on each residual branch (ModelOptions)
-    TpReducer* tp = nullptr;  // tensor parallelism: sums the blocks' partial outputs and input gradients
+    float dropout = 0.0f;       // train: dropout on the embeddings and on each residual branch (ModelOptions)
+    float attn_dropout = 0.0f;  // train: dropout on the attention probabilities (ModelOptions)
+    TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(const std::string& name) const { return acts.get(name, B, T); }
     // out = dropout(in) with dropout site `site`'s mask (dropout_mask.h) when the pass drops; else nothing
     void drop(Tensor out, Tensor in, uint64_t site) const {
         if (dropout > 0.0f) be.dropout(out, in, dropout, dropout_site_seed(seed, site));
+    }
+    // The dropout of layer `layer`'s attention probabilities (site kAttnDropoutSite + layer), this rank's
+    // heads numbered from head0; none when the pass does not drop.
+    static constexpr uint64_t kAttnDropoutSite = uint64_t(1) << 32;
+    AttnDropout attn_drop(int layer, int head0) const {
+        if (!(attn_dropout > 0.0f)) return {};
+        return {attn_dropout, dropout_site_seed(seed, kAttnDropoutSite + uint64_t(layer)), head0};
     }
     void tp_sum(Tensor t, const char* what) const {
         if (tp) tp->sum(t, what);

@@ -84,6 +84,10 @@ struct ModelOptions {
     // resid_pdrop): on the embeddings' output and on each block's attention and MLP output before its
     // residual add. Off in every pass that takes no gradient (evaluation, generation).
     float dropout = 0.0f;
+    // Dropout on the attention probabilities while training (--attn-dropout, nanoGPT's `dropout` in its
+    // attention, Hugging Face's attn_pdrop / attention_dropout): P = softmax(QK^T) multiplies V as
+    // P * keep / (1 - p). Off where `dropout` is.
+    float attn_dropout = 0.0f;
     // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
     std::vector<std::string> frozen;
     // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.

@@ -42,8 +42,11 @@ struct TrainOptions {
     std::string memory_limit;  // --memory-limit: pretend the device has this much memory ("2G", "512M")
     float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-    // on the embeddings and the residual branches while training (ModelOptions::dropout)
+    // on the embeddings, the residual branches and (unless attn_dropout says otherwise) the attention
+    // probabilities while training (ModelOptions::dropout, attn_dropout)
     float dropout = 0.0f;
+    float attn_dropout = -1.0f;  // the attention probabilities' dropout; below 0: dropout's
+    float attn_dropout_rate() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
     std::string lr_schedule = "cosine";  // cosine, linear, constant or wsd (train/schedule.h)
     float decay_frac = 0.2f;             // wsd: the last share of the steps, decaying
     int warmup = 0;

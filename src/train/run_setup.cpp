@@ -293,6 +293,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = src.lora;
     mo.dropout = o.dropout;
+    mo.attn_dropout = o.attn_dropout_rate();
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }

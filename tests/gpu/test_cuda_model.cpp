@@ -68,7 +68,7 @@ struct TrainRun {
              size_t logits_chunk = ModelOptions{}.logits_chunk_bytes, float dropout = 0.0f) {
         ModelOptions mo;
         mo.logits_chunk_bytes = logits_chunk;
-        mo.dropout = dropout;
+        mo.dropout = mo.attn_dropout = dropout;  // nanoGPT's dropout: the attention probabilities too
         mo.dtype = dt;
         mo.recompute = recompute;
         mo.lora = lora;
@@ -147,26 +147,31 @@ TEST_P(CudaModelAttention, Fp32LossAndGradientsMatchTheCpu) {
 }
 
 // --dropout: the masks are the CPU's (the same hash of the same pass seed), so the fp32 step matches it too,
-// and differs from the step without dropout.
+// and differs from the step without dropout; the attention probabilities' masks through both attention
+// paths (gemm, and flash: the CUDA-core kernels in fp32).
 TEST_F(CudaModel, DropoutMatchesTheCpu) {
     const int B = 3, T = 48;
-    for (const char* family : {"gpt2", "llama"}) {
-        SCOPED_TRACE(family);
-        const ModelConfig cfg = small(family);
-        const Batches data(B, T, cfg.vocab_size, 1, test_seed());
-        const size_t chunk = ModelOptions{}.logits_chunk_bytes;
-        TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
-            gpu(*be.gpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
-            plain(*be.gpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
-        expect_step_matches_the_cpu(cpu, gpu, data.step(0), B, T);
-        plain.grads_only(data.step(0), B, T);
-        const auto g = gpu.grads(), p = plain.grads();
-        double num = 0.0, den = 0.0;  // all gradients together: dropout moves them by far more than rounding
-        for (size_t k = 0; k < g.size(); k++)
-            for (size_t e = 0; e < g[k].size(); e++)
-                num += std::pow(double(g[k][e]) - double(p[k][e]), 2), den += std::pow(double(p[k][e]), 2);
-        EXPECT_GT(std::sqrt(num), 0.01 * std::sqrt(den)) << "dropout changed the gradients";
-    }
+    auto flash = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash});
+    for (const char* family : {"gpt2", "llama"})
+        for (Backend* gpu_be : {be.gpu.get(), flash.get()}) {
+            SCOPED_TRACE(std::string(family) + (gpu_be == flash.get() ? " flash" : " auto"));
+            const ModelConfig cfg = small(family);
+            const Batches data(B, T, cfg.vocab_size, 1, test_seed());
+            const size_t chunk = ModelOptions{}.logits_chunk_bytes;
+            TrainRun cpu(*be.cpu, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
+                gpu(*gpu_be, DType::F32, 7, B, T, Recompute::Off, {}, cfg, false, chunk, 0.2f),
+                plain(*gpu_be, DType::F32, 7, B, T, Recompute::Off, {}, cfg);
+            expect_step_matches_the_cpu(cpu, gpu, data.step(0), B, T);
+            plain.grads_only(data.step(0), B, T);
+            const auto g = gpu.grads(), p = plain.grads();
+            double num = 0.0,
+                   den = 0.0;  // all gradients together: dropout moves them by far more than rounding
+            for (size_t k = 0; k < g.size(); k++)
+                for (size_t e = 0; e < g[k].size(); e++)
+                    num += std::pow(double(g[k][e]) - double(p[k][e]), 2),
+                        den += std::pow(double(p[k][e]), 2);
+            EXPECT_GT(std::sqrt(num), 0.01 * std::sqrt(den)) << "dropout changed the gradients";
+        }
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, CudaModelAttention,

@@ -61,8 +61,9 @@ OpCase embedding_q8(const OpSizes& s, bool positions);
 
 // Attention (op_cases_attention.cpp): training's, grouped-query, generation's cached and paged forms.
 OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand);
-OpCase attention(const OpSizes& s, int B, int T, int NH, int HS);
-OpCase attention_gqa(int B, int T, int NH, int KVH, int HS);
+// `drop`: dropout on the probabilities (dropout_mask.h), the reference applying the mask as documented there
+OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop = {});
+OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop = {});
 OpCase attention_cached(const OpSizes& s, int KVH);
 OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false);
 

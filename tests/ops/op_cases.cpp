@@ -461,6 +461,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         scale_case(s),
         dropout_case(s),
         attention(s, s.B, s.T, s.NH, s.C / s.NH),
+        attention(s, s.B, s.T, s.NH, s.C / s.NH, {0.25f, 77, 0}),
         attention_cached(s, s.NH),
         attention_cached(s, s.NH / 2),
         attention_cached_rows(s, s.NH, 4, std::min(s.T, 40)),
@@ -493,6 +494,11 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_gqa(2, 70, 4, 2, 16));  // key/value heads shared by two query heads
         t.push_back(attention_gqa(1, 130, 4, 1, 64));  // one key/value head for four: tensor-core tiles
         t.push_back(attention_gqa(2, 40, 6, 2, 20));   // groups of three, rows not whole 16-byte packs
+        // dropout on the probabilities: every path's mask, a rank's heads numbered from head0 (tensor
+        // parallel)
+        t.push_back(attention(s, 1, 130, 2, 64, {0.3f, 5, 3}));
+        t.push_back(attention(s, 2, 40, 2, 20, {0.2f, 9, 0}));
+        t.push_back(attention_gqa(2, 70, 4, 2, 16, {0.25f, 11, 1}));
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
         t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
     }

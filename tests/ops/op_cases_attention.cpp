@@ -11,8 +11,9 @@ namespace anvil::test::cases {
 
 namespace {
 
-// Causal self-attention in double: qkv (B, T, 3C) -> (B, T, C).
-Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH) {
+// Causal self-attention in double: qkv (B, T, 3C) -> (B, T, C); with dropout, probability (b, h, t, j)
+// multiplies v_j by keep / (1 - p), keep from the mask's definition (dropout_mask.h) alone.
+Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, const AttnDropout& drop) {
     const int HS = C / NH;
     Vec out(size_t(B) * T * C);
     std::vector<double> p(static_cast<size_t>(T));
@@ -29,6 +30,15 @@ Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH) {
                     mx = std::max(mx, p[size_t(j)]);
                 }
                 for (int j = 0; j <= t; j++) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+                if (drop.p > 0.0f) {
+                    const uint64_t seed = dropout_site_seed(drop.seed, uint64_t(drop.head0 + h));
+                    const uint64_t threshold = uint64_t(double(drop.p) * 16777216.0);
+                    for (int j = 0; j <= t; j++) {
+                        const uint64_t i = (uint64_t(b) * T + t) * T + j;
+                        p[size_t(j)] *=
+                            dropout_keep(seed, i, uint32_t(threshold)) ? 1.0 / (1.0 - drop.p) : 0.0;
+                    }
+                }
                 for (int d = 0; d < HS; d++) {
                     double o = 0;
                     for (int j = 0; j <= t; j++)
@@ -79,10 +89,15 @@ OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand) {
     return c;
 }
 
-OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
+// " dropout=p seed=s head0=h" for a case with dropout, else nothing
+std::string drop_name(const AttnDropout& drop) {
+    return drop.on() ? fmt::format(" dropout={} seed={} head0={}", drop.p, drop.seed, drop.head0) : "";
+}
+
+OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop) {
     OpCase c;
     const int C = NH * HS;
-    c.name = fmt::format("attention B={} T={} NH={} HS={}", B, T, NH, HS);
+    c.name = fmt::format("attention B={} T={} NH={} HS={}{}", B, T, NH, HS, drop_name(drop));
     const AttnDims d{B, T, NH, HS};
     Arg saved = out("saved", {1}, false), scratch = out("scratch", {1}, false);
     saved.elems = [d](const Backend& be) { return int64_t(be.attention_saved_elems(d)); };
@@ -90,12 +105,14 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
     saved.compare = scratch.compare = false;  // each backend keeps its own statistics
     c.args = {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}), saved, scratch,
               grad("dqkv", {B, T, 3 * C}, false)};
-    c.forward = [NH](Backend& be, const Args& a) { be.attention_fwd(a["out"], a["saved"], a["qkv"], NH); };
-    c.backward = [NH](Backend& be, const Args& a) {
-        be.attention_bwd(a["dqkv"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH);
+    c.forward = [NH, drop](Backend& be, const Args& a) {
+        be.attention_fwd(a["out"], a["saved"], a["qkv"], NH, drop);
+    };
+    c.backward = [NH, drop](Backend& be, const Args& a) {
+        be.attention_bwd(a["dqkv"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH, drop);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
-        want["out"] = ref_attention(h.at("qkv"), B, T, C, NH);
+        want["out"] = ref_attention(h.at("qkv"), B, T, C, NH, drop);
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
@@ -108,10 +125,10 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS) {
 // Grouped-query attention as Llama runs it: q (NH heads), k and v (KVH heads) packed once each
 // (qkv_pack), attention over the packed qkv, then the backward's per-query-head shares (B, T, 3C) summed back
 // into dk and dv (qkv_unpack). Checked against multi-head attention on the key/value heads repeated.
-OpCase attention_gqa(int B, int T, int NH, int KVH, int HS) {
+OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop) {
     OpCase c;
     const int C = NH * HS, KC = KVH * HS, group = NH / KVH;
-    c.name = fmt::format("attention_gqa B={} T={} NH={} KVH={} HS={}", B, T, NH, KVH, HS);
+    c.name = fmt::format("attention_gqa B={} T={} NH={} KVH={} HS={}{}", B, T, NH, KVH, HS, drop_name(drop));
     const AttnDims d{B, T, NH, HS};
     Arg saved = out("saved", {1}, false), scratch = out("scratch", {1}, false);
     saved.elems = [d](const Backend& be) { return int64_t(be.attention_saved_elems(d)); };
@@ -128,12 +145,12 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS) {
               grad("dq", {B, T, C}, false),
               grad("dk", {B, T, KC}, false),
               grad("dv", {B, T, KC}, false)};
-    c.forward = [NH](Backend& be, const Args& a) {
+    c.forward = [NH, drop](Backend& be, const Args& a) {
         be.qkv_pack(a["qkv"], a["q"], a["k"], a["v"], NH);
-        be.attention_fwd(a["out"], a["saved"], a["qkv"], NH);
+        be.attention_fwd(a["out"], a["saved"], a["qkv"], NH, drop);
     };
-    c.backward = [NH](Backend& be, const Args& a) {
-        be.attention_bwd(a["shares"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH);
+    c.backward = [NH, drop](Backend& be, const Args& a) {
+        be.attention_bwd(a["shares"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH, drop);
         be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["shares"], NH);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
@@ -147,7 +164,7 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS) {
                     mha[at + C] = h.at("k")[kv];
                     mha[at + 2 * C] = h.at("v")[kv];
                 }
-        want["out"] = ref_attention(mha, B, T, C, NH);
+        want["out"] = ref_attention(mha, B, T, C, NH, drop);
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
@@ -186,7 +203,7 @@ OpCase attention_cached(const OpSizes& s, int KVH) {
                     part == 0 ? size_t(k) : size_t(C + (part - 1) * KC + (hh / (NH / KVH)) * HS + d);
                 mha[size_t(t) * 3 * C + k] = h.at("qkv")[size_t(t) * W + src];
             }
-        want["out"] = ref_attention(mha, 1, T, C, NH);
+        want["out"] = ref_attention(mha, 1, T, C, NH, {});
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     return c;

@@ -104,7 +104,8 @@ def dropout_keep(seed, n, p):
 
 def dropout_site_seed(pass_seed, site):
     """The seed of dropout site `site` of a pass: 0 the embeddings, 1 + 2l layer l's attention output, 2 + 2l
-    its MLP output."""
+    its MLP output, 2^32 + l its attention probabilities (whose heads' seeds are this function again, of that
+    seed and the head)."""
     m = (1 << 64) - 1
     z = pass_seed ^ (((site + 1) * 0xD1B54A32D192ED03) & m)
     z = ((z ^ (z >> 31)) * 0x7FB5D329728EA185) & m
@@ -115,7 +116,8 @@ def dropout_site_seed(pass_seed, site):
 def forward(p, idx, lora=None, drop=None):
     """GPT-2 on parameters p (HF names). lora: {module name: (A (r, in), B (out, r), scaling)} adds
     scaling * (x A^T) B^T to that Conv1D's output, as PEFT's LoRA does. drop: (probability, pass seed), the
-    dropout of a training pass on the embeddings and on each block's attention and MLP output."""
+    dropout of a training pass on the embeddings, on the attention probabilities and on each block's attention
+    and MLP output."""
     B, T = idx.shape
     hs = C // NH
     lora = lora or {}
@@ -126,6 +128,16 @@ def forward(p, idx, lora=None, drop=None):
         pr, seed = drop
         keep = dropout_keep(dropout_site_seed(seed, site), x.numel(), pr).reshape(tuple(x.shape))
         return x * torch.from_numpy(keep).float() * (1.0 / (1.0 - np.float32(pr)))
+
+    def attn_dropout(att, l):
+        """Probability (b, h, i, j) kept when element (b T + i) T + j of head h's mask is."""
+        if not drop:
+            return att
+        pr, seed = drop
+        layer = dropout_site_seed(seed, (1 << 32) + l)
+        keep = np.stack([dropout_keep(dropout_site_seed(layer, h), B * T * T, pr).reshape(B, T, T)
+                         for h in range(NH)], axis=1)
+        return att * torch.from_numpy(keep).float() * (1.0 / (1.0 - np.float32(pr)))
 
     def linear(x, name):
         y = x @ p[name + ".weight"] + p[name + ".bias"]
@@ -142,7 +154,7 @@ def forward(p, idx, lora=None, drop=None):
         qkv = linear(h, f"transformer.h.{l}.attn.c_attn")
         q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        att = attn_dropout(att.masked_fill(mask, float("-inf")).softmax(dim=-1), l)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + dropout(linear(y, f"transformer.h.{l}.attn.c_proj"), 1 + 2 * l)
         h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), 1e-5)

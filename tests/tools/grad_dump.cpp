@@ -1,8 +1,9 @@
 // Test tool for the PyTorch oracle: loads a model directory and a data file, computes step 0's loss and
 // gradients exactly as `anvil train --shuffle off` does, and writes the gradients of the trainable
 // parameters as safetensors under their names (the loss goes in the metadata). With ADAPTER_DIR (a PEFT LoRA
-// adapter) the base is frozen and the gradients are the adapters'. ANVIL_DROPOUT=P trains with --dropout P;
-// the metadata's pass_seeds are the micro-batches' pass seeds (the masks' seeds), comma-separated.
+// adapter) the base is frozen and the gradients are the adapters'. ANVIL_DROPOUT=P trains with --dropout P
+// (the attention probabilities too); the metadata's pass_seeds are the micro-batches' pass seeds (the masks'
+// seeds), comma-separated.
 //   anvil_grad_dump MODEL_DIR DATA_FILE BATCH SEQ GRAD_ACCUM OUT.safetensors [TEMPLATE [ADAPTER_DIR]]
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +28,8 @@ int main(int argc, char** argv) {
         auto be = make_backend({Device::CPU, 0, 0});
         ModelOptions mo;
         if (argc == 9) mo.lora = read_peft_config(argv[8]).lora;
-        if (const char* p = std::getenv("ANVIL_DROPOUT")) mo.dropout = std::strtof(p, nullptr);
+        if (const char* p = std::getenv("ANVIL_DROPOUT"))
+            mo.dropout = mo.attn_dropout = std::strtof(p, nullptr);
         auto model = make_model(*be, read_model_config(dir), mo);
         load_model_weights(dir, *model);
         if (argc == 9) load_peft_weights(argv[8], *model);

@@ -648,7 +648,7 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     ModelOptions fp8;
     fp8.fp8 = true;
     ModelOptions drop;
-    drop.dropout = 0.25f;
+    drop.dropout = drop.attn_dropout = 0.25f;
     struct Case {
         const char* what;
         ModelConfig c;
@@ -694,12 +694,15 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     }
 }
 
-// --dropout (nanoGPT's): the gradient of a training pass, masks and all, against finite differences in both
-// families; evaluation passes drop nothing (the loss of the model trained without dropout, bit for bit,
-// LoRA's dropout off too); another pass seed draws other masks, the same seed the same; the masks' keep rate.
+// --dropout (nanoGPT's: the attention probabilities too), and dropout on the attention probabilities alone:
+// the gradient of a training pass, masks and all, against finite differences in both families; evaluation
+// passes drop nothing (the loss of the model trained without dropout, bit for bit, LoRA's dropout off too);
+// another pass seed draws other masks, the same seed the same; the masks' keep rate.
 TEST(Model, DropoutGradientsAndEvaluation) {
     ModelOptions drop;
-    drop.dropout = 0.2f;
+    drop.dropout = drop.attn_dropout = 0.2f;  // nanoGPT's
+    ModelOptions attn_only;
+    attn_only.attn_dropout = 0.3f;
     ModelOptions drop_lora = drop;
     drop_lora.lora.rank = 2;
     drop_lora.lora.dropout = 0.3f;
@@ -711,6 +714,8 @@ TEST(Model, DropoutGradientsAndEvaluation) {
          std::vector<std::tuple<const char*, ModelConfig, ModelOptions, ModelOptions>>{
              {"gpt2", tiny(), drop, {}},
              {"llama", tiny_llama(false), drop, {}},
+             {"gpt2 attention probabilities", tiny(), attn_only, {}},
+             {"llama attention probabilities", tiny_llama(false), attn_only, {}},
              {"gpt2 lora", tiny(), drop_lora, plain_lora}}) {
         SCOPED_TRACE(what);
         TinyRun run(seed, mo, c), ref(seed, plain, c);

@@ -52,8 +52,10 @@ TEST(CpuBackend, AttentionScratchFollowsItsOwnThreadCount) {
     DevTensor scratch = upload(*one, scratch_host, {int64_t(n + guard)});
     Tensor exact = scratch.t;
     exact.shape = Shape{int64_t(n)};
-    one->attention_fwd(out, saved, qkv, NH);
-    one->attention_bwd(dqkv, exact, upload(*one, randn(g, size_t(B) * T * C), {B, T, C}), qkv, out, saved, NH);
+    const AttnDropout drop{0.25f, 3, 0};  // the dropout's copy of the probabilities is the scratch too
+    one->attention_fwd(out, saved, qkv, NH, drop);
+    one->attention_bwd(dqkv, exact, upload(*one, randn(g, size_t(B) * T * C), {B, T, C}), qkv, out, saved, NH,
+                       drop);
     const std::vector<float> after = download(*one, scratch);
     for (size_t i = n; i < n + guard; i++) ASSERT_EQ(after[i], 1234.5f) << "written past the scratch at " << i;
 }

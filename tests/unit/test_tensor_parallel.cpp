@@ -47,14 +47,15 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
         ASSERT_NEAR(got[k], want[k], 1e-5f + 1e-4f * std::fabs(want[k])) << what << "[" << k << "]";
 }
 
-void check_split_model(const ModelConfig& c, const char* split_entry) {
+// `base`: options of the whole model and of every piece (dropout)
+void check_split_model(const ModelConfig& c, const char* split_entry, const ModelOptions& base = {}) {
     constexpr int K = 2;
     const uint64_t seed = test_seed();
-    TinyRun whole(seed, {}, c);
+    TinyRun whole(seed, base, c);
     SharedSum shared(K);
     std::vector<std::unique_ptr<TinyRun>> ranks;
     for (int r = 0; r < K; r++) {
-        ModelOptions mo;
+        ModelOptions mo = base;
         mo.tp = {r, K, std::make_shared<ThreadReducer>(shared, r)};
         ranks.push_back(std::make_unique<TinyRun>(seed, mo, c));
     }
@@ -114,6 +115,15 @@ TEST(TensorParallel, Gpt2PiecesEqualTheWholeModel) {
 
 TEST(TensorParallel, LlamaWithGqaPiecesEqualTheWholeModel) {
     check_split_model(tiny_llama(), "self_attn.k_proj.weight");
+}
+
+// With dropout (nanoGPT's: residual branches and attention probabilities) the pieces draw the whole model's
+// masks: the branches' after the sum, the probabilities' by head numbers counted across the ranks.
+TEST(TensorParallel, PiecesDropWhatTheWholeModelDrops) {
+    ModelOptions drop;
+    drop.dropout = drop.attn_dropout = 0.2f;
+    check_split_model(tiny(), "attn.c_attn.weight", drop);
+    check_split_model(tiny_llama(), "self_attn.k_proj.weight", drop);
 }
 
 // Biases on every projection (Llama's attention_bias and mlp_bias): q/k/v/gate/up's split with their columns,

@@ -1,6 +1,8 @@
 // Causal self-attention on the CPU. Each (batch, head) pair is one task; inside it the two products run as
 // single-threaded BLAS calls (OpenBLAS's OpenMP build does not nest) and the softmax is a plain loop.
-// The forward keeps the softmax matrix att (B,NH,T,T) for the backward, as llm.c's CPU trainer does.
+// The forward keeps the softmax matrix att (B,NH,T,T) for the backward, as llm.c's CPU trainer does; with
+// dropout on the probabilities, the kept and scaled copy that multiplies v is made per (batch, head) from
+// the mask's hash, in the forward and again in the backward, never stored.
 // Grouped-query attention reads each key/value head from every query head of its group in place (qkv holds
 // KVH of them); the backward writes each query head's own share of its key/value head's gradient, which
 // qkv_unpack sums.
@@ -13,50 +15,83 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_math.h"
+#include "backend/dropout_mask.h"
 
 namespace anvil::cpu {
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH) {
+namespace {
+
+// dst[j] = src[j] * keep / (1 - p) for keys j <= t of query row t of (b, h) (AttnDropout's mask), 0 past t
+void drop_row(float* dst, const float* src, int t, int T, int b, uint64_t head_seed, uint32_t threshold,
+              float keep_scale) {
+    for (int j = 0; j <= t; j++)
+        dst[j] =
+            dropout_keep(head_seed, AttnDropout::index(b, t, j, T), threshold) ? src[j] * keep_scale : 0.0f;
+    for (int j = t + 1; j < T; j++) dst[j] = 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       const AttnDropout& drop) {
     const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
     const int ld = C + 2 * KC;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float* row = qkv + size_t(b) * T * ld;
-            const float* q = row + h * HS;
-            const float* k = row + C + (h / group) * HS;
-            const float* v = k + KC;
-            float* a = att + (size_t(b) * NH + h) * T * T;
-            // a (T,T) = scale * q @ k^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld, 0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                float* row = a + size_t(t) * T;
-                float mx = row[0];
-                for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                float sum = 0.0f;
+    const uint32_t threshold = dropout_threshold(drop.p);
+    const float keep_scale = 1.0f / (1.0f - drop.p);
+#pragma omp parallel
+    {
+        // with dropout: the (T,T) probabilities that multiply v, the kept ones scaled; att keeps the softmax
+        std::vector<float> dropped(drop.on() ? size_t(T) * T : 0);
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const float* row = qkv + size_t(b) * T * ld;
+                const float* q = row + h * HS;
+                const float* k = row + C + (h / group) * HS;
+                const float* v = k + KC;
+                float* a = att + (size_t(b) * NH + h) * T * T;
+                // a (T,T) = scale * q @ k^T
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld, 0.0f, a,
+                            T);
+                for (int t = 0; t < T; t++) {
+                    float* row = a + size_t(t) * T;
+                    float mx = row[0];
+                    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+                    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int j = 0; j <= t; j++) {
-                    row[j] = vexp(row[j] - mx);
-                    sum += row[j];
-                }
-                const float inv = 1.0f / sum;
+                    for (int j = 0; j <= t; j++) {
+                        row[j] = vexp(row[j] - mx);
+                        sum += row[j];
+                    }
+                    const float inv = 1.0f / sum;
 #pragma omp simd
-                for (int j = 0; j <= t; j++) row[j] *= inv;
-                for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+                    for (int j = 0; j <= t; j++) row[j] *= inv;
+                    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+                }
+                const float* p = a;
+                if (drop.on()) {
+                    const uint64_t hs = drop.head_seed(h);
+                    for (int t = 0; t < T; t++)
+                        drop_row(dropped.data() + size_t(t) * T, a + size_t(t) * T, t, T, b, hs, threshold,
+                                 keep_scale);
+                    p = dropped.data();
+                }
+                // out (T,HS) = p @ v
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, ld, 0.0f,
+                            out + size_t(b) * T * C + h * HS, C);
             }
-            // out (T,HS) = a @ v
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v, ld, 0.0f,
-                        out + size_t(b) * T * C + h * HS, C);
         }
     }
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH, int KVH, int threads) {
+                        int B, int T, int C, int NH, int KVH, int threads, const AttnDropout& drop) {
     const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
     const int ld = C + 2 * KC, dld = 3 * C;
+    const uint32_t threshold = dropout_threshold(drop.p);
+    const float keep_scale = 1.0f / (1.0f - drop.p);
     // exactly `threads` threads: the scratch holds one (T,T) block per thread, whatever another backend set
     // as the process-wide OpenMP default
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
@@ -72,10 +107,20 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* dq = dqkv + size_t(b) * T * dld + h * HS;
             float* dk = dq + C;
             float* dv = dq + 2 * C;
-            // dv (T,HS) = a^T @ dO
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dO, C, 0.0f, dv, dld);
-            // da (T,T) = dO @ v^T
+            const uint64_t hs = drop.on() ? drop.head_seed(h) : 0;
+            // dv (T,HS) = p^T @ dO, p the probabilities that multiplied v (the forward's mask again, in ds)
+            const float* p = a;
+            if (drop.on()) {
+                for (int t = 0; t < T; t++)
+                    drop_row(ds + size_t(t) * T, a + size_t(t) * T, t, T, b, hs, threshold, keep_scale);
+                p = ds;
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dO, C, 0.0f, dv, dld);
+            // dp (T,T) = dO @ v^T, then through the mask: da
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld, 0.0f, ds, T);
+            if (drop.on())
+                for (int t = 0; t < T; t++)
+                    drop_row(ds + size_t(t) * T, ds + size_t(t) * T, t, T, b, hs, threshold, keep_scale);
             // softmax backward: ds = a * (da - rowsum(a * da))
             for (int t = 0; t < T; t++) {
                 const float* ar = a + size_t(t) * T;

@@ -269,21 +269,23 @@ size_t CpuBackend::attention_scratch_elems(const AttnDims& d) const {
     return size_t(threads_) * d.T * d.T;
 }
 
-void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
+void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) {
     const auto [B, T, C, nh, KVH] = check_attention(qkv, out, NH);
     ANVIL_CHECK(size_t(saved.numel()) >= attention_saved_elems({B, T, NH, C / NH}),
                 "attention: saved too small");
-    cpu::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH, KVH);
+    check_attention_dropout(drop);
+    cpu::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH, KVH, drop);
 }
 
 void CpuBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor /*out*/,
-                               Tensor saved, int NH) {
+                               Tensor saved, int NH, const AttnDropout& drop) {
     const auto [B, T, C, nh, KVH] = check_attention(qkv, dout, NH);
     expect_shape(dqkv, {B, T, 3 * C}, "attention dqkv");
     ANVIL_CHECK(size_t(scratch.numel()) >= attention_scratch_elems({B, T, NH, C / NH}),
                 "attention: scratch too small");
+    check_attention_dropout(drop);
     cpu::attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(), saved.f32(), B, T, C, NH, KVH,
-                            threads_);
+                            threads_, drop);
 }
 
 void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {

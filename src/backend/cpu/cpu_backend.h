@@ -57,9 +57,9 @@ public:
     void gelu_bwd(Tensor din, Tensor dout, Tensor in) override;
     size_t attention_saved_elems(const AttnDims& d) const override;
     size_t attention_scratch_elems(const AttnDims& d) const override;
-    void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) override;
-    void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                       int NH) override;
+    void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) override;
+    void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved, int NH,
+                       const AttnDropout& drop) override;
     void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) override;
     void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                                std::span<const int> slot, std::span<const int> pos, int NH) override;

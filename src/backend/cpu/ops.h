@@ -47,9 +47,12 @@ void gelu_backward(float* din, const float* dout, const float* in, size_t n);  /
 // attention.cpp: qkv (B,T,C + 2 KVH HS) -> out (B,T,C), C = NH HS, query head h reading key/value head
 // h / (NH / KVH); att (B,NH,T,T) keeps the softmax for the backward. dqkv (B,T,3C): q's gradient, then
 // each query head's share of its key/value head's (qkv_unpack sums the shares)
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH);
+// `drop`: dropout on the probabilities (dropout_mask.h), the backward given the forward's
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       const AttnDropout& drop);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                        int B, int T, int C, int NH, int KVH, int threads);  // scratch: threads*T*T floats
+                        int B, int T, int C, int NH, int KVH, int threads,
+                        const AttnDropout& drop);  // scratch: threads*T*T floats
 // qkv (Tq, (NH + 2 KVH) HS); caches (maxT, KVH HS): query head h reads key/value head h / (NH / KVH)
 void attention_cached(float* out, const float* qkv, float* kcache, float* vcache, int Tq, int pos0, int NH,
                       int KVH, int HS);

@@ -1,6 +1,9 @@
 // Causal self-attention on the CUDA cores, anvil's own kernels (fp32, and --attention flash-simt; bf16 and
 // fp16 go to the tensor-core kernels of attention_tc.cu): flash-style, the softmax computed online and only
-// its log-sum-exp (B,NH,T) kept for the backward.
+// its log-sum-exp (B,NH,T) kept for the backward. Dropout on the probabilities (AttnGeom::keep) applies to
+// what multiplies the values and, in the backward, to the probabilities' gradient; the row sums and the
+// row term D = sum dO*O are those of the undropped softmax and of the output as it was, as in
+// FlashAttention.
 // Tiles of 32 keys live in shared memory, rows padded by one float so lanes reading their own row hit
 // distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
 // so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
@@ -45,6 +48,7 @@ __global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
         for (int j = 0; j < D / 32; j++) o[i][j] = 0.0f;
     }
     const int last_row = min(g.T, row0 + kRows) - 1;
+    const uint64_t hs = g.drop.head_seed(h);
     for (int kt = 0; kt * kTile <= last_row; kt++) {
         __syncthreads();
         const int k0 = kt * kTile, kvalid = min(kTile, g.T - k0);
@@ -64,10 +68,11 @@ __global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
             const float p = valid ? __expf(s - m_new) : 0.0f;
             const float corr = __expf(m[i] - m_new);  // 0 when m was -inf
             l[i] = l[i] * corr + warp_sum(p);
+            const float pd = valid ? p * g.keep(hs, b, t, key) : 0.0f;  // what multiplies the value
 #pragma unroll
             for (int j = 0; j < D / 32; j++) o[i][j] *= corr;
             for (int kk = 0; kk < kTile; kk++) {
-                const float pk = __shfl_sync(0xffffffffu, p, kk);
+                const float pk = __shfl_sync(0xffffffffu, pd, kk);
 #pragma unroll
                 for (int j = 0; j < D / 32; j++) o[i][j] += pk * Vs[kk][lane + 32 * j];
             }
@@ -116,6 +121,7 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
     load_rows<T, D>(Ks, qkv + g.k(b, k0, h), g.ld(), kTile, kvalid, g.HS);
     load_rows<T, D>(Vs, qkv + g.v(b, k0, h), g.ld(), kTile, kvalid, g.HS);
     for (int d = 0; d < D; d++) dKs[lane][d] = dVs[lane][d] = 0.0f;
+    const uint64_t hs = g.drop.head_seed(h);
     __syncwarp();
     for (int t = k0; t < g.T; t++) {
         for (int d = lane; d < D; d += 32) {
@@ -130,10 +136,10 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
                 s += qrow[d] * Ks[lane][d];
                 dp += dorow[d] * Vs[lane][d];
             }
-            const float p = __expf(s * g.scale - lse[g.row(b, h, t)]);
-            const float ds = p * (dp - Drow[g.row(b, h, t)]) * g.scale;
+            const float p = __expf(s * g.scale - lse[g.row(b, h, t)]), kp = g.keep(hs, b, t, key);
+            const float ds = p * (dp * kp - Drow[g.row(b, h, t)]) * g.scale;
             for (int d = 0; d < g.HS; d++) {
-                dVs[lane][d] += p * dorow[d];
+                dVs[lane][d] += p * kp * dorow[d];
                 dKs[lane][d] += ds * qrow[d];
             }
         }
@@ -167,6 +173,7 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
     for (int d = 0; d < D; d++) dQs[lane][d] = 0.0f;
     const float my_lse = t < g.T ? lse[g.row(b, h, t)] : 0.0f, my_D = t < g.T ? Drow[g.row(b, h, t)] : 0.0f;
     const int last = min(g.T, q0 + kTile) - 1;
+    const uint64_t hs = g.drop.head_seed(h);
     for (int k0 = 0; k0 <= last; k0 += kTile) {
         __syncwarp();
         const int kvalid = min(kTile, g.T - k0);
@@ -182,7 +189,7 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
                 dp += dOs[lane][d] * Vs[kk][d];
             }
             const float p = __expf(s * g.scale - my_lse);
-            const float ds = p * (dp - my_D) * g.scale;
+            const float ds = p * (dp * g.keep(hs, b, t, key) - my_D) * g.scale;
             for (int d = 0; d < g.HS; d++) dQs[lane][d] += ds * Ks[kk][d];
         }
     }
@@ -286,8 +293,8 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
 }
 
 void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
-                         bool tensor_cores) {
-    const Geom g = attn_geom(s);
+                         bool tensor_cores, const AttnDropout& drop) {
+    const Geom g = attn_geom(s, drop);
     if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g))
         return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
@@ -302,8 +309,8 @@ void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor sa
 }
 
 void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor scratch, Tensor dout,
-                         Tensor qkv, Tensor out, Tensor saved, bool tensor_cores) {
-    const Geom g = attn_geom(s);
+                         Tensor qkv, Tensor out, Tensor saved, bool tensor_cores, const AttnDropout& drop) {
+    const Geom g = attn_geom(s, drop);
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
     attention_rowdot(c, Drow, dout, out, g);

@@ -4,20 +4,40 @@
 // activation dtype; the scores and their gradient pass through fp32 scratch (one group of heads at a time in
 // the backend's workspace), so the softmax sees unrounded scores. Products cover the full T x T square; the
 // causal mask is applied by the softmax, which writes zeros above the diagonal, and every later product
-// then ignores those positions by arithmetic.
+// then ignores those positions by arithmetic. Dropout on the probabilities: the softmax also writes the
+// dropped ones, which multiply V, over the scores' scratch; the backward makes them again from P and the
+// mask's hash for dV, and takes dP through the mask before the softmax's backward.
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/dropout_mask.h"
 
 namespace anvil::cuda {
 
 namespace {
 
+// Dropout on the probabilities of a pass's heads from h0 of sequence b: keep() gives the factor of (row r of
+// the pass, key k): 1/(1-p) kept, 0 dropped, 1 without dropout.
+struct GroupDrop {
+    AttnDropout drop;
+    uint32_t threshold;
+    float scale;
+    int b, h0, Tn;
+    __device__ float keep(int r, int k) const {
+        if (!(drop.p > 0.0f)) return 1.0f;
+        return dropout_keep(drop.head_seed(h0 + r / Tn), AttnDropout::index(b, r % Tn, k, Tn), threshold)
+                   ? scale
+                   : 0.0f;
+    }
+};
+
 // One warp per query row r of a group: row t = r % T of head (r / T). S fp32 (rows, T) -> P (rows, T).
+// With dropout, the probabilities that multiply V, Pd = P * keep (P as rounded, so the backward remakes
+// them exactly from P), go over S in place: row r at S's row r (dropped_ld elements a row).
 template <typename T>
-__global__ void causal_softmax_kernel(T* P, const float* S, int rows, int Tn) {
+__global__ void causal_softmax_kernel(T* P, float* S, int rows, int Tn, GroupDrop dr) {
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= rows) return;
     const int t = r % Tn;
@@ -33,21 +53,50 @@ __global__ void causal_softmax_kernel(T* P, const float* S, int rows, int Tn) {
     l = warp_sum(m == -INFINITY ? 0.0f : l * __expf(m - M));
     const float inv = 1.0f / l;
     T* p = P + size_t(r) * Tn;
-    for (int k = lane; k < Tn; k += 32) p[k] = from_f<T>(k <= t ? __expf(s[k] - M) * inv : 0.0f);
+    if (!(dr.drop.p > 0.0f)) {
+        for (int k = lane; k < Tn; k += 32) p[k] = from_f<T>(k <= t ? __expf(s[k] - M) * inv : 0.0f);
+        return;
+    }
+    // Pd's row overlaps S's: each round reads its 32 scores before any lane writes (__syncwarp), and the
+    // elements it writes lie over scores of this round or earlier ones (T no wider than f32)
+    T* pd = reinterpret_cast<T*>(S + size_t(r) * Tn);
+    for (int k0 = 0; k0 < Tn; k0 += 32) {
+        const int k = k0 + lane;
+        const float v = k <= t ? __expf(s[k] - M) * inv : 0.0f;
+        __syncwarp();
+        if (k < Tn) {
+            const T pv = from_f<T>(v);
+            p[k] = pv;
+            pd[k] = from_f<T>(k <= t ? to_f(pv) * dr.keep(r, k) : 0.0f);
+        }
+    }
+}
+
+// Pd (rows, ldd) = P * keep, the probabilities that multiplied V in the forward (below the diagonal).
+template <typename T>
+__global__ void dropped_probs_kernel(T* Pd, const T* P, int rows, int Tn, GroupDrop dr, int ldd) {
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const int t = r % Tn;
+    const T* p = P + size_t(r) * Tn;
+    T* pd = Pd + size_t(r) * ldd;
+    for (int k = lane; k < Tn; k += 32) pd[k] = from_f<T>(k <= t ? to_f(p[k]) * dr.keep(r, k) : 0.0f);
 }
 
 // dS = P * (dP - sum_k P*dP) * scale, written over P (one warp per row; zeros above the diagonal stay zero).
+// With dropout dP is the gradient of what multiplied V, taken through the mask first.
 template <typename T>
-__global__ void causal_softmax_bwd_kernel(T* P, const float* dP, int rows, int Tn, float scale) {
+__global__ void causal_softmax_bwd_kernel(T* P, const float* dP, int rows, int Tn, float scale,
+                                          GroupDrop dr) {
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= rows) return;
     const int t = r % Tn;
     T* p = P + size_t(r) * Tn;
     const float* dp = dP + size_t(r) * Tn;
     float d = 0.0f;
-    for (int k = lane; k <= t; k += 32) d += to_f(p[k]) * dp[k];
+    for (int k = lane; k <= t; k += 32) d += to_f(p[k]) * dp[k] * dr.keep(r, k);
     d = warp_sum(d);
-    for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] - d) * scale);
+    for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] * dr.keep(r, k) - d) * scale);
 }
 
 // qkv (B, T, W): NH query heads, then KVH key and KVH value heads (W = C + 2 KC); query head h reads
@@ -111,18 +160,38 @@ void heads_gemm(const Ctx& c, const Gemm& g) {
     }
 }
 
-void softmax_rows(const Ctx& c, DType dt, void* P, const float* S, int rows, int Tn) {
+GroupDrop group_drop(const AttnDropout& drop, int b, int h0, int Tn) {
+    return GroupDrop{drop, dropout_threshold(drop.p), 1.0f / (1.0f - drop.p), b, h0, Tn};
+}
+
+// The row width, in elements of dt, of dropped probabilities written over fp32 scratch rows of Tn.
+int dropped_ld(DType dt, int Tn) {
+    return Tn * int(sizeof(float) / dtype_size(dt));
+}
+
+void softmax_rows(const Ctx& c, DType dt, void* P, float* S, int rows, int Tn, const GroupDrop& dr) {
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), S, rows, Tn);
+        causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), S, rows, Tn, dr);
         CUDA_LAUNCH_CHECK();
     });
 }
 
-void softmax_bwd_rows(const Ctx& c, DType dt, void* P, const float* dP, int rows, int Tn, float scale) {
+void dropped_rows(const Ctx& c, DType dt, void* Pd, const void* P, int rows, int Tn, const GroupDrop& dr) {
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        causal_softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), dP, rows, Tn, scale);
+        dropped_probs_kernel<T><<<(rows + 7) / 8, 256, 0, c.stream>>>(
+            static_cast<T*>(Pd), static_cast<const T*>(P), rows, Tn, dr, dropped_ld(dt, Tn));
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void softmax_bwd_rows(const Ctx& c, DType dt, void* P, const float* dP, int rows, int Tn, float scale,
+                      const GroupDrop& dr) {
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        causal_softmax_bwd_kernel<T>
+            <<<(rows + 7) / 8, 256, 0, c.stream>>>(static_cast<T*>(P), dP, rows, Tn, scale, dr);
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -134,7 +203,8 @@ bool attention_gemm_fits(const Ctx& c, const AttnDims& d) {
     return size_t(d.T) * d.T * sizeof(float) <= c.workspace_bytes;
 }
 
-void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv) {
+void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
+                        const AttnDropout& drop) {
     const Geo g = geo(c, s);
     const int NH = g.NH;
     const DType dt = qkv.dtype;
@@ -155,20 +225,21 @@ void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor sav
             s.D = S, s.ldd = g.T, s.stride_d = int64_t(TT);
             s.alpha = 1.0f / std::sqrt(float(g.HS));
             heads_gemm(c, s);
-            softmax_rows(c, dt, P, S, heads * g.T, g.T);
-            // O^T (HS x Tq) = V^T . P^T
+            softmax_rows(c, dt, P, S, heads * g.T, g.T, group_drop(drop, b, h0, g.T));
+            // O^T (HS x Tq) = V^T . P^T (with dropout: the dropped probabilities, over S)
             Gemm o = head_gemm(dt, heads);
             o.m = g.HS, o.n = g.T, o.k = g.T;
             o.A = v, o.lda = ld, o.stride_a = g.kv_stride();
             o.B = P, o.ldb = g.T, o.stride_b = int64_t(TT);
+            if (drop.on()) o.B = S, o.ldb = dropped_ld(dt, g.T), o.stride_b = int64_t(TT) * (o.ldb / g.T);
             o.D = static_cast<char*>(out.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
             o.ldd = g.C, o.stride_d = g.HS;
             heads_gemm(c, o);
         }
 }
 
-void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor dout, Tensor qkv,
-                        Tensor saved) {
+void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved,
+                        const AttnDropout& drop) {
     const Geo g = geo(c, s);
     const int NH = g.NH;
     const DType dt = qkv.dtype;
@@ -184,11 +255,17 @@ void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor do
             char* dv = dq + 2 * size_t(g.C) * es;
             const char* dO = static_cast<const char*>(dout.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
             char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
-            // dV^T (HS x Tk) = dO^T . P, each query head's share
+            const GroupDrop dr = group_drop(drop, b, h0, g.T);
+            // dV^T (HS x Tk) = dO^T . P, each query head's share (with dropout: the forward's dropped
+            // probabilities, made again over dP's scratch, which the next product then overwrites)
             Gemm gv = head_gemm(dt, heads);
             gv.m = g.HS, gv.n = g.T, gv.k = g.T;
             gv.A = dO, gv.lda = g.C, gv.stride_a = g.HS;
             gv.B = P, gv.tb = true, gv.ldb = g.T, gv.stride_b = int64_t(TT);
+            if (drop.on()) {
+                dropped_rows(c, dt, dP, P, heads * g.T, g.T, dr);
+                gv.B = dP, gv.ldb = dropped_ld(dt, g.T), gv.stride_b = int64_t(TT) * (gv.ldb / g.T);
+            }
             gv.D = dv, gv.ldd = dld, gv.stride_d = g.HS;
             heads_gemm(c, gv);
             // dP^T (Tk x Tq) = V . dO^T, in fp32
@@ -200,7 +277,7 @@ void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor do
             gp.D = dP, gp.ldd = g.T, gp.stride_d = int64_t(TT);
             heads_gemm(c, gp);
             // P becomes dS (scaled by 1/sqrt(HS), the forward's scale)
-            softmax_bwd_rows(c, dt, P, dP, heads * g.T, g.T, 1.0f / std::sqrt(float(g.HS)));
+            softmax_bwd_rows(c, dt, P, dP, heads * g.T, g.T, 1.0f / std::sqrt(float(g.HS)), dr);
             // dQ^T (HS x Tq) = K^T . dS^T
             Gemm gq = head_gemm(dt, heads);
             gq.m = g.HS, gq.n = g.T, gq.k = g.T;

@@ -8,7 +8,8 @@
 // (forward, dQ) or of 64 queries (dK/dV); the probabilities and their gradient are rounded to the input dtype
 // before they are multiplied, as in FlashAttention-2. Tiles are zero-padded up to D (32, 64 or 128) columns,
 // so any head size up to 128 works. The backward is two kernels (dK/dV per key tile, dQ per query tile):
-// nothing is accumulated with atomics, runs repeat bit for bit.
+// nothing is accumulated with atomics, runs repeat bit for bit. Dropout on the probabilities (AttnGeom::keep)
+// as in attention.cu.
 //
 // Shared-memory strides: 16-bit tiles D + 8 elements, fp32 tiles width + 4, so every fragment pointer is
 // 32-byte aligned (WMMA's rule) and rows start in different banks.
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(kThreads)
     // lane: row r of the warp's 16, keys half*32 .. +31 of each tile (and columns half*D/2 .. of the output)
     const int r = lane / 2, half = lane % 2, t = row0 + warp * 16 + r;
     const int warp_last = min(g.T - 1, row0 + warp * 16 + 15);  // the last key any of its rows sees
+    const uint64_t hs = g.drop.head_seed(h);
     float m = -INFINITY, l = 0.0f;
     for (int k0 = 0; k0 <= min(g.T - 1, row0 + kTileRows - 1); k0 += kTileRows) {
         __syncthreads();  // the previous tile's K and V are no longer read
@@ -179,8 +181,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 32; c++) {
             const float p = none || s[c] == -INFINITY ? 0.0f : __expf(s[c] - m_new);
-            psum += p;
-            Pw[r * kPld + half * 32 + c] = from_f<T>(p);
+            psum += p;  // the row sum is the undropped softmax's; what multiplies V, the dropout's
+            Pw[r * kPld + half * 32 + c] =
+                from_f<T>(p > 0.0f ? p * g.keep(hs, b, t, k0 + half * 32 + c) : 0.0f);
         }
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;
@@ -273,6 +276,7 @@ __global__ void __launch_bounds__(kThreads)
         wmma::fill_fragment(dv[j], 0.0f);
     }
     const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r, warp_first = k0 + warp * 16;
+    const uint64_t hs = g.drop.head_seed(h);
     for (int q0 = k0; q0 < g.T; q0 += kTileRows) {
         __syncthreads();  // the previous tile's Q, dO and row terms are no longer read
         load_tile<T, D>(Qs, Q0 + size_t(q0) * qstride, qstride, min(kTileRows, g.T - q0), g.HS, vec);
@@ -288,12 +292,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
         for (int c = 0; c < 32; c++) {
             const int qi = half * 32 + c, q = q0 + qi;
-            float p = 0.0f, ds = 0.0f;
+            float p = 0.0f, ds = 0.0f, kp = 1.0f;
             if (q < g.T && key <= q) {
                 p = __expf(St[r * kSld + qi] * g.scale - lse_s[qi]);
-                ds = p * (dPt[r * kSld + qi] - D_s[qi]) * g.scale;
+                kp = g.keep(hs, b, q, key);
+                ds = p * (dPt[r * kSld + qi] * kp - D_s[qi]) * g.scale;
             }
-            Pt[r * kPld + qi] = from_f<T>(p);
+            Pt[r * kPld + qi] = from_f<T>(p * kp);  // what multiplied dO's row in the forward
             dSt[r * kPld + qi] = from_f<T>(ds);
         }
         __syncwarp();
@@ -337,6 +342,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
     const int r = lane / 2, half = lane % 2, qr = warp * 16 + r, t = q0 + qr;
     const int warp_last = min(g.T - 1, q0 + warp * 16 + 15);
+    const uint64_t hs = g.drop.head_seed(h);
     for (int k0 = 0; k0 <= min(g.T - 1, q0 + kTileRows - 1); k0 += kTileRows) {
         __syncthreads();
         load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
@@ -353,7 +359,7 @@ __global__ void __launch_bounds__(kThreads)
             float ds = 0.0f;
             if (t < g.T && key <= t) {
                 const float p = __expf(Sw[r * kSld + kj] * g.scale - lse_s[qr]);
-                ds = p * (dPw[r * kSld + kj] - D_s[qr]) * g.scale;
+                ds = p * (dPw[r * kSld + kj] * g.keep(hs, b, t, key) - D_s[qr]) * g.scale;
             }
             dSw[r * kPld + kj] = from_f<T>(ds);
         }

@@ -336,24 +336,26 @@ size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
     return (cuda::attention_flash_scratch_bytes(d) + 1) / 2;
 }
 
-void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH) {
+void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) {
     const AttnShape s = check_attention(qkv, out, NH);
+    check_attention_dropout(drop);
     const AttnDims d{s.B, s.T, NH, s.C / NH};
-    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, s, out, saved, qkv);
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, s, out, saved, qkv, drop);
     ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
-    cuda::attention_flash_fwd(ctx_, s, out, saved, qkv, attention_ != AttentionImpl::FlashSimt);
+    cuda::attention_flash_fwd(ctx_, s, out, saved, qkv, attention_ != AttentionImpl::FlashSimt, drop);
 }
 
 void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out,
-                                Tensor saved, int NH) {
+                                Tensor saved, int NH, const AttnDropout& drop) {
     const AttnShape s = check_attention(qkv, dout, NH);
     expect_shape(dqkv, {s.B, s.T, 3 * s.C}, "attention dqkv");
     expect_shape(out, {s.B, s.T, s.C}, "attention out");
+    check_attention_dropout(drop);
     const AttnDims d{s.B, s.T, NH, s.C / NH};
-    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, s, dqkv, dout, qkv, saved);
+    if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, s, dqkv, dout, qkv, saved, drop);
     ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
     cuda::attention_flash_bwd(ctx_, s, dqkv, scratch, dout, qkv, out, saved,
-                              attention_ != AttentionImpl::FlashSimt);
+                              attention_ != AttentionImpl::FlashSimt, drop);
 }
 
 void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {

@@ -117,11 +117,12 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
 // run attention_tc.cu's kernels (f32 always the CUDA-core ones)
 size_t attention_flash_saved_bytes(const AttnDims& d);
 size_t attention_flash_scratch_bytes(const AttnDims& d);
-// `s`: the shapes check_attention found (heads, key/value heads, width)
+// `s`: the shapes check_attention found (heads, key/value heads, width); `drop`: dropout on the
+// probabilities (dropout_mask.h), the backward given the forward's
 void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
-                         bool tensor_cores);
+                         bool tensor_cores, const AttnDropout& drop);
 void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor scratch, Tensor dout,
-                         Tensor qkv, Tensor out, Tensor saved, bool tensor_cores);
+                         Tensor qkv, Tensor out, Tensor saved, bool tensor_cores, const AttnDropout& drop);
 void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
 // a decode step's rows in their slots of the paged caches (P, page, KC), pages (S, PPS) i32 on the device:
 // one launch of each kernel per kDecodeRows rows
@@ -130,8 +131,10 @@ void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, 
 // attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
 size_t attention_gemm_saved_elems(const AttnDims& d);
 bool attention_gemm_fits(const Ctx& c, const AttnDims& d);  // one head's fp32 scores fit the workspace
-void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv);
-void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved);
+void attention_gemm_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
+                        const AttnDropout& drop);
+void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor dout, Tensor qkv, Tensor saved,
+                        const AttnDropout& drop);
 
 // classifier.cu
 void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real);
