@@ -255,6 +255,22 @@ Command add_train(CLI::App& app) {
     sub->add_option("--grad-clip", o->grad_clip, "clip the global gradient norm to this (0 = off)")
         ->capture_default_str()
         ->check(nonneg);
+    sub->add_option("--skip-loss-z", o->skip_loss_z,
+                    "skip the update of a step whose loss is more than Z standard deviations above the mean "
+                    "of the last 128 steps' (llm.c's -sl; 0 = off)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option("--skip-grad-z", o->skip_grad_z,
+                    "skip the update of a step whose gradient norm is more than Z standard deviations above "
+                    "the mean of the last 128 steps' (llm.c's -sg; 0 = off)")
+        ->capture_default_str()
+        ->check(nonneg);
+    sub->add_option(
+           "--skip-window", o->skip_window,
+           "steps --skip-loss-z and --skip-grad-z look back over (the step itself one of them, so no "
+           "z-score exceeds sqrt(N - 1))")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 1 << 20));
     sub->add_option("--beta1", o->beta1, "AdamW beta1")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 0.9999999));

@@ -39,8 +39,10 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     AutoBatch r;
     std::vector<int32_t> tokens, targets;
     AdamWArgs zero_lr;
-    zero_lr.lr = 0.0f;                           // the weights do not move (p * (1 - 0) - 0)
-    const LossScaler scaler = trainer.scaler();  // trial steps leave no trace: moments and scale restored
+    zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
+    // trial steps leave no trace: moments, loss scale and outlier windows restored
+    const LossScaler scaler = trainer.scaler();
+    const OutlierState outliers = trainer.outliers();
     double best_tps = 0;
     for (int b = 1; b <= global; b *= 2) {
         if (global % b) continue;
@@ -69,6 +71,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     }
     trainer.optimizer().reset_moments();
     trainer.scaler() = scaler;
+    trainer.outliers() = outliers;
     ANVIL_CHECK(r.micro > 0,
                 "--batch auto: not even one sequence of {} tokens fits ({}); use a smaller model, "
                 "--seq or a larger --memory-limit",

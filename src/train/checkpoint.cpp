@@ -261,6 +261,11 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
           {"train_tokens", run.data.train.size()}}},
     };
     if (run.trainer->scaler().enabled) state["loss_scale"] = scaler_to_json(run.trainer->scaler());
+    const OutlierState& z = run.trainer->outliers();
+    if (!z.loss.values().empty())  // --skip-loss-z/--skip-grad-z's windows, oldest first
+        state["outlier_windows"] = {
+            {"loss", std::vector<double>(z.loss.values().begin(), z.loss.values().end())},
+            {"grad_norm", std::vector<double>(z.grad.values().begin(), z.grad.values().end())}};
     if (run.best.step > 0)
         state["best"] = {{"step", run.best.step},
                          {"val_loss", run.best.loss},

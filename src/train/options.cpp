@@ -17,7 +17,8 @@ namespace anvil {
     X(lora_alpha) X(lora_dropout) X(lora_targets) X(rslora) X(adapter) X(arch) X(kv_heads) X(ffn_dim) \
     X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel) \
     X(logits_chunk) X(eval_choices) X(eval_choices_limit) X(sample_every) X(sample_prompt) X(sample_tokens) \
-    X(decay_frac) X(keep_best) X(early_stop) X(dropout) X(attn_dropout)
+    X(decay_frac) X(keep_best) X(early_stop) X(dropout) X(attn_dropout) \
+    X(skip_loss_z) X(skip_grad_z) X(skip_window)
 // clang-format on
 
 namespace {

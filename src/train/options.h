@@ -41,6 +41,10 @@ struct TrainOptions {
     int global_batch = 0;      // sequences per optimizer step with --batch auto (0 = 64)
     std::string memory_limit;  // --memory-limit: pretend the device has this much memory ("2G", "512M")
     float lr = 3e-4f, min_lr_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
+    // skip the update of a step whose loss (gradient norm) z-score over the last 128 steps exceeds this
+    // (llm.c's -sl, -sg; Trainer's OutlierSkip); 0 = off
+    float skip_loss_z = 0.0f, skip_grad_z = 0.0f;
+    int skip_window = 128;  // the steps those z-scores look back over
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     // on the embeddings, the residual branches and (unless attn_dropout says otherwise) the attention
     // probabilities while training (ModelOptions::dropout, attn_dropout)

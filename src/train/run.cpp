@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/progress.h"
@@ -188,12 +190,20 @@ void TrainingLoop::one_step(int step) {
     const double tok_s = double(step_tokens) / dt, elapsed = seconds_since(t_start_);
     step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
     const LossScaler& scaler = run_.trainer->scaler();
+    const bool skipped = !st.finite || st.outlier;
     if (!st.finite) {
         skipped_++;
         std::fprintf(
             stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
             std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
             scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
+    } else if (st.outlier) {
+        skipped_++;
+        const bool by_loss = std::string_view(st.outlier) == "loss";
+        std::fprintf(stderr,
+                     "\nanvil: step %d: %s z-score %.2f above --skip-%s-z %g; update skipped (%d so far)\n",
+                     step + 1, by_loss ? "loss" : "gradient norm", by_loss ? st.loss_z : st.grad_z,
+                     by_loss ? "loss" : "grad", by_loss ? o_.skip_loss_z : o_.skip_grad_z, skipped_);
     }
     last_loss_ = st.loss;
     const int done = step + 1;
@@ -208,7 +218,10 @@ void TrainingLoop::one_step(int step) {
                           {"optimizer_ms", st.optimizer_s * 1e3},
                           {"elapsed_s", elapsed}};
     if (comm_.size() > 1) rec["comm_ms"] = st.comm_s * 1e3;
-    if (!st.finite) rec["skipped"] = true;
+    if (skipped) rec["skipped"] = true;
+    if (st.outlier) rec["skipped_for"] = std::string(st.outlier) + "_z";
+    if (std::isfinite(st.loss_z)) rec["loss_z"] = st.loss_z;
+    if (std::isfinite(st.grad_z)) rec["grad_z"] = st.grad_z;
     if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
@@ -239,7 +252,7 @@ void TrainingLoop::one_step(int step) {
             fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
                         "in {} evaluations",
                         done, run_.best.loss, run_.best.step, run_.best.evals_since));
-    log(rec, done, eval_now || !st.finite || rec.contains("sample"));
+    log(rec, done, eval_now || skipped || rec.contains("sample"));
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));

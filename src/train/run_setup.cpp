@@ -259,6 +259,15 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
         o.early_stop == 0 || o.eval_every > 0,
         "--early-stop {} watches the validation loss taken every --eval-every steps; give --eval-every N",
         o.early_stop);
+    // the step is one of the window's values, so its z-score stays below sqrt(window - 1)
+    const double z_max = std::sqrt(double(o.skip_window) - 1.0);
+    for (const auto& [flag, z] :
+         {std::pair{"--skip-loss-z", o.skip_loss_z}, std::pair{"--skip-grad-z", o.skip_grad_z}})
+        ANVIL_CHECK(
+            z < z_max,
+            "{} {} can never be exceeded: over --skip-window {} steps no z-score reaches sqrt({}) = {:.2f}; "
+            "use a smaller threshold or a longer window",
+            flag, z, o.skip_window, o.skip_window - 1, z_max);
     parse_bytes(o.max_shard_size, "--max-shard-size");  // a bad size fails now, not at the first save
     parse_lr_shape(o.lr_schedule);                      // a bad name fails now
     ANVIL_CHECK(o.decay_frac > 0.0f && o.decay_frac <= 1.0f,
@@ -323,6 +332,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     if (!src.base.empty()) load_model_weights(src.base, *r.model, master);
     if (!src.adapter.empty()) load_peft_weights(src.adapter, *r.model, master);
     r.trainer = std::make_unique<Trainer>(*r.model, opt, o.seed);
+    r.trainer->set_outlier_skip({o.skip_loss_z, o.skip_grad_z, o.skip_window});
 }
 
 void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
@@ -374,6 +384,10 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
                      "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
                      was.c_str(), now.c_str());
     scaler_from_json(rp.state, r.trainer->scaler());
+    if (const auto w = rp.state.find("outlier_windows"); w != rp.state.end() && w->is_object()) {
+        r.trainer->outliers().loss.set_values(w->value("loss", std::vector<double>{}));
+        r.trainer->outliers().grad.set_values(w->value("grad_norm", std::vector<double>{}));
+    }
     r.start_step = rp.state.value("step", 0);
     if (const auto b = rp.state.find("best"); b != rp.state.end() && b->is_object())
         r.best = {b->value("val_loss", 0.0), b->value("step", 0), b->value("evals_since", 0),

@@ -26,6 +26,22 @@ void LossScaler::update(bool finite) {
     }
 }
 
+double ZScoreWindow::push(double x) {
+    v_.push_back(x);
+    if (v_.size() <= window_) return NAN;  // still filling
+    v_.pop_front();
+    double mean = 0.0, var = 0.0;
+    for (double y : v_) mean += y;
+    mean /= double(v_.size());
+    for (double y : v_) var += (y - mean) * (y - mean);
+    const double sd = std::sqrt(var / double(v_.size()));
+    return sd > 0.0 ? (x - mean) / sd : 0.0;
+}
+
+void ZScoreWindow::set_values(const std::vector<double>& v) {
+    v_.assign(v.size() > window_ ? v.end() - std::ptrdiff_t(window_) : v.begin(), v.end());
+}
+
 float* LossBuffer::reserve(Backend& be, size_t n) {
     if (n > n_) {
         buf_ = be.alloc_host(n * sizeof(float));
@@ -99,15 +115,34 @@ StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWAr
     else
         be.global_norm_sq(norm_sq, grads);
     args.grad_scale = 1.0f / scaler_.scale;
-    opt_.step(args, norm_sq);
-    if (dp_) dp_->after_update();
     float nsq = 0.0f;
+    if (skip_.on()) {  // the decision needs the norm before the update: one wait for the device
+        be.download(&nsq, norm_sq);
+        judge(r, nsq);
+    }
+    if (!r.outlier) {
+        opt_.step(args, norm_sq);
+        if (dp_) dp_->after_update();
+    }
     be.download(&nsq, norm_sq);
     r.grad_norm = std::sqrt(double(nsq)) / double(scaler_.scale);  // the norm of the unscaled gradients
     r.finite = std::isfinite(r.loss) && std::isfinite(nsq);
     scaler_.update(r.finite);
     r.optimizer_s = seconds_since(t0);
     return r;
+}
+
+void Trainer::judge(StepStats& r, float nsq) {
+    const double norm = std::sqrt(double(nsq)) / double(scaler_.scale);
+    if (!std::isfinite(r.loss) || !std::isfinite(norm))
+        return;  // skipped as non-finite; kept out of the windows
+    // every rank sees the same global loss and norm, so every rank decides the same
+    r.loss_z = outliers_.loss.push(r.loss);
+    r.grad_z = outliers_.grad.push(norm);
+    if (skip_.loss_z > 0.0f && r.loss_z > skip_.loss_z)
+        r.outlier = "loss";
+    else if (skip_.grad_z > 0.0f && r.grad_z > skip_.grad_z)
+        r.outlier = "grad";
 }
 
 StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,

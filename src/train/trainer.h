@@ -4,7 +4,9 @@
 // dynamic loss scale. Training, `--batch auto` and the tests all step through Trainer::step.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "data/prefetch.h"
@@ -23,11 +25,43 @@ struct LossScaler {
     void update(bool finite);
 };
 
+// llm.c's outlier detector: the z-score of a value against a window of the last `window` values, the new
+// one included (mean and population standard deviation over the window); NaN until the window is full, 0
+// when every value in it is the same. Values are kept oldest first.
+class ZScoreWindow {
+public:
+    explicit ZScoreWindow(size_t window = 128) : window_(window) {}
+    double push(double x);  // x joins the window (the oldest leaves once it is full); x's z-score
+    const std::deque<double>& values() const { return v_; }
+    void set_values(const std::vector<double>& v);  // the newest `window` of them
+
+private:
+    size_t window_;
+    std::deque<double> v_;
+};
+
+// Skipping the update of a step whose loss or gradient norm is an outlier (llm.c's -sl and -sg): the z-score
+// of the step's loss (or norm) against the last `window` steps' (128, llm.c's) exceeds loss_z (grad_z); 0 =
+// off. Only finite values enter the windows (a non-finite step is skipped anyway). The new value is one of
+// the window's, so no z-score exceeds sqrt(window - 1).
+struct OutlierSkip {
+    float loss_z = 0.0f, grad_z = 0.0f;
+    int window = 128;
+    bool on() const { return loss_z > 0.0f || grad_z > 0.0f; }
+};
+struct OutlierState {
+    ZScoreWindow loss, grad;
+};
+
 struct StepStats {
-    double loss = 0.0;        // mean over the step's target tokens (0 when there are none)
-    int64_t targets = 0;      // target tokens in the step
-    double grad_norm = 0.0;   // global norm of the (unscaled) gradients, before clipping
-    bool finite = true;       // false: the update was skipped
+    double loss = 0.0;       // mean over the step's target tokens (0 when there are none)
+    int64_t targets = 0;     // target tokens in the step
+    double grad_norm = 0.0;  // global norm of the (unscaled) gradients, before clipping
+    bool finite = true;      // false: the update was skipped
+    // With OutlierSkip on: the z-scores (NaN while the windows fill), and which one skipped the update
+    // ("loss" or "grad"; null: applied, or skipped as non-finite)
+    double loss_z = NAN, grad_z = NAN;
+    const char* outlier = nullptr;
     float loss_scale = 1.0f;  // the scale this step's gradients were computed with
     double fwd_bwd_s = 0.0, optimizer_s = 0.0;
     double comm_s = 0.0;  // waiting for the gradient all-reduces after the backward (data parallel)
@@ -50,6 +84,12 @@ public:
     Model& model() { return model_; }
     AdamW& optimizer() { return opt_; }
     LossScaler& scaler() { return scaler_; }
+    // --skip-loss-z / --skip-grad-z, and the windows they judge by (saved in checkpoints)
+    void set_outlier_skip(OutlierSkip o) {
+        skip_ = o;
+        outliers_ = {ZScoreWindow(size_t(o.window)), ZScoreWindow(size_t(o.window))};
+    }
+    OutlierState& outliers() { return outliers_; }
     // Data parallelism: this rank's batches are its rows of the global batch; the loss is normalised by the
     // targets of every rank's rows, the gradients are summed over the ranks during the last micro-batch's
     // backward, and the loss reported is the global batch's. Null (the default): one process.
@@ -60,17 +100,23 @@ public:
     // end.
     StepStats gradients(const StepBatch& batch, int accum, int B, int T, int64_t step = 0);
     // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
-    // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite.
+    // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite, or
+    // (set_outlier_skip) an outlier; the host then reads the norm before the update.
     StepStats step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args);
     // The randomness of micro-batch m of a step on this rank (ForwardPass::seed: the dropout masks).
     uint64_t pass_seed(int64_t step, int m) const;
 
 private:
+    // the z-scores of the step's loss and of its gradients' squared norm nsq (scaled), and the skip
+    void judge(StepStats& r, float nsq);
+
     Model& model_;
     AdamW& opt_;
     Arena scalars_;  // the global norm's square, on the device
     LossBuffer losses_;
     LossScaler scaler_;
+    OutlierSkip skip_;
+    OutlierState outliers_;
     DataParallel* dp_ = nullptr;
     uint64_t seed_;
 };

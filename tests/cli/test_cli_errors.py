@@ -165,6 +165,9 @@ def main():
         case("early stop without evaluations", ["train", "--data", good, "--out", out("w"), "--early-stop", "3",
                                                 *TINY], "give --eval-every")
         case("bad --keep-best", ["train", "--data", good, "--keep-best", "maybe"], "--keep-best")
+        case("outlier threshold no step can reach", ["train", "--data", good, "--out", out("z"), "--skip-loss-z",
+                                                     "3", "--skip-window", "8", *TINY],
+             "--skip-loss-z 3 can never be exceeded")
         case("early stop without a validation split", ["train", "--data", good, "--out", out("x"), "--early-stop",
                                                        "3", "--eval-every", "5", "--val-fraction", "0", *TINY],
              "no validation split")

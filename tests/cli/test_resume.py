@@ -12,6 +12,9 @@ D: --recompute only trades memory for compute: A again with --recompute full log
    took a mode stored it (true), continue with A's losses; --logits-chunk 40K (the loss a sequence at a time)
    stays within 1e-6 of A's losses at every step, with less activation memory.
 E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit.
+F: --skip-loss-z/--skip-grad-z judge each step against the last --skip-window steps' losses and gradient
+   norms; the windows travel in the checkpoint, so a run resumed at 12 logs the same z-scores, skips the same
+   steps and logs the same losses as the uninterrupted one.
 """
 import json
 import os
@@ -126,6 +129,27 @@ def main():
             failures.append(f"--dropout: the resumed run differs at steps {diff}")
         if le[1] == la[1]:
             failures.append(f"--dropout 0.2 logged step 1's loss without dropout ({la[1]})")
+        # F: the outlier windows are part of the training state
+        f, f2 = os.path.join(d, "f"), os.path.join(d, "f2")
+        skip = ["--skip-loss-z", "1", "--skip-grad-z", "1", "--skip-window", "4"]
+        run(["train", "--data", data, "--out", f, "--save-every", "6", *skip, *ARGS], check=True)
+        run(["train", "--resume", os.path.join(f, "checkpoint-12"), "--out", f2], check=True)
+
+        def judged(run_dir):
+            rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+            return {r["step"]: (r["loss"], r.get("loss_z"), r.get("grad_z"), r.get("skipped_for")) for r in rows}
+
+        jf, jf2 = judged(f), judged(f2)
+        skipped = sorted(s for s in jf if jf[s][3])
+        diff = [s for s in range(13, 25) if jf2.get(s) != jf[s]]
+        print(f"F --skip-loss-z 1 --skip-grad-z 1 --skip-window 4: steps {skipped} skipped; resumed at 12, "
+              f"{len(diff)} of 12 steps differ (loss, z-scores, skip)")
+        if diff:
+            failures.append(f"outlier skipping: the resumed run differs at steps {diff}: "
+                            f"{[(jf2.get(s), jf[s]) for s in diff]}")
+        if not [s for s in skipped if s > 12] or jf[13][1] is None:
+            failures.append(f"outlier skipping: no skipped step after 12 ({skipped}) or no z-score at step 13: "
+                            "the scenario shows nothing")
     return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 

@@ -511,6 +511,74 @@ TEST(Trainer, LossScaleLeavesTheStepAndItsNormUnchanged) {
     EXPECT_EQ(w[0], w[1]);
 }
 
+// llm.c's outlier detector: no z-score until the window is full, then the newest value's against the window
+// it has joined (population standard deviation); a constant window gives 0.
+TEST(Trainer, ZScoreWindowIsLlmcs) {
+    ZScoreWindow w(4);
+    for (double x : {1.0, 2.0, 3.0, 4.0}) EXPECT_TRUE(std::isnan(w.push(x)));
+    const double mean = (2.0 + 3.0 + 4.0 + 10.0) / 4, var = (std::pow(2 - mean, 2) + std::pow(3 - mean, 2) +
+                                                             std::pow(4 - mean, 2) + std::pow(10 - mean, 2)) /
+                                                            4;
+    EXPECT_NEAR(w.push(10.0), (10.0 - mean) / std::sqrt(var), 1e-12);
+    EXPECT_EQ(std::vector<double>(w.values().begin(), w.values().end()), (std::vector<double>{2, 3, 4, 10}));
+    ZScoreWindow c(3);
+    c.set_values({9, 5, 5, 5});  // the newest 3 kept
+    EXPECT_EQ(c.push(5.0), 0.0);
+}
+
+// --skip-loss-z / --skip-grad-z: after a window of identical steps (lr 0), a step whose loss and gradient
+// norm jump (the weights shaken) is not applied: the weights and the moments stay as they were, bit for bit,
+// and its z-score is the largest a window of 16 allows, sqrt(15); the next step, judged against a window that
+// now holds the jump, is applied.
+TEST(Trainer, SkipsTheUpdateOfAnOutlierStep) {
+    for (const bool by_loss : {true, false}) {
+        SCOPED_TRACE(by_loss ? "loss" : "grad");
+        TinyRun run(21);
+        AdamW opt(run.model->params(), 0.1f);
+        Trainer trainer(*run.model, opt);
+        trainer.set_outlier_skip({by_loss ? 3.0f : 0.0f, by_loss ? 0.0f : 3.0f, 16});
+        const StepBatch batch{run.tok.data(), run.tgt.data(), run.valid()};
+        AdamWArgs args;
+        args.lr = 0.0f;
+        StepStats st;
+        for (int s = 0; s < 16; s++) {
+            args.step = s + 1;
+            st = trainer.step(batch, 1, run.B, run.T, args);
+            ASSERT_EQ(st.outlier, nullptr);
+            ASSERT_TRUE(std::isnan(st.loss_z)) << "no z-score while the window fills";
+        }
+        const double calm_loss = st.loss, calm_norm = st.grad_norm;
+        run.shake(5, 0.5f);
+        const auto before = all_params(run.model->params());
+        const auto moments = [&] {
+            std::vector<std::vector<float>> mv;
+            for (size_t i : run.model->params().trainable()) {
+                const size_t n = size_t(run.model->params().spec(i).shape.numel());
+                std::vector<float> m(n), v(n);
+                opt.moments(i, m.data(), v.data());
+                mv.push_back(m), mv.push_back(v);
+            }
+            return mv;
+        };
+        const auto m_before = moments();
+        args.lr = 1e-2f;
+        args.step = 17;
+        st = trainer.step(batch, 1, run.B, run.T, args);
+        ASSERT_GT(st.loss, calm_loss);
+        ASSERT_GT(st.grad_norm, calm_norm);
+        ASSERT_NE(st.outlier, nullptr);
+        EXPECT_STREQ(st.outlier, by_loss ? "loss" : "grad");
+        EXPECT_NEAR(by_loss ? st.loss_z : st.grad_z, std::sqrt(15.0), 1e-9);
+        EXPECT_TRUE(st.finite);
+        EXPECT_EQ(all_params(run.model->params()), before) << "an outlier step must not move the weights";
+        EXPECT_EQ(moments(), m_before) << "nor the moments";
+        args.step = 18;
+        st = trainer.step(batch, 1, run.B, run.T, args);
+        EXPECT_EQ(st.outlier, nullptr);
+        EXPECT_NE(all_params(run.model->params()), before) << "the next step is applied";
+    }
+}
+
 TEST(Sampling, TopKAndTopP) {
     std::vector<float> logits = {0.0f, 5.0f, 4.0f, -3.0f};
     Rng rng(1);
