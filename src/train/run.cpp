@@ -103,6 +103,7 @@ public:
 
 private:
     void one_step(int step);
+    void note_skip(int step, const StepStats& st);
     void log(const nlohmann::json& rec, int done, bool force);
     int finish(int steps_done, bool interrupted);
     void report(nlohmann::json& summary, double tokens_per_s);
@@ -191,20 +192,7 @@ void TrainingLoop::one_step(int step) {
     step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
     const LossScaler& scaler = run_.trainer->scaler();
     const bool skipped = !st.finite || st.outlier;
-    if (!st.finite) {
-        skipped_++;
-        std::fprintf(
-            stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
-            std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
-            scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
-    } else if (st.outlier) {
-        skipped_++;
-        const bool by_loss = std::string_view(st.outlier) == "loss";
-        std::fprintf(stderr,
-                     "\nanvil: step %d: %s z-score %.2f above --skip-%s-z %g; update skipped (%d so far)\n",
-                     step + 1, by_loss ? "loss" : "gradient norm", by_loss ? st.loss_z : st.grad_z,
-                     by_loss ? "loss" : "grad", by_loss ? o_.skip_loss_z : o_.skip_grad_z, skipped_);
-    }
+    if (skipped) note_skip(step, st);
     last_loss_ = st.loss;
     const int done = step + 1;
     nlohmann::json rec = {{"step", done},
@@ -256,6 +244,24 @@ void TrainingLoop::one_step(int step) {
     bar_.update(done,
                 fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+// The line on stderr for a step whose update was skipped (non-finite, or an outlier), and its count.
+void TrainingLoop::note_skip(int step, const StepStats& st) {
+    const LossScaler& scaler = run_.trainer->scaler();
+    skipped_++;
+    if (!st.finite) {
+        std::fprintf(
+            stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
+            std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
+            scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
+        return;
+    }
+    const bool by_loss = std::string_view(st.outlier) == "loss";
+    std::fprintf(stderr,
+                 "\nanvil: step %d: %s z-score %.2f above --skip-%s-z %g; update skipped (%d so far)\n",
+                 step + 1, by_loss ? "loss" : "gradient norm", by_loss ? st.loss_z : st.grad_z,
+                 by_loss ? "loss" : "grad", by_loss ? o_.skip_loss_z : o_.skip_grad_z, skipped_);
 }
 
 // One line per evaluation, as llm.c and nanoGPT print theirs: validation loss and perplexity, whether it is
