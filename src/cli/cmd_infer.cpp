@@ -128,7 +128,7 @@ Command add_generate(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("generate", "sample text from a model (KV-cached)");
     auto mf = std::make_shared<ModelFlags>();
     struct Opts {
-        std::string prompt, instruction, input, system, json;
+        std::string prompt, prompt_file, instruction, input, system, json;
         SampleOptions s;
         bool no_stop = false, chat = false;
         int samples = 1;
@@ -138,6 +138,9 @@ Command add_generate(CLI::App& app) {
     o->s.temperature = 0.8f;
     mf->add(sub);
     sub->add_option("--prompt", o->prompt, "text to continue (with --chat: the user's message)");
+    sub->add_option("--prompt-file", o->prompt_file,
+                    "--prompt's text from a file, whole (nanoGPT's start=\"FILE:prompt.txt\")")
+        ->check(CLI::ExistingFile);
     sub->add_option("--instruction", o->instruction,
                     "wrap as an instruction record (with --input) in the prompt template");
     sub->add_option("--input", o->input, "input of the instruction record");
@@ -194,8 +197,13 @@ Command add_generate(CLI::App& app) {
             "to first token, tokens/s and why it ended (with --num-samples N > 1: {\"samples\": [N such "
             "objects]}); --json FILE streams the text and writes the JSON to FILE");
     auto run = [mf, o]() -> int {
+        if (!o->prompt_file.empty()) {
+            ANVIL_CHECK(o->prompt.empty(), "give --prompt or --prompt-file, not both");
+            o->prompt = read_file(o->prompt_file);
+            ANVIL_CHECK(!o->prompt.empty(), "--prompt-file {}: the file is empty", o->prompt_file);
+        }
         ANVIL_CHECK(o->chat || !o->prompt.empty() || !o->instruction.empty(),
-                    "give --prompt TEXT, --instruction TEXT or --chat");
+                    "give --prompt TEXT, --prompt-file FILE, --instruction TEXT or --chat");
         ANVIL_CHECK(!o->chat || o->instruction.empty(),
                     "--chat takes the user's message from --prompt, not --instruction");
         ANVIL_CHECK(o->chat || o->system.empty(), "--system needs --chat");

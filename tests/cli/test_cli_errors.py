@@ -174,6 +174,10 @@ def main():
 
         # eval / generate
         case("eval without --model", ["eval", "--data", good], "--model")
+        case("--prompt and --prompt-file together", ["generate", "--model", model, "--prompt", "a", "--prompt-file",
+                                                     good], "give --prompt or --prompt-file, not both")
+        case("missing --prompt-file", ["generate", "--model", model, "--prompt-file", os.path.join(d, "none.txt")],
+             "--prompt-file")
         case("eval of a missing model", ["eval", "--model", os.path.join(d, "none"), "--data", good],
              "no such directory")
         case("eval with --seq past the context", ["eval", "--model", model, "--data", good, "--seq", "999"],

@@ -153,6 +153,15 @@ def main():
         r = run(["generate", "--model", final, "--chat", "--prompt", "hi", "--num-samples", "2"])
         check(r.returncode != 0 and "--num-samples 2: --chat answers each turn once" in r.stderr,
               "--num-samples with --chat is refused", f)
+        # --prompt-file: the file's whole text is the prompt (nanoGPT's start="FILE:...")
+        pf = os.path.join(d, "prompt.txt")
+        open(pf, "w").write("Reverse.\nabc\n=> ")
+        by_text = run(["generate", "--model", final, "--prompt", "Reverse.\nabc\n=> ", "--max-new-tokens", "8",
+                       "--temperature", "0", "--json"], check=True).stdout
+        by_file = run(["generate", "--model", final, "--prompt-file", pf, "--max-new-tokens", "8", "--temperature",
+                       "0", "--json"], check=True).stdout
+        check(json.loads(by_file)["text"] == json.loads(by_text)["text"] and json.loads(by_file)["prompt_tokens"] > 5,
+              "generate --prompt-file: the same completion as the same text through --prompt", f)
 
         # --config: a JSON file of flags, the command line's own flags winning
         cfg = os.path.join(d, "run.json")
