@@ -18,6 +18,7 @@ Run it with Debian's python3 (it has python3-torch):  make bench   or
   /usr/bin/python3 bench/cpu_train_bench.py --anvil build/anvil --threads 2 [--arch both]
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -45,14 +46,27 @@ def parse():
     p.add_argument("--rounds", type=int, default=3, help="alternating anvil/PyTorch rounds")
     p.add_argument("--recompute", default="off",
                    help="comma-separated modes to train in (off, selective, full): activation memory for compute")
+    p.add_argument("--precision", default="fp32",
+                   help="fp32, bf16 or both (fp32,bf16), alternated within each round: bf16 is anvil's "
+                        "--precision bf16 (bf16 products through oneDNN) against PyTorch's CPU autocast to bf16")
     p.add_argument("--json", help="write the result here")
     p.add_argument("--torch-worker", help=argparse.SUPPRESS)  # ARCH,MODE,DATA: one PyTorch run, JSON on stdout
     a = p.parse_args()
-    a.modes = a.recompute.split(",")
-    for m in a.modes:
+    for m in a.recompute.split(","):
         if m not in ("off", "selective", "full"):
             p.error(f"--recompute: {m!r} is not off, selective or full")
+    for x in a.precision.split(","):
+        if x not in ("fp32", "bf16"):
+            p.error(f"--precision: {x!r} is not fp32 or bf16")
+    # a mode: the recompute mode, with "+bf16" for bf16 products
+    a.modes = [m + ("" if x == "fp32" else "+" + x) for x in a.precision.split(",") for m in a.recompute.split(",")]
     return a
+
+
+def split_mode(mode):
+    """A mode's (recompute, precision): "full+bf16" -> ("full", "bf16")."""
+    rec, _, prec = mode.partition("+")
+    return rec, prec or "fp32"
 
 
 def measured(cmd):
@@ -84,11 +98,13 @@ def ffn_dim(a):
 
 def run_anvil(a, arch, data, out, mode="off"):
     steps = a.warmup + a.steps
+    mode, precision = split_mode(mode)
     family = ["--arch", "llama", "--kv-heads", str(a.kv_heads), "--ffn-dim", str(ffn_dim(a))] if arch == "llama" else []
     cmd = [a.anvil, "train", *family, "--data", data, "--tokenizer", "byte", "--out", out, "--layers", str(a.layers),
            "--dim", str(a.dim), "--heads", str(a.heads), "--seq", str(a.seq), "--batch", str(a.batch),
            "--steps", str(steps), "--log-every", "1", "--val-fraction", "0", "--threads", str(a.threads),
-           "--lr", "3e-4", "--warmup", "0", "--weight-decay", "0.1", "--grad-clip", "1.0", "--recompute", mode]
+           "--lr", "3e-4", "--warmup", "0", "--weight-decay", "0.1", "--grad-clip", "1.0", "--recompute", mode,
+           "--device", "cpu", "--precision", precision]
     _, rss = measured(cmd)
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     timed = [r["step_ms"] for r in rows if r["step"] > a.warmup]
@@ -168,6 +184,7 @@ def run_torch(a, arch, data, mode="off"):
 
 def torch_worker(a):
     arch, mode, data = a.torch_worker.split(",", 2)
+    mode, precision = split_mode(mode)
     import torch
     import torch.utils.checkpoint
     import torch.nn as nn
@@ -221,6 +238,7 @@ def torch_worker(a):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     tokens = torch.tensor(list(open(data, "rb").read()), dtype=torch.long)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
     B = a.batch
     times, loss = [], None
     for step in range(a.warmup + a.steps):
@@ -229,7 +247,8 @@ def torch_worker(a):
         x, y = chunk[:-1].view(B, T), chunk[1:].view(B, T)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with autocast:
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -251,7 +270,7 @@ def main():
         return torch_worker(a)
     archs = ["gpt2", "llama"] if a.arch == "both" else [a.arch]
     plan = [(arch, impl, mode) for arch in archs for mode in a.modes for impl in ("anvil", "torch")
-            if not (impl == "torch" and mode == "selective")]
+            if not (impl == "torch" and split_mode(mode)[0] == "selective")]
     runs = {key(*p): [] for p in plan}
     last, params, torch_version = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:
@@ -277,7 +296,8 @@ def main():
         pass
     first, m0 = archs[0], a.modes[0]
     result = {
-        "config": {k: getattr(a, k) for k in ("layers", "dim", "heads", "seq", "batch", "steps", "warmup", "threads")},
+        "config": {k: getattr(a, k)
+                   for k in ("layers", "dim", "heads", "seq", "batch", "steps", "warmup", "threads", "precision")},
         "vocab": 257, "cpu": cpu, "torch": torch_version,
         "command": " ".join(["/usr/bin/python3", "bench/cpu_train_bench.py", *sys.argv[1:]]),
         # the first architecture's (and mode's) figures at the top level, as before --arch existed

@@ -100,6 +100,15 @@ public:
     // din += ..., dw += ... (skipped when empty)
     virtual void rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) = 0;
 
+    // Matrix products in a lower precision than the tensors' (autocast): `products` BF16 makes the CPU
+    // backend round both operands of every matmul_fwd/matmul_bwd product to bf16 and multiply them on the
+    // cores' bf16 instructions (oneDNN), accumulating and storing f32, as PyTorch's CPU autocast does; F32
+    // turns it off. False where the backend has no such mode (CUDA multiplies in its tensors' dtype; a build
+    // without oneDNN).
+    virtual bool set_autocast(DType products) {
+        (void)products;
+        return false;
+    }
     // out (N,OC) = in (N,C) @ W + bias, W (C,OC) for InOut or (OC,C) for OutIn; bias may be empty.
     // If pre_gelu is given, pre_gelu = in @ W + bias and out = gelu(pre_gelu) (fused epilogue).
     virtual void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,

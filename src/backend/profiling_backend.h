@@ -140,6 +140,7 @@ public:
     size_t attention_scratch_elems(const AttnDims& d) const override {
         return in_.attention_scratch_elems(d);
     }
+    bool set_autocast(DType products) override { return in_.set_autocast(products); }
     void attention_fwd(Tensor o, Tensor s, Tensor q, int nh, const AttnDropout& dr) override {
         timed("attention_fwd", 0, [&] { in_.attention_fwd(o, s, q, nh, dr); });
     }

@@ -342,10 +342,12 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(nonneg);
     sub->add_flag("--profile", o->profile, "time every backend op and print a table at the end");
-    sub->add_option("--precision", o->precision,
-                    "fp32, bf16 (fp32 master weights), fp16 (dynamic loss scaling) or fp8 (bf16 with the "
-                    "blocks' matrix products in FP8 on Hopper/Ada; on the CPU its rounding is simulated in "
-                    "fp32); auto: bf16 on CUDA, fp32 on the CPU")
+    sub->add_option(
+           "--precision", o->precision,
+           "fp32, bf16 (fp32 master weights; on the CPU: f32 tensors with the linear layers' products "
+           "in bf16 through oneDNN, as PyTorch's CPU autocast), fp16 (dynamic loss scaling) or fp8 "
+           "(bf16 with the blocks' matrix products in FP8 on Hopper/Ada; on the CPU its rounding is "
+           "simulated in fp32); auto: bf16 on CUDA, fp32 on the CPU")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "fp8"}));
     sub->add_option(

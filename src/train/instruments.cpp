@@ -28,6 +28,7 @@ RunInstruments::RunInstruments(const TrainOptions& o, const Model& model, int ra
     } else {
         peak_ = quick_cpu_peak_flops();
         peak_source_ = "fp32 BLAS rate measured at start";
+        if (o.precision == "bf16") peak_source_ += " (the bf16 products' MFU is against it)";
     }
     if (ranks > 1 && peak_ > 0) {  // the job's peak: every rank's device
         peak_ *= ranks;

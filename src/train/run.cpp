@@ -469,8 +469,10 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
             stderr, "anvil: data parallel over %d %s (%s), gradients in %d %s buckets of %.1f MB in all\n", R,
             K > 1 ? "replicas" : "ranks", comm.kind(), run.dp->buckets(),
             run.dp->zero() ? "reduce-to-owner (ZeRO-1)" : "all-reduce", double(run.dp->bucket_bytes()) / 1e6);
+    const bool cpu_bf16 = o.precision == "bf16" && model.backend().device() == Device::CPU;
     std::fprintf(stderr, "anvil: model %s, %.2fM parameters (%s)\n", model.config().str().c_str(),
-                 double(model.params().numel()) / 1e6, o.precision.c_str());
+                 double(model.params().numel()) / 1e6,
+                 cpu_bf16 ? "bf16 products through oneDNN, f32 tensors" : o.precision.c_str());
     if (model.options().fp8)
         std::fprintf(stderr, "anvil: fp8: the blocks' matrix products take E4M3 operands (E5M2 gradients), one "
                              "power-of-two scale per tensor; %s\n",

@@ -283,11 +283,13 @@ void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok
 DType run_dtype(TrainOptions& o, Device device) {
     if (o.precision == "auto") o.precision = device == Device::CUDA ? "bf16" : "fp32";
     if (o.precision == "fp8") return device == Device::CUDA ? DType::BF16 : DType::F32;
+    if (o.precision == "bf16" && device == Device::CPU) return DType::F32;  // f32 tensors, bf16 products
     DType dtype;
     ANVIL_CHECK(dtype_from_precision(o.precision, &dtype), "--precision {}: use fp32, bf16, fp16 or fp8",
                 o.precision);
     ANVIL_CHECK(device == Device::CUDA || dtype == DType::F32,
-                "--precision {}: the CPU backend trains in fp32; use --precision fp32, or --device cuda",
+                "--precision {}: the CPU backend trains in fp32 (or bf16 products: --precision bf16); use "
+                "--precision fp32 or bf16, or --device cuda",
                 o.precision);
     return dtype;
 }
@@ -298,6 +300,10 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.fp8 = o.precision == "fp8";
+    if (o.precision == "bf16" && r.backend->device() == Device::CPU)  // PyTorch's CPU autocast
+        ANVIL_CHECK(be.set_autocast(DType::BF16),
+                    "--precision bf16 on the CPU multiplies through oneDNN, which this build of anvil lacks; "
+                    "install libdnnl-dev and rebuild (make), or use --precision fp32");
     mo.recompute = parse_recompute(o.recompute);
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = src.lora;

@@ -165,6 +165,8 @@ def main():
         case("early stop without evaluations", ["train", "--data", good, "--out", out("w"), "--early-stop", "3",
                                                 *TINY], "give --eval-every")
         case("bad --keep-best", ["train", "--data", good, "--keep-best", "maybe"], "--keep-best")
+        case("fp16 on the CPU", ["train", "--data", good, "--out", out("p16"), "--precision", "fp16", "--device", "cpu",
+                                 *TINY], "--precision fp16: the CPU backend trains in fp32 (or bf16 products")
         case("outlier threshold no step can reach", ["train", "--data", good, "--out", out("z"), "--skip-loss-z",
                                                      "3", "--skip-window", "8", *TINY],
              "--skip-loss-z 3 can never be exceeded")

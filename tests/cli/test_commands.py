@@ -178,6 +178,18 @@ def main():
               f"train --config: the file's flags, --steps from the command line ({o['layers']} layers, "
               f"{o['steps']} steps)", f)
 
+        # --precision bf16 on the CPU: f32 tensors, bf16 products (oneDNN), said at start; checkpoints stay f32
+        out_bf = os.path.join(d, "cpu_bf16")
+        r = run(["train", "--data", text_file(d), "--out", out_bf, "--layers", "1", "--dim", "32", "--heads", "2",
+                 "--seq", "16", "--batch", "2", "--steps", "3", "--precision", "bf16", "--device", "cpu",
+                 "--threads", "2"])
+        st = json.load(open(os.path.join(out_bf, "final", "trainer_state.json"))) if r.returncode == 0 else {}
+        check(r.returncode == 0 and "bf16 products through oneDNN, f32 tensors" in r.stderr
+              and st["options"]["precision"] == "bf16"
+              and '"dtype":"F32"' in open(os.path.join(out_bf, "final", "model.safetensors"), "rb").read(4096)
+              .decode("latin-1").replace(" ", ""),
+              "train --precision bf16 --device cpu: bf16 products, f32 checkpoint", f)
+
         # every command has --config, where a required flag may be too, and a list gives a flag of several values
         gcfg = os.path.join(d, "gen.json")
         json.dump({"model": final, "instruction": "Reverse.", "input": "abc", "max_new_tokens": 8, "temperature": 0},

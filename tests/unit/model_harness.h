@@ -12,6 +12,7 @@
 
 #include "harness.h"
 #include "model/model.h"
+#include "train/trainer.h"
 
 namespace anvil::test {
 
@@ -151,6 +152,19 @@ struct TinyRun {
         double s = 0.0;
         for (float x : l) s += x;
         return s / valid();
+    }
+    // `steps` AdamW steps (learning rate lr, weight decay wd) on this batch through Trainer::step: the losses.
+    std::vector<double> train(int steps, float lr, float wd) {
+        AdamW opt(model->params(), wd);
+        Trainer trainer(*model, opt);
+        AdamWArgs args;
+        args.lr = lr;
+        std::vector<double> losses;
+        for (int s = 0; s < steps; s++) {
+            args.step = s + 1;
+            losses.push_back(trainer.step({tok.data(), tgt.data(), valid()}, 1, B, T, args).loss);
+        }
+        return losses;
     }
     // Perturbs every parameter so each path carries signal (GPT-2's init makes some paths tiny).
     void shake(uint64_t seed, float scale) {

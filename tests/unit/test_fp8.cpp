@@ -106,15 +106,7 @@ TEST_P(Fp8Training, TracksFp32) {
         run.loss(true);
         for (size_t i : run.model->params().trainable())
             grads[r].push_back(download(*run.be, run.model->params().grad(i)));
-        AdamW opt(run.model->params(), 0.0f);
-        Trainer trainer(*run.model, opt);
-        AdamWArgs args;
-        args.lr = 1e-2f;
-        for (int s = 0; s < 30; s++) {
-            args.step = s + 1;
-            curve[r].push_back(
-                trainer.step({run.tok.data(), run.tgt.data(), run.valid()}, 1, run.B, run.T, args).loss);
-        }
+        curve[r] = run.train(30, 1e-2f, 0.0f);
     }
     for (size_t k = 0; k < grads[0].size(); k++) {
         double dot = 0, n0 = 0, n1 = 0;

@@ -2,6 +2,9 @@
 // differences of its forward, and its outputs against a host reference in double (tests/ops/op_cases.h).
 // Inputs are fresh random draws each run; the seed is printed at the start and ANVIL_TEST_SEED replays it.
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
 
 #include "../ops/op_cases.h"
 #include "backend/cpu/vec_math.h"
@@ -57,7 +60,95 @@ TEST(CpuBackend, AttentionScratchFollowsItsOwnThreadCount) {
     one->attention_bwd(dqkv, exact, upload(*one, randn(g, size_t(B) * T * C), {B, T, C}), qkv, out, saved, NH,
                        drop);
     const std::vector<float> after = download(*one, scratch);
-    for (size_t i = n; i < n + guard; i++) ASSERT_EQ(after[i], 1234.5f) << "written past the scratch at " << i;
+    for (size_t i = n; i < n + guard; i++)
+        ASSERT_EQ(after[i], 1234.5f) << "written past the scratch at " << i;
+}
+
+// set_autocast(BF16): matmul_fwd/_bwd multiply f32 tensors with both operands rounded to bf16 (round to
+// nearest even) and accumulate in f32, as PyTorch's CPU autocast does: against the same products of the
+// rounded operands in double (both weight layouts, bias, the GELU epilogue, din, dw accumulated, dbias), and
+// measurably unlike the f32 products. Skipped where anvil was built without oneDNN.
+TEST(CpuBackend, Bf16ProductsRoundTheOperands) {
+    auto be = make_backend({Device::CPU, 2, 0});
+    if (!be->set_autocast(DType::BF16)) GTEST_SKIP() << "built without oneDNN: no bf16 products";
+    auto f32 = make_backend({Device::CPU, 2, 0});
+    const auto bf16 = [](float x) {  // round to nearest even, by bits
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        float y;
+        std::memcpy(&y, &u, 4);
+        return y;
+    };
+    std::mt19937_64 g(test_seed());
+    for (const auto& [N, C, OC] : {std::tuple{37, 50, 29}, std::tuple{64, 128, 96}})
+        for (WLayout layout : {WLayout::InOut, WLayout::OutIn}) {
+            SCOPED_TRACE(fmt::format("{}x{}x{} {}", N, C, OC, layout == WLayout::InOut ? "InOut" : "OutIn"));
+            const std::vector<float> x = randn(g, size_t(N) * C), w = randn(g, size_t(C) * OC),
+                                     b = randn(g, size_t(OC)), dy = randn(g, size_t(N) * OC),
+                                     dw0 = randn(g, size_t(C) * OC);
+            // W's element (i, o) of the (C, OC) product wherever the layout stores it
+            const auto W = [&](const std::vector<float>& v, int i, int o) {
+                return layout == WLayout::InOut ? v[size_t(i) * OC + o] : v[size_t(o) * C + i];
+            };
+            const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+            std::vector<double> y(size_t(N) * OC), din(size_t(N) * C), dw(size_t(C) * OC),
+                db(static_cast<size_t>(OC));
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < OC; o++) {
+                    double acc = b[size_t(o)];
+                    for (int i = 0; i < C; i++) acc += double(bf16(x[size_t(n) * C + i])) * bf16(W(w, i, o));
+                    y[size_t(n) * OC + o] = acc;
+                }
+            for (int n = 0; n < N; n++)
+                for (int i = 0; i < C; i++) {
+                    double acc = 0;
+                    for (int o = 0; o < OC; o++)
+                        acc += double(bf16(dy[size_t(n) * OC + o])) * bf16(W(w, i, o));
+                    din[size_t(n) * C + i] = acc;
+                }
+            for (int i = 0; i < C; i++)
+                for (int o = 0; o < OC; o++) {
+                    double acc = W(dw0, i, o);
+                    for (int n = 0; n < N; n++)
+                        acc += double(bf16(x[size_t(n) * C + i])) * bf16(dy[size_t(n) * OC + o]);
+                    dw[layout == WLayout::InOut ? size_t(i) * OC + o : size_t(o) * C + i] = acc;
+                }
+            for (int o = 0; o < OC; o++)
+                for (int n = 0; n < N; n++) db[size_t(o)] += dy[size_t(n) * OC + o];
+            const auto close = [](const std::vector<float>& got, const std::vector<double>& want,
+                                  const char* what) {
+                double mx = 0;
+                for (double v : want) mx = std::max(mx, std::fabs(v));
+                for (size_t k = 0; k < want.size(); k++)
+                    ASSERT_NEAR(got[k], want[k], 2e-6 * (std::fabs(want[k]) + mx)) << what << "[" << k << "]";
+            };
+            Backend* bes[2] = {be.get(), f32.get()};
+            std::vector<float> out[2], pre[2], gin[2], gw[2], gb[2];
+            for (int k = 0; k < 2; k++) {
+                Backend& e = *bes[k];
+                DevTensor dx = upload(e, x, {N, C}), dwt = upload(e, w, ws), dbias = upload(e, b, {OC});
+                DevTensor o(e, {N, OC}), p(e, {N, OC}), gi(e, {N, C}), gwt = upload(e, dw0, ws), gbt(e, {OC});
+                DevTensor dyt = upload(e, dy, {N, OC});
+                e.zero(gbt);
+                e.matmul_fwd(o, dx, dwt, layout, dbias, {});
+                out[k] = download(e, o);
+                e.matmul_fwd(o, dx, dwt, layout, dbias, p);  // the GELU epilogue: p the product, o its GELU
+                pre[k] = download(e, p);
+                e.matmul_bwd(gi, gwt, gbt, dyt, dx, dwt, layout, {});
+                gin[k] = download(e, gi), gw[k] = download(e, gwt), gb[k] = download(e, gbt);
+            }
+            close(out[0], y, "out");
+            close(pre[0], y, "pre_gelu");
+            close(gin[0], din, "din");
+            close(gw[0], dw, "dw");
+            close(gb[0], db, "dbias");
+            double diff = 0;
+            for (size_t k = 0; k < out[0].size(); k++)
+                diff = std::max(diff, double(std::fabs(out[0][k] - out[1][k])));
+            EXPECT_GT(diff, 1e-3) << "the bf16 products must differ from the f32 ones";
+        }
+    EXPECT_TRUE(be->set_autocast(DType::F32));
 }
 
 }  // namespace

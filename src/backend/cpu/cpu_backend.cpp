@@ -165,16 +165,36 @@ void CpuBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH
     cpu::qkv_unpack(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
 }
 
+#ifndef ANVIL_WITH_DNNL
+std::unique_ptr<cpu::Gemm> cpu::make_bf16_gemm() {
+    return nullptr;
+}
+#endif
+
+CpuBackend::~CpuBackend() = default;
+
+bool CpuBackend::set_autocast(DType products) {
+    ANVIL_CHECK(products == DType::F32 || products == DType::BF16,
+                "autocast: products in f32 or bf16, not {}", dtype_name(products));
+    if (products == DType::F32) {
+        gemm_ = nullptr;
+        return true;
+    }
+    if (!bf16_) bf16_ = cpu::make_bf16_gemm();
+    gemm_ = bf16_.get();
+    return gemm_ != nullptr;
+}
+
 void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     const float* b = bias.empty() ? nullptr : bias.f32();
     if (pre_gelu.empty()) {
-        cpu::matmul_forward(out.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
+        cpu::matmul_forward(out.f32(), in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
     } else {
         // A row-blocked fusion (each block's product and GELU on one core, in cache) measured 0-11% slower
         // than BLAS over all rows followed by one GELU pass: the small products lose more than the pass
         // costs.
-        cpu::matmul_forward(pre_gelu.f32(), in.f32(), w.f32(), b, N, C, OC, layout);
+        cpu::matmul_forward(pre_gelu.f32(), in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
         cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
     }
 }
@@ -183,8 +203,8 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
                             WLayout layout, Tensor in_pre_gelu) {
     const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
     cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(),
-                         dbias.empty() ? nullptr : dbias.f32(),
-                         dout.f32(), in.f32(), w.f32(), N, C, OC, layout);
+                         dbias.empty() ? nullptr : dbias.f32(), dout.f32(), in.f32(), w.f32(), N, C, OC,
+                         layout, gemm_);
     if (!in_pre_gelu.empty() && !din.empty())
         cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }

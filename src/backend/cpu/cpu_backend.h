@@ -1,5 +1,5 @@
-// CpuBackend: the Backend interface on the host, f32 only. Each method checks shapes and dtypes, then
-// calls the reference op in ops.h.
+// CpuBackend: the Backend interface on the host, f32 only (set_autocast(BF16): f32 tensors, bf16 products).
+// Each method checks shapes and dtypes, then calls the reference op in ops.h.
 #pragma once
 
 #include <memory>
@@ -10,9 +10,15 @@
 
 namespace anvil {
 
+namespace cpu {
+class Gemm;  // ops.h
+}
+
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(int threads);
+    ~CpuBackend() override;
+    bool set_autocast(DType products) override;
     Device device() const override { return Device::CPU; }
     std::string describe() const override;
     std::string device_name() const override;
@@ -75,8 +81,10 @@ public:
 private:
     int threads_;
     MemoryAccount memory_;
-    std::vector<float> q8_panel_;  // int8 products over many rows: a dequantized panel of the weight
-    std::vector<float> fp8_scratch_;  // FP8 products: the operands rounded to the format's grid
+    std::vector<float> q8_panel_;      // int8 products over many rows: a dequantized panel of the weight
+    std::unique_ptr<cpu::Gemm> bf16_;  // set_autocast(BF16): oneDNN's bf16 products
+    cpu::Gemm* gemm_ = nullptr;        // what matmul_fwd/_bwd multiply with (null: OpenBLAS's sgemm)
+    std::vector<float> fp8_scratch_;   // FP8 products: the operands rounded to the format's grid
 };
 
 }  // namespace anvil

@@ -1,14 +1,26 @@
-// Matrix products through CBLAS (OpenBLAS, OpenMP build). Row-major throughout; the weight's layout picks
-// the transpose flag. Bias is pre-filled into the output so the product accumulates onto it (beta = 1).
+// Matrix products through CBLAS (OpenBLAS, OpenMP build), or a Gemm given instead (the bf16 products).
+// Row-major throughout; the weight's layout picks the transpose flag. Bias is pre-filled into the output so
+// the product accumulates onto it (beta = 1).
 #include <cblas.h>
 
 #include "backend/cpu/ops.h"
 
 namespace anvil::cpu {
 
+namespace {
+
+// C (M,N) = op(A) op(B) (+ C): the given product, else OpenBLAS's sgemm
+void product(Gemm* gemm, bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
+             int ldb, bool accumulate, float* C, int ldc) {
+    if (gemm) return (*gemm)(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+                A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+}
+
+}  // namespace
+
 void matmul_forward(float* out, const float* in, const float* w, const float* bias, int N, int C, int OC,
-                    WLayout layout) {
-    float beta = 0.0f;
+                    WLayout layout, Gemm* gemm) {
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -16,28 +28,25 @@ void matmul_forward(float* out, const float* in, const float* w, const float* bi
 #pragma omp simd
             for (int j = 0; j < OC; j++) o[j] = bias[j];
         }
-        beta = 1.0f;
     }
     if (layout == WLayout::InOut)  // W (C,OC)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, in, C, w, OC, beta, out, OC);
+        product(gemm, false, false, N, OC, C, in, C, w, OC, bias != nullptr, out, OC);
     else  // W (OC,C)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, in, C, w, C, beta, out, OC);
+        product(gemm, false, true, N, OC, C, in, C, w, C, bias != nullptr, out, OC);
 }
 
 void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
-                     int N, int C, int OC, WLayout layout) {
+                     int N, int C, int OC, WLayout layout, Gemm* gemm) {
     if (layout == WLayout::InOut) {
         if (din)  // (N,C) = dout (N,OC) @ W^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, din,
-                        C);
+            product(gemm, false, true, N, C, OC, dout, OC, w, OC, false, din, C);
         if (dw)  // dW (C,OC) += in^T @ dout
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dw, OC);
+            product(gemm, true, false, C, OC, N, in, C, dout, OC, true, dw, OC);
     } else {
         if (din)  // (N,C) = dout (N,OC) @ W
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, din,
-                        C);
+            product(gemm, false, false, N, C, OC, dout, OC, w, C, false, din, C);
         if (dw)  // dW (OC,C) += dout^T @ in
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
+            product(gemm, true, false, OC, C, N, dout, OC, in, C, true, dw, C);
     }
     if (dbias) {
         constexpr int kBlock = 64;

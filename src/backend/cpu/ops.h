@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,11 +25,24 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                         const float* mean, const float* rstd, int N, int C);
 
-// matmul.cpp: out (N,OC) = in (N,C) @ W + bias, W (C,OC) InOut or (OC,C) OutIn
+// A row-major product with CBLAS's arguments (alpha 1): C (M,N) = op(A) op(B), plus C when `accumulate`;
+// op(A) (M,K) from A stored (M,lda) or, transposed, (K,lda); op(B) (K,N) from B stored (K,ldb) or,
+// transposed, (N,ldb). The matrix products below run cblas_sgemm unless given another (matmul_bf16.h's bf16
+// products).
+class Gemm {
+public:
+    virtual ~Gemm() = default;
+    virtual void operator()(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
+                            int ldb, bool accumulate, float* C, int ldc) = 0;
+};
+// oneDNN's bf16 products (matmul_bf16.h); null where anvil was built without oneDNN
+std::unique_ptr<Gemm> make_bf16_gemm();
+
+// matmul.cpp: out (N,OC) = in (N,C) @ W + bias, W (C,OC) InOut or (OC,C) OutIn; `gemm` null: cblas_sgemm
 void matmul_forward(float* out, const float* in, const float* w, const float* bias, int N, int C, int OC,
-                    WLayout layout);
+                    WLayout layout, Gemm* gemm = nullptr);
 void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
-                     int N, int C, int OC, WLayout layout);
+                     int N, int C, int OC, WLayout layout, Gemm* gemm = nullptr);
 
 // matmul_q8.cpp: int8 weights, W = q * scale[o] (q in `layout` as above, scale (OC)); `scratch` holds the f32
 // panels of the weight that products over many rows dequantize into.
