@@ -5,7 +5,7 @@
 #   scripts/deps.sh --build    only what the build needs
 set -euo pipefail
 
-build_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpcre2-dev libcsv-dev libopenmpi-dev libcpp-httplib-dev
+build_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpcre2-dev libcsv-dev libopenmpi-dev libcpp-httplib-dev
             libgtest-dev libbenchmark-dev clang libprotobuf-dev protobuf-compiler libboost-dev gnuplot-nox)
 test_pkgs=(python3 python3-numpy python3-torch python3-regex python3-protobuf openmpi-bin)
 # node and npm (for the GPT-2 tokenizer cross-check) may come from NodeSource, whose nodejs bundles npm and
