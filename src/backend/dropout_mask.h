@@ -52,4 +52,24 @@ struct AttnDropout {
     }
 };
 
+// An AttnDropout with what each element's test needs worked out once, on the host: the threshold and the
+// kept probabilities' scale. factor(): what probability (b, i, j) of the head whose seed is `head_seed`
+// (head_seed(h)) is multiplied by: 1 / (1 - p) kept, 0 dropped, 1 without dropout. Both backends' kernels
+// take it by value.
+struct AttnDropMask {
+    AttnDropout d;
+    uint32_t threshold = 0;
+    float scale = 1.0f;
+
+    AttnDropMask() = default;
+    explicit AttnDropMask(const AttnDropout& x)
+        : d(x), threshold(dropout_threshold(x.p)), scale(1.0f / (1.0f - x.p)) {}
+    ANVIL_HOST_DEVICE bool on() const { return d.p > 0.0f; }
+    ANVIL_HOST_DEVICE uint64_t head_seed(int h) const { return d.head_seed(h); }
+    ANVIL_HOST_DEVICE float factor(uint64_t head_seed, int b, int i, int j, int T) const {
+        if (!on()) return 1.0f;
+        return dropout_keep(head_seed, AttnDropout::index(b, i, j, T), threshold) ? scale : 0.0f;
+    }
+};
+
 }  // namespace anvil

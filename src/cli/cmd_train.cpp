@@ -2,6 +2,7 @@
 // defaults and only flags given on this command line override them.
 #include <filesystem>
 #include <memory>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "dist/comm.h"
@@ -255,16 +256,16 @@ Command add_train(CLI::App& app) {
     sub->add_option("--grad-clip", o->grad_clip, "clip the global gradient norm to this (0 = off)")
         ->capture_default_str()
         ->check(nonneg);
-    sub->add_option("--skip-loss-z", o->skip_loss_z,
-                    "skip the update of a step whose loss is more than Z standard deviations above the mean "
-                    "of the last 128 steps' (llm.c's -sl; 0 = off)")
-        ->capture_default_str()
-        ->check(nonneg);
-    sub->add_option("--skip-grad-z", o->skip_grad_z,
-                    "skip the update of a step whose gradient norm is more than Z standard deviations above "
-                    "the mean of the last 128 steps' (llm.c's -sg; 0 = off)")
-        ->capture_default_str()
-        ->check(nonneg);
+    for (const auto& [flag, z, what, llmc] :
+         {std::tuple{"--skip-loss-z", &o->skip_loss_z, "loss", "-sl"},
+          std::tuple{"--skip-grad-z", &o->skip_grad_z, "gradient norm", "-sg"}})
+        sub->add_option(
+               flag, *z,
+               fmt::format("skip the update of a step whose {} is more than Z standard deviations above "
+                           "the mean of the last --skip-window steps' (llm.c's {}; 0 = off)",
+                           what, llmc))
+            ->capture_default_str()
+            ->check(nonneg);
     sub->add_option(
            "--skip-window", o->skip_window,
            "steps --skip-loss-z and --skip-grad-z look back over (the step itself one of them, so no "

@@ -116,7 +116,7 @@ StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWAr
         be.global_norm_sq(norm_sq, grads);
     args.grad_scale = 1.0f / scaler_.scale;
     float nsq = 0.0f;
-    if (skip_.on()) {  // the decision needs the norm before the update: one wait for the device
+    if (skip_.on()) {  // the decision needs the norm before the update: the host waits for it there
         be.download(&nsq, norm_sq);
         judge(r, nsq);
     }
@@ -124,7 +124,7 @@ StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWAr
         opt_.step(args, norm_sq);
         if (dp_) dp_->after_update();
     }
-    be.download(&nsq, norm_sq);
+    if (!skip_.on()) be.download(&nsq, norm_sq);                   // the update leaves the norm as it was
     r.grad_norm = std::sqrt(double(nsq)) / double(scaler_.scale);  // the norm of the unscaled gradients
     r.finite = std::isfinite(r.loss) && std::isfinite(nsq);
     scaler_.update(r.finite);

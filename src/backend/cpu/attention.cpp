@@ -21,12 +21,11 @@ namespace anvil::cpu {
 
 namespace {
 
-// dst[j] = src[j] * keep / (1 - p) for keys j <= t of query row t of (b, h) (AttnDropout's mask), 0 past t
-void drop_row(float* dst, const float* src, int t, int T, int b, uint64_t head_seed, uint32_t threshold,
-              float keep_scale) {
-    for (int j = 0; j <= t; j++)
-        dst[j] =
-            dropout_keep(head_seed, AttnDropout::index(b, t, j, T), threshold) ? src[j] * keep_scale : 0.0f;
+// dst[j] = src[j] * the mask's factor for keys j <= t of query row t of sequence b in the head whose seed is
+// head_seed; 0 past t
+void drop_row(float* dst, const float* src, int t, int T, int b, const AttnDropMask& mask,
+              uint64_t head_seed) {
+    for (int j = 0; j <= t; j++) dst[j] = src[j] * mask.factor(head_seed, b, t, j, T);
     for (int j = t + 1; j < T; j++) dst[j] = 0.0f;
 }
 
@@ -37,8 +36,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
     const int ld = C + 2 * KC;
-    const uint32_t threshold = dropout_threshold(drop.p);
-    const float keep_scale = 1.0f / (1.0f - drop.p);
+    const AttnDropMask mask(drop);
 #pragma omp parallel
     {
         // with dropout: the (T,T) probabilities that multiply v, the kept ones scaled; att keeps the softmax
@@ -73,8 +71,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                 if (drop.on()) {
                     const uint64_t hs = drop.head_seed(h);
                     for (int t = 0; t < T; t++)
-                        drop_row(dropped.data() + size_t(t) * T, a + size_t(t) * T, t, T, b, hs, threshold,
-                                 keep_scale);
+                        drop_row(dropped.data() + size_t(t) * T, a + size_t(t) * T, t, T, b, mask, hs);
                     p = dropped.data();
                 }
                 // out (T,HS) = p @ v
@@ -90,8 +87,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const int HS = C / NH, KC = KVH * HS, group = NH / KVH;
     const float scale = 1.0f / std::sqrt(float(HS));
     const int ld = C + 2 * KC, dld = 3 * C;
-    const uint32_t threshold = dropout_threshold(drop.p);
-    const float keep_scale = 1.0f / (1.0f - drop.p);
+    const AttnDropMask mask(drop);
     // exactly `threads` threads: the scratch holds one (T,T) block per thread, whatever another backend set
     // as the process-wide OpenMP default
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
@@ -112,7 +108,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             const float* p = a;
             if (drop.on()) {
                 for (int t = 0; t < T; t++)
-                    drop_row(ds + size_t(t) * T, a + size_t(t) * T, t, T, b, hs, threshold, keep_scale);
+                    drop_row(ds + size_t(t) * T, a + size_t(t) * T, t, T, b, mask, hs);
                 p = ds;
             }
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dO, C, 0.0f, dv, dld);
@@ -120,7 +116,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld, 0.0f, ds, T);
             if (drop.on())
                 for (int t = 0; t < T; t++)
-                    drop_row(ds + size_t(t) * T, ds + size_t(t) * T, t, T, b, hs, threshold, keep_scale);
+                    drop_row(ds + size_t(t) * T, ds + size_t(t) * T, t, T, b, mask, hs);
             // softmax backward: ds = a * (da - rowsum(a * da))
             for (int t = 0; t < T; t++) {
                 const float* ar = a + size_t(t) * T;

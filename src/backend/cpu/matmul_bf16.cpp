@@ -5,27 +5,30 @@
 
 #include <omp.h>
 
-#include <cstring>
+#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace anvil::cpu {
 
+namespace {
+
+// f32 -> bf16 bits (core/dtype.h's rounding: nearest even, NaN kept quiet): rows of `cols` from rows `ld`
+// apart
 void round_to_bf16(uint16_t* dst, const float* src, int rows, int cols, int ld) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float* s = src + size_t(r) * ld;
         uint16_t* d = dst + size_t(r) * cols;
 #pragma omp simd
-        for (int c = 0; c < cols; c++) {
-            uint32_t u;
-            std::memcpy(&u, &s[c], 4);
-            const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-            d[c] = nan ? uint16_t((u >> 16) | 0x40) : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-        }
+        for (int c = 0; c < cols; c++) d[c] = to_bf16(s[c]).bits;
     }
 }
+
+}  // namespace
 
 struct Bf16Gemm::Impl {
     dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -33,7 +36,6 @@ struct Bf16Gemm::Impl {
     struct Plan {
         dnnl::memory::desc a, b, c;
         dnnl::matmul prim;
-        std::string impl;
     };
     using Key = std::tuple<bool, bool, int, int, int, int, bool>;
     std::map<Key, Plan> plans;
@@ -58,7 +60,6 @@ struct Bf16Gemm::Impl {
 #else
         const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, eng);
 #endif
-        p.impl = pd.impl_info_str();
         p.prim = dnnl::matmul(pd);
         return plans.emplace(key, std::move(p)).first->second;
     }
@@ -80,7 +81,6 @@ void Bf16Gemm::operator()(bool ta, bool tb, int M, int N, int K, const float* A,
         dnnl::memory am(p.a, p_->eng, a_.data()), bm(p.b, p_->eng, b_.data()), cm(p.c, p_->eng, C);
         p.prim.execute(p_->stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
         p_->stream.wait();
-        last_impl_ = p.impl;
     } catch (const dnnl::error& e) {
         ::anvil::fail("bf16 product {}x{}x{}: oneDNN: {} (status {})", M, N, K, e.what(), int(e.status));
     }

@@ -4,10 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -22,17 +19,11 @@ public:
     ~Bf16Gemm() override;
     void operator()(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                     bool accumulate, float* C, int ldc) override;
-    // oneDNN's name for the kernel it chose for the last product ("brg:avx512_core_bf16")
-    const std::string& last_impl() const { return last_impl_; }
 
 private:
     struct Impl;
     std::unique_ptr<Impl> p_;
     std::vector<uint16_t> a_, b_;
-    std::string last_impl_;
 };
-
-// f32 -> bf16 bits, round to nearest even (NaN stays NaN): rows of `cols` from rows `ld` apart
-void round_to_bf16(uint16_t* dst, const float* src, int rows, int cols, int ld);
 
 }  // namespace anvil::cpu

@@ -68,7 +68,8 @@ __global__ void attn_fwd_kernel(T* out, float* lse, const T* qkv, Geom g) {
             const float p = valid ? __expf(s - m_new) : 0.0f;
             const float corr = __expf(m[i] - m_new);  // 0 when m was -inf
             l[i] = l[i] * corr + warp_sum(p);
-            const float pd = valid ? p * g.keep(hs, b, t, key) : 0.0f;  // what multiplies the value
+            const float pd =
+                valid ? p * g.drop.factor(hs, b, t, key, g.T) : 0.0f;  // what multiplies the value
 #pragma unroll
             for (int j = 0; j < D / 32; j++) o[i][j] *= corr;
             for (int kk = 0; kk < kTile; kk++) {
@@ -136,7 +137,7 @@ __global__ void attn_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const f
                 s += qrow[d] * Ks[lane][d];
                 dp += dorow[d] * Vs[lane][d];
             }
-            const float p = __expf(s * g.scale - lse[g.row(b, h, t)]), kp = g.keep(hs, b, t, key);
+            const float p = __expf(s * g.scale - lse[g.row(b, h, t)]), kp = g.drop.factor(hs, b, t, key, g.T);
             const float ds = p * (dp * kp - Drow[g.row(b, h, t)]) * g.scale;
             for (int d = 0; d < g.HS; d++) {
                 dVs[lane][d] += p * kp * dorow[d];
@@ -189,7 +190,7 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
                 dp += dOs[lane][d] * Vs[kk][d];
             }
             const float p = __expf(s * g.scale - my_lse);
-            const float ds = p * (dp * g.keep(hs, b, t, key) - my_D) * g.scale;
+            const float ds = p * (dp * g.drop.factor(hs, b, t, key, g.T) - my_D) * g.scale;
             for (int d = 0; d < g.HS; d++) dQs[lane][d] += ds * Ks[kk][d];
         }
     }

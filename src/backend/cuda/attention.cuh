@@ -19,16 +19,7 @@ namespace anvil::cuda {
 struct AttnGeom {
     int B, T, C, NH, HS, KC, group;
     float scale;
-    // dropout on the probabilities (AttnDropout): a kept one multiplies the values scaled by 1/(1-p)
-    AttnDropout drop;
-    uint32_t drop_threshold;
-    float drop_scale;
-    // the factor of probability (query i, key j) of sequence b, in the head whose seed (drop.head_seed) is
-    // hs: 1/(1-p) kept, 0 dropped, 1 without dropout
-    __device__ float keep(uint64_t hs, int b, int i, int j) const {
-        if (!(drop.p > 0.0f)) return 1.0f;
-        return dropout_keep(hs, AttnDropout::index(b, i, j, T), drop_threshold) ? drop_scale : 0.0f;
-    }
+    AttnDropMask drop;  // dropout on the probabilities: drop.factor(drop.head_seed(h), b, query, key, T)
     __host__ __device__ size_t ld() const { return size_t(C) + 2 * size_t(KC); }  // qkv row
     __host__ __device__ size_t dld() const { return size_t(3) * C; }              // dqkv row
     __device__ size_t q(int b, int t, int h) const { return (size_t(b) * T + t) * ld() + size_t(h) * HS; }
@@ -46,17 +37,8 @@ struct AttnGeom {
 // From the shapes the backend checked (check_attention) and the dropout.
 inline AttnGeom attn_geom(const AttnShape& s, const AttnDropout& drop) {
     const int HS = s.C / s.NH;
-    return AttnGeom{s.B,
-                    s.T,
-                    s.C,
-                    s.NH,
-                    HS,
-                    s.KVH * HS,
-                    s.NH / s.KVH,
-                    1.0f / std::sqrt(float(HS)),
-                    drop,
-                    dropout_threshold(drop.p),
-                    1.0f / (1.0f - drop.p)};
+    return AttnGeom{
+        s.B, s.T, s.C, s.NH, HS, s.KVH * HS, s.NH / s.KVH, 1.0f / std::sqrt(float(HS)), AttnDropMask(drop)};
 }
 
 // Calls f(std::integral_constant<int, D>) with D the head-size bound (32, 64 or 128).

@@ -18,19 +18,12 @@ namespace anvil::cuda {
 
 namespace {
 
-// Dropout on the probabilities of a pass's heads from h0 of sequence b: keep() gives the factor of (row r of
-// the pass, key k): 1/(1-p) kept, 0 dropped, 1 without dropout.
+// Dropout on the probabilities of a pass's heads from h0 of sequence b: keep() is the mask's factor of (row r
+// of the pass, key k).
 struct GroupDrop {
-    AttnDropout drop;
-    uint32_t threshold;
-    float scale;
+    AttnDropMask m;
     int b, h0, Tn;
-    __device__ float keep(int r, int k) const {
-        if (!(drop.p > 0.0f)) return 1.0f;
-        return dropout_keep(drop.head_seed(h0 + r / Tn), AttnDropout::index(b, r % Tn, k, Tn), threshold)
-                   ? scale
-                   : 0.0f;
-    }
+    __device__ float keep(int r, int k) const { return m.factor(m.head_seed(h0 + r / Tn), b, r % Tn, k, Tn); }
 };
 
 // One warp per query row r of a group: row t = r % T of head (r / T). S fp32 (rows, T) -> P (rows, T).
@@ -53,7 +46,7 @@ __global__ void causal_softmax_kernel(T* P, float* S, int rows, int Tn, GroupDro
     l = warp_sum(m == -INFINITY ? 0.0f : l * __expf(m - M));
     const float inv = 1.0f / l;
     T* p = P + size_t(r) * Tn;
-    if (!(dr.drop.p > 0.0f)) {
+    if (!dr.m.on()) {
         for (int k = lane; k < Tn; k += 32) p[k] = from_f<T>(k <= t ? __expf(s[k] - M) * inv : 0.0f);
         return;
     }
@@ -84,19 +77,22 @@ __global__ void dropped_probs_kernel(T* Pd, const T* P, int rows, int Tn, GroupD
 }
 
 // dS = P * (dP - sum_k P*dP) * scale, written over P (one warp per row; zeros above the diagonal stay zero).
-// With dropout dP is the gradient of what multiplied V, taken through the mask first.
+// With dropout dP is the gradient of what multiplied V, taken through the mask first (in place: each lane
+// rereads only what it wrote).
 template <typename T>
-__global__ void causal_softmax_bwd_kernel(T* P, const float* dP, int rows, int Tn, float scale,
-                                          GroupDrop dr) {
+__global__ void causal_softmax_bwd_kernel(T* P, float* dP, int rows, int Tn, float scale, GroupDrop dr) {
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= rows) return;
     const int t = r % Tn;
     T* p = P + size_t(r) * Tn;
-    const float* dp = dP + size_t(r) * Tn;
+    float* dp = dP + size_t(r) * Tn;
     float d = 0.0f;
-    for (int k = lane; k <= t; k += 32) d += to_f(p[k]) * dp[k] * dr.keep(r, k);
+    for (int k = lane; k <= t; k += 32) {
+        if (dr.m.on()) dp[k] *= dr.keep(r, k);
+        d += to_f(p[k]) * dp[k];
+    }
     d = warp_sum(d);
-    for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] * dr.keep(r, k) - d) * scale);
+    for (int k = lane; k <= t; k += 32) p[k] = from_f<T>(to_f(p[k]) * (dp[k] - d) * scale);
 }
 
 // qkv (B, T, W): NH query heads, then KVH key and KVH value heads (W = C + 2 KC); query head h reads
@@ -161,7 +157,7 @@ void heads_gemm(const Ctx& c, const Gemm& g) {
 }
 
 GroupDrop group_drop(const AttnDropout& drop, int b, int h0, int Tn) {
-    return GroupDrop{drop, dropout_threshold(drop.p), 1.0f / (1.0f - drop.p), b, h0, Tn};
+    return GroupDrop{AttnDropMask(drop), b, h0, Tn};
 }
 
 // The row width, in elements of dt, of dropped probabilities written over fp32 scratch rows of Tn.
@@ -186,7 +182,7 @@ void dropped_rows(const Ctx& c, DType dt, void* Pd, const void* P, int rows, int
     });
 }
 
-void softmax_bwd_rows(const Ctx& c, DType dt, void* P, const float* dP, int rows, int Tn, float scale,
+void softmax_bwd_rows(const Ctx& c, DType dt, void* P, float* dP, int rows, int Tn, float scale,
                       const GroupDrop& dr) {
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);

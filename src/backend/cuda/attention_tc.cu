@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
             const float p = none || s[c] == -INFINITY ? 0.0f : __expf(s[c] - m_new);
             psum += p;  // the row sum is the undropped softmax's; what multiplies V, the dropout's
             Pw[r * kPld + half * 32 + c] =
-                from_f<T>(p > 0.0f ? p * g.keep(hs, b, t, k0 + half * 32 + c) : 0.0f);
+                from_f<T>(p > 0.0f ? p * g.drop.factor(hs, b, t, k0 + half * 32 + c, g.T) : 0.0f);
         }
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads)
             float p = 0.0f, ds = 0.0f, kp = 1.0f;
             if (q < g.T && key <= q) {
                 p = __expf(St[r * kSld + qi] * g.scale - lse_s[qi]);
-                kp = g.keep(hs, b, q, key);
+                kp = g.drop.factor(hs, b, q, key, g.T);
                 ds = p * (dPt[r * kSld + qi] * kp - D_s[qi]) * g.scale;
             }
             Pt[r * kPld + qi] = from_f<T>(p * kp);  // what multiplied dO's row in the forward
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kThreads)
             float ds = 0.0f;
             if (t < g.T && key <= t) {
                 const float p = __expf(Sw[r * kSld + kj] * g.scale - lse_s[qr]);
-                ds = p * (dPw[r * kSld + kj] * g.keep(hs, b, t, key) - D_s[qr]) * g.scale;
+                ds = p * (dPw[r * kSld + kj] * g.drop.factor(hs, b, t, key, g.T) - D_s[qr]) * g.scale;
             }
             dSw[r * kPld + kj] = from_f<T>(ds);
         }
