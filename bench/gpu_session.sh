@@ -8,14 +8,16 @@
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py), the
 #                                     transformers/peft interop test, the GPT-2 124M benchmark (short) and the
 #                                     step-time model from its rate, every op's rate at 124M's sizes
-#                                     (anvil_op_bench: attention in each implementation), then memcheck on the
+#                                     (anvil_op_bench: attention in each implementation; PyTorch's fused
+#                                     attention kernels at the same sizes), then memcheck on the
 #                                     op tests. A table of every step's outcome comes last; at most 8 files
 #                                     under $OUT.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
 #                                     10-minute device call)
-#   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench), then the GPT-2
+#   bash bench/gpu_session.sh bench   every op at GPT-2 124M's sizes in bf16 (anvil_op_bench) and PyTorch's
+#                                     attention at those sizes (bench/torch_attention_bench.py), then the GPT-2
 #                                     124M training benchmark (bench/gpu_train_bench.py), then the multi-GPU
 #                                     step-time model from its rate (bench/step_time_model.py)
 #   bash bench/gpu_session.sh fp8     --precision fp8 against bf16 at GPT-2 124M and 24 layers x 1024
@@ -87,6 +89,7 @@ case "$what" in
     [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$out/bench/step_time_model.json"
     step op_bench 45 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
+    step torch_attn 40 python3 bench/torch_attention_bench.py
     step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
       --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*'
     rm -rf "$work"
@@ -111,6 +114,8 @@ case "$what" in
     ;;
   bench)
     "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2 2>&1 | tee "$out/op_bench.txt"
+    # PyTorch's fused attention kernels at the same sizes, in the same columns
+    python3 bench/torch_attention_bench.py 2>&1 | tee -a "$out/op_bench.txt"
     python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --shared-bench "$root/torch_gpt2_bench.py" --out "$out" "${@:2}"
     # docs/distributed.md's step time on 8 to 128 H100s, from the rate just measured

@@ -16,6 +16,8 @@
 // blocks (blocks run one at a time); compute-sanitizer on a card stays the word on those.
 #pragma once
 
+#define ANVIL_CUEMU 1  // src/backend/cuda/mma.cuh takes the emulated mma.sync and ldmatrix
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -70,6 +72,11 @@ enum class Shfl { Idx, Xor };
 // Every lane of `mask` publishes `value`; the result is what lane `arg` (Idx, within segments of `width`) or
 // lane ^ `arg` (Xor) published.
 uint64_t shuffle(unsigned mask, uint64_t value, Shfl kind, int arg, int width);
+// The whole warp's exchange under mma.sync and ldmatrix (warp_mma below): every lane publishes `bytes` (at
+// most kWarpSlot) from `mine` and gets the 32 lanes' at `all`, lane i's at all + i * bytes. The caller reads
+// what it needs, then calls sync_warp(0xffffffff), so no lane overwrites its slot before every lane has read.
+constexpr size_t kWarpSlot = 64;
+void warp_gather(const void* mine, size_t bytes, void* all);
 void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 
 struct Launch {
@@ -99,6 +106,77 @@ To checked_cast(From&& from) {
         }
     }
     return reinterpret_cast<To>(std::forward<From>(from));
+}
+
+// PTX's warp-level matrix instructions as src/backend/cuda/mma.cuh uses them, with the fragment layouts of
+// the PTX ISA ("Matrix Fragments for mma.m16n8k16", "ldmatrix"): lane l is in group g = l / 4 at position
+// q = l % 4; a 32-bit register holds two 16-bit elements, the lower-numbered column (or row) in its low half.
+//   A (16 x 16, row-major): a[0] = (g, 2q..2q+1), a[1] = (g + 8, 2q..), a[2] = (g, 2q + 8..),
+//                           a[3] = (g + 8, 2q + 8..)
+//   B (16 x 8, k x n):      b[0] = (2q..2q+1, g), b[1] = (2q + 8.., g)
+//   C, D (16 x 8, fp32):    c[0..1] = (g, 2q..2q+1), c[2..3] = (g + 8, 2q..2q+1)
+// ldmatrix.x4: lane 8j + r names the address of row r of 8 x 8 matrix j (16 bytes, 16-byte aligned);
+// register j of lane l gets row l / 4, elements 2(l % 4)..+1 of matrix j, or with .trans elements
+// (2(l % 4)..+1, l / 4), the matrix transposed. Every lane of the warp must take part, as on the hardware
+// (.sync.aligned).
+template <typename T>
+float mma_elt(uint32_t r, int i) {
+    const auto h = static_cast<unsigned short>(r >> (16 * i));
+    if constexpr (std::is_same_v<T, __half>)
+        return __half2float(__ushort_as_half(h));
+    else
+        return __bfloat162float(__ushort_as_bfloat16(h));
+}
+inline int lane_id() {
+    const uint3& t = thread_idx();
+    const dim3& b = block_dim();
+    return int((t.x + b.x * (t.y + b.y * t.z)) % 32);
+}
+template <typename T>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    struct Frag {
+        uint32_t a[4], b[2];
+        float c[4];
+    } mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}, {d[0], d[1], d[2], d[3]}}, all[32];
+    warp_gather(&mine, sizeof mine, all);
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, q = l % 4;
+        for (int i = 0; i < 2; i++) {
+            A[g][2 * q + i] = mma_elt<T>(all[l].a[0], i);
+            A[g + 8][2 * q + i] = mma_elt<T>(all[l].a[1], i);
+            A[g][2 * q + 8 + i] = mma_elt<T>(all[l].a[2], i);
+            A[g + 8][2 * q + 8 + i] = mma_elt<T>(all[l].a[3], i);
+            B[2 * q + i][g] = mma_elt<T>(all[l].b[0], i);
+            B[2 * q + 8 + i][g] = mma_elt<T>(all[l].b[1], i);
+            C[g][2 * q + i] = all[l].c[i];
+            C[g + 8][2 * q + i] = all[l].c[2 + i];
+        }
+    }
+    const int lane = lane_id(), g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i / 2), col = 2 * q + i % 2;
+        float s = C[row][col];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        d[i] = s;
+    }
+    sync_warp(0xffffffffu);
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+    const void* all[32];
+    if (reinterpret_cast<uintptr_t>(row) % 16 != 0) fail("ldmatrix: a row address is not 16-byte aligned");
+    check_smem_span(row, static_cast<const unsigned char*>(row) + 16);
+    warp_gather(&row, sizeof row, all);
+    const int lane = lane_id();
+    for (int j = 0; j < 4; j++) {
+        uint16_t e[2];
+        for (int i = 0; i < 2; i++) {
+            const auto* rows = reinterpret_cast<const uint16_t* const*>(all + 8 * j);
+            e[i] = trans ? rows[2 * (lane % 4) + i][lane / 4] : rows[lane / 4][2 * (lane % 4) + i];
+        }
+        r[j] = uint32_t(e[0]) | uint32_t(e[1]) << 16;
+    }
+    sync_warp(0xffffffffu);  // what the warp stores next cannot change what a slower lane loaded
 }
 
 template <typename T>

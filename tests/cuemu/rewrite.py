@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA kernel source for cuemu (see cuemu.h): kernel launches become calls, dynamic shared
-memory becomes the launch's buffer, cub and WMMA (<mma.h>) come from the emulator, and a reinterpret_cast checks
+memory becomes the launch's buffer, cub comes from the emulator, and a reinterpret_cast checks
 the alignment its type needs. Usage: rewrite.py IN.cu OUT.cpp"""
 import re
 import sys
@@ -80,7 +80,6 @@ def main():
                  r'\1* \2 = static_cast<\1*>(::cuemu::dynamic_smem());', src)
     src = re.sub(r'^(\s*)__shared__\s+(\w+)\s+([^;]+);', register_shared, src, flags=re.M)
     src = re.sub(r'#include\s*<cub/cub\.cuh>', '#include "cub_shim.h"', src)
-    src = re.sub(r'#include\s*<mma\.h>', '#include "mma_shim.h"', src)
     # every cast checks its pointer's alignment for the type it names (cuemu::checked_cast)
     src = re.sub(r'\breinterpret_cast<', '::cuemu::checked_cast<', src)
     src = rewrite_launches(src)

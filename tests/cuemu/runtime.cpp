@@ -122,6 +122,7 @@ struct Block {
     const std::function<void()>* body = nullptr;
     std::vector<Fiber> fibers;
     std::vector<uint64_t> slots;          // one shuffle value per thread
+    std::vector<unsigned char> xslots;    // kWarpSlot bytes per thread, for warp_gather
     std::vector<unsigned char> smem_buf;  // dynamic shared memory, from a 1024-byte boundary in it
     unsigned char* smem = nullptr;
     size_t smem_bytes = 0;
@@ -311,6 +312,16 @@ uint64_t shuffle(unsigned mask, uint64_t value, Shfl kind, int arg, int width) {
     return out;
 }
 
+void warp_gather(const void* mine, size_t bytes, void* all) {
+    const int self = g_block->cur, lane = self % 32, warp0 = self - lane;
+    if (bytes > kWarpSlot) die(where(*g_block) + ": warp_gather moves at most 64 bytes a lane");
+    std::memcpy(&g_block->xslots[size_t(self) * kWarpSlot], mine, bytes);
+    sync_warp(0xffffffffu);
+    for (int i = 0; i < 32; i++)
+        std::memcpy(static_cast<unsigned char*>(all) + size_t(i) * bytes,
+                    &g_block->xslots[size_t(warp0 + i) * kWarpSlot], bytes);
+}
+
 void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
     const uint64_t threads = uint64_t(block.x) * block.y * block.z;
     int max_dyn = 48 << 10;
@@ -342,8 +353,9 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
     b.body = &body;
     b.fibers.resize(threads);
     b.slots.assign(threads, 0);
-    // a GPU's dynamic shared memory starts on a large boundary: WMMA's 32-byte pointer rule is checked
-    // against it
+    b.xslots.assign(threads * kWarpSlot, 0);
+    // a GPU's dynamic shared memory starts on a large boundary: the alignment rules (16 bytes for ldmatrix
+    // and the 16-byte packs) are checked against it
     b.smem_bytes = std::max<size_t>(smem, 16);
     b.smem_buf.resize(b.smem_bytes + 1024);
     b.smem = b.smem_buf.data() + (1024 - reinterpret_cast<uintptr_t>(b.smem_buf.data()) % 1024);

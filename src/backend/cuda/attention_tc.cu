@@ -1,49 +1,36 @@
-// Causal self-attention on the tensor cores (bf16 and f16), flash-style: the T x T scores never reach global
-// memory, only the log-sum-exp (B, NH, T) is kept for the backward (the same saved tensor and row term as the
-// CUDA-core kernels of attention.cu, which remain for fp32 and --attention flash-simt).
+// Causal self-attention on the tensor cores (bf16 and f16), FlashAttention-2 style: the T x T scores never
+// reach global memory, only the log-sum-exp (B, NH, T) is kept for the backward (the same saved tensor and
+// row term as the CUDA-core kernels of attention.cu, which remain for fp32 and --attention flash-simt).
 //
-// The products run through WMMA (16 x 16 x 16 tiles, fp32 accumulation); the softmax, its rescaling and its
-// backward run on the CUDA cores over per-warp fp32 tiles in shared memory, so no kernel depends on the
-// register layout of a fragment. A block is 4 warps on 64 rows (16 rows a warp) and walks tiles of 64 keys
-// (forward, dQ) or of 64 queries (dK/dV); the probabilities and their gradient are rounded to the input dtype
-// before they are multiplied, as in FlashAttention-2. Tiles are zero-padded up to D (32, 64 or 128) columns,
-// so any head size up to 128 works. The backward is two kernels (dK/dV per key tile, dQ per query tile):
-// nothing is accumulated with atomics, runs repeat bit for bit. Dropout on the probabilities (AttnGeom::keep)
-// as in attention.cu.
+// The products are PTX mma.sync (m16n8k16, fp32 accumulation) on fragments in registers, their operands read
+// from shared memory by ldmatrix (mma.cuh); the softmax, its rescaling and its backward run on the
+// accumulators in registers, whose layout is the next product's A operand once rounded, so no score or
+// probability passes through shared memory. A block is 4 warps on 64 rows (16 rows a warp) and walks tiles of
+// 64 keys (forward, dQ) or of 64 queries (dK/dV); the probabilities and their gradient are rounded to the
+// input dtype before they are multiplied, as in FlashAttention-2. Tiles are zero-padded up to D (32, 64 or
+// 128) columns, so any head size up to 128 works. The backward is two kernels (dK/dV per key tile, dQ per
+// query tile): nothing is accumulated with atomics, runs repeat bit for bit. Dropout on the probabilities
+// (AttnGeom::drop) as in attention.cu.
 //
-// Shared-memory strides: 16-bit tiles D + 8 elements, fp32 tiles width + 4, so every fragment pointer is
-// 32-byte aligned (WMMA's rule) and rows start in different banks.
-#include <mma.h>
-
+// Shared-memory tiles have a stride of D + 8 elements: every ldmatrix row is 16-byte aligned and the 8 rows
+// of one 8 x 8 matrix start in different banks.
 #include <algorithm>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace anvil::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int kTileRows = 64;  // rows of a block (queries; keys in dK/dV) and of every tile it walks
 constexpr int kWarps = 4;      // 16 rows each
 constexpr int kThreads = kWarps * 32;
-constexpr int kSld = kTileRows + 4;  // fp32 score tile (16, 64) stride
-constexpr int kPld = kTileRows + 8;  // 16-bit probability tile (16, 64) stride
-
-template <typename T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T>
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <typename T>
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 template <int D>
 struct Sizes {
     static constexpr int ld = D + 8;                        // 16-bit (64, D) tile stride
     static constexpr size_t tile = size_t(kTileRows) * ld;  // elements of one such tile
-    static constexpr int ldo = D + 4;                       // fp32 (16, D) tile stride
 };
 
 // Rows [0, 64) of HS elements (`stride` apart, from `src`) into a (64, D + 8) tile; rows from `valid` on and
@@ -67,175 +54,153 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int valid, int HS
     }
 }
 
-// out (16, n*16) fp32 at `s` (stride kSld) = a (16, D) x b^T, b rows of D at `b` (stride D + 8): n tiles.
-template <typename T, int D>
-__device__ void product_abt(float* s, const T* a, const T* b, int n) {
-    constexpr int ld = Sizes<D>::ld;
-    FragA<T> fa[D / 16];
-#pragma unroll
-    for (int k = 0; k < D / 16; k++) wmma::load_matrix_sync(fa[k], a + k * 16, ld);
-    for (int j = 0; j < n; j++) {
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-        for (int k = 0; k < D / 16; k++) {
-            FragBCol<T> fb;  // element (d, key) of b^T at b[key * ld + d]
-            wmma::load_matrix_sync(fb, b + j * 16 * ld + k * 16, ld);
-            wmma::mma_sync(acc, fa[k], fb, acc);
-        }
-        wmma::store_matrix_sync(s + j * 16, acc, kSld, wmma::mem_row_major);
-    }
+// Forward, FlashAttention-2 style with the fragments in registers (mma.cuh): block (64 queries from row0,
+// head); warp w owns queries row0 + 16w .. + 15, and lane (g, q) of it rows g and g + 8 of those. Shared: the
+// Q, K and V tiles (64, D + 8); Q's fragments are read once into registers. Per 64-key tile, S = Q K^T lands
+// in 8 accumulator tiles (16 x 8), the online softmax runs on them in registers (row maxima over the 4 lanes
+// of a group by shuffles, row sums kept per lane and added up at the end), and P, rounded to T, is already
+// A's operand layout for O += P V (V's fragments through ldmatrix's transpose). Keys past a warp's last row
+// are skipped 16 at a time, and only the diagonal tile is masked.
+template <int D>
+constexpr size_t fwd_smem_elems() {
+    return 3 * Sizes<D>::tile;
 }
-
-// acc[D/16] (16, D) += p (16, n*16) x b (n*16, D): p at `p` (stride kPld), b rows at `b` (stride D + 8).
-template <typename T, int D>
-__device__ void product_ab_acc(FragC (&acc)[D / 16], const T* p, const T* b, int n) {
-    constexpr int ld = Sizes<D>::ld;
-    for (int k = 0; k < n; k++) {
-        FragA<T> fa;
-        wmma::load_matrix_sync(fa, p + k * 16, kPld);
-#pragma unroll
-        for (int j = 0; j < D / 16; j++) {
-            FragBRow<T> fb;
-            wmma::load_matrix_sync(fb, b + k * 16 * ld + j * 16, ld);
-            wmma::mma_sync(acc[j], fa, fb, acc[j]);
-        }
-    }
-}
-
-// A warp writes the fp32 tile `stage` (16, D + 4) to 16 rows of HS elements at `dst` (stride `stride`),
-// rows from `valid` on skipped, the warp's lanes along each row (coalesced).
-template <typename T, int D>
-__device__ void write_stage(T* dst, size_t stride, const float* stage, int valid, int HS) {
-    for (int idx = threadIdx.x % 32; idx < 16 * HS; idx += 32) {
-        const int r = idx / HS, d = idx % HS;
-        if (r < valid) dst[size_t(r) * stride + d] = from_f<T>(stage[r * Sizes<D>::ldo + d]);
-    }
-}
-
-// The same for a warp's (16, D) accumulators, stored to `stage` first.
-template <typename T, int D>
-__device__ void write_rows(T* dst, size_t stride, const FragC (&acc)[D / 16], float* stage, int valid,
-                           int HS) {
-#pragma unroll
-    for (int j = 0; j < D / 16; j++)
-        wmma::store_matrix_sync(stage + j * 16, acc[j], Sizes<D>::ldo, wmma::mem_row_major);
-    __syncwarp();
-    write_stage<T, D>(dst, stride, stage, valid, HS);
-}
-
-// Forward: block (64 queries from row0, head); warp w owns queries row0 + 16w .. + 15. Shared: Q, K, V tiles,
-// then per warp the fp32 scores (16, 64), the fp32 output (16, D) and the 16-bit probabilities (16, 64).
 template <typename T, int D>
 size_t fwd_smem() {
-    return 3 * Sizes<D>::tile * sizeof(T) +
-           kWarps * (16 * kSld * sizeof(float) + 16 * Sizes<D>::ldo * sizeof(float) + 16 * kPld * sizeof(T));
+    return fwd_smem_elems<D>() * sizeof(T);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_fwd_kernel(T* out, float* lse, const T* qkv, AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
-    constexpr int ld = Sizes<D>::ld, ldo = Sizes<D>::ldo;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int ld = Sizes<D>::ld;
     T* Qs = reinterpret_cast<T*>(smem);
     T* Ks = Qs + Sizes<D>::tile;
     T* Vs = Ks + Sizes<D>::tile;
-    float* Sw = reinterpret_cast<float*>(Vs + Sizes<D>::tile) + warp * 16 * (kSld + ldo);
-    float* Ow = Sw + 16 * kSld;
-    T* Pw = reinterpret_cast<T*>(reinterpret_cast<float*>(Vs + Sizes<D>::tile) + kWarps * 16 * (kSld + ldo)) +
-            warp * 16 * kPld;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int row0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest rows first
     const size_t qstride = g.ld();
     const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
     load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS, vec);
-    for (int i = lane; i < 16 * ldo; i += 32) Ow[i] = 0.0f;
-    // lane: row r of the warp's 16, keys half*32 .. +31 of each tile (and columns half*D/2 .. of the output)
-    const int r = lane / 2, half = lane % 2, t = row0 + warp * 16 + r;
-    const int warp_last = min(g.T - 1, row0 + warp * 16 + 15);  // the last key any of its rows sees
+    __syncthreads();
+    // ldmatrix addressing: lane 8j + r names row r of 8 x 8 matrix j
+    const int lr = lane % 8, lj = lane / 8;
+    uint32_t qf[D / 16][4];  // A: the warp's 16 rows, columns 16k .. 16k + 15
+#pragma unroll
+    for (int k = 0; k < D / 16; k++)
+        mma::ldsm_x4(qf[k], Qs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
+    const int t[2] = {row0 + warp * 16 + gq, row0 + warp * 16 + gq + 8};
+    const int warp_first = row0 + warp * 16, warp_last = min(g.T - 1, warp_first + 15);
     const uint64_t hs = g.drop.head_seed(h);
-    float m = -INFINITY, l = 0.0f;
+    float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int k0 = 0; k0 <= min(g.T - 1, row0 + kTileRows - 1); k0 += kTileRows) {
         __syncthreads();  // the previous tile's K and V are no longer read
         load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         __syncthreads();
-        if (warp_last < k0) continue;                                  // rows past T
-        const int n = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key tiles of 16 not wholly masked
-        product_abt<T, D>(Sw, Qs + warp * 16 * ld, Ks, n);
-        __syncwarp();
-        // online softmax of row r over this tile: scores s * scale, keys past t masked
-        float s[32], mx = -INFINITY;
+        if (warp_last < k0) continue;                                    // rows past T
+        const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups of 16 not wholly masked
+        float s[8][4] = {};                                              // S: keys k0 + 8j .. + 7
 #pragma unroll
-        for (int c = 0; c < 32; c++) {
-            const int key = k0 + half * 32 + c;
-            s[c] = t < g.T && key <= t ? Sw[r * kSld + half * 32 + c] * g.scale : -INFINITY;
-            mx = fmaxf(mx, s[c]);
+        for (int jj = 0; jj < 4; jj++) {
+            if (jj >= n16) break;
+#pragma unroll
+            for (int k = 0; k < D / 16; k++) {
+                uint32_t kf[4];  // B: keys 16jj .. + 7 and + 8 .. + 15, columns 16k .. + 15
+                mma::ldsm_x4(kf, Ks + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
+                mma::m16n8k16<T>(s[2 * jj], qf[k], {kf[0], kf[1]});
+                mma::m16n8k16<T>(s[2 * jj + 1], qf[k], {kf[2], kf[3]});
+            }
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_new = fmaxf(m, mx);
-        const bool none = m_new == -INFINITY;  // a row past T
-        const float corr = none ? 1.0f : __expf(m - m_new);
-        float psum = 0.0f;
+        // scale; on the diagonal, keys past each row (and rows past T) masked
+        const bool diag = k0 + kTileRows - 1 > warp_first;
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int c = 0; c < 32; c++) {
-            const float p = none || s[c] == -INFINITY ? 0.0f : __expf(s[c] - m_new);
-            psum += p;  // the row sum is the undropped softmax's; what multiplies V, the dropout's
-            Pw[r * kPld + half * 32 + c] =
-                from_f<T>(p > 0.0f ? p * g.drop.factor(hs, b, t, k0 + half * 32 + c, g.T) : 0.0f);
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + 8 * j + 2 * tq + i % 2, r = i / 2;
+                const bool live = j / 2 < n16 && (!diag || (key <= t[r] && t[r] < g.T));
+                s[j][i] = live ? s[j][i] * g.scale : -INFINITY;
+                mx[r] = fmaxf(mx[r], s[j][i]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m[r], mx[r]);
+            corr[r] = m_new == -INFINITY ? 1.0f : __expf(m[r] - m_new);  // -inf: a row past T
+            m[r] = m_new;
+            l[r] *= corr[r];
         }
-        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-        l = l * corr + psum;
-        m = m_new;
-        for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) Ow[r * ldo + d] *= corr;
-        __syncwarp();
-        FragC acc[D / 16];
 #pragma unroll
-        for (int j = 0; j < D / 16; j++)
-            wmma::load_matrix_sync(acc[j], Ow + j * 16, ldo, wmma::mem_row_major);
-        product_ab_acc<T, D>(acc, Pw, Vs, n);
+        for (int n = 0; n < D / 8; n++)
 #pragma unroll
-        for (int j = 0; j < D / 16; j++)
-            wmma::store_matrix_sync(Ow + j * 16, acc[j], ldo, wmma::mem_row_major);
-        __syncwarp();
+            for (int i = 0; i < 4; i++) o[n][i] *= corr[i / 2];
+                // P = exp(S - m): the row sums are the undropped softmax's; what multiplies V, the dropout's
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = i / 2;
+                const float p = s[j][i] == -INFINITY ? 0.0f : __expf(s[j][i] - m[r]);
+                l[r] += p;
+                s[j][i] = p > 0.0f ? p * g.drop.factor(hs, b, t[r], k0 + 8 * j + 2 * tq + i % 2, g.T) : 0.0f;
+            }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (kk >= n16) break;
+            const uint32_t pa[4] = {mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
+                                    mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                    mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t vf[4];  // B: keys 16kk .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+                mma::ldsm_x4_trans(vf, Vs + (kk * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
+                mma::m16n8k16<T>(o[2 * dn], pa, {vf[0], vf[1]});
+                mma::m16n8k16<T>(o[2 * dn + 1], pa, {vf[2], vf[3]});
+            }
+        }
     }
-    // normalise, then write the warp's rows (coalesced) and their log-sum-exp
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) Ow[r * ldo + d] *= inv;
-    if (half == 0 && t < g.T) lse[g.row(b, h, t)] = m + logf(l);
-    __syncwarp();
-    const int rows = min(16, g.T - (row0 + warp * 16));
-    if (rows > 0) write_stage<T, D>(out + g.o(b, row0 + warp * 16, h), size_t(g.C), Ow, rows, g.HS);
+    // normalise; write the rows and their log-sum-exp
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (t[r] >= g.T) continue;
+        if (tq == 0) lse[g.row(b, h, t[r])] = m[r] + logf(l[r]);
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        T* dst = out + g.o(b, t[r], h);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int d = 8 * n + 2 * tq + i;
+                if (d < g.HS) dst[d] = from_f<T>(o[n][2 * r + i] * inv);
+            }
+    }
 }
 
-// Per-warp scratch of the backward kernels: two fp32 (16, 64) tiles and two 16-bit (16, 64) tiles.
-template <typename T>
-constexpr size_t bwd_warp_bytes() {
-    return 2 * 16 * kSld * sizeof(float) + 2 * 16 * kPld * sizeof(T);
-}
+// The backward kernels' shared memory: four (64, D + 8) tiles, then the lse and Drow of the 64 rows of the
+// query tile in use.
 template <typename T, int D>
 size_t bwd_smem() {
-    return 4 * Sizes<D>::tile * sizeof(T) + 2 * kTileRows * sizeof(float) + kWarps * bwd_warp_bytes<T>();
+    return 4 * Sizes<D>::tile * sizeof(T) + 2 * kTileRows * sizeof(float);
 }
 
-// The backward kernels' shared memory: four (64, D + 8) tiles, a tile's lse and Drow (64 each), then per warp
-// two fp32 (16, 64) tiles and two 16-bit (16, 64) tiles.
 template <typename T, int D>
 struct BwdSmem {
     T* tile[4];
-    float *lse, *Drow, *f0, *f1;
-    T *h0, *h1;
-    __device__ BwdSmem(float* smem, int warp) {
+    float *lse, *Drow;
+    __device__ explicit BwdSmem(float* smem) {
         tile[0] = reinterpret_cast<T*>(smem);
         for (int i = 1; i < 4; i++) tile[i] = tile[i - 1] + Sizes<D>::tile;
         lse = reinterpret_cast<float*>(tile[3] + Sizes<D>::tile);
         Drow = lse + kTileRows;
-        f0 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(Drow + kTileRows) +
-                                      warp * bwd_warp_bytes<T>());
-        f1 = f0 + 16 * kSld;
-        h0 = reinterpret_cast<T*>(f1 + 16 * kSld);
-        h1 = h0 + 16 * kPld;
     }
     // the 64 rows' lse and Drow from row t0 (zero past T)
     __device__ void load_stats(const float* lse_g, const float* Drow_g, const AttnGeom& g, int b, int h,
@@ -247,36 +212,49 @@ struct BwdSmem {
     }
 };
 
-// dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 and walks the query tiles from k0
-// on: S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - Drow) scale, then
-// dV += P^T dO and dK += dS^T Q. Shared: K, V, Q, dO tiles, the tile's lse and Drow, per-warp scratch.
+// A warp's (16, D) fp32 accumulator tiles (rows r0 + g and r0 + g + 8 of lane (g, q)) to `dst` rows (stride
+// `stride`), rows from `valid` on and columns from HS on left out.
+template <typename T, int D>
+__device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], int valid, int HS) {
+    const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (gq + 8 * r >= valid) continue;
+        T* row = dst + size_t(gq + 8 * r) * stride;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                if (8 * n + 2 * tq + i < HS) row[8 * n + 2 * tq + i] = from_f<T>(acc[n][2 * r + i]);
+    }
+}
+
+// dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 (lane (g, q): keys + g and + g +
+// 8) and walks the query tiles from k0 on, 16 queries at a time: S^T = K Q^T and dP^T = V dO^T (16 x 16 each,
+// in registers), P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - Drow) scale, then dV += P^T dO and dK += dS^T
+// Q with P^T and dS^T as A operands straight from the accumulators. Shared: K, V, Q, dO tiles, the query
+// tile's lse and Drow.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                           AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
     constexpr int ld = Sizes<D>::ld;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BwdSmem<T, D> sm(smem, warp);
+    const BwdSmem<T, D> sm(smem);
     T *Ks = sm.tile[0], *Vs = sm.tile[1], *Qs = sm.tile[2], *dOs = sm.tile[3];
-    const float *lse_s = sm.lse, *D_s = sm.Drow;
-    float *St = sm.f0, *dPt = sm.f1;
-    T *Pt = sm.h0, *dSt = sm.h1;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int lr = lane % 8, lj = lane / 8;  // ldmatrix: lane 8j + r names row r of matrix j
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int k0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest walks first
     const size_t qstride = g.ld();
     load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
-    const T *Q0 = qkv + g.q(b, 0, h),
-            *dO0 = dout + g.o(b, 0, h);  // this head's queries and their gradient, row 0
-    FragC dk[D / 16], dv[D / 16];
-#pragma unroll
-    for (int j = 0; j < D / 16; j++) {
-        wmma::fill_fragment(dk[j], 0.0f);
-        wmma::fill_fragment(dv[j], 0.0f);
-    }
-    const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r, warp_first = k0 + warp * 16;
+    const T *Q0 = qkv + g.q(b, 0, h), *dO0 = dout + g.o(b, 0, h);  // this head's queries and their gradient
+    const int warp_first = k0 + warp * 16, key[2] = {warp_first + gq, warp_first + gq + 8};
+    const T* Ka = Ks + (warp * 16 + lr + 8 * (lj % 2)) * ld + 8 * (lj / 2);  // A: the warp's keys
+    const T* Va = Vs + (warp * 16 + lr + 8 * (lj % 2)) * ld + 8 * (lj / 2);
     const uint64_t hs = g.drop.head_seed(h);
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int q0 = k0; q0 < g.T; q0 += kTileRows) {
         __syncthreads();  // the previous tile's Q, dO and row terms are no longer read
         load_tile<T, D>(Qs, Q0 + size_t(q0) * qstride, qstride, min(kTileRows, g.T - q0), g.HS, vec);
@@ -284,52 +262,72 @@ __global__ void __launch_bounds__(kThreads)
         sm.load_stats(lse, Drow, g, b, h, q0);
         __syncthreads();
         if (warp_first >= g.T) continue;  // keys past T
-        // query tiles of 16 before the warp's first key are wholly masked (only on the diagonal tile)
-        const int lo = max(0, (warp_first - q0) / 16);
-        product_abt<T, D>(St + lo * 16, Ks + warp * 16 * ld, Qs + lo * 16 * ld, kTileRows / 16 - lo);
-        product_abt<T, D>(dPt + lo * 16, Vs + warp * 16 * ld, dOs + lo * 16 * ld, kTileRows / 16 - lo);
-        __syncwarp();
-#pragma unroll 4
-        for (int c = 0; c < 32; c++) {
-            const int qi = half * 32 + c, q = q0 + qi;
-            float p = 0.0f, ds = 0.0f, kp = 1.0f;
-            if (q < g.T && key <= q) {
-                p = __expf(St[r * kSld + qi] * g.scale - lse_s[qi]);
-                kp = g.drop.factor(hs, b, q, key, g.T);
-                ds = p * (dPt[r * kSld + qi] * kp - D_s[qi]) * g.scale;
+        // 16 queries at a time: those before the warp's first key are wholly masked (only on the diagonal
+        // tile), those from T on are not there
+        const int lo = max(0, (warp_first - q0) / 16), hi = min(kTileRows / 16, (g.T - q0 + 15) / 16);
+        for (int jj = lo; jj < hi; jj++) {
+            float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+            for (int k = 0; k < D / 16; k++) {
+                uint32_t ka[4], va[4], qb[4], ob[4];  // B: queries 16jj .. + 7 and + 8 .. + 15
+                mma::ldsm_x4(ka, Ka + k * 16);
+                mma::ldsm_x4(va, Va + k * 16);
+                mma::ldsm_x4(qb, Qs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
+                mma::ldsm_x4(ob, dOs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
+                mma::m16n8k16<T>(s[0], ka, {qb[0], qb[1]});
+                mma::m16n8k16<T>(s[1], ka, {qb[2], qb[3]});
+                mma::m16n8k16<T>(dp[0], va, {ob[0], ob[1]});
+                mma::m16n8k16<T>(dp[1], va, {ob[2], ob[3]});
             }
-            Pt[r * kPld + qi] = from_f<T>(p * kp);  // what multiplied dO's row in the forward
-            dSt[r * kPld + qi] = from_f<T>(ds);
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = 16 * jj + 8 * n + 2 * tq + i % 2, q = q0 + qi, r = i / 2;
+                    float p = 0.0f, ds = 0.0f, kp = 1.0f;
+                    if (q < g.T && key[r] <= q) {
+                        p = __expf(s[n][i] * g.scale - sm.lse[qi]);
+                        kp = g.drop.factor(hs, b, q, key[r], g.T);
+                        ds = p * (dp[n][i] * kp - sm.Drow[qi]) * g.scale;
+                    }
+                    s[n][i] = p * kp;  // what multiplied dO's row in the forward
+                    dp[n][i] = ds;
+                }
+            const uint32_t pa[4] = {mma::pack2<T>(s[0][0], s[0][1]), mma::pack2<T>(s[0][2], s[0][3]),
+                                    mma::pack2<T>(s[1][0], s[1][1]), mma::pack2<T>(s[1][2], s[1][3])};
+            const uint32_t da[4] = {mma::pack2<T>(dp[0][0], dp[0][1]), mma::pack2<T>(dp[0][2], dp[0][3]),
+                                    mma::pack2<T>(dp[1][0], dp[1][1]), mma::pack2<T>(dp[1][2], dp[1][3])};
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t ob[4], qb[4];  // B: queries 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+                mma::ldsm_x4_trans(ob, dOs + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
+                mma::ldsm_x4_trans(qb, Qs + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
+                mma::m16n8k16<T>(dv[2 * dn], pa, {ob[0], ob[1]});
+                mma::m16n8k16<T>(dv[2 * dn + 1], pa, {ob[2], ob[3]});
+                mma::m16n8k16<T>(dk[2 * dn], da, {qb[0], qb[1]});
+                mma::m16n8k16<T>(dk[2 * dn + 1], da, {qb[2], qb[3]});
+            }
         }
-        __syncwarp();
-        product_ab_acc<T, D>(dv, Pt + lo * 16, dOs + lo * 16 * ld, kTileRows / 16 - lo);
-        product_ab_acc<T, D>(dk, dSt + lo * 16, Qs + lo * 16 * ld, kTileRows / 16 - lo);
     }
-    // the Q and dO tiles' space becomes the warps' fp32 staging (4 x (16, D + 4) fits in 2 x (64, D + 8) x 16
-    // bits)
-    __syncthreads();
-    float* stage = reinterpret_cast<float*>(Qs) + warp * 16 * Sizes<D>::ldo;
     const int valid = min(16, g.T - warp_first);
     if (valid <= 0) return;
-    write_rows<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, stage, valid, g.HS);
-    __syncwarp();
-    write_rows<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, stage, valid, g.HS);
+    write_acc<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, valid, g.HS);
+    write_acc<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, valid, g.HS);
 }
 
-// dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 and walks the key tiles up to
-// its diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - Drow) scale, dQ += dS K.
+// dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 (their Q and dO fragments in
+// registers) and walks the key tiles up to its diagonal, 16 keys at a time: S = Q K^T, dP = dO V^T,
+// dS = P (dP - Drow) scale, dQ += dS K.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                          AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
     constexpr int ld = Sizes<D>::ld;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BwdSmem<T, D> sm(smem, warp);
+    const BwdSmem<T, D> sm(smem);
     T *Qs = sm.tile[0], *dOs = sm.tile[1], *Ks = sm.tile[2], *Vs = sm.tile[3];
-    const float *lse_s = sm.lse, *D_s = sm.Drow;
-    float *Sw = sm.f0, *dPw = sm.f1;
-    T* dSw = sm.h0;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int lr = lane % 8, lj = lane / 8;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;
     const size_t qstride = g.ld();
@@ -337,39 +335,63 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<T, D>(Qs, qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
     load_tile<T, D>(dOs, dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
     sm.load_stats(lse, Drow, g, b, h, q0);
-    FragC dq[D / 16];
+    __syncthreads();
+    uint32_t qa[D / 16][4], oa[D / 16][4];  // A: the warp's queries and their output gradient
 #pragma unroll
-    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
-    const int r = lane / 2, half = lane % 2, qr = warp * 16 + r, t = q0 + qr;
-    const int warp_last = min(g.T - 1, q0 + warp * 16 + 15);
+    for (int k = 0; k < D / 16; k++) {
+        mma::ldsm_x4(qa[k], Qs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
+        mma::ldsm_x4(oa[k], dOs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
+    }
+    const int warp_first = q0 + warp * 16, warp_last = min(g.T - 1, warp_first + 15);
+    const int t[2] = {warp_first + gq, warp_first + gq + 8};
+    const float lse_r[2] = {sm.lse[warp * 16 + gq], sm.lse[warp * 16 + gq + 8]};
+    const float D_r[2] = {sm.Drow[warp * 16 + gq], sm.Drow[warp * 16 + gq + 8]};
     const uint64_t hs = g.drop.head_seed(h);
+    float dq[D / 8][4] = {};
     for (int k0 = 0; k0 <= min(g.T - 1, q0 + kTileRows - 1); k0 += kTileRows) {
-        __syncthreads();
+        __syncthreads();  // the previous tile's K and V are no longer read
         load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
         __syncthreads();
         if (warp_last < k0) continue;
-        const int n = min(kTileRows / 16, (warp_last - k0) / 16 + 1);
-        product_abt<T, D>(Sw, Qs + warp * 16 * ld, Ks, n);
-        product_abt<T, D>(dPw, dOs + warp * 16 * ld, Vs, n);
-        __syncwarp();
-#pragma unroll 4
-        for (int c = 0; c < 32; c++) {
-            const int kj = half * 32 + c, key = k0 + kj;
-            float ds = 0.0f;
-            if (t < g.T && key <= t) {
-                const float p = __expf(Sw[r * kSld + kj] * g.scale - lse_s[qr]);
-                ds = p * (dPw[r * kSld + kj] * g.drop.factor(hs, b, t, key, g.T) - D_s[qr]) * g.scale;
+        const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups not wholly masked
+        for (int jj = 0; jj < n16; jj++) {
+            float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+            for (int k = 0; k < D / 16; k++) {
+                uint32_t kb[4], vb[4];  // B: keys 16jj .. + 7 and + 8 .. + 15
+                mma::ldsm_x4(kb, Ks + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
+                mma::ldsm_x4(vb, Vs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
+                mma::m16n8k16<T>(s[0], qa[k], {kb[0], kb[1]});
+                mma::m16n8k16<T>(s[1], qa[k], {kb[2], kb[3]});
+                mma::m16n8k16<T>(dp[0], oa[k], {vb[0], vb[1]});
+                mma::m16n8k16<T>(dp[1], oa[k], {vb[2], vb[3]});
             }
-            dSw[r * kPld + kj] = from_f<T>(ds);
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = k0 + 16 * jj + 8 * n + 2 * tq + i % 2, r = i / 2;
+                    float ds = 0.0f;
+                    if (t[r] < g.T && key <= t[r]) {
+                        const float p = __expf(s[n][i] * g.scale - lse_r[r]);
+                        ds = p * (dp[n][i] * g.drop.factor(hs, b, t[r], key, g.T) - D_r[r]) * g.scale;
+                    }
+                    dp[n][i] = ds;
+                }
+            const uint32_t da[4] = {mma::pack2<T>(dp[0][0], dp[0][1]), mma::pack2<T>(dp[0][2], dp[0][3]),
+                                    mma::pack2<T>(dp[1][0], dp[1][1]), mma::pack2<T>(dp[1][2], dp[1][3])};
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t kb[4];  // B: keys 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+                mma::ldsm_x4_trans(kb, Ks + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
+                mma::m16n8k16<T>(dq[2 * dn], da, {kb[0], kb[1]});
+                mma::m16n8k16<T>(dq[2 * dn + 1], da, {kb[2], kb[3]});
+            }
         }
-        __syncwarp();
-        product_ab_acc<T, D>(dq, dSw, Ks, n);
     }
-    __syncthreads();  // the K and V tiles' space becomes the warps' fp32 staging
-    float* stage = reinterpret_cast<float*>(Ks) + warp * 16 * Sizes<D>::ldo;
-    const int valid = min(16, g.T - (q0 + warp * 16));
-    if (valid > 0) write_rows<T, D>(dqkv + g.dq(b, q0 + warp * 16, h), g.dld(), dq, stage, valid, g.HS);
+    const int valid = min(16, g.T - warp_first);
+    if (valid > 0) write_acc<T, D>(dqkv + g.dq(b, warp_first, h), g.dld(), dq, valid, g.HS);
 }
 
 // 16-byte tile loads need every row start of what is loaded (qkv rows of C + 2 KC, dO rows of C, head
