@@ -5,7 +5,9 @@
 // launch's dynamic shared memory) and compiled as C++ with this header included first. A launch runs its
 // blocks one after another; the threads of a block are fibers switched at __syncthreads, __syncwarp and the
 // warp shuffles, so a block's threads really interleave at every barrier, in the order CUEMU_ORDER says
-// (forward, reverse or shuffle: a missing barrier reads what the other order has not yet written). Launches
+// (forward, reverse or shuffle: a missing barrier reads what the other order has not yet written; warps: each
+// warp runs on to its next __syncthreads before the next one starts, so one that overtakes the others
+// overwrites what they have not yet read). Launches
 // are checked against the hardware's limits (threads per block, grid size, dynamic shared memory past 48 KiB
 // without cudaFuncSetAttribute), a barrier some threads of the block or warp never reach is reported as the
 // deadlock it is on a GPU, and a shuffle that names an exited lane fails. Runtime calls and cuBLASLt are
@@ -77,6 +79,12 @@ uint64_t shuffle(unsigned mask, uint64_t value, Shfl kind, int arg, int width);
 // what it needs, then calls sync_warp(0xffffffff), so no lane overwrites its slot before every lane has read.
 constexpr size_t kWarpSlot = 64;
 void warp_gather(const void* mine, size_t bytes, void* all);
+// cp.async (common.cuh): a 16-byte copy from global to shared memory, `src_bytes` of it read and the rest
+// zero; it lands only when a cp_async_wait covers its group (the latest a GPU may land it;
+// CUEMU_CP_ASYNC=early: at once, the earliest), and a thread that exits with copies in flight is reported.
+void cp_async16(void* dst, const void* src, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);  // lands every group but the `pending` most recent
 void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 
 struct Launch {

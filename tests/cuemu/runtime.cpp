@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,11 +109,20 @@ struct Stack {
     Stack& operator=(const Stack&) = delete;
 };
 
+// A cp.async copy in flight: its 16 bytes, read at issue, land in shared memory only at the wait that covers
+// its group, so a read before that wait (and the barrier after it) sees what the tile held before.
+struct AsyncCopy {
+    unsigned char* dst;
+    unsigned char data[16];
+};
+
 struct Fiber {
     void* sp = nullptr;
     uint3 tid;
     St st = St::Run;
-    unsigned wmask = 0;  // the mask of the warp barrier it waits at
+    unsigned wmask = 0;                         // the mask of the warp barrier it waits at
+    std::vector<AsyncCopy> open;                // cp.async copies not yet committed to a group
+    std::deque<std::vector<AsyncCopy>> groups;  // committed groups, oldest first
 };
 
 struct Block {
@@ -148,15 +158,26 @@ void yield(St st) {
     cuemu_switch(&f.sp, g_block->sched);
 }
 
+std::string where(const Block& b) {
+    return "block (" + std::to_string(b.bid.x) + "," + std::to_string(b.bid.y) + "," +
+           std::to_string(b.bid.z) + ")";
+}
+
 [[noreturn]] void fiber_entry() {
     (*g_block->body)();
     Fiber& f = me();
+    if (!f.open.empty() || !f.groups.empty())
+        die(where(*g_block) + ", thread " + std::to_string(g_block->cur) +
+            ": exits with cp.async copies it never waited for (cp.async.wait_group 0 first)");
     f.st = St::Done;
     cuemu_switch(&f.sp, g_block->sched);  // never resumed
     die("a finished fiber was resumed");
 }
 
-enum class Order { Forward, Reverse, Shuffle };
+// Warps: one warp at a time runs on to its next __syncthreads before the next warp starts (a warp that
+// overtakes the others, as a GPU may let it), so a tile that one warp overwrites while another still reads it
+// shows.
+enum class Order { Forward, Reverse, Shuffle, Warps };
 
 Order order_from_env() {
     const char* e = std::getenv("CUEMU_ORDER");
@@ -164,12 +185,8 @@ Order order_from_env() {
     if (s == "forward") return Order::Forward;
     if (s == "reverse") return Order::Reverse;
     if (s == "shuffle") return Order::Shuffle;
-    die("CUEMU_ORDER must be forward, reverse or shuffle, not '" + s + "'");
-}
-
-std::string where(const Block& b) {
-    return "block (" + std::to_string(b.bid.x) + "," + std::to_string(b.bid.y) + "," +
-           std::to_string(b.bid.z) + ")";
+    if (s == "warps") return Order::Warps;
+    die("CUEMU_ORDER must be forward, reverse, shuffle or warps, not '" + s + "'");
 }
 
 // Releases the waiters of barriers every participant has reached; false when none could be released.
@@ -217,21 +234,29 @@ void run_block(Block& b, Order order, std::mt19937& rng) {
         f.tid = uint3{unsigned(i % b.block.x), unsigned(i / b.block.x % b.block.y),
                       unsigned(i / (b.block.x * b.block.y))};
         f.st = St::Run;
+        f.open.clear();
+        f.groups.clear();
         f.sp = g_stacks[i]->start(fiber_entry);
     }
     std::vector<int> idx(n);
     for (size_t i = 0; i < n; i++) idx[i] = order == Order::Reverse ? int(n - 1 - i) : int(i);
     for (;;) {
         if (order == Order::Shuffle) std::shuffle(idx.begin(), idx.end(), rng);
+        int only = -1;  // Warps: the first warp that can run
+        for (size_t i = 0; order == Order::Warps && i < n && only < 0; i++)
+            if (b.fibers[i].st == St::Run) only = int(i / 32);
         for (int i : idx) {
-            if (b.fibers[size_t(i)].st != St::Run) continue;
+            if (b.fibers[size_t(i)].st != St::Run || (only >= 0 && i / 32 != only)) continue;
             b.cur = i;
             cuemu_switch(&b.sched, b.fibers[size_t(i)].sp);
         }
-        bool done = true;
-        for (const Fiber& f : b.fibers) done = done && f.st == St::Done;
+        bool done = true, runnable = false;
+        for (const Fiber& f : b.fibers) {
+            done = done && f.st == St::Done;
+            runnable = runnable || f.st == St::Run;
+        }
         if (done) return;
-        if (!release(b)) {
+        if (!release(b) && !runnable) {
             std::string states;
             for (size_t i = 0; i < n; i++) {
                 const St s = b.fibers[i].st;
@@ -310,6 +335,41 @@ uint64_t shuffle(unsigned mask, uint64_t value, Shfl kind, int arg, int width) {
     const uint64_t out = g_block->slots[size_t(warp0 + from)];
     sync_warp(mask);  // nobody overwrites a slot before every lane has read
     return out;
+}
+
+void cp_async16(void* dst, const void* src, int src_bytes) {
+    auto* d = static_cast<unsigned char*>(dst);
+    if (d < g_block->smem || d + 16 > g_block->smem + g_block->smem_bytes)
+        fail("cp.async: the destination is not inside the launch's dynamic shared memory");
+    if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+        fail("cp.async: a 16-byte copy from or to an address that is not a multiple of 16");
+    if (src_bytes < 0 || src_bytes > 16) fail("cp.async: the source size must be 0 to 16 bytes");
+    AsyncCopy c{d, {}};
+    std::memcpy(c.data, src, size_t(src_bytes));  // the rest stays zero, as the hardware fills it
+    // CUEMU_CP_ASYNC=early lands it now, the earliest a GPU may: a tile overwritten while another warp still
+    // reads it (a missing barrier before the copies) shows then, as a missing wait shows by default
+    static const bool early = [] {
+        const char* e = std::getenv("CUEMU_CP_ASYNC");
+        const std::string v = e ? e : "late";
+        if (v != "early" && v != "late") die("CUEMU_CP_ASYNC must be early or late, not '" + v + "'");
+        return v == "early";
+    }();
+    if (early)
+        std::memcpy(d, c.data, 16);
+    else
+        me().open.push_back(c);
+}
+void cp_async_commit() {
+    Fiber& f = me();
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+}
+void cp_async_wait(int pending) {
+    Fiber& f = me();
+    while (f.groups.size() > size_t(pending)) {
+        for (const AsyncCopy& c : f.groups.front()) std::memcpy(c.dst, c.data, 16);
+        f.groups.pop_front();
+    }
 }
 
 void warp_gather(const void* mine, size_t bytes, void* all) {

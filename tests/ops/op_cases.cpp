@@ -501,6 +501,9 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_gqa(2, 70, 4, 2, 16, {0.25f, 11, 1}));
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
         t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
+        // four tiles of 64, every warp's rows real: more tiles than the flash kernels keep in flight (head
+        // size 80: one stage in flight in the backward on Ada's shared memory)
+        t.push_back(attention(s, 1, 200, 2, 80));
     }
     return t;
 }

@@ -59,7 +59,7 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
 
 // The tensor-core kernels (attention_tc.cu), for bf16 and f16; same saved log-sum-exp and scratch as
 // attention.cu's. The backward reads Drow, already computed. `attention_tc_fits`: their shared memory for
-// this head size fits the device (every sm_80+ device has the 70.5 KiB the largest needs; with less, the
+// this head size fits the device (every sm_80+ device has the 85 KiB the largest needs; with less, the
 // CUDA-core kernels run).
 bool attention_tc_fits(const Ctx& c, const AttnGeom& g);
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g);

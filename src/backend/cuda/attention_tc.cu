@@ -26,6 +26,7 @@ namespace {
 constexpr int kTileRows = 64;  // rows of a block (queries; keys in dK/dV) and of every tile it walks
 constexpr int kWarps = 4;      // 16 rows each
 constexpr int kThreads = kWarps * 32;
+constexpr int kFwdStages = 2;  // K/V tile pairs in flight in the forward
 
 template <int D>
 struct Sizes {
@@ -34,7 +35,9 @@ struct Sizes {
 };
 
 // Rows [0, 64) of HS elements (`stride` apart, from `src`) into a (64, D + 8) tile; rows from `valid` on and
-// columns from HS on become zero. 16-byte loads when every row is 16-byte aligned (`vec`).
+// columns from HS on become zero. When every row is 16-byte aligned (`vec`): 16-byte cp.async copies, in
+// flight until a cp_async_wait covers the group the caller commits them to; else element loads and stores,
+// done on return.
 template <typename T, int D>
 __device__ void load_tile(T* dst, const T* src, size_t stride, int valid, int HS, bool vec) {
     constexpr int ld = Sizes<D>::ld;
@@ -42,9 +45,8 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int valid, int HS
         constexpr int P = D / 8;  // 8 elements of 16 bits per pack
         for (int idx = threadIdx.x; idx < kTileRows * P; idx += blockDim.x) {
             const int r = idx / P, c = idx % P * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < valid && c < HS) v = *reinterpret_cast<const uint4*>(src + size_t(r) * stride + c);
-            *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+            const bool in = r < valid && c < HS;
+            cp_async16(dst + r * ld + c, in ? src + size_t(r) * stride + c : src, in ? 16 : 0);
         }
         return;
     }
@@ -54,166 +56,220 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int valid, int HS
     }
 }
 
+// ldmatrix addressing (mma.cuh): lane 8j + r names row r of 8 x 8 matrix j. An A operand (16 x 16 from `p`,
+// rows `ld` apart) and a B operand pair (two 8-row groups of a row-major (n, k) tile, k = 16 columns; or,
+// with the transposing load, two 8-column groups of a row-major (k, n) tile, k = 16 rows) have these lane
+// offsets.
+template <int ld>
+__device__ __forceinline__ int a_offset(int lane) {
+    return (lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
+}
+template <int ld>
+__device__ __forceinline__ int b_offset(int lane) {
+    return (lane % 8 + 8 * (lane / 16)) * ld + 8 * (lane / 8 % 2);
+}
+template <int ld>
+__device__ __forceinline__ int bt_offset(int lane) {
+    return (lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
+}
+
+// Two accumulator tiles (16 x 8 each, side by side) rounded to T: the A operand of the next product.
+template <typename T>
+__device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c)[2][4]) {
+    a[0] = mma::pack2<T>(c[0][0], c[0][1]);
+    a[1] = mma::pack2<T>(c[0][2], c[0][3]);
+    a[2] = mma::pack2<T>(c[1][0], c[1][1]);
+    a[3] = mma::pack2<T>(c[1][2], c[1][3]);
+}
+
+// A warp's 16 rows in the forward: the output accumulators, and lane (g, q)'s rows g and g + 8's running max
+// and (its own columns') sum.
+template <int D>
+struct FwdRows {
+    float o[D / 8][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+};
+
+// One key tile (keys from k0, K and V in shared memory) for a warp's 16 rows (this lane's: t[0], t[1]):
+// S = Q K^T into 8 accumulator tiles (16 x 8), the online softmax on them in registers (row maxima over the 4
+// lanes of a group by shuffles), then O += P V with P, rounded to T, already in A's layout.
+template <typename T, int D>
+__device__ __forceinline__ void fwd_tile(FwdRows<D>& st, const uint32_t (&qf)[D / 16][4], const T* Ks,
+                                         const T* Vs, int k0, int warp_first, int warp_last,
+                                         const int (&t)[2], const AttnGeom& g, int b, uint64_t hs) {
+    constexpr int ld = Sizes<D>::ld;
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups of 16 not wholly masked
+    float s[8][4] = {};                                              // S: keys k0 + 8j .. + 7
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        if (jj >= n16) break;
+#pragma unroll
+        for (int k = 0; k < D / 16; k++) {
+            uint32_t kf[4];  // B: keys 16jj .. + 7 and + 8 .. + 15, columns 16k .. + 15
+            mma::ldsm_x4(kf, Ks + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
+            mma::m16n8k16<T>(s[2 * jj], qf[k], {kf[0], kf[1]});
+            mma::m16n8k16<T>(s[2 * jj + 1], qf[k], {kf[2], kf[3]});
+        }
+    }
+    // scale; on the diagonal, keys past each row (and rows past T) masked
+    const bool diag = k0 + kTileRows - 1 > warp_first;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = k0 + 8 * j + 2 * tq + i % 2, r = i / 2;
+            const bool live = j / 2 < n16 && (!diag || (key <= t[r] && t[r] < g.T));
+            s[j][i] = live ? s[j][i] * g.scale : -INFINITY;
+            mx[r] = fmaxf(mx[r], s[j][i]);
+        }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(st.m[r], mx[r]);
+        corr[r] = m_new == -INFINITY ? 1.0f : __expf(st.m[r] - m_new);  // -inf: a row past T
+        st.m[r] = m_new;
+        st.l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) st.o[n][i] *= corr[i / 2];
+            // P = exp(S - m): the row sums are the undropped softmax's; what multiplies V, the dropout's
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i / 2;
+            const float p = s[j][i] == -INFINITY ? 0.0f : __expf(s[j][i] - st.m[r]);
+            st.l[r] += p;
+            s[j][i] = p > 0.0f ? p * g.drop.factor(hs, b, t[r], k0 + 8 * j + 2 * tq + i % 2, g.T) : 0.0f;
+        }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        if (kk >= n16) break;
+        uint32_t pa[4];
+        to_a<T>(pa, {{s[2 * kk][0], s[2 * kk][1], s[2 * kk][2], s[2 * kk][3]},
+                     {s[2 * kk + 1][0], s[2 * kk + 1][1], s[2 * kk + 1][2], s[2 * kk + 1][3]}});
+#pragma unroll
+        for (int dn = 0; dn < D / 16; dn++) {
+            uint32_t vf[4];  // B: keys 16kk .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+            mma::ldsm_x4_trans(vf, Vs + kk * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::m16n8k16<T>(st.o[2 * dn], pa, {vf[0], vf[1]});
+            mma::m16n8k16<T>(st.o[2 * dn + 1], pa, {vf[2], vf[3]});
+        }
+    }
+}
+
 // Forward, FlashAttention-2 style with the fragments in registers (mma.cuh): block (64 queries from row0,
 // head); warp w owns queries row0 + 16w .. + 15, and lane (g, q) of it rows g and g + 8 of those. Shared: the
-// Q, K and V tiles (64, D + 8); Q's fragments are read once into registers. Per 64-key tile, S = Q K^T lands
-// in 8 accumulator tiles (16 x 8), the online softmax runs on them in registers (row maxima over the 4 lanes
-// of a group by shuffles, row sums kept per lane and added up at the end), and P, rounded to T, is already
-// A's operand layout for O += P V (V's fragments through ldmatrix's transpose). Keys past a warp's last row
-// are skipped 16 at a time, and only the diagonal tile is masked.
-template <int D>
-constexpr size_t fwd_smem_elems() {
-    return 3 * Sizes<D>::tile;
-}
+// Q tile (64, D + 8), read once into registers, and kFwdStages stages of a K and a V tile: while a tile is
+// used, the next one's copies are in flight (cp.async). Keys past a warp's last row are skipped 16 at a time,
+// and only the diagonal tile is masked; the row sums are added over a group's lanes at the end.
 template <typename T, int D>
 size_t fwd_smem() {
-    return fwd_smem_elems<D>() * sizeof(T);
+    return (1 + 2 * kFwdStages) * Sizes<D>::tile * sizeof(T);
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     attn_tc_fwd_kernel(T* out, float* lse, const T* qkv, AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
-    constexpr int ld = Sizes<D>::ld;
+    constexpr size_t tile = Sizes<D>::tile;
     T* Qs = reinterpret_cast<T*>(smem);
-    T* Ks = Qs + Sizes<D>::tile;
-    T* Vs = Ks + Sizes<D>::tile;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    T* KV = Qs + tile;  // stage s: K at KV + 2s tiles, V after it
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int row0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest rows first
     const size_t qstride = g.ld();
     const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
-    load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS, vec);
-    __syncthreads();
-    // ldmatrix addressing: lane 8j + r names row r of 8 x 8 matrix j
-    const int lr = lane % 8, lj = lane / 8;
+    const int ntiles = min(g.T - 1, row0 + kTileRows - 1) / kTileRows + 1;  // key tiles up to the diagonal
+    auto issue = [&](int it) {  // key tile `it` into stage it % kFwdStages
+        if (it < ntiles) {
+            const int k0 = it * kTileRows, rows = min(kTileRows, g.T - k0);
+            T* Kst = KV + 2 * (it % kFwdStages) * tile;
+            load_tile<T, D>(Kst, K0 + size_t(k0) * qstride, qstride, rows, g.HS, vec);
+            load_tile<T, D>(Kst + tile, V0 + size_t(k0) * qstride, qstride, rows, g.HS, vec);
+        }
+        cp_async_commit();  // empty past the last tile: the count of groups in flight stays fixed
+    };
+    load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS,
+                    vec);  // tile 0's group
+    for (int s = 0; s < kFwdStages; s++) issue(s);
+    cp_async_wait<kFwdStages - 1>();
+    __syncthreads();         // Q landed
     uint32_t qf[D / 16][4];  // A: the warp's 16 rows, columns 16k .. 16k + 15
 #pragma unroll
     for (int k = 0; k < D / 16; k++)
-        mma::ldsm_x4(qf[k], Qs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
-    const int t[2] = {row0 + warp * 16 + gq, row0 + warp * 16 + gq + 8};
+        mma::ldsm_x4(qf[k], Qs + warp * 16 * Sizes<D>::ld + k * 16 + a_offset<Sizes<D>::ld>(lane));
     const int warp_first = row0 + warp * 16, warp_last = min(g.T - 1, warp_first + 15);
+    const int t[2] = {warp_first + gq, warp_first + gq + 8};
     const uint64_t hs = g.drop.head_seed(h);
-    float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int k0 = 0; k0 <= min(g.T - 1, row0 + kTileRows - 1); k0 += kTileRows) {
-        __syncthreads();  // the previous tile's K and V are no longer read
-        load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        __syncthreads();
-        if (warp_last < k0) continue;                                    // rows past T
-        const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups of 16 not wholly masked
-        float s[8][4] = {};                                              // S: keys k0 + 8j .. + 7
-#pragma unroll
-        for (int jj = 0; jj < 4; jj++) {
-            if (jj >= n16) break;
-#pragma unroll
-            for (int k = 0; k < D / 16; k++) {
-                uint32_t kf[4];  // B: keys 16jj .. + 7 and + 8 .. + 15, columns 16k .. + 15
-                mma::ldsm_x4(kf, Ks + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
-                mma::m16n8k16<T>(s[2 * jj], qf[k], {kf[0], kf[1]});
-                mma::m16n8k16<T>(s[2 * jj + 1], qf[k], {kf[2], kf[3]});
-            }
-        }
-        // scale; on the diagonal, keys past each row (and rows past T) masked
-        const bool diag = k0 + kTileRows - 1 > warp_first;
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = k0 + 8 * j + 2 * tq + i % 2, r = i / 2;
-                const bool live = j / 2 < n16 && (!diag || (key <= t[r] && t[r] < g.T));
-                s[j][i] = live ? s[j][i] * g.scale : -INFINITY;
-                mx[r] = fmaxf(mx[r], s[j][i]);
-            }
-        float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(m[r], mx[r]);
-            corr[r] = m_new == -INFINITY ? 1.0f : __expf(m[r] - m_new);  // -inf: a row past T
-            m[r] = m_new;
-            l[r] *= corr[r];
-        }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) o[n][i] *= corr[i / 2];
-                // P = exp(S - m): the row sums are the undropped softmax's; what multiplies V, the dropout's
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int r = i / 2;
-                const float p = s[j][i] == -INFINITY ? 0.0f : __expf(s[j][i] - m[r]);
-                l[r] += p;
-                s[j][i] = p > 0.0f ? p * g.drop.factor(hs, b, t[r], k0 + 8 * j + 2 * tq + i % 2, g.T) : 0.0f;
-            }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            if (kk >= n16) break;
-            const uint32_t pa[4] = {mma::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                                    mma::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                    mma::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    mma::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
-                uint32_t vf[4];  // B: keys 16kk .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-                mma::ldsm_x4_trans(vf, Vs + (kk * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
-                mma::m16n8k16<T>(o[2 * dn], pa, {vf[0], vf[1]});
-                mma::m16n8k16<T>(o[2 * dn + 1], pa, {vf[2], vf[3]});
-            }
-        }
+    FwdRows<D> st;
+    for (int it = 0; it < ntiles; it++) {
+        cp_async_wait<kFwdStages - 1>();
+        __syncthreads();  // key tile `it` landed, every thread's copies of it
+        const T* Ks = KV + 2 * (it % kFwdStages) * tile;
+        if (warp_last >= it * kTileRows)  // else the warp's rows are past T
+            fwd_tile<T, D>(st, qf, Ks, Ks + tile, it * kTileRows, warp_first, warp_last, t, g, b, hs);
+        __syncthreads();  // no warp reads that stage any more
+        issue(it + kFwdStages);
     }
+    cp_async_wait<0>();
     // normalise; write the rows and their log-sum-exp
+    const int tq = lane % 4;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
         if (t[r] >= g.T) continue;
-        if (tq == 0) lse[g.row(b, h, t[r])] = m[r] + logf(l[r]);
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        if (tq == 0) lse[g.row(b, h, t[r])] = st.m[r] + logf(st.l[r]);
+        const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
         T* dst = out + g.o(b, t[r], h);
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int d = 8 * n + 2 * tq + i;
-                if (d < g.HS) dst[d] = from_f<T>(o[n][2 * r + i] * inv);
+                if (d < g.HS) dst[d] = from_f<T>(st.o[n][2 * r + i] * inv);
             }
     }
 }
 
-// The backward kernels' shared memory: four (64, D + 8) tiles, then the lse and Drow of the 64 rows of the
-// query tile in use.
-template <typename T, int D>
+// The backward kernels' shared memory: two tiles loaded once (K and V; Q and dO), S stages of the two tiles
+// streamed (Q and dO; K and V), and S stages of the lse and Drow of 64 rows (the dK/dV kernel's streamed
+// query tiles; the dQ kernel keeps its own rows' in the first).
+template <typename T, int D, int S>
 size_t bwd_smem() {
-    return 4 * Sizes<D>::tile * sizeof(T) + 2 * kTileRows * sizeof(float);
+    return (2 + 2 * S) * Sizes<D>::tile * sizeof(T) + 2 * S * kTileRows * sizeof(float);
 }
 
-template <typename T, int D>
+template <typename T, int D, int S>
 struct BwdSmem {
-    T* tile[4];
-    float *lse, *Drow;
-    __device__ explicit BwdSmem(float* smem) {
-        tile[0] = reinterpret_cast<T*>(smem);
-        for (int i = 1; i < 4; i++) tile[i] = tile[i - 1] + Sizes<D>::tile;
-        lse = reinterpret_cast<float*>(tile[3] + Sizes<D>::tile);
-        Drow = lse + kTileRows;
-    }
-    // the 64 rows' lse and Drow from row t0 (zero past T)
-    __device__ void load_stats(const float* lse_g, const float* Drow_g, const AttnGeom& g, int b, int h,
-                               int t0) const {
+    T* fixed;      // the two tiles loaded once, one after the other
+    float* stats;  // stage s: lse at stats + 128 s, Drow after it
+    __device__ explicit BwdSmem(float* smem)
+        : fixed(reinterpret_cast<T*>(smem)),
+          stats(reinterpret_cast<float*>(fixed + (2 + 2 * S) * Sizes<D>::tile)) {}
+    __device__ T* fixed_tile(int i) const { return fixed + i * Sizes<D>::tile; }
+    __device__ T* streamed(int stage, int i) const { return fixed + (2 + 2 * stage + i) * Sizes<D>::tile; }
+    __device__ float* lse(int stage) const { return stats + 2 * kTileRows * stage; }
+    __device__ float* Drow(int stage) const { return lse(stage) + kTileRows; }
+    // the 64 rows' lse and Drow from row t0 (zero past T), plain stores
+    __device__ void load_stats(int stage, const float* lse_g, const float* Drow_g, const AttnGeom& g, int b,
+                               int h, int t0) const {
         for (int i = threadIdx.x; i < kTileRows; i += blockDim.x) {
-            lse[i] = t0 + i < g.T ? lse_g[g.row(b, h, t0 + i)] : 0.0f;
-            Drow[i] = t0 + i < g.T ? Drow_g[g.row(b, h, t0 + i)] : 0.0f;
+            lse(stage)[i] = t0 + i < g.T ? lse_g[g.row(b, h, t0 + i)] : 0.0f;
+            Drow(stage)[i] = t0 + i < g.T ? Drow_g[g.row(b, h, t0 + i)] : 0.0f;
         }
     }
 };
 
-// A warp's (16, D) fp32 accumulator tiles (rows r0 + g and r0 + g + 8 of lane (g, q)) to `dst` rows (stride
-// `stride`), rows from `valid` on and columns from HS on left out.
+// A warp's (16, D) fp32 accumulator tiles (rows g and g + 8 of lane (g, q)) to `dst` rows (stride `stride`),
+// rows from `valid` on and columns from HS on left out.
 template <typename T, int D>
 __device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], int valid, int HS) {
     const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
@@ -229,167 +285,211 @@ __device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], i
     }
 }
 
-// dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 (lane (g, q): keys + g and + g +
-// 8) and walks the query tiles from k0 on, 16 queries at a time: S^T = K Q^T and dP^T = V dO^T (16 x 16 each,
-// in registers), P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - Drow) scale, then dV += P^T dO and dK += dS^T
-// Q with P^T and dS^T as A operands straight from the accumulators. Shared: K, V, Q, dO tiles, the query
-// tile's lse and Drow.
+// One query tile (queries from q0: Q, dO, their lse and Drow in shared memory) of the dK/dV kernel for a
+// warp's 16 keys (this lane's: key[0], key[1]; K and V as A operands from Ka, Va), 16 queries at a time:
+// S^T = K Q^T and dP^T = V dO^T (16 x 16 each, in registers), P^T = exp(S^T scale - lse),
+// dS^T = P^T (dP^T - Drow) scale, then dV += P^T dO and dK += dS^T Q with P^T and dS^T as A operands straight
+// from the accumulators.
 template <typename T, int D>
+__device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4], const T* Ka,
+                                            const T* Va, const T* Qs, const T* dOs, const float* lse_s,
+                                            const float* D_s, int q0, int warp_first, const int (&key)[2],
+                                            const AttnGeom& g, int b, uint64_t hs) {
+    constexpr int ld = Sizes<D>::ld;
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    // queries before the warp's first key are wholly masked (only on the diagonal tile), those from T on
+    // absent
+    const int lo = max(0, (warp_first - q0) / 16), hi = min(kTileRows / 16, (g.T - q0 + 15) / 16);
+    for (int jj = lo; jj < hi; jj++) {
+        float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+        for (int k = 0; k < D / 16; k++) {
+            uint32_t ka[4], va[4], qb[4], ob[4];  // B: queries 16jj .. + 7 and + 8 .. + 15
+            mma::ldsm_x4(ka, Ka + k * 16);
+            mma::ldsm_x4(va, Va + k * 16);
+            mma::ldsm_x4(qb, Qs + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
+            mma::ldsm_x4(ob, dOs + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
+            mma::m16n8k16<T>(s[0], ka, {qb[0], qb[1]});
+            mma::m16n8k16<T>(s[1], ka, {qb[2], qb[3]});
+            mma::m16n8k16<T>(dp[0], va, {ob[0], ob[1]});
+            mma::m16n8k16<T>(dp[1], va, {ob[2], ob[3]});
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int qi = 16 * jj + 8 * n + 2 * tq + i % 2, q = q0 + qi, r = i / 2;
+                float p = 0.0f, ds = 0.0f, kp = 1.0f;
+                if (q < g.T && key[r] <= q) {
+                    p = __expf(s[n][i] * g.scale - lse_s[qi]);
+                    kp = g.drop.factor(hs, b, q, key[r], g.T);
+                    ds = p * (dp[n][i] * kp - D_s[qi]) * g.scale;
+                }
+                s[n][i] = p * kp;  // what multiplied dO's row in the forward
+                dp[n][i] = ds;
+            }
+        uint32_t pa[4], da[4];
+        to_a<T>(pa, s);
+        to_a<T>(da, dp);
+#pragma unroll
+        for (int dn = 0; dn < D / 16; dn++) {
+            uint32_t ob[4], qb[4];  // B: queries 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+            mma::ldsm_x4_trans(ob, dOs + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::ldsm_x4_trans(qb, Qs + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::m16n8k16<T>(dv[2 * dn], pa, {ob[0], ob[1]});
+            mma::m16n8k16<T>(dv[2 * dn + 1], pa, {ob[2], ob[3]});
+            mma::m16n8k16<T>(dk[2 * dn], da, {qb[0], qb[1]});
+            mma::m16n8k16<T>(dk[2 * dn + 1], da, {qb[2], qb[3]});
+        }
+    }
+}
+
+// dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 (lane (g, q): keys + g and + g +
+// 8) and walks the query tiles from k0 on (bwd_kv_tile), S stages of them in flight. Shared: BwdSmem.
+template <typename T, int D, int S>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                           AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
     constexpr int ld = Sizes<D>::ld;
-    const BwdSmem<T, D> sm(smem);
-    T *Ks = sm.tile[0], *Vs = sm.tile[1], *Qs = sm.tile[2], *dOs = sm.tile[3];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-    const int lr = lane % 8, lj = lane / 8;  // ldmatrix: lane 8j + r names row r of matrix j
+    const BwdSmem<T, D, S> sm(smem);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int k0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest walks first
     const size_t qstride = g.ld();
-    load_tile<T, D>(Ks, qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
-    load_tile<T, D>(Vs, qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     const T *Q0 = qkv + g.q(b, 0, h), *dO0 = dout + g.o(b, 0, h);  // this head's queries and their gradient
+    const int ntiles = (g.T - k0 + kTileRows - 1) / kTileRows;     // query tiles from k0 on
+    auto issue = [&](int it) {                                     // query tile `it` into stage it % S
+        if (it < ntiles) {
+            const int q0 = k0 + it * kTileRows, rows = min(kTileRows, g.T - q0);
+            load_tile<T, D>(sm.streamed(it % S, 0), Q0 + size_t(q0) * qstride, qstride, rows, g.HS, vec);
+            load_tile<T, D>(sm.streamed(it % S, 1), dO0 + size_t(q0) * g.C, size_t(g.C), rows, g.HS, vec);
+            sm.load_stats(it % S, lse, Drow, g, b, h, q0);
+        }
+        cp_async_commit();
+    };
+    load_tile<T, D>(sm.fixed_tile(0), qkv + g.k(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
+    load_tile<T, D>(sm.fixed_tile(1), qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
+    for (int s = 0; s < S; s++) issue(s);
     const int warp_first = k0 + warp * 16, key[2] = {warp_first + gq, warp_first + gq + 8};
-    const T* Ka = Ks + (warp * 16 + lr + 8 * (lj % 2)) * ld + 8 * (lj / 2);  // A: the warp's keys
-    const T* Va = Vs + (warp * 16 + lr + 8 * (lj % 2)) * ld + 8 * (lj / 2);
+    const T* Ka = sm.fixed_tile(0) + warp * 16 * ld + a_offset<ld>(lane);  // A: the warp's keys
+    const T* Va = sm.fixed_tile(1) + warp * 16 * ld + a_offset<ld>(lane);
     const uint64_t hs = g.drop.head_seed(h);
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-    for (int q0 = k0; q0 < g.T; q0 += kTileRows) {
-        __syncthreads();  // the previous tile's Q, dO and row terms are no longer read
-        load_tile<T, D>(Qs, Q0 + size_t(q0) * qstride, qstride, min(kTileRows, g.T - q0), g.HS, vec);
-        load_tile<T, D>(dOs, dO0 + size_t(q0) * g.C, size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
-        sm.load_stats(lse, Drow, g, b, h, q0);
-        __syncthreads();
-        if (warp_first >= g.T) continue;  // keys past T
-        // 16 queries at a time: those before the warp's first key are wholly masked (only on the diagonal
-        // tile), those from T on are not there
-        const int lo = max(0, (warp_first - q0) / 16), hi = min(kTileRows / 16, (g.T - q0 + 15) / 16);
-        for (int jj = lo; jj < hi; jj++) {
-            float s[2][4] = {}, dp[2][4] = {};
-#pragma unroll
-            for (int k = 0; k < D / 16; k++) {
-                uint32_t ka[4], va[4], qb[4], ob[4];  // B: queries 16jj .. + 7 and + 8 .. + 15
-                mma::ldsm_x4(ka, Ka + k * 16);
-                mma::ldsm_x4(va, Va + k * 16);
-                mma::ldsm_x4(qb, Qs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
-                mma::ldsm_x4(ob, dOs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
-                mma::m16n8k16<T>(s[0], ka, {qb[0], qb[1]});
-                mma::m16n8k16<T>(s[1], ka, {qb[2], qb[3]});
-                mma::m16n8k16<T>(dp[0], va, {ob[0], ob[1]});
-                mma::m16n8k16<T>(dp[1], va, {ob[2], ob[3]});
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int qi = 16 * jj + 8 * n + 2 * tq + i % 2, q = q0 + qi, r = i / 2;
-                    float p = 0.0f, ds = 0.0f, kp = 1.0f;
-                    if (q < g.T && key[r] <= q) {
-                        p = __expf(s[n][i] * g.scale - sm.lse[qi]);
-                        kp = g.drop.factor(hs, b, q, key[r], g.T);
-                        ds = p * (dp[n][i] * kp - sm.Drow[qi]) * g.scale;
-                    }
-                    s[n][i] = p * kp;  // what multiplied dO's row in the forward
-                    dp[n][i] = ds;
-                }
-            const uint32_t pa[4] = {mma::pack2<T>(s[0][0], s[0][1]), mma::pack2<T>(s[0][2], s[0][3]),
-                                    mma::pack2<T>(s[1][0], s[1][1]), mma::pack2<T>(s[1][2], s[1][3])};
-            const uint32_t da[4] = {mma::pack2<T>(dp[0][0], dp[0][1]), mma::pack2<T>(dp[0][2], dp[0][3]),
-                                    mma::pack2<T>(dp[1][0], dp[1][1]), mma::pack2<T>(dp[1][2], dp[1][3])};
-#pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
-                uint32_t ob[4], qb[4];  // B: queries 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-                mma::ldsm_x4_trans(ob, dOs + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
-                mma::ldsm_x4_trans(qb, Qs + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
-                mma::m16n8k16<T>(dv[2 * dn], pa, {ob[0], ob[1]});
-                mma::m16n8k16<T>(dv[2 * dn + 1], pa, {ob[2], ob[3]});
-                mma::m16n8k16<T>(dk[2 * dn], da, {qb[0], qb[1]});
-                mma::m16n8k16<T>(dk[2 * dn + 1], da, {qb[2], qb[3]});
-            }
-        }
+    for (int it = 0; it < ntiles; it++) {
+        cp_async_wait<S - 1>();
+        __syncthreads();       // query tile `it` landed (and K, V with the first)
+        if (warp_first < g.T)  // else the warp's keys are past T
+            bwd_kv_tile<T, D>(dk, dv, Ka, Va, sm.streamed(it % S, 0), sm.streamed(it % S, 1), sm.lse(it % S),
+                              sm.Drow(it % S), k0 + it * kTileRows, warp_first, key, g, b, hs);
+        __syncthreads();  // no warp reads that stage any more
+        issue(it + S);
     }
+    cp_async_wait<0>();
     const int valid = min(16, g.T - warp_first);
     if (valid <= 0) return;
     write_acc<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, valid, g.HS);
     write_acc<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, valid, g.HS);
 }
 
-// dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 (their Q and dO fragments in
-// registers) and walks the key tiles up to its diagonal, 16 keys at a time: S = Q K^T, dP = dO V^T,
-// dS = P (dP - Drow) scale, dQ += dS K.
+// One key tile (keys from k0: K, V in shared memory) of the dQ kernel for a warp's 16 queries (this lane's:
+// t[0], t[1], with their lse and Drow; Q and dO as A operands in registers), 16 keys at a time: S = Q K^T,
+// dP = dO V^T, dS = P (dP - Drow) scale, dQ += dS K.
 template <typename T, int D>
+__device__ __forceinline__ void bwd_q_tile(float (&dq)[D / 8][4], const uint32_t (&qa)[D / 16][4],
+                                           const uint32_t (&oa)[D / 16][4], const T* Ks, const T* Vs, int k0,
+                                           int warp_last, const int (&t)[2], const float (&lse_r)[2],
+                                           const float (&D_r)[2], const AttnGeom& g, int b, uint64_t hs) {
+    constexpr int ld = Sizes<D>::ld;
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups not wholly masked
+    for (int jj = 0; jj < n16; jj++) {
+        float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+        for (int k = 0; k < D / 16; k++) {
+            uint32_t kb[4], vb[4];  // B: keys 16jj .. + 7 and + 8 .. + 15
+            mma::ldsm_x4(kb, Ks + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
+            mma::ldsm_x4(vb, Vs + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
+            mma::m16n8k16<T>(s[0], qa[k], {kb[0], kb[1]});
+            mma::m16n8k16<T>(s[1], qa[k], {kb[2], kb[3]});
+            mma::m16n8k16<T>(dp[0], oa[k], {vb[0], vb[1]});
+            mma::m16n8k16<T>(dp[1], oa[k], {vb[2], vb[3]});
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + 16 * jj + 8 * n + 2 * tq + i % 2, r = i / 2;
+                float ds = 0.0f;
+                if (t[r] < g.T && key <= t[r]) {
+                    const float p = __expf(s[n][i] * g.scale - lse_r[r]);
+                    ds = p * (dp[n][i] * g.drop.factor(hs, b, t[r], key, g.T) - D_r[r]) * g.scale;
+                }
+                dp[n][i] = ds;
+            }
+        uint32_t da[4];
+        to_a<T>(da, dp);
+#pragma unroll
+        for (int dn = 0; dn < D / 16; dn++) {
+            uint32_t kb[4];  // B: keys 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
+            mma::ldsm_x4_trans(kb, Ks + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::m16n8k16<T>(dq[2 * dn], da, {kb[0], kb[1]});
+            mma::m16n8k16<T>(dq[2 * dn + 1], da, {kb[2], kb[3]});
+        }
+    }
+}
+
+// dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 (their Q and dO fragments in
+// registers) and walks the key tiles up to its diagonal (bwd_q_tile), S stages of them in flight.
+template <typename T, int D, int S>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                          AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
     constexpr int ld = Sizes<D>::ld;
-    const BwdSmem<T, D> sm(smem);
-    T *Qs = sm.tile[0], *dOs = sm.tile[1], *Ks = sm.tile[2], *Vs = sm.tile[3];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-    const int lr = lane % 8, lj = lane / 8;
+    const BwdSmem<T, D, S> sm(smem);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;
     const size_t qstride = g.ld();
     const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
-    load_tile<T, D>(Qs, qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
-    load_tile<T, D>(dOs, dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
-    sm.load_stats(lse, Drow, g, b, h, q0);
-    __syncthreads();
+    const int ntiles = min(g.T - 1, q0 + kTileRows - 1) / kTileRows + 1;  // key tiles up to the diagonal
+    auto issue = [&](int it) {                                            // key tile `it` into stage it % S
+        if (it < ntiles) {
+            const int k0 = it * kTileRows, rows = min(kTileRows, g.T - k0);
+            load_tile<T, D>(sm.streamed(it % S, 0), K0 + size_t(k0) * qstride, qstride, rows, g.HS, vec);
+            load_tile<T, D>(sm.streamed(it % S, 1), V0 + size_t(k0) * qstride, qstride, rows, g.HS, vec);
+        }
+        cp_async_commit();
+    };
+    load_tile<T, D>(sm.fixed_tile(0), qkv + g.q(b, q0, h), qstride, min(kTileRows, g.T - q0), g.HS, vec);
+    load_tile<T, D>(sm.fixed_tile(1), dout + g.o(b, q0, h), size_t(g.C), min(kTileRows, g.T - q0), g.HS, vec);
+    sm.load_stats(0, lse, Drow, g, b, h, q0);
+    for (int s = 0; s < S; s++) issue(s);
+    cp_async_wait<S - 1>();
+    __syncthreads();                        // Q, dO and their row terms landed
     uint32_t qa[D / 16][4], oa[D / 16][4];  // A: the warp's queries and their output gradient
 #pragma unroll
     for (int k = 0; k < D / 16; k++) {
-        mma::ldsm_x4(qa[k], Qs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
-        mma::ldsm_x4(oa[k], dOs + (warp * 16 + lr + 8 * (lj % 2)) * ld + k * 16 + 8 * (lj / 2));
+        mma::ldsm_x4(qa[k], sm.fixed_tile(0) + warp * 16 * ld + k * 16 + a_offset<ld>(lane));
+        mma::ldsm_x4(oa[k], sm.fixed_tile(1) + warp * 16 * ld + k * 16 + a_offset<ld>(lane));
     }
     const int warp_first = q0 + warp * 16, warp_last = min(g.T - 1, warp_first + 15);
     const int t[2] = {warp_first + gq, warp_first + gq + 8};
-    const float lse_r[2] = {sm.lse[warp * 16 + gq], sm.lse[warp * 16 + gq + 8]};
-    const float D_r[2] = {sm.Drow[warp * 16 + gq], sm.Drow[warp * 16 + gq + 8]};
+    const float lse_r[2] = {sm.lse(0)[warp * 16 + gq], sm.lse(0)[warp * 16 + gq + 8]};
+    const float D_r[2] = {sm.Drow(0)[warp * 16 + gq], sm.Drow(0)[warp * 16 + gq + 8]};
     const uint64_t hs = g.drop.head_seed(h);
     float dq[D / 8][4] = {};
-    for (int k0 = 0; k0 <= min(g.T - 1, q0 + kTileRows - 1); k0 += kTileRows) {
-        __syncthreads();  // the previous tile's K and V are no longer read
-        load_tile<T, D>(Ks, K0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        load_tile<T, D>(Vs, V0 + size_t(k0) * qstride, qstride, min(kTileRows, g.T - k0), g.HS, vec);
-        __syncthreads();
-        if (warp_last < k0) continue;
-        const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups not wholly masked
-        for (int jj = 0; jj < n16; jj++) {
-            float s[2][4] = {}, dp[2][4] = {};
-#pragma unroll
-            for (int k = 0; k < D / 16; k++) {
-                uint32_t kb[4], vb[4];  // B: keys 16jj .. + 7 and + 8 .. + 15
-                mma::ldsm_x4(kb, Ks + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
-                mma::ldsm_x4(vb, Vs + (jj * 16 + lr + 8 * (lj / 2)) * ld + k * 16 + 8 * (lj % 2));
-                mma::m16n8k16<T>(s[0], qa[k], {kb[0], kb[1]});
-                mma::m16n8k16<T>(s[1], qa[k], {kb[2], kb[3]});
-                mma::m16n8k16<T>(dp[0], oa[k], {vb[0], vb[1]});
-                mma::m16n8k16<T>(dp[1], oa[k], {vb[2], vb[3]});
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int key = k0 + 16 * jj + 8 * n + 2 * tq + i % 2, r = i / 2;
-                    float ds = 0.0f;
-                    if (t[r] < g.T && key <= t[r]) {
-                        const float p = __expf(s[n][i] * g.scale - lse_r[r]);
-                        ds = p * (dp[n][i] * g.drop.factor(hs, b, t[r], key, g.T) - D_r[r]) * g.scale;
-                    }
-                    dp[n][i] = ds;
-                }
-            const uint32_t da[4] = {mma::pack2<T>(dp[0][0], dp[0][1]), mma::pack2<T>(dp[0][2], dp[0][3]),
-                                    mma::pack2<T>(dp[1][0], dp[1][1]), mma::pack2<T>(dp[1][2], dp[1][3])};
-#pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
-                uint32_t kb[4];  // B: keys 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-                mma::ldsm_x4_trans(kb, Ks + (jj * 16 + lr + 8 * (lj % 2)) * ld + dn * 16 + 8 * (lj / 2));
-                mma::m16n8k16<T>(dq[2 * dn], da, {kb[0], kb[1]});
-                mma::m16n8k16<T>(dq[2 * dn + 1], da, {kb[2], kb[3]});
-            }
-        }
+    for (int it = 0; it < ntiles; it++) {
+        cp_async_wait<S - 1>();
+        __syncthreads();                  // key tile `it` landed
+        if (warp_last >= it * kTileRows)  // else the warp's rows are past T
+            bwd_q_tile<T, D>(dq, qa, oa, sm.streamed(it % S, 0), sm.streamed(it % S, 1), it * kTileRows,
+                             warp_last, t, lse_r, D_r, g, b, hs);
+        __syncthreads();  // no warp reads that stage any more
+        issue(it + S);
     }
+    cp_async_wait<0>();
     const int valid = min(16, g.T - warp_first);
     if (valid > 0) write_acc<T, D>(dqkv + g.dq(b, warp_first, h), g.dld(), dq, valid, g.HS);
 }
@@ -426,7 +526,7 @@ bool attention_tc_fits(const Ctx& c, const AttnGeom& g) {
     size_t need = 0;
     dispatch_head(g.HS, [&](auto dtag) {
         constexpr int D = decltype(dtag)::value;
-        need = std::max(fwd_smem<bf16_t, D>(), bwd_smem<bf16_t, D>());  // f16 tiles take the same
+        need = std::max(fwd_smem<bf16_t, D>(), bwd_smem<bf16_t, D, 1>());  // f16 tiles take the same
     });
     return need <= c.smem_optin;
 }
@@ -448,6 +548,27 @@ void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, c
     });
 }
 
+namespace {
+
+// The two backward kernels with S stages of streamed tiles in flight.
+template <typename T, int D, int S>
+void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
+                const float* Drow, const AttnGeom& g, bool vec) {
+    const size_t smem = bwd_smem<T, D, S>();
+    const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
+    static const bool allowed =
+        allow_smem(attn_tc_bwd_kv_kernel<T, D, S>, smem) && allow_smem(attn_tc_bwd_q_kernel<T, D, S>, smem);
+    (void)allowed;
+    attn_tc_bwd_kv_kernel<T, D, S>
+        <<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
+    CUDA_LAUNCH_CHECK();
+    attn_tc_bwd_q_kernel<T, D, S>
+        <<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
 void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                       const float* Drow, const AttnGeom& g) {
     const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, dout.data);  // dqkv is written by element
@@ -455,17 +576,12 @@ void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tenso
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            const size_t smem = bwd_smem<T, D>();
-            const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
-            static const bool allowed =
-                allow_smem(attn_tc_bwd_kv_kernel<T, D>, smem) && allow_smem(attn_tc_bwd_q_kernel<T, D>, smem);
-            (void)allowed;
-            attn_tc_bwd_kv_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(),
-                                                                            dout.ptr<T>(), lse, Drow, g, vec);
-            CUDA_LAUNCH_CHECK();
-            attn_tc_bwd_q_kernel<T, D><<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(),
-                                                                           dout.ptr<T>(), lse, Drow, g, vec);
-            CUDA_LAUNCH_CHECK();
+            // two stages of streamed tiles where the device has the shared memory (all but head size 128 on
+            // Ada's 99 KiB), else one: loaded after the last one is used
+            if (bwd_smem<T, D, 2>() <= c.smem_optin)
+                launch_bwd<T, D, 2>(c, dqkv, dout, qkv, lse, Drow, g, vec);
+            else
+                launch_bwd<T, D, 1>(c, dqkv, dout, qkv, lse, Drow, g, vec);
         });
     });
 }

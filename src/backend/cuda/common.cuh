@@ -44,6 +44,36 @@ __device__ __forceinline__ void store16(T* p, const Pack<T>& x) {
     *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
+// cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers, landing by the
+// time a later cp_async_wait<N> covers their group (the groups are what cp_async_commit closes); `bytes` of
+// them are read, the rest zero-filled (0: nothing read, `global` need only be a valid address). A barrier
+// after the wait makes the other threads' copies visible.
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, int bytes) {
+#if defined(ANVIL_CUEMU)
+    ::cuemu::cp_async16(smem, global, bytes);
+#else
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(global), "r"(bytes)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(ANVIL_CUEMU)
+    ::cuemu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most N of this thread's groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(ANVIL_CUEMU)
+    ::cuemu::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 struct SumOp {
     __device__ float operator()(float a, float b) const { return a + b; }
 };
