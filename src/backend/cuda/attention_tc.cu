@@ -6,11 +6,12 @@
 // from shared memory by ldmatrix (mma.cuh); the softmax, its rescaling and its backward run on the
 // accumulators in registers, whose layout is the next product's A operand once rounded, so no score or
 // probability passes through shared memory. A block is 4 warps on 64 rows (16 rows a warp) and walks tiles of
-// 64 keys (forward, dQ) or of 64 queries (dK/dV); the probabilities and their gradient are rounded to the
-// input dtype before they are multiplied, as in FlashAttention-2. Tiles are zero-padded up to D (32, 64 or
-// 128) columns, so any head size up to 128 works. The backward is two kernels (dK/dV per key tile, dQ per
-// query tile): nothing is accumulated with atomics, runs repeat bit for bit. Dropout on the probabilities
-// (AttnGeom::drop) as in attention.cu.
+// 64 keys (forward, dQ) or of 64 queries (dK/dV), which come in by cp.async two stages deep (the next tile's
+// copies in flight while one is used; the backward one stage where two do not fit the device's shared
+// memory); the probabilities and their gradient are rounded to the input dtype before they are multiplied,
+// as in FlashAttention-2. Tiles are zero-padded up to D (32, 64 or 128) columns, so any head size up to 128
+// works. The backward is two kernels (dK/dV per key tile, dQ per query tile): nothing is accumulated with
+// atomics, runs repeat bit for bit. Dropout on the probabilities (AttnGeom::drop) as in attention.cu.
 //
 // Shared-memory tiles have a stride of D + 8 elements: every ldmatrix row is 16-byte aligned and the 8 rows
 // of one 8 x 8 matrix start in different banks.
