@@ -94,7 +94,10 @@ case "$what" in
       --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*'
     rm -rf "$work"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
-      [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"; } | tee -a "$log"
+      [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
+      # attention at GPT-2 124M's sizes, anvil's implementations and PyTorch's kernels side by side
+      grep -E '^attention B=8 T=1024 ' "$log" | sort -u; } |
+      tee -a "$log"
     # the GPU tests' table of what did not pass, last, where the reply shows it
     awk '/^== [0-9]+ tests in/{keep=1; n=0} keep && /^== [a-z]/{keep=0} keep && n++ < 60' "$log"
     ;;
