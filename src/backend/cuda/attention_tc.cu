@@ -57,10 +57,10 @@ __device__ void load_tile(T* dst, const T* src, size_t stride, int valid, int HS
     }
 }
 
-// ldmatrix addressing (mma.cuh): lane 8j + r names row r of 8 x 8 matrix j. An A operand (16 x 16 from `p`,
-// rows `ld` apart) and a B operand pair (two 8-row groups of a row-major (n, k) tile, k = 16 columns; or,
-// with the transposing load, two 8-column groups of a row-major (k, n) tile, k = 16 rows) have these lane
-// offsets.
+// ldmatrix addressing (mma.cuh): lane 8j + r names row r of 8 x 8 matrix j. These are the lane offsets (rows
+// `ld` apart) of an A operand (16 x 16), which a B operand pair read with the transposing load shares (two
+// 8-column groups of a row-major (k, n) tile, k = 16 rows), and of a B operand pair read as it is (two 8-row
+// groups of a row-major (n, k) tile, k = 16 columns).
 template <int ld>
 __device__ __forceinline__ int a_offset(int lane) {
     return (lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
@@ -68,19 +68,6 @@ __device__ __forceinline__ int a_offset(int lane) {
 template <int ld>
 __device__ __forceinline__ int b_offset(int lane) {
     return (lane % 8 + 8 * (lane / 16)) * ld + 8 * (lane / 8 % 2);
-}
-template <int ld>
-__device__ __forceinline__ int bt_offset(int lane) {
-    return (lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
-}
-
-// Two accumulator tiles (16 x 8 each, side by side) rounded to T: the A operand of the next product.
-template <typename T>
-__device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c)[2][4]) {
-    a[0] = mma::pack2<T>(c[0][0], c[0][1]);
-    a[1] = mma::pack2<T>(c[0][2], c[0][3]);
-    a[2] = mma::pack2<T>(c[1][0], c[1][1]);
-    a[3] = mma::pack2<T>(c[1][2], c[1][3]);
 }
 
 // A warp's 16 rows in the forward: the output accumulators, and lane (g, q)'s rows g and g + 8's running max
@@ -153,12 +140,11 @@ __device__ __forceinline__ void fwd_tile(FwdRows<D>& st, const uint32_t (&qf)[D 
     for (int kk = 0; kk < 4; kk++) {
         if (kk >= n16) break;
         uint32_t pa[4];
-        to_a<T>(pa, {{s[2 * kk][0], s[2 * kk][1], s[2 * kk][2], s[2 * kk][3]},
-                     {s[2 * kk + 1][0], s[2 * kk + 1][1], s[2 * kk + 1][2], s[2 * kk + 1][3]}});
+        mma::to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
         for (int dn = 0; dn < D / 16; dn++) {
             uint32_t vf[4];  // B: keys 16kk .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-            mma::ldsm_x4_trans(vf, Vs + kk * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::ldsm_x4_trans(vf, Vs + kk * 16 * ld + dn * 16 + a_offset<ld>(lane));
             mma::m16n8k16<T>(st.o[2 * dn], pa, {vf[0], vf[1]});
             mma::m16n8k16<T>(st.o[2 * dn + 1], pa, {vf[2], vf[3]});
         }
@@ -330,13 +316,13 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
                 dp[n][i] = ds;
             }
         uint32_t pa[4], da[4];
-        to_a<T>(pa, s);
-        to_a<T>(da, dp);
+        mma::to_a<T>(pa, s[0], s[1]);
+        mma::to_a<T>(da, dp[0], dp[1]);
 #pragma unroll
         for (int dn = 0; dn < D / 16; dn++) {
             uint32_t ob[4], qb[4];  // B: queries 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-            mma::ldsm_x4_trans(ob, dOs + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
-            mma::ldsm_x4_trans(qb, Qs + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::ldsm_x4_trans(ob, dOs + jj * 16 * ld + dn * 16 + a_offset<ld>(lane));
+            mma::ldsm_x4_trans(qb, Qs + jj * 16 * ld + dn * 16 + a_offset<ld>(lane));
             mma::m16n8k16<T>(dv[2 * dn], pa, {ob[0], ob[1]});
             mma::m16n8k16<T>(dv[2 * dn + 1], pa, {ob[2], ob[3]});
             mma::m16n8k16<T>(dk[2 * dn], da, {qb[0], qb[1]});
@@ -429,11 +415,11 @@ __device__ __forceinline__ void bwd_q_tile(float (&dq)[D / 8][4], const uint32_t
                 dp[n][i] = ds;
             }
         uint32_t da[4];
-        to_a<T>(da, dp);
+        mma::to_a<T>(da, dp[0], dp[1]);
 #pragma unroll
         for (int dn = 0; dn < D / 16; dn++) {
             uint32_t kb[4];  // B: keys 16jj .. + 15, columns 16dn .. + 7 and + 8 .. + 15
-            mma::ldsm_x4_trans(kb, Ks + jj * 16 * ld + dn * 16 + bt_offset<ld>(lane));
+            mma::ldsm_x4_trans(kb, Ks + jj * 16 * ld + dn * 16 + a_offset<ld>(lane));
             mma::m16n8k16<T>(dq[2 * dn], da, {kb[0], kb[1]});
             mma::m16n8k16<T>(dq[2 * dn + 1], da, {kb[2], kb[3]});
         }

@@ -78,4 +78,14 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
         return uint32_t(__half_as_ushort(from_f<T>(lo))) | uint32_t(__half_as_ushort(from_f<T>(hi))) << 16;
 }
 
+// Two accumulator tiles side by side (16 x 8 each, `left` the lower columns) rounded to T: the A operand
+// (16 x 16) of the next product.
+template <typename T>
+__device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&left)[4], const float (&right)[4]) {
+    a[0] = pack2<T>(left[0], left[1]);
+    a[1] = pack2<T>(left[2], left[3]);
+    a[2] = pack2<T>(right[0], right[1]);
+    a[3] = pack2<T>(right[2], right[3]);
+}
+
 }  // namespace anvil::cuda::mma
