@@ -6,7 +6,8 @@
 #                                     capped so the later ones still run: the libraries the binaries find, a
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py), the
-#                                     transformers/peft interop test, the GPT-2 124M benchmark (short) and the
+#                                     transformers/peft interop test, the GPT-2 124M benchmark (short; anvil
+#                                     with --attention auto, then flash, a few seconds more) and the
 #                                     step-time model from its rate, every op's rate at 124M's sizes
 #                                     (anvil_op_bench: attention in each implementation; PyTorch's fused
 #                                     attention kernels at the same sizes), then memcheck on the
@@ -85,7 +86,7 @@ case "$what" in
       python3 tests/oracle/test_hf_interop.py
     step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 --profile-steps 2 \
-      --attention auto "${@:2}"
+      --attention auto,flash "${@:2}"
     [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$out/bench/step_time_model.json"
     step op_bench 45 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2

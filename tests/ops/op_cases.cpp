@@ -315,9 +315,9 @@ OpCase token_logprobs_case(int N, int V, int Vp, int K) {
     return c;
 }
 
-OpCase classifier(const OpSizes& s) {
+OpCase classifier(const OpSizes& s, int V, int Vp) {
     OpCase c;
-    const int N = s.B * s.T, V = s.V, Vp = s.Vp;
+    const int N = s.B * s.T;
     constexpr float kDloss = 0.37f;
     c.name = fmt::format("classifier N={} V={} (padded to {})", N, V, Vp);
     Arg losses = f32(out("losses", {N}));
@@ -479,7 +479,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         qkv_pack_case(s, s.NH, s.NH / 2, true),
         qkv_pack_case(s, s.NH, s.NH / 2, false),
         qkv_pack_case(s, s.NH, s.NH, true),
-        classifier(s),
+        classifier(s, s.V, s.Vp),
         token_logprobs_case(std::min(s.B * s.T, 1024), s.V, s.Vp, 5),
         token_logprobs_case(3, s.V, s.Vp, 0),
         global_norm(s),
@@ -501,6 +501,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_gqa(2, 70, 4, 2, 16, {0.25f, 11, 1}));
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
         t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
+        t.push_back(classifier(s, s.V, s.V));  // rows not all 16-byte aligned: the CUDA kernel's element path
+        t.push_back(token_logprobs_case(5, s.V, s.V, 3));
         // four tiles of 64, every warp's rows real: more tiles than the flash kernels keep in flight (head
         // size 80: one stage in flight in the backward on Ada's shared memory)
         t.push_back(attention(s, 1, 200, 2, 80));

@@ -26,6 +26,46 @@ struct GroupDrop {
     __device__ float keep(int r, int k) const { return m.factor(m.head_seed(h0 + r / Tn), b, r % Tn, k, Tn); }
 };
 
+// Four consecutive elements of T: P's unit where S's is a float4 (rows of a multiple of 4 keys).
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
+};
+__device__ __forceinline__ void load4(const float* p, float (&e)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+}
+
+// The softmax of one row without dropout, T a multiple of 4: a lane takes 4 consecutive keys a round (the
+// scores in 16-byte loads, the probabilities in 8- or 16-byte stores).
+template <typename T>
+__device__ void causal_softmax_row4(T* p, const float* s, int t, int Tn, int lane) {
+    float m = -INFINITY, l = 0.0f, e[4];
+    for (int k0 = lane * 4; k0 <= t; k0 += 128) {
+        load4(s + k0, e);
+        float pm = e[0];  // key k0 <= t is always in
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (k0 + i <= t) pm = fmaxf(pm, e[i]);
+        const float m_new = fmaxf(m, pm);
+        l *= __expf(m - m_new);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (k0 + i <= t) l += __expf(e[i] - m_new);
+        m = m_new;
+    }
+    const float M = warp_max(m);
+    l = warp_sum(m == -INFINITY ? 0.0f : l * __expf(m - M));
+    const float inv = 1.0f / l;
+    for (int k0 = lane * 4; k0 < Tn; k0 += 128) {
+        Quad<T> q;
+        if (k0 <= t) load4(s + k0, e);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q.v[i] = from_f<T>(k0 + i <= t ? __expf(e[i] - M) * inv : 0.0f);
+        *reinterpret_cast<Quad<T>*>(p + k0) = q;
+    }
+}
+
 // One warp per query row r of a group: row t = r % T of head (r / T). S fp32 (rows, T) -> P (rows, T).
 // With dropout, the probabilities that multiply V, Pd = P * keep (P as rounded, so the backward remakes
 // them exactly from P), go over S in place: row r at S's row r (dropped_ld elements a row).
@@ -35,6 +75,7 @@ __global__ void causal_softmax_kernel(T* P, float* S, int rows, int Tn, GroupDro
     if (r >= rows) return;
     const int t = r % Tn;
     const float* s = S + size_t(r) * Tn;
+    if (!dr.m.on() && Tn % 4 == 0) return causal_softmax_row4(P + size_t(r) * Tn, s, t, Tn, lane);
     float m = -INFINITY, l = 0.0f;  // online max and sum over keys 0..t
     for (int k = lane; k <= t; k += 32) {
         const float v = s[k];
@@ -87,6 +128,26 @@ __global__ void causal_softmax_bwd_kernel(T* P, float* dP, int rows, int Tn, flo
     T* p = P + size_t(r) * Tn;
     float* dp = dP + size_t(r) * Tn;
     float d = 0.0f;
+    if (!dr.m.on() && Tn % 4 == 0) {  // 4 consecutive keys a lane, as causal_softmax_row4
+        float g[4];
+        for (int k0 = lane * 4; k0 <= t; k0 += 128) {
+            const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + k0);
+            load4(dp + k0, g);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (k0 + i <= t) d += to_f(q.v[i]) * g[i];
+        }
+        d = warp_sum(d);
+        for (int k0 = lane * 4; k0 <= t; k0 += 128) {
+            Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + k0);
+            load4(dp + k0, g);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (k0 + i <= t) q.v[i] = from_f<T>(to_f(q.v[i]) * (g[i] - d) * scale);
+            *reinterpret_cast<Quad<T>*>(p + k0) = q;
+        }
+        return;
+    }
     for (int k = lane; k <= t; k += 32) {
         if (dr.m.on()) dp[k] *= dr.keep(r, k);
         d += to_f(p[k]) * dp[k];

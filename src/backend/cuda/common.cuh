@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/tensor.h"
@@ -42,6 +44,169 @@ __device__ __forceinline__ Pack<T> load16(const T* p) {
 template <typename T>
 __device__ __forceinline__ void store16(T* p, const Pack<T>& x) {
     *reinterpret_cast<Pack<T>*>(p) = x;
+}
+
+// L consecutive elements as floats, the unit the row helpers below hand out: a whole 16-byte pack (one
+// vector access) or a single element (a row that is not whole packs). L is a compile-time constant so the
+// values stay in registers.
+template <int L>
+struct Floats {
+    float v[L];
+};
+template <int L>
+using Len = std::integral_constant<int, L>;
+
+template <int L, typename T>
+__device__ __forceinline__ Floats<L> load_floats(const T* p) {
+    Floats<L> f;
+    if constexpr (L == Pack<T>::N) {
+        const Pack<T> q = load16(p);
+#pragma unroll
+        for (int k = 0; k < L; k++) f.v[k] = to_f(q.v[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < L; k++) f.v[k] = to_f(p[k]);
+    }
+    return f;
+}
+template <int L, typename T>
+__device__ __forceinline__ void store_floats(T* p, const Floats<L>& f) {
+    if constexpr (L == Pack<T>::N) {
+        Pack<T> q;
+#pragma unroll
+        for (int k = 0; k < L; k++) q.v[k] = from_f<T>(f.v[k]);
+        store16(p, q);
+    } else {
+#pragma unroll
+        for (int k = 0; k < L; k++) p[k] = from_f<T>(f.v[k]);
+    }
+}
+
+// Whether every pointer is 16-byte aligned: where a packed path may run.
+template <typename... P>
+__host__ __device__ inline bool aligned16(const P*... p) {
+    return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// Applies f(i, Len<L>{}) to the L elements from i, over n elements grid-strided: 16-byte packs when `packed`
+// (every pointer the op touches 16-byte aligned: aligned16), then the tail one element at a time.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_pack(size_t n, bool packed, F&& f) {
+    constexpr int V = Pack<T>::N;
+    const size_t packs = packed ? n / V : 0;
+    const size_t stride = size_t(gridDim.x) * blockDim.x,
+                 first = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (size_t p = first; p < packs; p += stride) f(p * V, Len<V>{});
+    for (size_t i = packs * V + first; i < n; i += stride) f(i, Len<1>{});
+}
+
+// A warp's walk over a row of C elements of T: f(c, Len<L>{}) for the L elements from column c, lane-strided
+// in 16-byte packs when C is whole packs (rows then start 16-byte aligned), element by element otherwise.
+template <typename T, typename F>
+__device__ __forceinline__ void warp_row(int C, int lane, F&& f) {
+    constexpr int V = Pack<T>::N;
+    if (C % V == 0) {
+        for (int c = lane * V; c < C; c += 32 * V) f(c, Len<V>{});
+    } else {
+        for (int c = lane; c < C; c += 32) f(c, Len<1>{});
+    }
+}
+
+// A block's walk over one row x[0..n): f(j, Len<L>{}) for the L elements from j, thread-strided in 16-byte
+// packs when x is 16-byte aligned, then the tail (or, unaligned, every element) one at a time.
+template <typename T, typename F>
+__device__ __forceinline__ void block_row(const T* x, int n, F&& f) {
+    constexpr int V = Pack<T>::N;
+    const int tid = int(threadIdx.x), nt = int(blockDim.x);
+    int j0 = 0;
+    if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+        for (int j = tid * V; j + V <= n; j += nt * V) f(j, Len<V>{});
+        j0 = n / V * V;
+    }
+    for (int j = j0 + tid; j < n; j += nt) f(j, Len<1>{});
+}
+
+// Column sums over the rows of (N, C) tensors, deterministic: how parameter gradients (biases, norm gains)
+// are reduced. Stage one: block (x, y) adds chunk y's rows for 32 L columns from 32 L x, each thread L
+// adjacent columns (one 16-byte pack where the rows allow, L = Pack<T>::N) over every 8th row, then the 8 row
+// lanes in order; stage two adds the chunks in order. Q quantities a column (LayerNorm: the gain's and the
+// bias's): term(r, c, Len<L>{}, q) writes row r's Q x L terms for columns c..c+L-1 into float q[Q][L].
+constexpr int kColLanes = 8;  // row lanes a block
+
+// Chunks for N rows: at least 64 rows each, at most 256. It depends on the shape alone, so every card adds in
+// the same order.
+inline int col_chunks(int N) {
+    return N / 64 < 1 ? 1 : N / 64 > 256 ? 256 : N / 64;
+}
+
+template <int Q, int L, typename Term>
+__global__ void col_partial_kernel(float* partial, int N, int C, int chunks, Term term) {
+    __shared__ float s[Q][kColLanes][32 * L + 1];
+    const int c = (blockIdx.x * 32 + threadIdx.x) * L;
+    const int per = (N + chunks - 1) / chunks, r0 = blockIdx.y * per, r1 = min(N, r0 + per);
+    float acc[Q][L] = {}, q[Q][L];
+    if (c < C)
+#pragma unroll 4
+        for (int r = r0 + threadIdx.y; r < r1; r += kColLanes) {
+            term(r, c, Len<L>{}, q);
+#pragma unroll
+            for (int i = 0; i < Q; i++)
+#pragma unroll
+                for (int k = 0; k < L; k++) acc[i][k] += q[i][k];
+        }
+#pragma unroll
+    for (int i = 0; i < Q; i++)
+#pragma unroll
+        for (int k = 0; k < L; k++) s[i][threadIdx.y][threadIdx.x * L + k] = acc[i][k];
+    __syncthreads();
+    // the block's 32 L columns, a thread each (blockDim is 32 x 8, so 256 L threads' worth in rounds)
+    for (int j = threadIdx.y * 32 + threadIdx.x; j < 32 * L; j += 32 * kColLanes) {
+        const int col = blockIdx.x * 32 * L + j;
+        if (col >= C) continue;
+#pragma unroll
+        for (int i = 0; i < Q; i++) {
+            float t = 0.0f;
+            for (int y = 0; y < kColLanes; y++) t += s[i][y][j];
+            partial[(size_t(blockIdx.y) * Q + i) * C + col] = t;
+        }
+    }
+}
+
+// out[i][c] += the chunks' sums of quantity i, in chunk order; a null out[i] is skipped (a frozen parameter).
+template <typename T, int Q>
+struct ColOut {
+    T* p[Q];
+};
+template <typename T, int Q>
+__global__ void col_finish_kernel(ColOut<T, Q> out, const float* partial, int C, int chunks) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+        if (!out.p[i]) continue;
+        float t = to_f(out.p[i][c]);
+        for (int k = 0; k < chunks; k++) t += partial[(size_t(k) * Q + i) * C + c];
+        out.p[i][c] = from_f<T>(t);
+    }
+}
+
+// The two stages on `partial` (col_chunks(N) * Q * C floats); `packed`: the rows the term reads are whole
+// 16-byte packs from 16-byte aligned bases.
+template <typename T, int Q, typename Term>
+void col_sums(cudaStream_t stream, float* partial, ColOut<T, Q> out, int N, int C, bool packed, Term term) {
+    const int chunks = col_chunks(N);
+    if (packed) {
+        constexpr int L = Pack<T>::N;
+        col_partial_kernel<Q, L, Term>
+            <<<dim3((C + 32 * L - 1) / (32 * L), chunks), dim3(32, kColLanes), 0, stream>>>(partial, N, C,
+                                                                                            chunks, term);
+    } else {
+        col_partial_kernel<Q, 1, Term>
+            <<<dim3((C + 31) / 32, chunks), dim3(32, kColLanes), 0, stream>>>(partial, N, C, chunks, term);
+    }
+    CUDA_LAUNCH_CHECK();
+    col_finish_kernel<T, Q><<<(C + 255) / 256, 256, 0, stream>>>(out, partial, C, chunks);
+    CUDA_LAUNCH_CHECK();
 }
 
 // cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers, landing by the

@@ -1,5 +1,5 @@
-// Elementwise ops (dtype conversion, residual add, GELU forward and backward with 16-byte accesses; scale,
-// dropout), and the deterministic column sum used for bias gradients.
+// Elementwise ops (residual add, GELU and SwiGLU forward and backward, scale, dropout: 16-byte accesses
+// where the tensors are aligned; dtype conversion), and the deterministic column sum used for bias gradients.
 #include <cuda_fp8.h>
 
 #include <cmath>
@@ -20,17 +20,8 @@ __device__ __forceinline__ float gelu(float x) {
 }
 __device__ __forceinline__ float gelu_grad(float x) {
     const float th = tanhf(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-}
-
-// Applies f to n elements: packs of 16 bytes where the count allows, the tail element by element.
-template <typename T, typename F>
-__device__ __forceinline__ void for_each_pack(size_t n, F&& f) {
-    constexpr int V = Pack<T>::N;
-    const size_t packs = n / V;
-    const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t p = size_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) f(p * V, V);
-    for (size_t i = packs * V + size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i, 1);
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
 }
 
 template <typename D, typename S>
@@ -39,92 +30,83 @@ __global__ void convert_kernel(D* dst, const S* src, size_t n) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = from_f<D>(to_f(src[i]));
 }
 
-template <typename T>
-__global__ void residual_kernel(T* out, const T* a, const T* b, size_t n) {
-    for_each_pack<T>(n, [&](size_t i, int len) {
-        if (len > 1) {
-            const Pack<T> x = load16(a + i), y = load16(b + i);
-            Pack<T> o;
+// out = op(a, b), elementwise: the residual add and SwiGLU's forward
+template <typename T, typename Op>
+__global__ void binary_kernel(T* out, const T* a, const T* b, size_t n, bool packed, Op op) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> x = load_floats<L>(a + i);
+        const Floats<L> y = load_floats<L>(b + i);
 #pragma unroll
-            for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(to_f(x.v[k]) + to_f(y.v[k]));
-            store16(out + i, o);
-        } else {
-            out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
-        }
+        for (int k = 0; k < L; k++) x.v[k] = op(x.v[k], y.v[k]);
+        store_floats<L>(out + i, x);
+    });
+}
+struct AddOp {
+    __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct SwigluOp {  // silu(gate) * up
+    __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
+};
+
+template <typename T>
+__global__ void gelu_fwd_kernel(T* out, const T* in, size_t n, bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> x = load_floats<L>(in + i);
+#pragma unroll
+        for (int k = 0; k < L; k++) x.v[k] = gelu(x.v[k]);
+        store_floats<L>(out + i, x);
     });
 }
 
 template <typename T>
-__global__ void gelu_fwd_kernel(T* out, const T* in, size_t n) {
-    for_each_pack<T>(n, [&](size_t i, int len) {
-        if (len > 1) {
-            const Pack<T> x = load16(in + i);
-            Pack<T> o;
+__global__ void gelu_bwd_kernel(T* din, const T* dout, const T* in, size_t n, bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> x = load_floats<L>(in + i);
+        Floats<L> d = load_floats<L>(dout + i);
 #pragma unroll
-            for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(gelu(to_f(x.v[k])));
-            store16(out + i, o);
-        } else {
-            out[i] = from_f<T>(gelu(to_f(in[i])));
-        }
+        for (int k = 0; k < L; k++) d.v[k] *= gelu_grad(x.v[k]);
+        store_floats<L>(din + i, d);
     });
 }
 
+// A column sum's term: the rows themselves.
 template <typename T>
-__global__ void gelu_bwd_kernel(T* din, const T* dout, const T* in, size_t n) {
-    for_each_pack<T>(n, [&](size_t i, int len) {
-        if (len > 1) {
-            const Pack<T> x = load16(in + i), d = load16(dout + i);
-            Pack<T> o;
+struct RowsTerm {
+    const T* in;
+    int C;
+    template <int L>
+    __device__ void operator()(int r, int c, Len<L>, float (&q)[1][L]) const {
+        const Floats<L> f = load_floats<L>(in + size_t(r) * C + c);
 #pragma unroll
-            for (int k = 0; k < Pack<T>::N; k++) o.v[k] = from_f<T>(to_f(d.v[k]) * gelu_grad(to_f(x.v[k])));
-            store16(din + i, o);
-        } else {
-            din[i] = from_f<T>(to_f(dout[i]) * gelu_grad(to_f(in[i])));
-        }
-    });
-}
-
-// Column sums in two stages, each in a fixed order: (32 columns x 8 row lanes) blocks write per-chunk
-// partials, then one thread per column adds the chunks in order.
-constexpr int kColChunks = 64;
-
-template <typename T>
-__global__ void colsum_partial_kernel(float* partial, const T* in, int R, int C) {
-    __shared__ float s[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    const int rows_per_chunk = (R + kColChunks - 1) / kColChunks;
-    const int r0 = blockIdx.y * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
-    float acc = 0.0f;
-    if (c < C)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f(in[size_t(r) * C + c]);
-    s[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float t = 0.0f;
-        for (int y = 0; y < 8; y++) t += s[y][threadIdx.x];
-        partial[size_t(blockIdx.y) * C + c] = t;
+        for (int k = 0; k < L; k++) q[0][k] = f.v[k];
     }
+};
+
+template <typename T>
+__global__ void scale_kernel(T* x, size_t n, float s, bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> f = load_floats<L>(x + i);
+#pragma unroll
+        for (int k = 0; k < L; k++) f.v[k] *= s;
+        store_floats<L>(x + i, f);
+    });
 }
 
 template <typename T>
-__global__ void colsum_finish_kernel(T* out, const float* partial, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float t = to_f(out[c]);
-    for (int k = 0; k < kColChunks; k++) t += partial[size_t(k) * C + c];
-    out[c] = from_f<T>(t);
-}
-
-template <typename T>
-__global__ void scale_kernel(T* x, size_t n, float s) {
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        x[i] = from_f<T>(to_f(x[i]) * s);
-}
-
-template <typename T>
-__global__ void dropout_kernel(T* out, const T* in, size_t n, uint64_t seed, uint32_t threshold, float keep_scale) {
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        out[i] = dropout_keep(seed, i, threshold) ? from_f<T>(to_f(in[i]) * keep_scale) : from_f<T>(0.0f);
+__global__ void dropout_kernel(T* out, const T* in, size_t n, uint64_t seed, uint32_t threshold,
+                               float keep_scale, bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> f = load_floats<L>(in + i);
+#pragma unroll
+        for (int k = 0; k < L; k++)
+            f.v[k] = dropout_keep(seed, i + k, threshold) ? f.v[k] * keep_scale : 0.0f;
+        store_floats<L>(out + i, f);
+    });
 }
 
 // Values in [-1, 1) from a hash of the index: random bits would make NaN and Inf for float types.
@@ -139,25 +121,24 @@ __global__ void fill_uniform_kernel(T* p, size_t n, uint32_t seed) {
     }
 }
 
-// out = silu(gate) * up
-template <typename T>
-__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, size_t n) {
-    const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = to_f(gate[i]);
-        out[i] = from_f<T>(g / (1.0f + __expf(-g)) * to_f(up[i]));
-    }
-}
-
 // dgate = dout * up * silu'(gate), dup = dout * silu(gate)
 template <typename T>
-__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
-    const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = to_f(gate[i]), s = 1.0f / (1.0f + __expf(-g)), d = to_f(dout[i]);
-        dgate[i] = from_f<T>(d * to_f(up[i]) * s * (1.0f + g * (1.0f - s)));
-        dup[i] = from_f<T>(d * g * s);
-    }
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                                  bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> g = load_floats<L>(gate + i), u = load_floats<L>(up + i),
+                        d = load_floats<L>(dout + i);
+        Floats<L> dg, du;
+#pragma unroll
+        for (int k = 0; k < L; k++) {
+            const float s = 1.0f / (1.0f + __expf(-g.v[k]));
+            dg.v[k] = d.v[k] * u.v[k] * s * (1.0f + g.v[k] * (1.0f - s));
+            du.v[k] = d.v[k] * g.v[k] * s;
+        }
+        store_floats<L>(dgate + i, dg);
+        store_floats<L>(dup + i, du);
+    });
 }
 
 unsigned grid_for(size_t n, const Ctx& c) {
@@ -189,7 +170,8 @@ void residual(const Ctx& c, Tensor out, Tensor a, Tensor b) {
     if (n == 0) return;
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        residual_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), a.ptr<T>(), b.ptr<T>(), n);
+        binary_kernel<T, AddOp><<<grid_for(n, c), 256, 0, c.stream>>>(
+            out.ptr<T>(), a.ptr<T>(), b.ptr<T>(), n, aligned16(out.data, a.data, b.data), AddOp{});
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -199,7 +181,8 @@ void gelu_fwd(const Ctx& c, Tensor out, Tensor in) {
     if (n == 0) return;
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        gelu_fwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), in.ptr<T>(), n);
+        gelu_fwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), in.ptr<T>(), n,
+                                                                 aligned16(out.data, in.data));
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -209,7 +192,8 @@ void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in) {
     if (n == 0) return;
     dispatch(din.dtype, [&](auto tag) {
         using T = decltype(tag);
-        gelu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), n);
+        gelu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), n,
+                                                                 aligned16(din.data, dout.data, in.data));
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -219,7 +203,8 @@ void swiglu_fwd(const Ctx& c, Tensor out, Tensor gate, Tensor up) {
     if (n == 0) return;
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        swiglu_fwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n);
+        binary_kernel<T, SwigluOp><<<grid_for(n, c), 256, 0, c.stream>>>(
+            out.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n, aligned16(out.data, gate.data, up.data), SwigluOp{});
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -229,8 +214,9 @@ void swiglu_bwd(const Ctx& c, Tensor dgate, Tensor dup, Tensor dout, Tensor gate
     if (n == 0) return;
     dispatch(gate.dtype, [&](auto tag) {
         using T = decltype(tag);
-        swiglu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(dgate.ptr<T>(), dup.ptr<T>(), dout.ptr<T>(),
-                                                                    gate.ptr<T>(), up.ptr<T>(), n);
+        swiglu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(
+            dgate.ptr<T>(), dup.ptr<T>(), dout.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n,
+            aligned16(dgate.data, dup.data, dout.data, gate.data, up.data));
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -240,7 +226,7 @@ void scale(const Ctx& c, Tensor x, float s) {
     if (n == 0) return;
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        scale_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(x.ptr<T>(), n, s);
+        scale_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(x.ptr<T>(), n, s, aligned16(x.data));
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -251,7 +237,8 @@ void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed) {
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
         dropout_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), in.ptr<T>(), n, seed,
-                                                                 dropout_threshold(p), 1.0f / (1.0f - p));
+                                                                dropout_threshold(p), 1.0f / (1.0f - p),
+                                                                aligned16(out.data, in.data));
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -260,14 +247,11 @@ void colsum_accumulate(const Ctx& c, Tensor out, Tensor in) {
     const int C = int(out.numel());
     const int R = int(in.numel() / C);
     ANVIL_CHECK(int64_t(R) * C == in.numel(), "column sum: {} into {} columns", in.shape.str(), C);
-    auto* partial = static_cast<float*>(c.scratch(0, size_t(kColChunks) * C * sizeof(float)));
+    auto* partial = static_cast<float*>(c.scratch(0, size_t(col_chunks(R)) * C * sizeof(float)));
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        colsum_partial_kernel<T><<<dim3((C + 31) / 32, kColChunks), dim3(32, 8), 0, c.stream>>>(partial, in.ptr<T>(),
-                                                                                                R, C);
-        CUDA_LAUNCH_CHECK();
-        colsum_finish_kernel<T><<<(C + 255) / 256, 256, 0, c.stream>>>(out.ptr<T>(), partial, C);
-        CUDA_LAUNCH_CHECK();
+        col_sums<T, 1>(c.stream, partial, {{out.ptr<T>()}}, R, C, C % Pack<T>::N == 0 && aligned16(in.data),
+                       RowsTerm<T>{in.ptr<T>(), C});
     });
 }
 

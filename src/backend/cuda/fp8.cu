@@ -1,6 +1,6 @@
 // FP8 products (--precision fp8) on Hopper/Ada tensor cores through cuBLASLt. Each operand gets its amax (a
-// pass of partial maxima, then one warp reduces them), a power-of-two scale from it (fp8_scale_exp, the CPU
-// backend's rule), and is rounded to E4M3/E5M2 in the orientation cuBLASLt's FP8
+// pass of partial maxima in 16-byte packs, then one warp reduces them), a power-of-two scale from it
+// (fp8_scale_exp, the CPU backend's rule), and is rounded to E4M3/E5M2 in the orientation cuBLASLt's FP8
 // kernels take: A transposed and B not ("TN"), so some operands are written transposed (a 32x32 tile through
 // shared memory keeps both the reads and the writes coalesced). The inverse scales go to cuBLASLt as its A
 // and B scales. Shapes FP8's kernels cannot take (a dimension not a multiple of 16) or f32 activations run
@@ -30,13 +30,17 @@ __device__ __forceinline__ float from_fp8(uint8_t q) {
     return __half2float(__half(h));
 }
 
-// partial[block] = max |x| over the block's grid-stride share (NaN skipped, as fmaxf does)
+// partial[block] = max |x| over the block's grid-stride share in 16-byte packs (NaN skipped, as fmaxf does)
 template <typename T>
-__global__ void amax_partial_kernel(float* partial, const T* x, size_t n) {
+__global__ void amax_partial_kernel(float* partial, const T* x, size_t n, bool packed) {
     __shared__ float red[32];
     float m = 0.0f;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        m = fmaxf(m, fabsf(to_f(x[i])));
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> f = load_floats<L>(x + i);
+#pragma unroll
+        for (int k = 0; k < L; k++) m = fmaxf(m, fabsf(f.v[k]));
+    });
     m = block_reduce(m, red, 0.0f, MaxOp{});
     if (threadIdx.x == 0) partial[blockIdx.x] = m;
 }
@@ -55,12 +59,35 @@ __global__ void scale_kernel(float* scale, const float* partial, int parts) {
     }
 }
 
-// q = fp8(x * 2^k), same layout
+// L fp8 bytes to p (L-byte aligned): one 4- or 8-byte store for a whole pack.
+template <int L>
+__device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&b)[L]) {
+    if constexpr (L == 4 || L == 8) {
+        uint32_t w[L / 4] = {};
+#pragma unroll
+        for (int k = 0; k < L; k++) w[k / 4] |= uint32_t(b[k]) << (8 * (k % 4));
+        if constexpr (L == 8)
+            *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+        else
+            *reinterpret_cast<uint32_t*>(p) = w[0];
+    } else {
+#pragma unroll
+        for (int k = 0; k < L; k++) p[k] = b[k];
+    }
+}
+
+// q = fp8(x * 2^k), same layout: 16-byte packs in, 4 or 8 bytes out
 template <typename T, DType F>
-__global__ void quantize_kernel(uint8_t* q, const T* x, size_t n, const float* scale) {
+__global__ void quantize_kernel(uint8_t* q, const T* x, size_t n, const float* scale, bool packed) {
     const float s = scale[0];
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        q[i] = to_fp8<F>(to_f(x[i]) * s);
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> f = load_floats<L>(x + i);
+        uint8_t b[L];
+#pragma unroll
+        for (int k = 0; k < L; k++) b[k] = to_fp8<F>(f.v[k] * s);
+        store_bytes<L>(q + i, b);
+    });
 }
 
 // q (C, R) = fp8(x (R, C) * 2^k) transposed; a 32 x 32 tile per block of 256 threads (32 x 8)
@@ -119,7 +146,8 @@ const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
     // at least 16 elements per thread of the amax pass
     const int parts = int(std::min<size_t>(kParts, std::max<size_t>(1, n / (16 * kThreads))));
     dispatch(x.dtype, [&](auto tag) {
-        amax_partial_kernel<decltype(tag)><<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<decltype(tag)>(), n);
+        amax_partial_kernel<decltype(tag)>
+            <<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<decltype(tag)>(), n, aligned16(x.data));
         CUDA_LAUNCH_CHECK();
     });
     dispatch_fp8(fmt, [&](auto f) {
@@ -143,8 +171,11 @@ Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, boo
                 const dim3 grid((C + kTile - 1) / kTile, (R + kTile - 1) / kTile);
                 quantize_t_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
             } else {
-                const unsigned blocks = std::min(blocks_for(n, 4 * kThreads), 8u * unsigned(c.sm_count));
-                quantize_kernel<T, F><<<blocks, kThreads, 0, c.stream>>>(q, x.ptr<T>(), n, scale);
+                const unsigned blocks =
+                    std::min(blocks_for(n, Pack<T>::N * kThreads), 8u * unsigned(c.sm_count));
+                // q is 256-aligned in the scratch, so a pack of x lands on a whole 4 or 8 bytes of it
+                quantize_kernel<T, F>
+                    <<<blocks, kThreads, 0, c.stream>>>(q, x.ptr<T>(), n, scale, aligned16(x.data, q));
             }
             CUDA_LAUNCH_CHECK();
         });
