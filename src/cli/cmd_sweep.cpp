@@ -171,8 +171,10 @@ void write_plot(const std::vector<Axis>& axes, const std::vector<Point>& pts, co
             if (line.empty()) continue;
             const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
             if (r.is_discarded() || !r.contains("step")) continue;
-            if (r.contains("loss")) train += fmt::format("{} {}\n", r["step"].get<int>(), r["loss"].get<double>());
-            if (r.contains("val_loss")) val += fmt::format("{} {}\n", r["step"].get<int>(), r["val_loss"].get<double>());
+            if (r.contains("loss") && r["loss"].is_number())
+                train += fmt::format("{} {}\n", r["step"].get<int>(), r["loss"].get<double>());
+            if (r.contains("val_loss"))
+                val += fmt::format("{} {}\n", r["step"].get<int>(), r["val_loss"].get<double>());
         }
         const nlohmann::json s = file_exists(p.dir + "/summary.json") ? read_json_file(p.dir + "/summary.json")
                                                                       : nlohmann::json::object();

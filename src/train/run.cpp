@@ -104,6 +104,9 @@ public:
 private:
     void one_step(int step);
     void note_skip(int step, const StepStats& st);
+    void note_loss(int step, const StepStats& st);
+    nlohmann::json step_record(int done, const StepStats& st, double lr, double dt, double waited,
+                               double tok_s, double elapsed) const;
     void log(const nlohmann::json& rec, int done, bool force);
     int finish(int steps_done, bool interrupted);
     void report(nlohmann::json& summary, double tokens_per_s);
@@ -136,6 +139,8 @@ private:
     double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
+    int no_target_steps_ = 0;  // steps whose rows had no loss targets (all masked, or past --seq)
+    bool had_loss_ = false;    // a step of this process had targets (last_loss_ is its loss)
     bool early_stopped_ = false;
 };
 
@@ -190,27 +195,13 @@ void TrainingLoop::one_step(int step) {
     trained_tokens_ += step_tokens;
     const double tok_s = double(step_tokens) / dt, elapsed = seconds_since(t_start_);
     step_s_ = step_s_ > 0 ? 0.9 * step_s_ + 0.1 * dt : dt;  // smoothed, for projections
-    const LossScaler& scaler = run_.trainer->scaler();
     const bool skipped = !st.finite || st.outlier;
     if (skipped) note_skip(step, st);
-    last_loss_ = st.loss;
+    const bool has_loss = st.targets > 0;
+    note_loss(step, st);
     const int done = step + 1;
-    nlohmann::json rec = {{"step", done},
-                          {"loss", st.loss},
-                          {"lr", args.lr},
-                          {"grad_norm", st.grad_norm},
-                          {"tokens_per_s", tok_s},
-                          {"step_ms", dt * 1e3},
-                          {"data_wait_ms", waited * 1e3},
-                          {"fwd_bwd_ms", st.fwd_bwd_s * 1e3},
-                          {"optimizer_ms", st.optimizer_s * 1e3},
-                          {"elapsed_s", elapsed}};
-    if (comm_.size() > 1) rec["comm_ms"] = st.comm_s * 1e3;
+    nlohmann::json rec = step_record(done, st, args.lr, dt, waited, tok_s, elapsed);
     if (skipped) rec["skipped"] = true;
-    if (st.outlier) rec["skipped_for"] = std::string(st.outlier) + "_z";
-    if (std::isfinite(st.loss_z)) rec["loss_z"] = st.loss_z;
-    if (std::isfinite(st.grad_z)) rec["grad_z"] = st.grad_z;
-    if (scaler.enabled) rec["loss_scale"] = st.loss_scale;
     instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
     const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
     std::optional<LossResult> val;
@@ -242,8 +233,44 @@ void TrainingLoop::one_step(int step) {
                         done, run_.best.loss, run_.best.step, run_.best.evals_since));
     log(rec, done, eval_now || skipped || rec.contains("sample"));
     bar_.update(done,
-                fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s", st.loss, args.lr, tok_s) +
+                fmt::format("loss {} | lr {:.2e} | {:.0f} tok/s",
+                            has_loss ? fmt::format("{:.4f}", st.loss) : "n/a (no targets)", args.lr, tok_s) +
                     instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+}
+
+// The step's loss for the end-of-run line; a step whose rows have no targets has none (its gradient is
+// zero), and the first one says why.
+void TrainingLoop::note_loss(int step, const StepStats& st) {
+    if (st.targets > 0) {
+        last_loss_ = st.loss, had_loss_ = true;
+    } else if (no_target_steps_++ == 0) {
+        bar_.note(
+            fmt::format("step {} has no loss targets: every row's targets are masked (or, for instruction "
+                        "and chat data, start past --seq {}); such steps log no loss. A longer --seq "
+                        "or a larger --batch may help",
+                        step + 1, o_.seq));
+    }
+}
+
+// metrics.jsonl's record of step `done` (null loss without targets, never 0), before the evaluations.
+nlohmann::json TrainingLoop::step_record(int done, const StepStats& st, double lr, double dt, double waited,
+                                         double tok_s, double elapsed) const {
+    nlohmann::json rec = {{"step", done},
+                          {"loss", st.targets > 0 ? nlohmann::json(st.loss) : nlohmann::json(nullptr)},
+                          {"lr", lr},
+                          {"grad_norm", st.grad_norm},
+                          {"tokens_per_s", tok_s},
+                          {"step_ms", dt * 1e3},
+                          {"data_wait_ms", waited * 1e3},
+                          {"fwd_bwd_ms", st.fwd_bwd_s * 1e3},
+                          {"optimizer_ms", st.optimizer_s * 1e3},
+                          {"elapsed_s", elapsed}};
+    if (comm_.size() > 1) rec["comm_ms"] = st.comm_s * 1e3;
+    if (st.outlier) rec["skipped_for"] = std::string(st.outlier) + "_z";
+    if (std::isfinite(st.loss_z)) rec["loss_z"] = st.loss_z;
+    if (std::isfinite(st.grad_z)) rec["grad_z"] = st.grad_z;
+    if (run_.trainer->scaler().enabled) rec["loss_scale"] = st.loss_scale;
+    return rec;
 }
 
 // The line on stderr for a step whose update was skipped (non-finite, or an outlier), and its count.
@@ -325,7 +352,10 @@ int TrainingLoop::finish(int step, bool interrupted) {
         return 130;
     }
     const double tokens_per_s = train_time_ > 0 ? double(trained_tokens_) / train_time_ : 0.0;
-    bar_.finish(fmt::format("done: {} steps, loss {:.4f}, {:.0f} tok/s", step, last_loss_, tokens_per_s));
+    const std::string loss = had_loss_              ? fmt::format("{:.4f}", last_loss_)
+                             : no_target_steps_ > 0 ? std::string("n/a (no step had loss targets)")
+                                                    : std::string("n/a");
+    bar_.finish(fmt::format("done: {} steps, loss {}, {:.0f} tok/s", step, loss, tokens_per_s));
     const int steps_run = step - run_.start_step;
     if (run_.profiler && lead) {
         std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
@@ -352,6 +382,7 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               {"grad_accum", o_.grad_accum},
                               {"trained_tokens", trained_tokens_},
                               {"skipped_steps", skipped_},
+                              {"steps_without_targets", no_target_steps_},
                               {"params", run_.model->params().numel()},
                               {"trainable_params", run_.model->params().numel(true)},
                               {"model_dir", o_.out + "/final"},

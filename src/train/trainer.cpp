@@ -133,6 +133,7 @@ StepStats Trainer::step(const StepBatch& batch, int accum, int B, int T, AdamWAr
 }
 
 void Trainer::judge(StepStats& r, float nsq) {
+    if (r.targets == 0) return;  // no loss and a zero gradient: nothing to judge, kept out of the windows
     const double norm = std::sqrt(double(nsq)) / double(scaler_.scale);
     if (!std::isfinite(r.loss) || !std::isfinite(norm))
         return;  // skipped as non-finite; kept out of the windows

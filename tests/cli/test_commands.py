@@ -73,6 +73,13 @@ def main():
         check(r.returncode == 0 and "validation: no held-out targets within --seq 16" in r.stdout and
               "nan" not in r.stdout and "val_loss" not in summary,
               "a validation set with no targets within --seq is reported as such, not as a nan loss", f)
+        # ... and no training targets either: no loss of 0 in the progress, the logs or the summary
+        rows = [json.loads(l) for l in open(os.path.join(short, "metrics.jsonl"))] if r.returncode == 0 else []
+        check(rows and all(row["loss"] is None for row in rows) and "loss 0.0000" not in r.stderr and
+              "step 1 has no loss targets" in r.stderr and "loss n/a (no targets)" in r.stderr and
+              "done: 2 steps, loss n/a (no step had loss targets)" in r.stderr and
+              summary.get("steps_without_targets") == 2 and summary.get("train_loss") is None,
+              "training steps with no targets log a null loss and say why, never a loss of 0", f)
 
         # the model directory: HF config keys and tensor names/layouts
         final = os.path.join(out, "final")

@@ -40,9 +40,16 @@ def losses(out):
 
 
 def worst(a, b):
-    """The largest relative difference over the steps both have (inf when they share none), and their number."""
+    """The largest relative difference over the steps both have (inf when they share none), and their number.
+    A step without loss targets logs a null loss: equal when both runs have none, inf when only one has."""
     steps = sorted(set(a) & set(b))
-    return max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=float("inf")), len(steps)
+
+    def diff(s):
+        if a[s] is None or b[s] is None:
+            return 0.0 if a[s] is None and b[s] is None else float("inf")
+        return abs(a[s] - b[s]) / max(abs(b[s]), 1e-30)
+
+    return max((diff(s) for s in steps), default=float("inf")), len(steps)
 
 
 def training_workdir(anvil, prefix):
