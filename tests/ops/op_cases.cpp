@@ -502,6 +502,9 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
         t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
         t.push_back(classifier(s, s.V, s.V));  // rows not all 16-byte aligned: the CUDA kernel's element path
+        // whole 32 x 64 tiles: the CUDA backend's packed transposing FP8 rounding
+        t.push_back(matmul_fp8(64, 64, 128, WLayout::InOut, true));
+        t.push_back(matmul_fp8(64, 128, 64, WLayout::OutIn, false));
         t.push_back(token_logprobs_case(5, s.V, s.V, 3));
         // four tiles of 64, every warp's rows real: more tiles than the flash kernels keep in flight (head
         // size 80: one stage in flight in the backward on Ada's shared memory)

@@ -104,6 +104,31 @@ __global__ void quantize_t_kernel(uint8_t* q, const T* x, int R, int C, const fl
         if (c0 + j < C && r0 + tx < R) q[size_t(c0 + j) * R + r0 + tx] = to_fp8<F>(tile[tx][j]);
 }
 
+// The same, wider: a tile of 32 rows x 8 packs (64 columns of bf16/f16, 32 of f32) per block of 256 threads,
+// read a 16-byte pack a thread, rounded on the way into shared memory (transposed, as bytes), written 8 bytes
+// a thread (32 rows of one column are 32 bytes of q). For R % 32 == 0 and C a whole number of tiles.
+constexpr int kTRows = 32;
+static_assert(kThreads == kTRows * 8, "a thread per 16-byte pack of the tile");
+template <typename T, DType F>
+__global__ void quantize_t_packed_kernel(uint8_t* q, const T* x, int R, int C, const float* scale) {
+    constexpr int N = Pack<T>::N, kCols = 8 * N;
+    alignas(8) __shared__ uint8_t tile[kCols][kTRows + 8];  // rows of 40 bytes keep 8-byte alignment
+    const float s = scale[0];
+    const int t = int(threadIdx.x), c0 = int(blockIdx.x) * kCols, r0 = int(blockIdx.y) * kTRows;
+    {
+        const int row = t / 8, col = (t % 8) * N;
+        const Floats<N> f = load_floats<N>(x + size_t(r0 + row) * C + c0 + col);
+#pragma unroll
+        for (int k = 0; k < N; k++) tile[col + k][row] = to_fp8<F>(f.v[k] * s);
+    }
+    __syncthreads();
+    if (t < kCols * 4) {  // 4 threads a column, 8 bytes each
+        const int col = t / 4, part = (t % 4) * 8;
+        *reinterpret_cast<uint2*>(q + size_t(c0 + col) * R + r0 + part) =
+            *reinterpret_cast<const uint2*>(&tile[col][part]);
+    }
+}
+
 // out = fp8 value * 2^-k in T: the rounded operand for a product FP8's kernels cannot take (exact in
 // bf16/f32)
 template <typename T, DType F>
@@ -167,7 +192,11 @@ Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, boo
         using T = decltype(tag);
         dispatch_fp8(fmt, [&](auto f) {
             constexpr DType F = decltype(f)::value;
-            if (transpose) {
+            constexpr int kCols = 8 * Pack<T>::N;
+            if (transpose && R % kTRows == 0 && C % kCols == 0 && aligned16(x.data)) {
+                const dim3 grid(C / kCols, R / kTRows);
+                quantize_t_packed_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
+            } else if (transpose) {
                 const dim3 grid((C + kTile - 1) / kTile, (R + kTile - 1) / kTile);
                 quantize_t_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
             } else {
