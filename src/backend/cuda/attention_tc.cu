@@ -161,6 +161,18 @@ size_t fwd_smem() {
     return (1 + 2 * kFwdStages) * Sizes<D>::tile * sizeof(T);
 }
 
+// Columns d and d + 1 (d even) of a row, those below HS: one 4-byte store when `vec` (HS a multiple of 8 and
+// the rows 16-byte aligned, so both are in and the pair 4-byte aligned), else element by element.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* row, int d, float lo, float hi, int HS, bool vec) {
+    if (vec) {
+        if (d < HS) *reinterpret_cast<uint32_t*>(row + d) = mma::pack2<T>(lo, hi);
+    } else {
+        if (d < HS) row[d] = from_f<T>(lo);
+        if (d + 1 < HS) row[d + 1] = from_f<T>(hi);
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     attn_tc_fwd_kernel(T* out, float* lse, const T* qkv, AttnGeom g, bool vec) {
@@ -218,11 +230,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
         T* dst = out + g.o(b, t[r], h);
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int d = 8 * n + 2 * tq + i;
-                if (d < g.HS) dst[d] = from_f<T>(st.o[n][2 * r + i] * inv);
-            }
+            store_pair(dst, 8 * n + 2 * tq, st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv, g.HS, vec);
     }
 }
 
@@ -258,7 +266,7 @@ struct BwdSmem {
 // A warp's (16, D) fp32 accumulator tiles (rows g and g + 8 of lane (g, q)) to `dst` rows (stride `stride`),
 // rows from `valid` on and columns from HS on left out.
 template <typename T, int D>
-__device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], int valid, int HS) {
+__device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], int valid, int HS, bool vec) {
     const int lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -266,9 +274,7 @@ __device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], i
         T* row = dst + size_t(gq + 8 * r) * stride;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                if (8 * n + 2 * tq + i < HS) row[8 * n + 2 * tq + i] = from_f<T>(acc[n][2 * r + i]);
+            store_pair(row, 8 * n + 2 * tq, acc[n][2 * r], acc[n][2 * r + 1], HS, vec);
     }
 }
 
@@ -375,8 +381,8 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();
     const int valid = min(16, g.T - warp_first);
     if (valid <= 0) return;
-    write_acc<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, valid, g.HS);
-    write_acc<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, valid, g.HS);
+    write_acc<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, valid, g.HS, vec);
+    write_acc<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, valid, g.HS, vec);
 }
 
 // One key tile (keys from k0: K, V in shared memory) of the dQ kernel for a warp's 16 queries (this lane's:
@@ -478,7 +484,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_async_wait<0>();
     const int valid = min(16, g.T - warp_first);
-    if (valid > 0) write_acc<T, D>(dqkv + g.dq(b, warp_first, h), g.dld(), dq, valid, g.HS);
+    if (valid > 0) write_acc<T, D>(dqkv + g.dq(b, warp_first, h), g.dld(), dq, valid, g.HS, vec);
 }
 
 // 16-byte tile loads need every row start of what is loaded (qkv rows of C + 2 KC, dO rows of C, head
@@ -519,7 +525,7 @@ bool attention_tc_fits(const Ctx& c, const AttnGeom& g) {
 }
 
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g) {
-    const bool vec = rows_aligned(g, qkv.data);
+    const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, out.data);
     dispatch_16bit(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
@@ -558,7 +564,7 @@ void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv
 
 void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                       const float* Drow, const AttnGeom& g) {
-    const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, dout.data);  // dqkv is written by element
+    const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, dout.data) && rows_aligned(g, dqkv.data);
     dispatch_16bit(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
