@@ -491,6 +491,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention(s, 2, 33, 1, 80));
         t.push_back(attention(s, 1, 130, 2, 64));     // tensor cores: three tiles of 64, the last one partial
         t.push_back(attention(s, 2, 40, 2, 20));      // rows not whole 16-byte packs: element loads
+        t.push_back(attention(s, 1, 40, 2, 25));      // an odd head size: the last column pair half outside
         t.push_back(attention_gqa(2, 70, 4, 2, 16));  // key/value heads shared by two query heads
         t.push_back(attention_gqa(1, 130, 4, 1, 64));  // one key/value head for four: tensor-core tiles
         t.push_back(attention_gqa(2, 40, 6, 2, 20));   // groups of three, rows not whole 16-byte packs
