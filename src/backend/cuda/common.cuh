@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops.h"
 #include "core/tensor.h"
 
 namespace anvil::cuda {
@@ -133,10 +134,12 @@ __device__ __forceinline__ void block_row(const T* x, int n, F&& f) {
 // bias's): term(r, c, Len<L>{}, q) writes row r's Q x L terms for columns c..c+L-1 into float q[Q][L].
 constexpr int kColLanes = 8;  // row lanes a block
 
-// Chunks for N rows: at least 64 rows each, at most 256. It depends on the shape alone, so every card adds in
-// the same order.
-inline int col_chunks(int N) {
-    return N / 64 < 1 ? 1 : N / 64 > 256 ? 256 : N / 64;
+// Chunks for N rows: at least 64 rows each, at most 256, and halved until their partial sums (`cols` floats a
+// chunk: Q x C) fit `bytes` of scratch. It depends on the shape alone, so every card adds in the same order.
+inline int col_chunks(int N, size_t cols, size_t bytes) {
+    int k = N / 64 < 1 ? 1 : N / 64 > 256 ? 256 : N / 64;
+    while (k > 1 && size_t(k) * cols * sizeof(float) > bytes) k /= 2;
+    return k;
 }
 
 template <int Q, int L, typename Term>
@@ -190,11 +193,13 @@ __global__ void col_finish_kernel(ColOut<T, Q> out, const float* partial, int C,
     }
 }
 
-// The two stages on `partial` (col_chunks(N) * Q * C floats); `packed`: the rows the term reads are whole
-// 16-byte packs from 16-byte aligned bases.
+// The two stages on the workspace's first chunks * Q * C floats (chunks = col_chunks(N, Q * C, workspace));
+// `packed`: the rows the term reads are whole 16-byte packs from 16-byte aligned bases.
 template <typename T, int Q, typename Term>
-void col_sums(cudaStream_t stream, float* partial, ColOut<T, Q> out, int N, int C, bool packed, Term term) {
-    const int chunks = col_chunks(N);
+void col_sums(const Ctx& c, ColOut<T, Q> out, int N, int C, bool packed, Term term) {
+    const int chunks = col_chunks(N, size_t(Q) * C, c.workspace_bytes);
+    auto* partial = static_cast<float*>(c.scratch(0, size_t(chunks) * Q * C * sizeof(float)));
+    const cudaStream_t stream = c.stream;
     if (packed) {
         constexpr int L = Pack<T>::N;
         col_partial_kernel<Q, L, Term>

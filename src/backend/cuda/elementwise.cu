@@ -247,10 +247,9 @@ void colsum_accumulate(const Ctx& c, Tensor out, Tensor in) {
     const int C = int(out.numel());
     const int R = int(in.numel() / C);
     ANVIL_CHECK(int64_t(R) * C == in.numel(), "column sum: {} into {} columns", in.shape.str(), C);
-    auto* partial = static_cast<float*>(c.scratch(0, size_t(col_chunks(R)) * C * sizeof(float)));
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        col_sums<T, 1>(c.stream, partial, {{out.ptr<T>()}}, R, C, C % Pack<T>::N == 0 && aligned16(in.data),
+        col_sums<T, 1>(c, {{out.ptr<T>()}}, R, C, C % Pack<T>::N == 0 && aligned16(in.data),
                        RowsTerm<T>{in.ptr<T>(), C});
     });
 }

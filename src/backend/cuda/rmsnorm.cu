@@ -98,9 +98,7 @@ void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Te
             din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), rstd.ptr<float>(), N, C);
         CUDA_LAUNCH_CHECK();
         if (dw.empty()) return;  // a frozen gain
-        auto* partial = static_cast<float*>(c.scratch(0, size_t(col_chunks(N)) * C * sizeof(float)));
-        col_sums<T, 1>(c.stream, partial, {{dw.ptr<T>()}}, N, C,
-                       C % Pack<T>::N == 0 && aligned16(dout.data, in.data),
+        col_sums<T, 1>(c, {{dw.ptr<T>()}}, N, C, C % Pack<T>::N == 0 && aligned16(dout.data, in.data),
                        RmsParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), rstd.ptr<float>(), C});
     });
 }
