@@ -26,43 +26,35 @@ struct GroupDrop {
     __device__ float keep(int r, int k) const { return m.factor(m.head_seed(h0 + r / Tn), b, r % Tn, k, Tn); }
 };
 
-// Four consecutive elements of T: P's unit where S's is a float4 (rows of a multiple of 4 keys).
-template <typename T>
-struct alignas(4 * sizeof(T)) Quad {
-    T v[4];
-};
-__device__ __forceinline__ void load4(const float* p, float (&e)[4]) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
-}
-
 // The softmax of one row without dropout, T a multiple of 4: a lane takes 4 consecutive keys a round (the
 // scores in 16-byte loads, the probabilities in 8- or 16-byte stores).
 template <typename T>
 __device__ void causal_softmax_row4(T* p, const float* s, int t, int Tn, int lane) {
-    float m = -INFINITY, l = 0.0f, e[4];
+    float m = -INFINITY, l = 0.0f;
     for (int k0 = lane * 4; k0 <= t; k0 += 128) {
-        load4(s + k0, e);
-        float pm = e[0];  // key k0 <= t is always in
+        const Floats<4> e = load_floats<4>(s + k0);
+        float pm = e.v[0];  // key k0 <= t is always in
 #pragma unroll
         for (int i = 1; i < 4; i++)
-            if (k0 + i <= t) pm = fmaxf(pm, e[i]);
+            if (k0 + i <= t) pm = fmaxf(pm, e.v[i]);
         const float m_new = fmaxf(m, pm);
         l *= __expf(m - m_new);
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            if (k0 + i <= t) l += __expf(e[i] - m_new);
+            if (k0 + i <= t) l += __expf(e.v[i] - m_new);
         m = m_new;
     }
     const float M = warp_max(m);
     l = warp_sum(m == -INFINITY ? 0.0f : l * __expf(m - M));
     const float inv = 1.0f / l;
     for (int k0 = lane * 4; k0 < Tn; k0 += 128) {
-        Quad<T> q;
-        if (k0 <= t) load4(s + k0, e);
+        Floats<4> q = {};  // zeros above the diagonal
+        if (k0 <= t) {
+            const Floats<4> e = load_floats<4>(s + k0);
 #pragma unroll
-        for (int i = 0; i < 4; i++) q.v[i] = from_f<T>(k0 + i <= t ? __expf(e[i] - M) * inv : 0.0f);
-        *reinterpret_cast<Quad<T>*>(p + k0) = q;
+            for (int i = 0; i < 4; i++) q.v[i] = k0 + i <= t ? __expf(e.v[i] - M) * inv : 0.0f;
+        }
+        store_floats<4>(p + k0, q);
     }
 }
 
@@ -129,22 +121,20 @@ __global__ void causal_softmax_bwd_kernel(T* P, float* dP, int rows, int Tn, flo
     float* dp = dP + size_t(r) * Tn;
     float d = 0.0f;
     if (!dr.m.on() && Tn % 4 == 0) {  // 4 consecutive keys a lane, as causal_softmax_row4
-        float g[4];
         for (int k0 = lane * 4; k0 <= t; k0 += 128) {
-            const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + k0);
-            load4(dp + k0, g);
+            const Floats<4> q = load_floats<4>(p + k0), g = load_floats<4>(dp + k0);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                if (k0 + i <= t) d += to_f(q.v[i]) * g[i];
+                if (k0 + i <= t) d += q.v[i] * g.v[i];
         }
         d = warp_sum(d);
         for (int k0 = lane * 4; k0 <= t; k0 += 128) {
-            Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + k0);
-            load4(dp + k0, g);
+            Floats<4> q = load_floats<4>(p + k0);
+            const Floats<4> g = load_floats<4>(dp + k0);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                if (k0 + i <= t) q.v[i] = from_f<T>(to_f(q.v[i]) * (g[i] - d) * scale);
-            *reinterpret_cast<Quad<T>*>(p + k0) = q;
+                if (k0 + i <= t) q.v[i] = q.v[i] * (g.v[i] - d) * scale;
+            store_floats<4>(p + k0, q);  // keys past t: their P (0) rounds back to itself
         }
         return;
     }

@@ -47,9 +47,16 @@ __device__ __forceinline__ void store16(T* p, const Pack<T>& x) {
     *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
+// L consecutive elements of T moved as one access (L * sizeof(T) a power of two up to 16 bytes, the address a
+// multiple of it): a 16-byte pack is Vec<T, Pack<T>::N>.
+template <typename T, int L>
+struct alignas(L * sizeof(T)) Vec {
+    T v[L];
+};
+
 // L consecutive elements as floats, the unit the row helpers below hand out: a whole 16-byte pack (one
-// vector access) or a single element (a row that is not whole packs). L is a compile-time constant so the
-// values stay in registers.
+// vector access), a single element (a row that is not whole packs), or any Vec in between. L is a
+// compile-time constant so the values stay in registers.
 template <int L>
 struct Floats {
     float v[L];
@@ -59,34 +66,31 @@ using Len = std::integral_constant<int, L>;
 
 template <int L, typename T>
 __device__ __forceinline__ Floats<L> load_floats(const T* p) {
+    const Vec<T, L> q = *reinterpret_cast<const Vec<T, L>*>(p);
     Floats<L> f;
-    if constexpr (L == Pack<T>::N) {
-        const Pack<T> q = load16(p);
 #pragma unroll
-        for (int k = 0; k < L; k++) f.v[k] = to_f(q.v[k]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < L; k++) f.v[k] = to_f(p[k]);
-    }
+    for (int k = 0; k < L; k++) f.v[k] = to_f(q.v[k]);
     return f;
 }
 template <int L, typename T>
 __device__ __forceinline__ void store_floats(T* p, const Floats<L>& f) {
-    if constexpr (L == Pack<T>::N) {
-        Pack<T> q;
+    Vec<T, L> q;
 #pragma unroll
-        for (int k = 0; k < L; k++) q.v[k] = from_f<T>(f.v[k]);
-        store16(p, q);
-    } else {
-#pragma unroll
-        for (int k = 0; k < L; k++) p[k] = from_f<T>(f.v[k]);
-    }
+    for (int k = 0; k < L; k++) q.v[k] = from_f<T>(f.v[k]);
+    *reinterpret_cast<Vec<T, L>*>(p) = q;
 }
 
 // Whether every pointer is 16-byte aligned: where a packed path may run.
 template <typename... P>
 __host__ __device__ inline bool aligned16(const P*... p) {
     return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// Whether rows of C elements of T from these bases are whole 16-byte packs, every one aligned: where
+// col_sums may read a row 16 bytes at a time.
+template <typename T, typename... P>
+__host__ __device__ inline bool whole_packs(int C, const P*... p) {
+    return C % Pack<T>::N == 0 && aligned16(p...);
 }
 
 // Applies f(i, Len<L>{}) to the L elements from i, over n elements grid-strided: 16-byte packs when `packed`
@@ -120,7 +124,7 @@ __device__ __forceinline__ void block_row(const T* x, int n, F&& f) {
     constexpr int V = Pack<T>::N;
     const int tid = int(threadIdx.x), nt = int(blockDim.x);
     int j0 = 0;
-    if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    if (aligned16(x)) {
         for (int j = tid * V; j + V <= n; j += nt * V) f(j, Len<V>{});
         j0 = n / V * V;
     }

@@ -249,8 +249,7 @@ void colsum_accumulate(const Ctx& c, Tensor out, Tensor in) {
     ANVIL_CHECK(int64_t(R) * C == in.numel(), "column sum: {} into {} columns", in.shape.str(), C);
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        col_sums<T, 1>(c, {{out.ptr<T>()}}, R, C, C % Pack<T>::N == 0 && aligned16(in.data),
-                       RowsTerm<T>{in.ptr<T>(), C});
+        col_sums<T, 1>(c, {{out.ptr<T>()}}, R, C, whole_packs<T>(C, in.data), RowsTerm<T>{in.ptr<T>(), C});
     });
 }
 

@@ -59,23 +59,6 @@ __global__ void scale_kernel(float* scale, const float* partial, int parts) {
     }
 }
 
-// L fp8 bytes to p (L-byte aligned): one 4- or 8-byte store for a whole pack.
-template <int L>
-__device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&b)[L]) {
-    if constexpr (L == 4 || L == 8) {
-        uint32_t w[L / 4] = {};
-#pragma unroll
-        for (int k = 0; k < L; k++) w[k / 4] |= uint32_t(b[k]) << (8 * (k % 4));
-        if constexpr (L == 8)
-            *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
-        else
-            *reinterpret_cast<uint32_t*>(p) = w[0];
-    } else {
-#pragma unroll
-        for (int k = 0; k < L; k++) p[k] = b[k];
-    }
-}
-
 // q = fp8(x * 2^k), same layout: 16-byte packs in, 4 or 8 bytes out
 template <typename T, DType F>
 __global__ void quantize_kernel(uint8_t* q, const T* x, size_t n, const float* scale, bool packed) {
@@ -83,10 +66,10 @@ __global__ void quantize_kernel(uint8_t* q, const T* x, size_t n, const float* s
     for_each_pack<T>(n, packed, [&](size_t i, auto len) {
         constexpr int L = decltype(len)::value;
         const Floats<L> f = load_floats<L>(x + i);
-        uint8_t b[L];
+        Vec<uint8_t, L> b;  // a pack's L bytes: one 4- or 8-byte store
 #pragma unroll
-        for (int k = 0; k < L; k++) b[k] = to_fp8<F>(f.v[k] * s);
-        store_bytes<L>(q + i, b);
+        for (int k = 0; k < L; k++) b.v[k] = to_fp8<F>(f.v[k] * s);
+        *reinterpret_cast<Vec<uint8_t, L>*>(q + i) = b;
     });
 }
 

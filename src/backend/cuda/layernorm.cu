@@ -122,8 +122,7 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
             din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N, C);
         CUDA_LAUNCH_CHECK();
         if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
-        col_sums<T, 2>(c, {{dw.ptr<T>(), db.ptr<T>()}}, N, C,
-                       C % Pack<T>::N == 0 && aligned16(dout.data, in.data),
+        col_sums<T, 2>(c, {{dw.ptr<T>(), db.ptr<T>()}}, N, C, whole_packs<T>(C, dout.data, in.data),
                        LnParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), C});
     });
 }

@@ -98,7 +98,7 @@ void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Te
             din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), rstd.ptr<float>(), N, C);
         CUDA_LAUNCH_CHECK();
         if (dw.empty()) return;  // a frozen gain
-        col_sums<T, 1>(c, {{dw.ptr<T>()}}, N, C, C % Pack<T>::N == 0 && aligned16(dout.data, in.data),
+        col_sums<T, 1>(c, {{dw.ptr<T>()}}, N, C, whole_packs<T>(C, dout.data, in.data),
                        RmsParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), rstd.ptr<float>(), C});
     });
 }
