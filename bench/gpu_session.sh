@@ -13,6 +13,9 @@
 #                                     attention kernels at the same sizes), then memcheck on the
 #                                     op tests. A table of every step's outcome comes last; at most 8 files
 #                                     under $OUT.
+#                                     CONTACT_STEPS="gpu_tests bench ..." runs only the steps named, in this
+#                                     order; fp8_diag (cuBLASLt's log of the FP8 products) and fp8 (the fp8
+#                                     bench) run only when named.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -76,23 +79,32 @@ case "$what" in
       echo "== $name (at most ${cap}s): exit $rc after $((SECONDS - s0))s"
       tail -n "+$from" "$log" | tail -n 25
     }
+    # want NAME: the step is in $CONTACT_STEPS (a space-separated list; unset: every step but the opt-in ones)
+    want() { if [ -n "${CONTACT_STEPS:-}" ]; then [[ " $CONTACT_STEPS " == *" $1 "* ]]; else [ "${2:-}" != opt-in ]; fi; }
     # anvil train on the card, the embedded default: fp32, then bf16
     smoke='for p in fp32 bf16; do "$0" train --device cuda --precision $p --steps 60 --log-every 20 \
       --eval-examples 50 --tensorboard off --out "$1/smoke-$p" || exit; done'
-    step smoke 90 bash -c "$smoke" "$root/bin/anvil" "$work"
-    step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
-      --test-timeout 90 --json "$out/gpu_tests.json" --log "$out/gpu_tests.log"
-    step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" \
-      python3 tests/oracle/test_hf_interop.py
-    step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
-      --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 --profile-steps 2 \
-      --attention auto,flash "${@:2}"
-    [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
-      --compute-json "$out/bench/gpu_train_bench.json" --json "$out/bench/step_time_model.json"
-    step op_bench 45 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
-    step torch_attn 40 python3 bench/torch_attention_bench.py
-    step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
-      --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*'
+    want smoke && step smoke 90 bash -c "$smoke" "$root/bin/anvil" "$work"
+    # (the full test log stays on the machine: at most 8 files come back, and its failures are in contact.log)
+    want gpu_tests && step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
+      --test-timeout 90 --json "$out/gpu_tests.json" --log "$work/gpu_tests.log"
+    want hf_interop && step hf_interop 150 env ANVIL_BIN="$root/bin/anvil" \
+      ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
+    # --attention auto (flash on the tensor cores in bf16), then cuBLASLt's path beside it
+    want bench && step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 \
+      --profile-steps 3 --attention auto,gemm "${@:2}"
+    want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
+      --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
+    # opt-in: cuBLASLt's own account of the FP8 products' errors and hints, then fp8 against bf16
+    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_MASK=5 "$root/bin/anvil_gpu_tests" \
+      --gtest_filter='*matmul_fp8_32x32_48*BF16'
+    want fp8 opt-in && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --steps 10 --warmup 3 --out "$out/fp8"
+    want op_bench && step op_bench 60 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
+    want torch_attn && step torch_attn 40 python3 bench/torch_attention_bench.py
+    want memcheck && step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$root/bin/anvil_gpu_tests" --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*'
     rm -rf "$work"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
@@ -112,7 +124,7 @@ case "$what" in
     for tool in memcheck racecheck synccheck initcheck; do
       echo "== compute-sanitizer --tool $tool"
       timeout "${SAN_TIMEOUT:-135}" compute-sanitizer --tool "$tool" --error-exitcode 1 "$root/bin/anvil_gpu_tests" \
-        --gtest_filter='CudaOps*:CudaOptimizer*:CudaBackend*' 2>&1 | tail -n 40
+        --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*' 2>&1 | tail -n 40
       echo "exit status ${PIPESTATUS[0]} (124: stopped at the time limit)"
     done 2>&1 | tee "$out/sanitizers.log"
     ;;

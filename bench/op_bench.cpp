@@ -46,14 +46,21 @@ int main(int argc, char** argv) {
         const std::pair<AttentionImpl, const char*> impls[] = {{AttentionImpl::Gemm, "gemm"},
                                                                {AttentionImpl::Flash, "flash"},
                                                                {AttentionImpl::FlashSimt, "flash-simt"}};
+        int failed = 0;
         for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
             if (dt != DType::F32 && !c.low_precision) continue;
+            // an op that fails is reported on its line, and the others still run (exit status 1 at the end)
             auto report = [&](Backend& b, const std::string& name) {
-                const OpTiming t = time_case(c, b, dt, reps);
-                const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
-                const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
-                                                     : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
-                std::printf("%-52s %10.3f %10s %s\n", name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
+                try {
+                    const OpTiming t = time_case(c, b, dt, reps);
+                    const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
+                    const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
+                                                         : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
+                    std::printf("%-52s %10.3f %10s %s\n", name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
+                } catch (const std::exception& e) {
+                    std::printf("%-52s failed: %s\n", name.c_str(), e.what());
+                    failed++;
+                }
             };
             if (!c.attention || device != "cuda") {
                 report(*be, c.name);
@@ -63,6 +70,10 @@ int main(int argc, char** argv) {
                 auto b = make_backend({Device::CUDA, threads, 0, impl});
                 report(*b, c.name + " " + impl_name);
             }
+        }
+        if (failed > 0) {
+            std::fprintf(stderr, "anvil_op_bench: %d op(s) failed (see their lines)\n", failed);
+            return 1;
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "anvil_op_bench: %s\n", e.what());

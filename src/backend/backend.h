@@ -35,6 +35,7 @@ enum class WLayout : uint8_t { InOut, OutIn };
 
 struct AttnDims {
     int B = 0, T = 0, NH = 0, HS = 0;
+    DType dtype = DType::F32;  // of the activations (q, k, v and the output)
 };
 
 // One parameter tensor's slot for the optimizer. `master` is empty when params are f32 themselves.

@@ -224,7 +224,7 @@ void Attention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
     const int64_t C = dim_;
     const Backend& be = reg_->store->backend();
-    const AttnDims d{plan.max_B(), plan.max_T(), heads_, dim_ / heads_};
+    const AttnDims d{plan.max_B(), plan.max_T(), heads_, dim_ / heads_, a};
     plan.add(qkv_buf_, {3 * C}, a, Keep::Saved, "attn.qkv");
     plan.add(y_buf_, {C}, a, Keep::Saved, "attn.y");  // attention output, before the projection
     if (plan.mode() != ActMode::Decode)
@@ -346,7 +346,7 @@ void RotaryAttention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_, C = q_.in_features();
     const Backend& be = reg_->store->backend();
-    const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_};
+    const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_, a};
     plan.add("rattn.q", {QC}, a, Keep::Scratch);
     plan.add("rattn.k", {KC}, a, Keep::Scratch);
     plan.add("rattn.v", {KC}, a, Keep::Scratch);

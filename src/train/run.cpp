@@ -109,6 +109,8 @@ private:
                                double tok_s, double elapsed) const;
     void log(const nlohmann::json& rec, int done, bool force);
     int finish(int steps_done, bool interrupted);
+    void take_profile();                 // --profile: the table of the steps it covered, kept for the report
+    void print_profile(int steps_done);  // and written out (rank 0)
     void report(nlohmann::json& summary, double tokens_per_s);
     // --sample-every's text at step `done`: --sample-prompt's continuation, else the first held-out
     // instruction or chat example's answer, both ending at the template's stop tokens; else (plain text) from
@@ -139,6 +141,9 @@ private:
     double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
+    int profiled_from_ = 0;      // --profile: the first step the table covers (0-based)
+    std::string profile_table_;  // the table, taken before the final checkpoint's downloads
+    nlohmann::json profile_json_;
     int no_target_steps_ = 0;  // steps whose rows had no loss targets (all masked, or past --seq)
     bool had_loss_ = false;    // a step of this process had targets (last_loss_ is its loss)
     bool early_stopped_ = false;
@@ -147,10 +152,15 @@ private:
 int TrainingLoop::run() {
     for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
     int step = run_.start_step;
+    profiled_from_ = step;
     bool interrupted = false;
     for (; step < o_.steps; step++) {
         one_step(step);
         const int done = step + 1;
+        // --profile: the table leaves out the first step (cuBLASLt's plans, first allocations) when more
+        // follow
+        if (run_.profiler && step == run_.start_step && done < o_.steps)
+            run_.profiler->reset(), profiled_from_ = done;
         if (o_.save_every > 0 && done % o_.save_every == 0 && done < o_.steps)
             save_checkpoint(run_, done, fmt::format("checkpoint-{}", done));
         if (stop_requested()) {
@@ -340,8 +350,37 @@ void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {
     if (tensorboard_) write_scalars(*tensorboard_, rec, done);
 }
 
+void TrainingLoop::take_profile() {
+    if (!run_.profiler) return;
+    profile_table_ = run_.profiler->report();
+    profile_json_ = run_.profiler->report_json();
+}
+
+void TrainingLoop::print_profile(int step) {
+    if (!run_.profiler || comm_.rank() != 0) return;
+    const int steps_run = step - run_.start_step;
+    std::fprintf(stderr, "per-op time over steps %d to %d (synchronised after each op%s):\n%s",
+                 profiled_from_ + 1, step,
+                 profiled_from_ > run_.start_step ? "; the first step, the warm-up, left out" : "",
+                 profile_table_.c_str());
+    nlohmann::json prof = profile_json_;
+    if (W_ > 1 && steps_run > 0) {  // not a backend op: the wait for the collectives after the backward
+        const double ms = comm_time_ * 1e3 / steps_run;
+        std::fprintf(stderr,
+                     "gradient all-reduce over %d ranks: %.2f ms per step not hidden by the backward "
+                     "(%.1f%% of step time)\n",
+                     W_, ms, train_time_ > 0 ? 100.0 * comm_time_ / train_time_ : 0.0);
+        prof.push_back({{"op", "gradient all-reduce wait (not a backend op)"},
+                        {"calls", steps_run},
+                        {"total_ms", comm_time_ * 1e3},
+                        {"ms_per_call", ms}});
+    }
+    write_file_atomic(o_.out + "/profile.json", json_text(prof, 1) + "\n");
+}
+
 int TrainingLoop::finish(int step, bool interrupted) {
     const std::string final_dir = interrupted ? fmt::format("checkpoint-{}", step) : "final";
+    take_profile();  // before the checkpoint's downloads
     save_checkpoint(run_, step, final_dir);
     // Every rank goes through the report (the held-out scores are shared work); rank 0 alone writes files,
     // and the other ranks' output goes nowhere (Comm::quiet_unless_rank0).
@@ -356,24 +395,7 @@ int TrainingLoop::finish(int step, bool interrupted) {
                              : no_target_steps_ > 0 ? std::string("n/a (no step had loss targets)")
                                                     : std::string("n/a");
     bar_.finish(fmt::format("done: {} steps, loss {}, {:.0f} tok/s", step, loss, tokens_per_s));
-    const int steps_run = step - run_.start_step;
-    if (run_.profiler && lead) {
-        std::fprintf(stderr, "per-op time over the run (synchronised after each op):\n%s",
-                     run_.profiler->report().c_str());
-        nlohmann::json prof = run_.profiler->report_json();
-        if (W_ > 1 && steps_run > 0) {  // not a backend op: the wait for the collectives after the backward
-            const double ms = comm_time_ * 1e3 / steps_run;
-            std::fprintf(stderr,
-                         "gradient all-reduce over %d ranks: %.2f ms per step not hidden by the backward "
-                         "(%.1f%% of step time)\n",
-                         W_, ms, train_time_ > 0 ? 100.0 * comm_time_ / train_time_ : 0.0);
-            prof.push_back({{"op", "gradient all-reduce wait (not a backend op)"},
-                            {"calls", steps_run},
-                            {"total_ms", comm_time_ * 1e3},
-                            {"ms_per_call", ms}});
-        }
-        write_file_atomic(o_.out + "/profile.json", json_text(prof, 1) + "\n");
-    }
+    print_profile(step);
     nlohmann::json summary = {{"steps", step},
                               {"train_loss", last_loss_},
                               {"tokens_per_s", tokens_per_s},

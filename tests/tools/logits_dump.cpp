@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
         InferenceOptions io;
         io.model_dir = argv[1];
         if (std::string(argv[2]) != "-") io.adapter = argv[2];
+        io.tokenizer = "byte";  // the ids are given: a checkpoint transformers saved names no tokenizer
         InferenceSetup l = setup_inference(io);
         std::vector<int32_t> ids;
         std::stringstream ss(argv[3]);

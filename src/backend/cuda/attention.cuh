@@ -61,7 +61,7 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
 // attention.cu's. The backward reads Drow, already computed. `attention_tc_fits`: their shared memory for
 // this head size fits the device (every sm_80+ device has the 85 KiB the largest needs; with less, the
 // CUDA-core kernels run).
-bool attention_tc_fits(const Ctx& c, const AttnGeom& g);
+bool attention_tc_fits(const Ctx& c, int HS);
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g);
 void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                       const float* Drow, const AttnGeom& g);

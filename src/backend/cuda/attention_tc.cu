@@ -515,9 +515,9 @@ void dispatch_16bit(DType dt, F&& f) {
 
 }  // namespace
 
-bool attention_tc_fits(const Ctx& c, const AttnGeom& g) {
+bool attention_tc_fits(const Ctx& c, int HS) {
     size_t need = 0;
-    dispatch_head(g.HS, [&](auto dtag) {
+    dispatch_head(HS, [&](auto dtag) {
         constexpr int D = decltype(dtag)::value;
         need = std::max(fwd_smem<bf16_t, D>(), bwd_smem<bf16_t, D, 1>());  // f16 tiles take the same
     });

@@ -10,11 +10,14 @@ namespace anvil::cuda {
 
 namespace {
 
+// The heuristic's best few algorithms, best first: one it offers can still be refused at run time
+// (CUBLAS_STATUS_NOT_SUPPORTED), and then the next is tried; `next` is the first not yet refused.
+constexpr int kAlgos = 4;
 struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    bool ok = false;  // the heuristic found an algorithm
+    cublasLtMatmulAlgo_t algo[kAlgos]{};
+    int found = 0, next = 0;
 };
 
 using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
@@ -62,7 +65,19 @@ uint32_t alignment(const void* p, int64_t stride_elems, int batch, DType t) {
     return uint32_t(a & (~a + 1));
 }
 
-const Plan& plan_for(const Ctx& c, const Gemm& g) {
+// The pointers a call sets on the descriptor (the heuristic sees the first call's: with FP8, whether the
+// scale pointers are set shapes the algorithms it offers).
+void set_pointers(const Plan& p, const Gemm& g) {
+    const std::pair<cublasLtMatmulDescAttributes_t, const void*> ptrs[] = {
+        {CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias},
+        {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux},
+        {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale},
+        {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale}};
+    for (const auto& [attr, ptr] : ptrs)
+        if (ptr) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, attr, &ptr, sizeof ptr));
+}
+
+Plan& plan_for(const Ctx& c, const Gemm& g) {
     const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.a_type),
                    al_b = alignment(g.B, g.stride_b, g.batch, g.b_type),
                    al_d = alignment(g.D, g.stride_d, g.batch, g.d);
@@ -89,7 +104,7 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
         const int8_t on = 1;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
     }
-    // the bias and aux pointers are set on the descriptor per call (lt_gemm), not here
+    set_pointers(p, g);  // and again per call (lt_gemm)
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, atype, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, btype, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dtype, g.m, g.n, g.ldd));
@@ -116,36 +131,31 @@ const Plan& plan_for(const Ctx& c, const Gemm& g) {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d}};
     for (const auto& [attr, value] : aligns)
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kAlgos]{};
     int found = 0;
     const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op, p.a, p.b, p.d, p.d, pref, kAlgos, results, &found);
     (void)cublasLtMatmulPreferenceDestroy(pref);
-    p.ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p.ok) p.algo = result.algo;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        for (int i = 0; i < found; i++)
+            if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algo[p.found++] = results[i].algo;
     return cache.emplace(key, p).first->second;
 }
 
 }  // namespace
 
 bool lt_gemm(const Ctx& c, const Gemm& g) {
-    const Plan& p = plan_for(c, g);
-    if (!p.ok) return false;
-    if (g.bias)
-        CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-    if (g.aux)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
-                                                    sizeof g.aux));
-    if (g.a_scale)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale,
-                                                    sizeof g.a_scale));
-    if (g.b_scale)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale,
-                                                    sizeof g.b_scale));
-    CUBLAS_CHECK(cublasLtMatmul(c.lt, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.D, p.d, g.D, p.d,
-                                &p.algo, c.lt_workspace, c.lt_workspace_bytes, c.stream));
-    return true;
+    Plan& p = plan_for(c, g);
+    set_pointers(p, g);
+    for (; p.next < p.found; p.next++) {
+        const cublasStatus_t s =
+            cublasLtMatmul(c.lt, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.D, p.d, g.D, p.d,
+                           &p.algo[p.next], c.lt_workspace, c.lt_workspace_bytes, c.stream);
+        if (s == CUBLAS_STATUS_SUCCESS) return true;
+        if (s != CUBLAS_STATUS_NOT_SUPPORTED)  // (refused before any launch: the next is tried)
+            ::anvil::check_fail("cublasLtMatmul", __func__, __FILE__, __LINE__, cublas_status_name(s));
+    }
+    return false;
 }
 
 void lt_gemm_or_fail(const Ctx& c, const Gemm& g) {

@@ -116,6 +116,9 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
 // attention.cu: anvil's flash-style kernels (keep only the log-sum-exp); with `tensor_cores`, bf16 and f16
 // run attention_tc.cu's kernels (f32 always the CUDA-core ones)
 size_t attention_flash_saved_bytes(const AttnDims& d);
+// the flash kernels run on the tensor cores for these dims: a 16-bit dtype, a head size up to 128 whose
+// tiles' shared memory fits the device
+bool attention_flash_tc_takes(const Ctx& c, const AttnDims& d);
 size_t attention_flash_scratch_bytes(const AttnDims& d);
 // `s`: the shapes check_attention found (heads, key/value heads, width); `drop`: dropout on the
 // probabilities (dropout_mask.h), the backward given the forward's
