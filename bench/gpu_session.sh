@@ -97,8 +97,8 @@ case "$what" in
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     # opt-in: cuBLASLt's own account of the FP8 products' errors and hints, then fp8 against bf16
-    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_MASK=5 "$root/bin/anvil_gpu_tests" \
-      --gtest_filter='*matmul_fp8_32x32_48*BF16'
+    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_LEVEL=5 "$root/bin/anvil_gpu_tests" \
+      --gtest_filter='CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16'
     want fp8 opt-in && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --steps 10 --warmup 3 --out "$out/fp8"
     want op_bench && step op_bench 60 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2

@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -201,7 +202,11 @@ def main():
 
     devices = doctor.get("gpu", {}).get("devices") or [{}]
     gpu = devices[0]
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # the commit the binary was built from (its version string), not the checkout this script runs in: on the
+    # lent machine that copy's git metadata can lag behind the bundle
+    built = re.search(r"commit ([0-9a-f]+(?:-dirty)?)", doctor.get("anvil", ""))
+    git = built.group(1) if built else subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                      text=True).stdout.strip()
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git,
            "command": " ".join(sys.argv), "device": gpu, "doctor": doctor, "config": vars(a),
            "bench": bench["results"], "torch_bf16_matmul_tflops": torch_matmul,

@@ -17,6 +17,10 @@ namespace anvil::cuda {
 namespace {
 
 constexpr int kParts = 256;  // at most this many blocks in the amax pass (partial maxima)
+// Where 2^-k sits after 2^k (floats): 256 bytes on, as aligned as any pointer cuBLASLt is given. At 4 bytes
+// past a 256-byte boundary, the first H100 run (cuBLASLt 13.1) had every FP8 product refused at run time
+// (CUBLAS_STATUS_NOT_SUPPORTED) while `anvil bench`'s FP8 product, with no scale pointers, ran.
+constexpr int kDequantAt = 64;
 constexpr unsigned kThreads = 256;
 constexpr int kTile = 32;
 
@@ -45,8 +49,8 @@ __global__ void amax_partial_kernel(float* partial, const T* x, size_t n, bool p
     if (threadIdx.x == 0) partial[blockIdx.x] = m;
 }
 
-// scale = {2^k, 2^-k} from the partial maxima (one warp): the factor the quantizing kernels multiply by, and
-// the one cuBLASLt scales the product back with
+// scale[0] = 2^k, scale[kDequantAt] = 2^-k from the partial maxima (one warp): the factor the quantizing
+// kernels multiply by, and the one cuBLASLt scales the product back with
 template <DType F>
 __global__ void scale_kernel(float* scale, const float* partial, int parts) {
     float m = 0.0f;
@@ -55,7 +59,7 @@ __global__ void scale_kernel(float* scale, const float* partial, int parts) {
     if (threadIdx.x == 0) {
         const int k = fp8_scale_exp(m, F);
         scale[0] = ldexpf(1.0f, k);
-        scale[1] = ldexpf(1.0f, -k);
+        scale[kDequantAt] = ldexpf(1.0f, -k);
     }
 }
 
@@ -146,10 +150,10 @@ void dispatch_fp8(DType fmt, F&& f) {
     f(std::integral_constant<DType, DType::F8E5M2>{});
 }
 
-// x's scale for fmt from its amax: {2^k, 2^-k} on the device.
+// x's scale for fmt from its amax: 2^k and, kDequantAt floats on, 2^-k, on the device.
 const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
     float* partial = sc.take<float>(kParts);
-    float* scale = sc.take<float>(2);
+    float* scale = sc.take<float>(kDequantAt + 1);
     const size_t n = size_t(x.numel());
     // at least 16 elements per thread of the amax pass
     const int parts = int(std::min<size_t>(kParts, std::max<size_t>(1, n / (16 * kThreads))));
@@ -192,7 +196,7 @@ Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, boo
             CUDA_LAUNCH_CHECK();
         });
     });
-    return {q, fmt, scale + 1, n};
+    return {q, fmt, scale + kDequantAt, n};
 }
 
 // The same operand's values (fp8 * 2^-k) in dtype t.
@@ -237,7 +241,7 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
 }  // namespace
 
 size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
-    const size_t per_operand = kParts * sizeof(float) + 3 * 256;  // partial maxima, scales, rounding up
+    const size_t per_operand = kParts * sizeof(float) + 4 * 256;  // partial maxima, scales, rounding up
     const size_t elems = 2 * size_t(N) * OC + size_t(N) * C + size_t(C) * OC;  // the backward's operands
     const size_t dequantized = fp8_kernels_take(t, N, C, OC) ? 0 : elems * dtype_size(t) + 4 * 256;
     return 4 * per_operand + elems + 4 * 256 + dequantized;
