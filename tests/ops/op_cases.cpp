@@ -373,9 +373,17 @@ OpCase adamw(const OpSizes& s) {
         a.positive = positive;
         return a;
     };
-    const Arg p1 = arg("p1", {N, C}, Role::InOut), p2 = arg("p2", {C}, Role::InOut);
-    c.args = {p1, p2, in("g1", {N, C}, 8.0f, false), in("g2", {C}, 8.0f, false), state("m1", {N, C}, false),
-              state("m2", {C}, false), state("v1", {N, C}, true), state("v2", {C}, true), f32(out("nsq", {1}, false))};
+    // the second tensor not a whole number of 4-element packs: the kernels' element-by-element tail
+    const Arg p1 = arg("p1", {N, C}, Role::InOut), p2 = arg("p2", {C + 3}, Role::InOut);
+    c.args = {p1,
+              p2,
+              in("g1", {N, C}, 8.0f, false),
+              in("g2", {C + 3}, 8.0f, false),
+              state("m1", {N, C}, false),
+              state("m2", {C + 3}, false),
+              state("v1", {N, C}, true),
+              state("v2", {C + 3}, true),
+              f32(out("nsq", {1}, false))};
     struct Hyper {
         float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.125f, clip = 1.0f;
         int step = 3;
