@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, from the bundle scripts/gpu_bundle.sh made here (carry .gpu-run):
 #   bash bench/gpu_session.sh contact the first call of a session (a session has 15 minutes of device time:
-#                                     one call of up to 10 minutes, so this is the one to make). Within
+#                                     a call of up to 10 minutes, and a second if the first left 5). Within
 #                                     $CONTACT_BUDGET seconds (default 540), most important first, each step
 #                                     capped so the later ones still run: the libraries the binaries find, a
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
-#                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py), the
-#                                     transformers/peft interop test, the GPT-2 124M benchmark (short; anvil
-#                                     with --attention auto, then flash, a few seconds more) and the
-#                                     step-time model from its rate, every op's rate at 124M's sizes
-#                                     (anvil_op_bench: attention in each implementation; PyTorch's fused
-#                                     attention kernels at the same sizes), then memcheck on the
-#                                     op tests. A table of every step's outcome comes last; at most 8 files
-#                                     under $OUT.
+#                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py),
+#                                     GPT-2 124M for 500 steps on real text against PyTorch (loss_match.py,
+#                                     bf16), fp8 against bf16, the GPT-2 124M benchmark (short; anvil with
+#                                     --attention auto, then gemm) and the step-time model from its rate, every
+#                                     op's rate at 124M's sizes (anvil_op_bench: attention in each
+#                                     implementation; PyTorch's fused attention kernels at the same sizes),
+#                                     racecheck, synccheck, initcheck and memcheck on the op tests, and the
+#                                     transformers/peft interop test. A table of every step's outcome comes
+#                                     last; at most 8 files under $OUT (the loss comparison's as one archive).
 #                                     CONTACT_STEPS="gpu_tests bench ..." runs only the steps named, in this
-#                                     order; fp8_diag (cuBLASLt's log of the FP8 products) and fp8 (the fp8
-#                                     bench) run only when named.
+#                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log) runs only when
+#                                     named.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -88,29 +89,42 @@ case "$what" in
     # (the full test log stays on the machine: at most 8 files come back, and its failures are in contact.log)
     want gpu_tests && step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
       --test-timeout 90 --json "$out/gpu_tests.json" --log "$work/gpu_tests.log"
-    want hf_interop && step hf_interop 150 env ANVIL_BIN="$root/bin/anvil" \
-      ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
+    # opt-in: the FP8 tests with cuBLASLt's API log
+    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_LEVEL=5 "$root/bin/anvil_gpu_tests" \
+      --gtest_filter='CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16'
+    # GPT-2 124M on the bundle's real text for 500 steps from one init, anvil bf16 against PyTorch step by step
+    # (bench/loss_match.py; fp8 is the next step's business, so a failing fp8 cannot cost this comparison);
+    # its files come back as one archive
+    data=(); [ -d "$root/corpus" ] && data=(--data "$root/corpus")
+    want train && step train 240 python3 bench/loss_match.py --anvil "$root/bin/anvil" "${data[@]}" \
+      --out "$work/train"
+    [ -d "$work/train" ] && tar -czf "$out/train.tar.gz" -C "$work" train
+    # fp8 against bf16 at GPT-2 124M and 24 layers x 1024
+    want fp8 && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
+      --steps 10 --warmup 3 --out "$work/fp8"
+    [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
     # --attention auto (flash on the tensor cores in bf16), then cuBLASLt's path beside it
     want bench && step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 \
       --profile-steps 3 --attention auto,gemm "${@:2}"
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
-    # opt-in: cuBLASLt's own account of the FP8 products' errors and hints, then fp8 against bf16
-    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_LEVEL=5 "$root/bin/anvil_gpu_tests" \
-      --gtest_filter='CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16'
-    want fp8 opt-in && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" \
-      --gpt2-vocab "$root/gpt2" --steps 10 --warmup 3 --out "$out/fp8"
-    want op_bench && step op_bench 60 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
+    want op_bench && step op_bench 90 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
     want torch_attn && step torch_attn 40 python3 bench/torch_attention_bench.py
-    want memcheck && step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
-      "$root/bin/anvil_gpu_tests" --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*'
-    rm -rf "$work"
+    for tool in racecheck synccheck initcheck memcheck; do
+      want "$tool" && step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$root/bin/anvil_gpu_tests" --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*'
+    done
+    want hf_interop && step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" \
+      ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
+      [ -f "$work/train/summary.txt" ] && cat "$work/train/summary.txt"
+      [ -f "$work/fp8/fp8_summary.txt" ] && cat "$work/fp8/fp8_summary.txt"
       # attention at GPT-2 124M's sizes, anvil's implementations and PyTorch's kernels side by side
       grep -E '^attention B=8 T=1024 ' "$log" | sort -u; } |
       tee -a "$log"
+    rm -rf "$work"
     # the GPU tests' table of what did not pass, last, where the reply shows it
     awk '/^== [0-9]+ tests in/{keep=1; n=0} keep && /^== [a-z]/{keep=0} keep && n++ < 60' "$log"
     ;;
