@@ -13,10 +13,12 @@
 #                                     implementation; PyTorch's fused attention kernels at the same sizes),
 #                                     racecheck, synccheck, initcheck and memcheck on the op tests, and the
 #                                     transformers/peft interop test. A table of every step's outcome comes
-#                                     last; at most 8 files under $OUT (the loss comparison's as one archive).
+#                                     last; at most 8 files under $OUT (the loss comparison's, fp8's and
+#                                     ncu's in extra.tar.gz).
 #                                     CONTACT_STEPS="gpu_tests bench ..." runs only the steps named, in this
-#                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log) runs only when
-#                                     named.
+#                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log) and ncu (Nsight
+#                                     Compute's per-kernel time and DRAM bytes for one 124M step) run only
+#                                     when named.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -98,7 +100,6 @@ case "$what" in
     data=(); [ -d "$root/corpus" ] && data=(--data "$root/corpus")
     want train && step train 240 python3 bench/loss_match.py --anvil "$root/bin/anvil" "${data[@]}" \
       --out "$work/train"
-    [ -d "$work/train" ] && tar -czf "$out/train.tar.gz" -C "$work" train
     # fp8 against bf16 at GPT-2 124M and 24 layers x 1024
     want fp8 && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --steps 10 --warmup 3 --out "$work/fp8"
@@ -117,6 +118,16 @@ case "$what" in
     done
     want hf_interop && step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" \
       ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
+    # opt-in: Nsight Compute's time and DRAM bytes of every kernel of GPT-2 124M's second step (bf16, batch 16),
+    # the per-kernel split --profile's per-op table cannot give
+    want ncu opt-in && step ncu 150 bash -c 'ncu --csv --page raw --log-file "$2/ncu.csv" --metrics \
+      gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 1000 --launch-count 1000 \
+      "$0" train --device cuda --data "$1" --layers 12 --heads 12 --dim 768 --vocab 50304 --seq 1024 --batch 16 \
+      --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-run"' "$root/bin/anvil" \
+      "$root/corpus" "$work"
+    # the loss comparison's files, fp8's runs and the kernel table: one archive (at most 8 files come back)
+    extra=(); for f in train fp8 ncu.csv; do [ -e "$work/$f" ] && extra+=("$f"); done
+    [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
       [ -f "$work/train/summary.txt" ] && cat "$work/train/summary.txt"
