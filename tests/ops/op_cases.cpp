@@ -151,10 +151,11 @@ OpCase swiglu(const OpSizes& s) {
     return c;
 }
 
-OpCase layernorm(const OpSizes& s, int C, bool frozen) {
+OpCase layernorm(const OpSizes& s, int C, bool frozen, int rows = 0) {
     OpCase c;
-    const int N = s.B * s.T;
-    c.name = fmt::format("layernorm C={}{}", C, frozen ? " (frozen gain and bias)" : "");
+    const int N = rows > 0 ? rows : s.B * s.T;
+    c.name = fmt::format("layernorm C={}{}{}", C, rows > 0 ? fmt::format(" N={}", N) : "",
+                         frozen ? " (frozen gain and bias)" : "");
     Arg x = in("x", {N, C}, 2.0f);
     x.offset = 0.5f;  // rows with a nonzero mean
     c.args = {x, in("w", {C}, 1.0f, !frozen), in("b", {C}, 1.0f, !frozen), out("out", {N, C}),
@@ -495,6 +496,10 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         convert(s),
     };
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
+        // CUDA's fused LayerNorm backward (widths of 32 P packs a row, P <= 4), rows over several chunks, the
+        // last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is bf16/f16's P = 3 (GPT-2 124M)
+        t.push_back(layernorm(s, 512, false, 200));
+        t.push_back(layernorm(s, 768, false, 130));
         t.push_back(attention(s, 1, 70, 2, 16));
         t.push_back(attention(s, 2, 33, 1, 80));
         t.push_back(attention(s, 1, 130, 2, 64));     // tensor cores: three tiles of 64, the last one partial

@@ -11,8 +11,8 @@ constexpr float kLnEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 
 template <typename T>
-__global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b, int N,
-                                     int C) {
+__global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
+                                     int N, int C) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T* x = in + size_t(row) * C;
@@ -47,17 +47,14 @@ __global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* 
     }
 }
 
-// din += (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd, one warp per row
-template <typename T>
-__global__ void layernorm_bwd_input_kernel(T* din, const T* dout, const T* in, const T* w, const float* mean,
-                                           const float* rstd, int N, int C) {
-    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const T* x = in + size_t(row) * C;
-    const T* d = dout + size_t(row) * C;
-    const float m = mean[row], r = rstd[row];
+// One row of din += (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd by one warp, in two passes over
+// the lane's columns: walk(f) calls f(c, Len<L>{}, slot) for the L columns from c (slot: which of the lane's
+// packs, for the caller's registers); each(slot, k, dout, norm) sees every element of the second pass.
+template <typename T, typename Walk, typename Each>
+__device__ __forceinline__ void ln_bwd_row(T* di, const T* d, const T* x, const T* w, float m, float r, int C,
+                                           Walk walk, Each each) {
     float a = 0.0f, bsum = 0.0f;
-    warp_row<T>(C, lane, [&](int c, auto len) {
+    walk([&](int c, auto len, int) {
         constexpr int L = decltype(len)::value;
         const Floats<L> fx = load_floats<L>(x + c), fd = load_floats<L>(d + c), fw = load_floats<L>(w + c);
 #pragma unroll
@@ -68,8 +65,7 @@ __global__ void layernorm_bwd_input_kernel(T* din, const T* dout, const T* in, c
         }
     });
     const float dnorm_mean = warp_sum(a) / float(C), dnorm_norm_mean = warp_sum(bsum) / float(C);
-    T* di = din + size_t(row) * C;
-    warp_row<T>(C, lane, [&](int c, auto len) {
+    walk([&](int c, auto len, int slot) {
         constexpr int L = decltype(len)::value;
         const Floats<L> fx = load_floats<L>(x + c), fd = load_floats<L>(d + c), fw = load_floats<L>(w + c);
         Floats<L> g = load_floats<L>(di + c);
@@ -77,9 +73,76 @@ __global__ void layernorm_bwd_input_kernel(T* din, const T* dout, const T* in, c
         for (int k = 0; k < L; k++) {
             const float norm = (fx.v[k] - m) * r;
             g.v[k] += (fd.v[k] * fw.v[k] - dnorm_mean - norm * dnorm_norm_mean) * r;
+            each(slot, k, fd.v[k], norm);
         }
         store_floats<L>(di + c, g);
     });
+}
+
+// The input gradient alone, one warp per row (any width; the parameter gradients by col_sums after it)
+template <typename T>
+__global__ void layernorm_bwd_input_kernel(T* din, const T* dout, const T* in, const T* w, const float* mean,
+                                           const float* rstd, int N, int C) {
+    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const size_t o = size_t(row) * C;
+    ln_bwd_row(
+        din + o, dout + o, in + o, w, mean[row], rstd[row], C,
+        [&](auto f) { warp_row<T>(C, lane, [&](int c, auto len) { f(c, len, 0); }); },
+        [](int, int, float, float) {});
+}
+
+// The input gradient and the parameter gradients' column sums in one pass over the rows, for widths of whole
+// 16-byte packs, P of them a lane (C = 32 P Pack<T>::N: GPT-2 124M's 768 in bf16 is P = 3). Block b takes
+// chunk b of the rows (col_chunks: the same chunking as col_sums), warp w its rows w, w + 8, ...; each lane
+// keeps its columns' dw and db terms in registers across its rows, the block adds its warps in order
+// through shared memory and writes the chunk's partial sums for col_finish_kernel: dout and x are read once
+// (the second pass over a row from L1), where the unfused path reads them again for the column sums.
+template <typename T, int P>
+__global__ void __launch_bounds__(256)
+    layernorm_bwd_fused_kernel(T* din, float* partial, const T* dout, const T* in, const T* w,
+                               const float* mean, const float* rstd, int N, int chunks) {
+    constexpr int V = Pack<T>::N, C = 32 * V * P;
+    __shared__ float red[2][C];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int per = (N + chunks - 1) / chunks, r0 = blockIdx.x * per, r1 = min(N, r0 + per);
+    float gw[P][V] = {}, gb[P][V] = {};
+    for (int row = r0 + warp; row < r1; row += kRowsPerBlock) {
+        const size_t o = size_t(row) * C;
+        ln_bwd_row(
+            din + o, dout + o, in + o, w, mean[row], rstd[row], C,
+            [&](auto f) {
+#pragma unroll
+                for (int p = 0; p < P; p++) f((p * 32 + lane) * V, Len<V>{}, p);
+            },
+            [&](int p, int k, float d, float norm) {
+                gw[p][k] += d * norm;
+                gb[p][k] += d;
+            });
+    }
+    for (int wi = 0; wi < kRowsPerBlock; wi++) {  // the warps in order
+        if (warp == wi)
+#pragma unroll
+            for (int p = 0; p < P; p++)
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    const int c = (p * 32 + lane) * V + k;
+                    red[0][c] = (wi == 0 ? 0.0f : red[0][c]) + gw[p][k];
+                    red[1][c] = (wi == 0 ? 0.0f : red[1][c]) + gb[p][k];
+                }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        partial[(size_t(blockIdx.x) * 2 + 0) * C + c] = red[0][c];
+        partial[(size_t(blockIdx.x) * 2 + 1) * C + c] = red[1][c];
+    }
+}
+
+// Packs a lane for the fused backward, or 0 where it does not apply (a width that is not 32 P packs, P <= 4).
+template <typename T>
+int fused_packs(int C) {
+    constexpr int lane_cols = 32 * Pack<T>::N;
+    return C % lane_cols == 0 && C / lane_cols >= 1 && C / lane_cols <= 4 ? C / lane_cols : 0;
 }
 
 // The parameter gradients' column terms: dout * norm for the gain, dout for the bias.
@@ -113,13 +176,36 @@ void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in
     });
 }
 
-void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,
-                   Tensor rstd) {
+void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                   Tensor mean, Tensor rstd) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        layernorm_bwd_input_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-            din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N, C);
+        const int P = fused_packs<T>(C);
+        if ((!dw.empty() || !db.empty()) && P > 0 && aligned16(din.data, dout.data, in.data, w.data)) {
+            const int chunks = col_chunks(N, size_t(2) * C, c.workspace_bytes);
+            auto* partial = static_cast<float*>(c.scratch(0, size_t(chunks) * 2 * C * sizeof(float)));
+            auto launch_fused = [&](auto packs) {
+                layernorm_bwd_fused_kernel<T, decltype(packs)::value>
+                    <<<chunks, 32 * kRowsPerBlock, 0, c.stream>>>(din.ptr<T>(), partial, dout.ptr<T>(),
+                                                                  in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
+                                                                  rstd.ptr<float>(), N, chunks);
+            };
+            if (P == 1) launch_fused(std::integral_constant<int, 1>{});
+            if (P == 2) launch_fused(std::integral_constant<int, 2>{});
+            if (P == 3) launch_fused(std::integral_constant<int, 3>{});
+            if (P == 4) launch_fused(std::integral_constant<int, 4>{});
+            CUDA_LAUNCH_CHECK();
+            col_finish_kernel<T, 2><<<(C + 255) / 256, 256, 0, c.stream>>>(
+                ColOut<T, 2>{{dw.empty() ? nullptr : dw.ptr<T>(), db.empty() ? nullptr : db.ptr<T>()}},
+                partial, C, chunks);
+            CUDA_LAUNCH_CHECK();
+            return;
+        }
+        layernorm_bwd_input_kernel<T>
+            <<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
+                din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N,
+                C);
         CUDA_LAUNCH_CHECK();
         if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
         col_sums<T, 2>(c, {{dw.ptr<T>(), db.ptr<T>()}}, N, C, whole_packs<T>(C, dout.data, in.data),
