@@ -7,8 +7,8 @@
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py),
 #                                     GPT-2 124M for 500 steps on real text against PyTorch (loss_match.py,
-#                                     bf16), fp8 against bf16, the GPT-2 124M benchmark (short; anvil with
-#                                     --attention auto, then gemm) and the step-time model from its rate, every
+#                                     bf16), fp8 against bf16, the GPT-2 124M benchmark (64 x 1024 x 8 a step;
+#                                     anvil with --attention auto, then gemm) and the step-time model, every
 #                                     op's rate at 124M's sizes (anvil_op_bench: attention in each
 #                                     implementation; PyTorch's fused attention kernels at the same sizes),
 #                                     racecheck, synccheck, initcheck and memcheck on the op tests, and the
@@ -104,10 +104,11 @@ case "$what" in
     want fp8 && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --steps 10 --warmup 3 --out "$work/fp8"
     [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
-    # --attention auto (flash on the tensor cores in bf16), then cuBLASLt's path beside it
+    # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
+    # trains 124M); --attention auto (flash on the tensor cores in bf16), then cuBLASLt's path beside it
     want bench && step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
-      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --steps 10 --warmup 3 \
-      --profile-steps 3 --attention auto,gemm "${@:2}"
+      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \
+      --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --attention auto,gemm "${@:2}"
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     want op_bench && step op_bench 90 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2

@@ -41,6 +41,9 @@ def parse():
     p.add_argument("--anvil", default="build/anvil")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches a step, for anvil and the reference (the shared baseline has no accumulation: "
+                        "it runs the same micro-batch with an optimizer step each)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dim", type=int, default=768)
@@ -134,13 +137,13 @@ def main():
     bench = json.load(open(os.path.join(work, "bench.json")))
     bf16_rate, copy_bw = result(bench, "matmul_bf16"), result(bench, "copy_d2d")
 
-    B, T = a.batch, a.seq
+    B, T, A = a.batch, a.seq, a.grad_accum
     total_steps = a.warmup + a.steps
     data = os.path.join(work, "data")
-    make_data(a, data, B * T * (total_steps + 1) + 1)
+    make_data(a, data, B * T * A * (total_steps + 1) + 1)
     common = [a.anvil, "train", "--data", data, "--device", a.device, "--precision", a.precision,
               "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab),
-              "--seq", str(T), "--batch", str(B), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
+              "--seq", str(T), "--batch", str(B), "--grad-accum", str(A), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
               "--grad-clip", "1.0", "--shuffle", "off", "--log-every", "1", "--eval-every", "0",
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute != "off":
@@ -156,7 +159,7 @@ def main():
             json.load(open(os.path.join(run_dir, "summary.json")))
 
     rows, step_ms, summary = timed(["--attention", impls[0]], "anvil_run")
-    anvil_tps = B * T / (step_ms / 1e3)
+    anvil_tps = B * T * A / (step_ms / 1e3)
     n_params = summary["params"]
     flops_per_token = 6 * n_params + 6 * a.layers * a.dim * T  # as llm.c and the shared baseline count
     anvil = {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
@@ -173,7 +176,7 @@ def main():
                             "peak_mem_gib": anvil["peak_mem_gib"]}}
     for impl in impls[1:]:
         _, ms, summ = timed(["--attention", impl], "anvil_" + impl)
-        attention[impl] = {"tokens_per_s": round(B * T / (ms / 1e3)), "step_ms_median": round(ms, 2),
+        attention[impl] = {"tokens_per_s": round(B * T * A / (ms / 1e3)), "step_ms_median": round(ms, 2),
                            "peak_mem_gib": summ.get("peak_mem_mb", 0) / 1024}
     anvil["attention"] = attention
 
@@ -188,7 +191,8 @@ def main():
         # the card's bf16 rate through PyTorch's cuBLAS, to hold anvil bench's figure against
         torch_matmul = json.loads(sh([a.python, "-c", TORCH_MATMUL], log).strip().splitlines()[-1])["tflops"]
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
-                  os.path.join(data, "train_000000.bin"), "--batch", str(B), "--seq", str(T), "--layers",
+                  os.path.join(data, "train_000000.bin"), "--batch", str(B), "--grad-accum", str(A), "--seq", str(T),
+                  "--layers",
                   str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
                   str(a.steps), "--warmup", str(a.warmup)], log)
         contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
@@ -217,7 +221,9 @@ def main():
         json.dump(res, f, indent=2)
 
     lines = [f"device: {gpu.get('name', '?')}, driver CUDA {gpu.get('driver_cuda', '?')}, commit {git[:10]}",
-             f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}, {a.precision}, "
+             f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}"
+             + (f" x {A} accumulated ({B * T * A} tokens a step; the shared baseline: {B} x {T} a step)"
+                if A > 1 else "") + f", {a.precision}, "
              f"median of {a.steps} steps after {a.warmup}",
              f"card: bf16 matmul {bf16_rate:.0f} TFLOP/s (anvil bench)"
              + (f", {torch_matmul:.0f} through PyTorch's cuBLAS ({100 * bf16_rate / torch_matmul:.0f}%)"
