@@ -232,9 +232,11 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
     if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS, g.bias = bias.data;
     if (lt_gemm(c, g)) return;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT, g.bias = nullptr;
-    ANVIL_CHECK(lt_gemm(c, g), "cuBLASLt has no {} algorithm for a {}x{}x{} product on this GPU{}",
-                fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
-                fp8 ? ": --precision fp8 needs FP8 tensor cores (compute capability 8.9+: Ada, Hopper)" : "");
+    // (the device has FP8 tensor cores: check_fp8 said so before any of this ran)
+    ANVIL_CHECK(lt_gemm(c, g),
+                "cuBLASLt (version {}) offered no {} algorithm it would run for a {}x{}x{} product on this GPU{}",
+                cublasLtGetVersion(), fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
+                fp8 ? "; train with --precision bf16, and report `anvil doctor`'s output with this message" : "");
     if (!bias.empty()) bias_add(c, d, bias);
 }
 
