@@ -8,10 +8,10 @@
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py),
 #                                     GPT-2 124M for 500 steps on real text against PyTorch (loss_match.py,
 #                                     bf16), fp8 against bf16, the GPT-2 124M benchmark (64 x 1024 x 8 a step;
-#                                     anvil with --attention auto, then gemm) and the step-time model, every
-#                                     op's rate at 124M's sizes (anvil_op_bench: attention in each
-#                                     implementation; PyTorch's fused attention kernels at the same sizes),
-#                                     racecheck, synccheck, initcheck and memcheck on the op tests, and the
+#                                     anvil with --attention auto, then gemm) and the step-time model,
+#                                     racecheck, synccheck, initcheck and memcheck on the op tests, every op's
+#                                     rate at 124M's sizes (anvil_op_bench: attention in each implementation;
+#                                     PyTorch's fused attention kernels at the same sizes), and the
 #                                     transformers/peft interop test. A table of every step's outcome comes
 #                                     last; at most 8 files under $OUT (the loss comparison's, fp8's and
 #                                     ncu's in extra.tar.gz).
@@ -111,12 +111,13 @@ case "$what" in
       --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --attention auto,gemm "${@:2}"
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
-    want op_bench && step op_bench 90 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
-    want torch_attn && step torch_attn 40 python3 bench/torch_attention_bench.py
+    # compute-sanitizer on the op tests (memcheck took 9 s of its minute on the H100), then the op rates
     for tool in racecheck synccheck initcheck memcheck; do
       want "$tool" && step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 1 \
         "$root/bin/anvil_gpu_tests" --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*'
     done
+    want op_bench && step op_bench 90 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
+    want torch_attn && step torch_attn 40 python3 bench/torch_attention_bench.py
     want hf_interop && step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" \
       ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
     # opt-in: Nsight Compute's time and DRAM bytes of every kernel of GPT-2 124M's second step (bf16, batch 16),
