@@ -191,10 +191,9 @@ def main():
         # the card's bf16 rate through PyTorch's cuBLAS, to hold anvil bench's figure against
         torch_matmul = json.loads(sh([a.python, "-c", TORCH_MATMUL], log).strip().splitlines()[-1])["tflops"]
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
-                  os.path.join(data, "train_000000.bin"), "--batch", str(B), "--grad-accum", str(A), "--seq", str(T),
-                  "--layers",
-                  str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
-                  str(a.steps), "--warmup", str(a.warmup)], log)
+                  os.path.join(data, "train_000000.bin"), "--batch", str(B), "--grad-accum", str(A), "--seq",
+                  str(T), "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab",
+                  str(a.vocab), "--steps", str(a.steps), "--warmup", str(a.warmup)], log)
         contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
         if os.path.exists(a.shared_bench):
             shared = sh([a.python, a.shared_bench, "--batch", str(B), "--seq", str(T), "--layers", str(a.layers),
@@ -242,6 +241,12 @@ def main():
         lines.append(f"anvil MFU: {100 * anvil['mfu_measured_bf16']:.1f}% of the measured bf16 rate "
                      f"({100 * anvil['mfu_vs_989TF']:.1f}% of 989 TFLOP/s)")
     if profile:
+        products = [r for r in profile if r["op"].startswith("matmul") and r.get("gflops")]
+        if products and bf16_rate:
+            ms = sum(r["total_ms"] for r in products)
+            rate = sum(r["total_ms"] * r["gflops"] for r in products) / ms / 1e3
+            lines += ["", f"matrix products: {100 * sum(r['share'] for r in products):.1f}% of the profiled time at "
+                          f"{rate:.0f} TFLOP/s on average ({100 * rate / bf16_rate:.0f}% of the measured bf16 rate)"]
         lines += ["", f"{'op (profiled, synchronised per op)':40} {'share':>6} {'GB/s':>8} {'of copy':>8} {'TFLOP/s':>8}"]
         for r in profile[:25]:
             bw = r.get("gb_per_s")

@@ -26,6 +26,7 @@ public:
     std::string report() const;
     nlohmann::json report_json() const;  // the same rows as objects
     void reset() { stats_.clear(); }
+    void stop() { stopped_ = true; }  // later ops run untimed (the final checkpoint's copies are not a step)
 
     Buffer alloc(size_t bytes) override { return in_.alloc(bytes); }
     Buffer alloc_host(size_t bytes) override { return in_.alloc_host(bytes); }
@@ -206,6 +207,7 @@ private:
     // bytes: the least the op must move, 0 where the op is bound by arithmetic (matrix products, attention)
     template <typename F>
     void timed(const char* name, size_t bytes, F&& f) {
+        if (stopped_) return f();
         in_.synchronize();  // earlier asynchronous work is not this op's
         const auto t0 = std::chrono::steady_clock::now();
         f();
@@ -222,6 +224,7 @@ private:
     };
     Backend& in_;
     std::map<std::string, Stat> stats_;
+    bool stopped_ = false;
 };
 
 }  // namespace anvil

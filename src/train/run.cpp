@@ -109,8 +109,7 @@ private:
                                double tok_s, double elapsed) const;
     void log(const nlohmann::json& rec, int done, bool force);
     int finish(int steps_done, bool interrupted);
-    void take_profile();                 // --profile: the table of the steps it covered, kept for the report
-    void print_profile(int steps_done);  // and written out (rank 0)
+    void print_profile(int steps_done);  // --profile's table and profile.json (rank 0)
     void report(nlohmann::json& summary, double tokens_per_s);
     // --sample-every's text at step `done`: --sample-prompt's continuation, else the first held-out
     // instruction or chat example's answer, both ending at the template's stop tokens; else (plain text) from
@@ -141,9 +140,7 @@ private:
     double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
-    int profiled_from_ = 0;      // --profile: the first step the table covers (0-based)
-    std::string profile_table_;  // the table, taken before the final checkpoint's downloads
-    nlohmann::json profile_json_;
+    int profiled_from_ = 0;    // --profile: the first step the table covers (0-based)
     int no_target_steps_ = 0;  // steps whose rows had no loss targets (all masked, or past --seq)
     bool had_loss_ = false;    // a step of this process had targets (last_loss_ is its loss)
     bool early_stopped_ = false;
@@ -350,20 +347,14 @@ void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {
     if (tensorboard_) write_scalars(*tensorboard_, rec, done);
 }
 
-void TrainingLoop::take_profile() {
-    if (!run_.profiler) return;
-    profile_table_ = run_.profiler->report();
-    profile_json_ = run_.profiler->report_json();
-}
-
 void TrainingLoop::print_profile(int step) {
     if (!run_.profiler || comm_.rank() != 0) return;
     const int steps_run = step - run_.start_step;
     std::fprintf(stderr, "per-op time over steps %d to %d (synchronised after each op%s):\n%s",
                  profiled_from_ + 1, step,
                  profiled_from_ > run_.start_step ? "; the first step, the warm-up, left out" : "",
-                 profile_table_.c_str());
-    nlohmann::json prof = profile_json_;
+                 run_.profiler->report().c_str());
+    nlohmann::json prof = run_.profiler->report_json();
     if (W_ > 1 && steps_run > 0) {  // not a backend op: the wait for the collectives after the backward
         const double ms = comm_time_ * 1e3 / steps_run;
         std::fprintf(stderr,
@@ -380,7 +371,7 @@ void TrainingLoop::print_profile(int step) {
 
 int TrainingLoop::finish(int step, bool interrupted) {
     const std::string final_dir = interrupted ? fmt::format("checkpoint-{}", step) : "final";
-    take_profile();  // before the checkpoint's downloads
+    if (run_.profiler) run_.profiler->stop();  // the checkpoint's downloads are not a step's
     save_checkpoint(run_, step, final_dir);
     // Every rank goes through the report (the held-out scores are shared work); rank 0 alone writes files,
     // and the other ranks' output goes nowhere (Comm::quiet_unless_rank0).

@@ -293,14 +293,21 @@ void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tenso
     });
 }
 
+namespace {
+// the one test of where the tensor-core kernels run: a 16-bit dtype, a head size whose tiles fit the device
+bool tc_takes(const Ctx& c, DType t, int HS) {
+    return t != DType::F32 && HS <= 128 && attention_tc_fits(c, HS);
+}
+}  // namespace
+
 bool attention_flash_tc_takes(const Ctx& c, const AttnDims& d) {
-    return d.dtype != DType::F32 && d.HS <= 128 && attention_tc_fits(c, d.HS);
+    return tc_takes(c, d.dtype, d.HS);
 }
 
 void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor saved, Tensor qkv,
                          bool tensor_cores, const AttnDropout& drop) {
     const Geom g = attn_geom(s, drop);
-    if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g.HS))
+    if (tensor_cores && tc_takes(c, qkv.dtype, g.HS))
         return attention_tc_fwd(c, out, static_cast<float*>(saved.data), qkv, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -319,7 +326,7 @@ void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor s
     auto* Drow = static_cast<float*>(scratch.data);
     const auto* lse = static_cast<const float*>(saved.data);
     attention_rowdot(c, Drow, dout, out, g);
-    if (tensor_cores && qkv.dtype != DType::F32 && attention_tc_fits(c, g.HS))
+    if (tensor_cores && tc_takes(c, qkv.dtype, g.HS))
         return attention_tc_bwd(c, dqkv, dout, qkv, lse, Drow, g);
     dispatch(qkv.dtype, [&](auto tag) {
         using T = decltype(tag);

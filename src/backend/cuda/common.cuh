@@ -197,25 +197,37 @@ __global__ void col_finish_kernel(ColOut<T, Q> out, const float* partial, int C,
     }
 }
 
-// The two stages on the workspace's first chunks * Q * C floats (chunks = col_chunks(N, Q * C, workspace));
-// `packed`: the rows the term reads are whole 16-byte packs from 16-byte aligned bases.
+// Stage one's output for N rows of Q x C column quantities: the chunk count and the workspace's first
+// chunks * Q * C floats, where chunk k's sums of quantity i sit at partial[(k * Q + i) * C + column].
+struct ColPartials {
+    int chunks;
+    float* partial;
+};
+inline ColPartials col_partials(const Ctx& c, int N, int Q, int C) {
+    const int chunks = col_chunks(N, size_t(Q) * C, c.workspace_bytes);
+    return {chunks, static_cast<float*>(c.scratch(0, size_t(chunks) * Q * C * sizeof(float)))};
+}
+// Stage two: out[i][c] += the chunks' sums, in chunk order.
+template <typename T, int Q>
+void col_finish(const Ctx& c, ColOut<T, Q> out, ColPartials p, int C) {
+    col_finish_kernel<T, Q><<<(C + 255) / 256, 256, 0, c.stream>>>(out, p.partial, C, p.chunks);
+    CUDA_LAUNCH_CHECK();
+}
+
+// The two stages; `packed`: the rows the term reads are whole 16-byte packs from 16-byte aligned bases.
 template <typename T, int Q, typename Term>
 void col_sums(const Ctx& c, ColOut<T, Q> out, int N, int C, bool packed, Term term) {
-    const int chunks = col_chunks(N, size_t(Q) * C, c.workspace_bytes);
-    auto* partial = static_cast<float*>(c.scratch(0, size_t(chunks) * Q * C * sizeof(float)));
-    const cudaStream_t stream = c.stream;
+    const ColPartials p = col_partials(c, N, Q, C);
     if (packed) {
         constexpr int L = Pack<T>::N;
-        col_partial_kernel<Q, L, Term>
-            <<<dim3((C + 32 * L - 1) / (32 * L), chunks), dim3(32, kColLanes), 0, stream>>>(partial, N, C,
-                                                                                            chunks, term);
+        col_partial_kernel<Q, L, Term><<<dim3((C + 32 * L - 1) / (32 * L), p.chunks), dim3(32, kColLanes), 0,
+                                         c.stream>>>(p.partial, N, C, p.chunks, term);
     } else {
         col_partial_kernel<Q, 1, Term>
-            <<<dim3((C + 31) / 32, chunks), dim3(32, kColLanes), 0, stream>>>(partial, N, C, chunks, term);
+            <<<dim3((C + 31) / 32, p.chunks), dim3(32, kColLanes), 0, c.stream>>>(p.partial, N, C, p.chunks, term);
     }
     CUDA_LAUNCH_CHECK();
-    col_finish_kernel<T, Q><<<(C + 255) / 256, 256, 0, stream>>>(out, partial, C, chunks);
-    CUDA_LAUNCH_CHECK();
+    col_finish(c, out, p, C);
 }
 
 // cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers, landing by the

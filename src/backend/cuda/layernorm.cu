@@ -181,25 +181,32 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
+        const ColOut<T, 2> params{{dw.ptr<T>(), db.ptr<T>()}};  // null where frozen
         const int P = fused_packs<T>(C);
         if ((!dw.empty() || !db.empty()) && P > 0 && aligned16(din.data, dout.data, in.data, w.data)) {
-            const int chunks = col_chunks(N, size_t(2) * C, c.workspace_bytes);
-            auto* partial = static_cast<float*>(c.scratch(0, size_t(chunks) * 2 * C * sizeof(float)));
+            const ColPartials p = col_partials(c, N, 2, C);
             auto launch_fused = [&](auto packs) {
                 layernorm_bwd_fused_kernel<T, decltype(packs)::value>
-                    <<<chunks, 32 * kRowsPerBlock, 0, c.stream>>>(din.ptr<T>(), partial, dout.ptr<T>(),
-                                                                  in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
-                                                                  rstd.ptr<float>(), N, chunks);
+                    <<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(
+                        din.ptr<T>(), p.partial, dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
+                        rstd.ptr<float>(), N, p.chunks);
             };
-            if (P == 1) launch_fused(std::integral_constant<int, 1>{});
-            if (P == 2) launch_fused(std::integral_constant<int, 2>{});
-            if (P == 3) launch_fused(std::integral_constant<int, 3>{});
-            if (P == 4) launch_fused(std::integral_constant<int, 4>{});
+            switch (P) {
+                case 1:
+                    launch_fused(std::integral_constant<int, 1>{});
+                    break;
+                case 2:
+                    launch_fused(std::integral_constant<int, 2>{});
+                    break;
+                case 3:
+                    launch_fused(std::integral_constant<int, 3>{});
+                    break;
+                default:
+                    launch_fused(std::integral_constant<int, 4>{});
+                    break;
+            }
             CUDA_LAUNCH_CHECK();
-            col_finish_kernel<T, 2><<<(C + 255) / 256, 256, 0, c.stream>>>(
-                ColOut<T, 2>{{dw.empty() ? nullptr : dw.ptr<T>(), db.empty() ? nullptr : db.ptr<T>()}},
-                partial, C, chunks);
-            CUDA_LAUNCH_CHECK();
+            col_finish(c, params, p, C);
             return;
         }
         layernorm_bwd_input_kernel<T>
@@ -208,7 +215,7 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
                 C);
         CUDA_LAUNCH_CHECK();
         if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
-        col_sums<T, 2>(c, {{dw.ptr<T>(), db.ptr<T>()}}, N, C, whole_packs<T>(C, dout.data, in.data),
+        col_sums<T, 2>(c, params, N, C, whole_packs<T>(C, dout.data, in.data),
                        LnParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), C});
     });
 }
