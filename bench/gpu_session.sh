@@ -6,12 +6,14 @@
 #                                     capped so the later ones still run: the libraries the binaries find, a
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py),
-#                                     GPT-2 124M for 500 steps on real text against PyTorch (loss_match.py,
-#                                     bf16), fp8 against bf16, the GPT-2 124M benchmark (64 x 1024 x 8 a step;
-#                                     anvil with --attention auto, then gemm) and the step-time model,
-#                                     racecheck, synccheck, initcheck and memcheck on the op tests, every op's
-#                                     rate at 124M's sizes (anvil_op_bench: attention in each implementation;
-#                                     PyTorch's fused attention kernels at the same sizes), and the
+#                                     attention at 124M's sizes in each of anvil's implementations (the
+#                                     tensor-core forward at 64 and at 128 rows a block) beside PyTorch's
+#                                     fused kernels, the GPT-2 124M benchmark (64 x 1024 x 8 a step; anvil
+#                                     with --attention auto, flash:128, auto+tune, gemm: gpu_train_bench.py
+#                                     --help) and the step-time model, GPT-2
+#                                     124M for 500 steps on real text against PyTorch (loss_match.py, bf16),
+#                                     fp8 against bf16, racecheck, synccheck, initcheck and memcheck on the op
+#                                     tests, every other op's rate at 124M's sizes (anvil_op_bench), and the
 #                                     transformers/peft interop test. A table of every step's outcome comes
 #                                     last; at most 8 files under $OUT (the loss comparison's, fp8's and
 #                                     ncu's in extra.tar.gz).
@@ -94,6 +96,17 @@ case "$what" in
     # opt-in: the FP8 tests with cuBLASLt's API log
     want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_LEVEL=5 "$root/bin/anvil_gpu_tests" \
       --gtest_filter='CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16'
+    # attention at GPT-2 124M's sizes (B = 8): anvil's implementations, then PyTorch's kernels, same columns
+    want attn && step attn 60 bash -c '"$0" --device cuda --dtype bf16 --sizes gpt2 --only "attention B=8" &&
+      python3 bench/torch_attention_bench.py' "$root/bin/anvil_op_bench"
+    # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
+    # trains 124M); --attention auto (flash on the tensor cores in bf16), the same with its forward at 128 rows a
+    # block, the same with cuBLASLt's algorithms timed per shape (ANVIL_GEMM_TUNE), then cuBLASLt's attention
+    want bench && step bench 300 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \
+      --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --attention auto,flash:128,auto+tune,gemm "${@:2}"
+    want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
+      --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     # GPT-2 124M on the bundle's real text for 500 steps from one init, anvil bf16 against PyTorch step by step
     # (bench/loss_match.py; fp8 is the next step's business, so a failing fp8 cannot cost this comparison);
     # its files come back as one archive
@@ -104,20 +117,12 @@ case "$what" in
     want fp8 && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --steps 10 --warmup 3 --out "$work/fp8"
     [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
-    # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
-    # trains 124M); --attention auto (flash on the tensor cores in bf16), then cuBLASLt's path beside it
-    want bench && step bench 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
-      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \
-      --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --attention auto,gemm "${@:2}"
-    want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
-      --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     # compute-sanitizer on the op tests (memcheck took 9 s of its minute on the H100), then the op rates
     for tool in racecheck synccheck initcheck memcheck; do
       want "$tool" && step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 1 \
         "$root/bin/anvil_gpu_tests" --gtest_filter='*CudaOps*:*CudaOptimizer*:CudaBackend*'
     done
     want op_bench && step op_bench 90 "$root/bin/anvil_op_bench" --device cuda --dtype bf16 --sizes gpt2
-    want torch_attn && step torch_attn 40 python3 bench/torch_attention_bench.py
     want hf_interop && step hf_interop 100 env ANVIL_BIN="$root/bin/anvil" \
       ANVIL_LOGITS_DUMP="$root/bin/anvil_logits_dump" python3 tests/oracle/test_hf_interop.py
     # opt-in: Nsight Compute's time and DRAM bytes of every kernel of GPT-2 124M's second step (bf16, batch 16),

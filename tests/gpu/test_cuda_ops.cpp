@@ -5,6 +5,7 @@
 // master weights in low precision and its skipped step, conversions bit for bit, allocation and the memory
 // limit. The seed is printed at the start and ANVIL_TEST_SEED replays it.
 #include <cmath>
+#include <cstdlib>
 
 #include "../ops/op_cases.h"
 #include "gpu_harness.h"
@@ -20,14 +21,20 @@ TEST_P(CudaOps, MatchTheCpu) {
     SCOPED_TRACE(c.name);
     if (dt != DType::F32 && !c.low_precision) GTEST_SKIP() << c.name << " runs in f32 only";
     auto cpu = make_backend({Device::CPU, 0, 0});
-    std::vector<AttentionImpl> impls = {AttentionImpl::Auto};
-    if (c.attention) impls = {AttentionImpl::Gemm, AttentionImpl::Flash, AttentionImpl::FlashSimt};
-    for (AttentionImpl impl : impls) {
-        SCOPED_TRACE(impl == AttentionImpl::Gemm        ? "gemm"
-                     : impl == AttentionImpl::Flash     ? "flash"
-                     : impl == AttentionImpl::FlashSimt ? "flash-simt"
-                                                        : "");
-        auto gpu = make_backend({Device::CUDA, 0, 0, impl});
+    struct Impl {
+        AttentionImpl impl;
+        int fwd_rows;  // BackendOptions::attn_fwd_rows
+        const char* name;
+    };
+    std::vector<Impl> impls = {{AttentionImpl::Auto, 0, ""}};
+    if (c.attention)
+        impls = {{AttentionImpl::Gemm, 0, "gemm"},
+                 {AttentionImpl::Flash, 64, "flash"},
+                 {AttentionImpl::Flash, 128, "flash, 128-row forward"},
+                 {AttentionImpl::FlashSimt, 0, "flash-simt"}};
+    for (const Impl& impl : impls) {
+        SCOPED_TRACE(impl.name);
+        auto gpu = make_backend({Device::CUDA, 0, 0, impl.impl, impl.fwd_rows});
         const std::string err = compare_backends(c, *cpu, *gpu, dt, test_seed() + index);
         EXPECT_TRUE(err.empty()) << err << "seed " << test_seed();
     }
@@ -43,6 +50,76 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaOps,
                              return std::to_string(std::get<0>(p.param)) + "_" + n + "_" +
                                     std::string(dtype_name(std::get<1>(p.param)));
                          });
+
+// The tensor-core forward at 128 query rows a block (two m-tiles a warp) computes every row exactly as at 64:
+// the same products in the same order, so the output and the saved log-sum-exp are the same bits. Partial
+// blocks (T = 130: a second block with 2 live rows, one m-tile wholly past T), dropout, a head size (80) that
+// keeps 64 rows.
+class CudaAttentionRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaAttentionRows, WideForwardRepeatsTheNarrowBitForBit) {
+    const DType dt = GetParam();
+    auto narrow = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash, 64});
+    auto wide = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash, 128});
+    struct Case {
+        int B, T, NH, HS;
+        AttnDropout drop;
+    };
+    const Case cases[] = {{2, 130, 2, 64, {}},
+                          {1, 200, 3, 32, {0.2f, 9, 1}},
+                          {1, 257, 1, 64, {}},
+                          {1, 70, 2, 80, {}},
+                          {2, 40, 2, 20, {}}};
+    std::mt19937_64 gen(test_seed());
+    for (const Case& k : cases) {
+        SCOPED_TRACE(fmt::format("B={} T={} NH={} HS={} dropout={}", k.B, k.T, k.NH, k.HS, k.drop.p));
+        const int C = k.NH * k.HS;
+        const std::vector<float> qkv = randn(gen, size_t(k.B) * k.T * 3 * C);
+        const AttnDims d{k.B, k.T, k.NH, k.HS, dt};
+        std::vector<uint8_t> got[2][2];  // [backend][out, saved]
+        Backend* bes[2] = {narrow.get(), wide.get()};
+        for (int i = 0; i < 2; i++) {
+            Backend& be = *bes[i];
+            DevTensor in = put(be, qkv, {k.B, k.T, 3 * C}, dt);
+            DevTensor out = poisoned(be, {k.B, k.T, C}, dt);
+            DevTensor saved = poisoned(be, {int64_t(be.attention_saved_elems(d))}, DType::F32);
+            be.attention_fwd(out.t, saved.t, in.t, k.NH, k.drop);
+            got[i][0] = bytes(be, out.t);
+            got[i][1] = bytes(be, saved.t);
+        }
+        EXPECT_TRUE(got[0][0] == got[1][0]) << "the outputs differ";
+        EXPECT_TRUE(got[0][1] == got[1][1]) << "the saved log-sum-exps differ";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionRows, ::testing::Values(DType::BF16, DType::F16),
+                         dtype_param_name);
+
+// ANVIL_GEMM_TUNE's timing runs leave every product as it would be without them: a product that overwrites
+// its output runs the chosen algorithm last, one that accumulates (the weight gradients) is timed on a
+// scratch matrix. The products' cases and attention's batched products (gemm). Under cuemu, CUEMU_LT_ALGOS
+// makes its cuBLASLt offer three algorithms to time; on a card, cuBLASLt's own are timed.
+TEST(CudaGemmTune, TunedProductsMatchTheCpu) {
+    ::setenv("CUEMU_LT_ALGOS", "3", 1);
+    auto cpu = make_backend({Device::CPU, 0, 0});
+    BackendOptions o{Device::CUDA, 0, 0, AttentionImpl::Gemm};
+    o.gemm_tune = true;
+    auto gpu = make_backend(o);
+    int checked = 0;
+    const std::vector<OpCase> cases = op_cases();
+    for (size_t i = 0; i < cases.size(); i++) {
+        const OpCase& c = cases[i];
+        if (!c.name.starts_with("matmul") && !c.name.starts_with("attention B=")) continue;
+        for (DType dt : {DType::F32, DType::BF16}) {
+            SCOPED_TRACE(fmt::format("{} {}", c.name, dtype_name(dt)));
+            const std::string err = compare_backends(c, *cpu, *gpu, dt, test_seed() + i);
+            EXPECT_TRUE(err.empty()) << err << "seed " << test_seed();
+            checked++;
+        }
+    }
+    ::unsetenv("CUEMU_LT_ALGOS");
+    EXPECT_GT(checked, 10);
+}
 
 class CudaOptimizer : public ::testing::TestWithParam<DType> {
 protected:

@@ -70,95 +70,140 @@ __device__ __forceinline__ int b_offset(int lane) {
     return (lane % 8 + 8 * (lane / 16)) * ld + 8 * (lane / 8 % 2);
 }
 
-// A warp's 16 rows in the forward: the output accumulators, and lane (g, q)'s rows g and g + 8's running max
-// and (its own columns') sum.
-template <int D>
+// A warp's rows in the forward: MT tiles of 16 (m-tile mt: the block's rows 64 mt + 16 w .. + 15), their
+// output accumulators, and lane (g, q)'s rows g and g + 8's running max (in log2 units: scores times
+// scale * log2(e)) and (its own columns') sum.
+template <int D, int MT>
 struct FwdRows {
-    float o[D / 8][4] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[MT][D / 8][4] = {};
+    float m[MT][2], l[MT][2];
+    __device__ FwdRows() {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    }
 };
 
-// One key tile (keys from k0, K and V in shared memory) for a warp's 16 rows (this lane's: t[0], t[1]):
-// S = Q K^T into 8 accumulator tiles (16 x 8), the online softmax on them in registers (row maxima over the 4
-// lanes of a group by shuffles), then O += P V with P, rounded to T, already in A's layout.
-template <typename T, int D>
-__device__ __forceinline__ void fwd_tile(FwdRows<D>& st, const uint32_t (&qf)[D / 16][4], const T* Ks,
-                                         const T* Vs, int k0, int warp_first, int warp_last,
-                                         const int (&t)[2], const AttnGeom& g, int b, uint64_t hs) {
+// Where a warp's m-tiles sit against the key tiles: first and last row (last: at most T - 1), and lane
+// (g, q)'s two rows t.
+template <int MT>
+struct FwdSpan {
+    int first[MT], last[MT], t[MT][2];
+    // key groups of 16 from k0 (up to 4) with a key at or before m-tile mt's last row; none past T
+    __device__ int groups(int mt, int k0, int T) const {
+        return first[mt] >= T || last[mt] < k0 ? 0 : min(kTileRows / 16, (last[mt] - k0) / 16 + 1);
+    }
+};
+
+// One key tile (keys from k0, K and V in shared memory) for a warp's MT m-tiles: S = Q K^T into 8
+// accumulator tiles (16 x 8) per m-tile, each K fragment read once for all of them; the online softmax on
+// them in registers (row maxima over the 4 lanes of a group by shuffles; exp2 of scores already in log2
+// units); then O += P V with P, rounded to T, already in A's layout, each V fragment read once for all
+// m-tiles. With Drop, what multiplies V is the dropout's (the row sums are the undropped softmax's).
+template <typename T, int D, int MT, bool Drop>
+__device__ __forceinline__ void fwd_tile(FwdRows<D, MT>& st, const uint32_t (&qf)[MT][D / 16][4], const T* Ks,
+                                         const T* Vs, int k0, const FwdSpan<MT>& sp, const AttnGeom& g,
+                                         float scale_log2, int b, uint64_t hs) {
     constexpr int ld = Sizes<D>::ld;
     const int lane = threadIdx.x % 32, tq = lane % 4;
-    const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups of 16 not wholly masked
-    float s[8][4] = {};                                              // S: keys k0 + 8j .. + 7
+    int n16[MT], nmax = 0;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) n16[mt] = sp.groups(mt, k0, g.T), nmax = max(nmax, n16[mt]);
+    float s[MT][8][4] = {};  // S: keys k0 + 8j .. + 7
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) {
-        if (jj >= n16) break;
+        if (jj >= nmax) break;
 #pragma unroll
         for (int k = 0; k < D / 16; k++) {
             uint32_t kf[4];  // B: keys 16jj .. + 7 and + 8 .. + 15, columns 16k .. + 15
             mma::ldsm_x4(kf, Ks + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
-            mma::m16n8k16<T>(s[2 * jj], qf[k], {kf[0], kf[1]});
-            mma::m16n8k16<T>(s[2 * jj + 1], qf[k], {kf[2], kf[3]});
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if (jj >= n16[mt]) continue;
+                mma::m16n8k16<T>(s[mt][2 * jj], qf[mt][k], {kf[0], kf[1]});
+                mma::m16n8k16<T>(s[mt][2 * jj + 1], qf[mt][k], {kf[2], kf[3]});
+            }
         }
     }
-    // scale; on the diagonal, keys past each row (and rows past T) masked
-    const bool diag = k0 + kTileRows - 1 > warp_first;
-    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int mt = 0; mt < MT; mt++) {
+        if (n16[mt] == 0) continue;  // no key of this tile at or before the m-tile's rows (warp-uniform)
+        // to log2 units; on the diagonal, keys past each row (and rows past T) masked
+        const bool diag = k0 + kTileRows - 1 > sp.first[mt];
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int key = k0 + 8 * j + 2 * tq + i % 2, r = i / 2;
-            const bool live = j / 2 < n16 && (!diag || (key <= t[r] && t[r] < g.T));
-            s[j][i] = live ? s[j][i] * g.scale : -INFINITY;
-            mx[r] = fmaxf(mx[r], s[j][i]);
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + 8 * j + 2 * tq + i % 2, r = i / 2;
+                const bool live =
+                    j / 2 < n16[mt] && (!diag || (key <= sp.t[mt][r] && sp.t[mt][r] < g.T));
+                s[mt][j][i] = live ? s[mt][j][i] * scale_log2 : -INFINITY;
+                mx[r] = fmaxf(mx[r], s[mt][j][i]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(st.m[mt][r], mx[r]);
+            corr[r] = m_new == -INFINITY ? 1.0f : mma::exp2_approx(st.m[mt][r] - m_new);  // -inf: past T
+            st.m[mt][r] = m_new;
+            st.l[mt][r] *= corr[r];
         }
-    float corr[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(st.m[r], mx[r]);
-        corr[r] = m_new == -INFINITY ? 1.0f : __expf(st.m[r] - m_new);  // -inf: a row past T
-        st.m[r] = m_new;
-        st.l[r] *= corr[r];
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) st.o[mt][n][i] *= corr[i / 2];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = i / 2;
+                // exp2(-inf) is 0: masked keys, and whole rows past T (their max stays -inf: -inf - -inf is
+                // NaN, hence the test)
+                const float p =
+                    st.m[mt][r] == -INFINITY ? 0.0f : mma::exp2_approx(s[mt][j][i] - st.m[mt][r]);
+                st.l[mt][r] += p;
+                if constexpr (Drop)
+                    s[mt][j][i] = p > 0.0f ? p * g.drop.factor(hs, b, sp.t[mt][r], k0 + 8 * j + 2 * tq + i % 2,
+                                                               g.T)
+                                           : 0.0f;
+                else
+                    s[mt][j][i] = p;
+            }
     }
-#pragma unroll
-    for (int n = 0; n < D / 8; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) st.o[n][i] *= corr[i / 2];
-            // P = exp(S - m): the row sums are the undropped softmax's; what multiplies V, the dropout's
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i / 2;
-            const float p = s[j][i] == -INFINITY ? 0.0f : __expf(s[j][i] - st.m[r]);
-            st.l[r] += p;
-            s[j][i] = p > 0.0f ? p * g.drop.factor(hs, b, t[r], k0 + 8 * j + 2 * tq + i % 2, g.T) : 0.0f;
-        }
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        if (kk >= n16) break;
-        uint32_t pa[4];
-        mma::to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
+        if (kk >= nmax) break;
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) mma::to_a<T>(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
         for (int dn = 0; dn < D / 16; dn++) {
             uint32_t vf[4];  // B: keys 16kk .. + 15, columns 16dn .. + 7 and + 8 .. + 15
             mma::ldsm_x4_trans(vf, Vs + kk * 16 * ld + dn * 16 + a_offset<ld>(lane));
-            mma::m16n8k16<T>(st.o[2 * dn], pa, {vf[0], vf[1]});
-            mma::m16n8k16<T>(st.o[2 * dn + 1], pa, {vf[2], vf[3]});
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if (kk >= n16[mt]) continue;
+                mma::m16n8k16<T>(st.o[mt][2 * dn], pa[mt], {vf[0], vf[1]});
+                mma::m16n8k16<T>(st.o[mt][2 * dn + 1], pa[mt], {vf[2], vf[3]});
+            }
         }
     }
 }
 
-// Forward, FlashAttention-2 style with the fragments in registers (mma.cuh): block (64 queries from row0,
-// head); warp w owns queries row0 + 16w .. + 15, and lane (g, q) of it rows g and g + 8 of those. Shared: the
-// Q tile (64, D + 8), read once into registers, and kFwdStages stages of a K and a V tile: while a tile is
-// used, the next one's copies are in flight (cp.async). Keys past a warp's last row are skipped 16 at a time,
-// and only the diagonal tile is masked; the row sums are added over a group's lanes at the end.
-template <typename T, int D>
+// Forward, FlashAttention-2 style with the fragments in registers (mma.cuh): block (64 MT queries from row0,
+// head); warp w owns MT m-tiles of 16 queries, rows row0 + 64 mt + 16 w .. + 15 (lane (g, q): rows g and
+// g + 8 of each). MT = 2 (128 rows a block, as FlashAttention-2 runs head size 64) reads each K and V
+// fragment from shared memory once for two m-tiles and each key tile from global memory once for 128 rows,
+// at twice the registers; MT = 1 is what the H100 run of 6f80acc measured (Ctx::attn_fwd_rows chooses).
+// Shared: the Q tiles (MT of (64, D + 8)), read once into registers, and kFwdStages stages of a K and a V
+// tile: while a tile is used, the next one's copies are in flight (cp.async). Keys past an m-tile's last
+// row are skipped 16 at a time, and only diagonal tiles are masked; the row sums are added over a group's
+// lanes at the end.
+template <typename T, int D, int MT>
 size_t fwd_smem() {
-    return (1 + 2 * kFwdStages) * Sizes<D>::tile * sizeof(T);
+    return (MT + 2 * kFwdStages) * Sizes<D>::tile * sizeof(T);
 }
 
 // Columns d and d + 1 (d even) of a row, those below HS: one 4-byte store when `vec` (HS a multiple of 8 and
@@ -173,19 +218,25 @@ __device__ __forceinline__ void store_pair(T* row, int d, float lo, float hi, in
     }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
+template <int D, int MT>
+constexpr int fwd_min_blocks() {  // blocks an SM should hold: what bounds the registers a thread may take
+    return MT == 2 ? 2 : D <= 64 ? 3 : 1;
+}
+
+template <typename T, int D, int MT, bool Drop>
+__global__ void __launch_bounds__(kThreads, fwd_min_blocks<D, MT>())
     attn_tc_fwd_kernel(T* out, float* lse, const T* qkv, AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
     constexpr size_t tile = Sizes<D>::tile;
-    T* Qs = reinterpret_cast<T*>(smem);
-    T* KV = Qs + tile;  // stage s: K at KV + 2s tiles, V after it
+    constexpr int kRows = kTileRows * MT;  // a block's queries
+    T* Qs = reinterpret_cast<T*>(smem);    // m-tile mt's rows of every warp: tile mt
+    T* KV = Qs + MT * tile;                // stage s: K at KV + 2s tiles, V after it
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4;
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * kTileRows;  // the longest rows first
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows first
     const size_t qstride = g.ld();
     const T *K0 = qkv + g.k(b, 0, h), *V0 = qkv + g.v(b, 0, h);  // this head's keys and values, row 0
-    const int ntiles = min(g.T - 1, row0 + kTileRows - 1) / kTileRows + 1;  // key tiles up to the diagonal
+    const int ntiles = min(g.T - 1, row0 + kRows - 1) / kTileRows + 1;  // key tiles up to the diagonal
     auto issue = [&](int it) {  // key tile `it` into stage it % kFwdStages
         if (it < ntiles) {
             const int k0 = it * kTileRows, rows = min(kTileRows, g.T - k0);
@@ -195,43 +246,57 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
         }
         cp_async_commit();  // empty past the last tile: the count of groups in flight stays fixed
     };
-    load_tile<T, D>(Qs, qkv + g.q(b, row0, h), qstride, min(kTileRows, g.T - row0), g.HS,
-                    vec);  // tile 0's group
+    for (int mt = 0; mt < MT; mt++) {  // tile 0's group
+        const int r0 = row0 + mt * kTileRows;
+        load_tile<T, D>(Qs + mt * tile, qkv + g.q(b, min(r0, g.T - 1), h), qstride, max(0, min(kTileRows, g.T - r0)),
+                        g.HS, vec);
+    }
     for (int s = 0; s < kFwdStages; s++) issue(s);
     cp_async_wait<kFwdStages - 1>();
-    __syncthreads();         // Q landed
-    uint32_t qf[D / 16][4];  // A: the warp's 16 rows, columns 16k .. 16k + 15
+    __syncthreads();             // Q landed
+    uint32_t qf[MT][D / 16][4];  // A: m-tile mt's 16 rows, columns 16k .. 16k + 15
+    FwdSpan<MT> sp;
 #pragma unroll
-    for (int k = 0; k < D / 16; k++)
-        mma::ldsm_x4(qf[k], Qs + warp * 16 * Sizes<D>::ld + k * 16 + a_offset<Sizes<D>::ld>(lane));
-    const int warp_first = row0 + warp * 16, warp_last = min(g.T - 1, warp_first + 15);
-    const int t[2] = {warp_first + gq, warp_first + gq + 8};
-    const uint64_t hs = g.drop.head_seed(h);
-    FwdRows<D> st;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int k = 0; k < D / 16; k++)
+            mma::ldsm_x4(qf[mt][k],
+                         Qs + mt * tile + warp * 16 * Sizes<D>::ld + k * 16 + a_offset<Sizes<D>::ld>(lane));
+        sp.first[mt] = row0 + mt * kTileRows + warp * 16;
+        sp.last[mt] = min(g.T - 1, sp.first[mt] + 15);
+        sp.t[mt][0] = sp.first[mt] + gq, sp.t[mt][1] = sp.first[mt] + gq + 8;
+    }
+    const uint64_t hs = Drop ? g.drop.head_seed(h) : 0;
+    const float scale_log2 = g.scale * float(M_LOG2E);
+    FwdRows<D, MT> st;
     for (int it = 0; it < ntiles; it++) {
         cp_async_wait<kFwdStages - 1>();
         __syncthreads();  // key tile `it` landed, every thread's copies of it
         const T* Ks = KV + 2 * (it % kFwdStages) * tile;
-        if (warp_last >= it * kTileRows)  // else the warp's rows are past T
-            fwd_tile<T, D>(st, qf, Ks, Ks + tile, it * kTileRows, warp_first, warp_last, t, g, b, hs);
+        fwd_tile<T, D, MT, Drop>(st, qf, Ks, Ks + tile, it * kTileRows, sp, g, scale_log2, b, hs);
         __syncthreads();  // no warp reads that stage any more
         issue(it + kFwdStages);
     }
     cp_async_wait<0>();
-    // normalise; write the rows and their log-sum-exp
+    // normalise; write the rows and their log-sum-exp (natural units: m ln 2 + ln l)
     const int tq = lane % 4;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
-        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
-        if (t[r] >= g.T) continue;
-        if (tq == 0) lse[g.row(b, h, t[r])] = st.m[r] + logf(st.l[r]);
-        const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
-        T* dst = out + g.o(b, t[r], h);
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            store_pair(dst, 8 * n + 2 * tq, st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv, g.HS, vec);
-    }
+        for (int r = 0; r < 2; r++) {
+            float l = st.l[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = sp.t[mt][r];
+            if (row >= g.T) continue;
+            if (tq == 0) lse[g.row(b, h, row)] = st.m[mt][r] * float(M_LN2) + logf(l);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            T* dst = out + g.o(b, row, h);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                store_pair(dst, 8 * n + 2 * tq, st.o[mt][n][2 * r] * inv, st.o[mt][n][2 * r + 1] * inv, g.HS,
+                           vec);
+        }
 }
 
 // The backward kernels' shared memory: two tiles loaded once (K and V; Q and dO), S stages of the two tiles
@@ -253,11 +318,12 @@ struct BwdSmem {
     __device__ T* streamed(int stage, int i) const { return fixed + (2 + 2 * stage + i) * Sizes<D>::tile; }
     __device__ float* lse(int stage) const { return stats + 2 * kTileRows * stage; }
     __device__ float* Drow(int stage) const { return lse(stage) + kTileRows; }
-    // the 64 rows' lse and Drow from row t0 (zero past T), plain stores
+    // the 64 rows' lse (in log2 units: times log2 e, as the scores' exponent takes it) and Drow from row t0
+    // (zero past T), plain stores
     __device__ void load_stats(int stage, const float* lse_g, const float* Drow_g, const AttnGeom& g, int b,
                                int h, int t0) const {
         for (int i = threadIdx.x; i < kTileRows; i += blockDim.x) {
-            lse(stage)[i] = t0 + i < g.T ? lse_g[g.row(b, h, t0 + i)] : 0.0f;
+            lse(stage)[i] = t0 + i < g.T ? lse_g[g.row(b, h, t0 + i)] * float(M_LOG2E) : 0.0f;
             Drow(stage)[i] = t0 + i < g.T ? Drow_g[g.row(b, h, t0 + i)] : 0.0f;
         }
     }
@@ -282,12 +348,12 @@ __device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], i
 // warp's 16 keys (this lane's: key[0], key[1]; K and V as A operands from Ka, Va), 16 queries at a time:
 // S^T = K Q^T and dP^T = V dO^T (16 x 16 each, in registers), P^T = exp(S^T scale - lse),
 // dS^T = P^T (dP^T - Drow) scale, then dV += P^T dO and dK += dS^T Q with P^T and dS^T as A operands straight
-// from the accumulators.
-template <typename T, int D>
+// from the accumulators. P's exponent in log2 units (lse_s is; scale_log2 = scale log2 e).
+template <typename T, int D, bool Drop>
 __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4], const T* Ka,
                                             const T* Va, const T* Qs, const T* dOs, const float* lse_s,
                                             const float* D_s, int q0, int warp_first, const int (&key)[2],
-                                            const AttnGeom& g, int b, uint64_t hs) {
+                                            const AttnGeom& g, float scale_log2, int b, uint64_t hs) {
     constexpr int ld = Sizes<D>::ld;
     const int lane = threadIdx.x % 32, tq = lane % 4;
     // queries before the warp's first key are wholly masked (only on the diagonal tile), those from T on
@@ -314,9 +380,9 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
                 const int qi = 16 * jj + 8 * n + 2 * tq + i % 2, q = q0 + qi, r = i / 2;
                 float p = 0.0f, ds = 0.0f, kp = 1.0f;
                 if (q < g.T && key[r] <= q) {
-                    p = __expf(s[n][i] * g.scale - lse_s[qi]);
-                    kp = g.drop.factor(hs, b, q, key[r], g.T);
-                    ds = p * (dp[n][i] * kp - D_s[qi]) * g.scale;
+                    p = mma::exp2_approx(s[n][i] * scale_log2 - lse_s[qi]);
+                    if constexpr (Drop) kp = g.drop.factor(hs, b, q, key[r], g.T);
+                    ds = p * ((Drop ? dp[n][i] * kp : dp[n][i]) - D_s[qi]) * g.scale;
                 }
                 s[n][i] = p * kp;  // what multiplied dO's row in the forward
                 dp[n][i] = ds;
@@ -339,7 +405,7 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
 
 // dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 (lane (g, q): keys + g and + g +
 // 8) and walks the query tiles from k0 on (bwd_kv_tile), S stages of them in flight. Shared: BwdSmem.
-template <typename T, int D, int S>
+template <typename T, int D, int S, bool Drop>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                           AttnGeom g, bool vec) {
@@ -367,14 +433,16 @@ __global__ void __launch_bounds__(kThreads)
     const int warp_first = k0 + warp * 16, key[2] = {warp_first + gq, warp_first + gq + 8};
     const T* Ka = sm.fixed_tile(0) + warp * 16 * ld + a_offset<ld>(lane);  // A: the warp's keys
     const T* Va = sm.fixed_tile(1) + warp * 16 * ld + a_offset<ld>(lane);
-    const uint64_t hs = g.drop.head_seed(h);
+    const uint64_t hs = Drop ? g.drop.head_seed(h) : 0;
+    const float scale_log2 = g.scale * float(M_LOG2E);
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int it = 0; it < ntiles; it++) {
         cp_async_wait<S - 1>();
         __syncthreads();       // query tile `it` landed (and K, V with the first)
         if (warp_first < g.T)  // else the warp's keys are past T
-            bwd_kv_tile<T, D>(dk, dv, Ka, Va, sm.streamed(it % S, 0), sm.streamed(it % S, 1), sm.lse(it % S),
-                              sm.Drow(it % S), k0 + it * kTileRows, warp_first, key, g, b, hs);
+            bwd_kv_tile<T, D, Drop>(dk, dv, Ka, Va, sm.streamed(it % S, 0), sm.streamed(it % S, 1),
+                                    sm.lse(it % S), sm.Drow(it % S), k0 + it * kTileRows, warp_first, key, g,
+                                    scale_log2, b, hs);
         __syncthreads();  // no warp reads that stage any more
         issue(it + S);
     }
@@ -387,12 +455,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // One key tile (keys from k0: K, V in shared memory) of the dQ kernel for a warp's 16 queries (this lane's:
 // t[0], t[1], with their lse and Drow; Q and dO as A operands in registers), 16 keys at a time: S = Q K^T,
-// dP = dO V^T, dS = P (dP - Drow) scale, dQ += dS K.
-template <typename T, int D>
+// dP = dO V^T, dS = P (dP - Drow) scale, dQ += dS K. P's exponent in log2 units, as bwd_kv_tile's.
+template <typename T, int D, bool Drop>
 __device__ __forceinline__ void bwd_q_tile(float (&dq)[D / 8][4], const uint32_t (&qa)[D / 16][4],
                                            const uint32_t (&oa)[D / 16][4], const T* Ks, const T* Vs, int k0,
                                            int warp_last, const int (&t)[2], const float (&lse_r)[2],
-                                           const float (&D_r)[2], const AttnGeom& g, int b, uint64_t hs) {
+                                           const float (&D_r)[2], const AttnGeom& g, float scale_log2, int b,
+                                           uint64_t hs) {
     constexpr int ld = Sizes<D>::ld;
     const int lane = threadIdx.x % 32, tq = lane % 4;
     const int n16 = min(kTileRows / 16, (warp_last - k0) / 16 + 1);  // key groups not wholly masked
@@ -415,8 +484,9 @@ __device__ __forceinline__ void bwd_q_tile(float (&dq)[D / 8][4], const uint32_t
                 const int key = k0 + 16 * jj + 8 * n + 2 * tq + i % 2, r = i / 2;
                 float ds = 0.0f;
                 if (t[r] < g.T && key <= t[r]) {
-                    const float p = __expf(s[n][i] * g.scale - lse_r[r]);
-                    ds = p * (dp[n][i] * g.drop.factor(hs, b, t[r], key, g.T) - D_r[r]) * g.scale;
+                    const float p = mma::exp2_approx(s[n][i] * scale_log2 - lse_r[r]);
+                    const float dpk = Drop ? dp[n][i] * g.drop.factor(hs, b, t[r], key, g.T) : dp[n][i];
+                    ds = p * (dpk - D_r[r]) * g.scale;
                 }
                 dp[n][i] = ds;
             }
@@ -434,7 +504,7 @@ __device__ __forceinline__ void bwd_q_tile(float (&dq)[D / 8][4], const uint32_t
 
 // dQ: block (64 queries from q0, head); warp w owns queries q0 + 16w .. + 15 (their Q and dO fragments in
 // registers) and walks the key tiles up to its diagonal (bwd_q_tile), S stages of them in flight.
-template <typename T, int D, int S>
+template <typename T, int D, int S, bool Drop>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                          AttnGeom g, bool vec) {
@@ -471,14 +541,15 @@ __global__ void __launch_bounds__(kThreads)
     const int t[2] = {warp_first + gq, warp_first + gq + 8};
     const float lse_r[2] = {sm.lse(0)[warp * 16 + gq], sm.lse(0)[warp * 16 + gq + 8]};
     const float D_r[2] = {sm.Drow(0)[warp * 16 + gq], sm.Drow(0)[warp * 16 + gq + 8]};
-    const uint64_t hs = g.drop.head_seed(h);
+    const uint64_t hs = Drop ? g.drop.head_seed(h) : 0;
+    const float scale_log2 = g.scale * float(M_LOG2E);
     float dq[D / 8][4] = {};
     for (int it = 0; it < ntiles; it++) {
         cp_async_wait<S - 1>();
         __syncthreads();                  // key tile `it` landed
         if (warp_last >= it * kTileRows)  // else the warp's rows are past T
-            bwd_q_tile<T, D>(dq, qa, oa, sm.streamed(it % S, 0), sm.streamed(it % S, 1), it * kTileRows,
-                             warp_last, t, lse_r, D_r, g, b, hs);
+            bwd_q_tile<T, D, Drop>(dq, qa, oa, sm.streamed(it % S, 0), sm.streamed(it % S, 1), it * kTileRows,
+                                   warp_last, t, lse_r, D_r, g, scale_log2, b, hs);
         __syncthreads();  // no warp reads that stage any more
         issue(it + S);
     }
@@ -519,10 +590,24 @@ bool attention_tc_fits(const Ctx& c, int HS) {
     size_t need = 0;
     dispatch_head(HS, [&](auto dtag) {
         constexpr int D = decltype(dtag)::value;
-        need = std::max(fwd_smem<bf16_t, D>(), bwd_smem<bf16_t, D, 1>());  // f16 tiles take the same
+        need = std::max(fwd_smem<bf16_t, D, 1>(), bwd_smem<bf16_t, D, 1>());  // f16 tiles take the same
     });
     return need <= c.smem_optin;
 }
+
+namespace {
+
+template <typename T, int D, int MT, bool Drop>
+void launch_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g, bool vec) {
+    const size_t smem = fwd_smem<T, D, MT>();
+    static const bool allowed = allow_smem(attn_tc_fwd_kernel<T, D, MT, Drop>, smem);
+    (void)allowed;
+    const dim3 grid((g.T + kTileRows * MT - 1) / (kTileRows * MT), g.B * g.NH);
+    attn_tc_fwd_kernel<T, D, MT, Drop><<<grid, kThreads, smem, c.stream>>>(out.ptr<T>(), lse, qkv.ptr<T>(), g, vec);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
 
 void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, const AttnGeom& g) {
     const bool vec = rows_aligned(g, qkv.data) && rows_aligned(g, out.data);
@@ -530,34 +615,44 @@ void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, c
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            const size_t smem = fwd_smem<T, D>();
-            static const bool allowed = allow_smem(attn_tc_fwd_kernel<T, D>, smem);
-            (void)allowed;
-            const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
-            attn_tc_fwd_kernel<T, D>
-                <<<grid, kThreads, smem, c.stream>>>(out.ptr<T>(), lse, qkv.ptr<T>(), g, vec);
-            CUDA_LAUNCH_CHECK();
+            // 128 rows a block only where its registers fit (head sizes up to 64) and Ctx asks for it
+            const bool wide = D <= 64 && c.attn_fwd_rows == 128 && fwd_smem<T, D, 2>() <= c.smem_optin;
+            if (g.drop.on())
+                wide ? launch_fwd<T, D, D <= 64 ? 2 : 1, true>(c, out, lse, qkv, g, vec)
+                     : launch_fwd<T, D, 1, true>(c, out, lse, qkv, g, vec);
+            else
+                wide ? launch_fwd<T, D, D <= 64 ? 2 : 1, false>(c, out, lse, qkv, g, vec)
+                     : launch_fwd<T, D, 1, false>(c, out, lse, qkv, g, vec);
         });
     });
 }
 
 namespace {
 
-// The two backward kernels with S stages of streamed tiles in flight.
-template <typename T, int D, int S>
+// The two backward kernels with S stages of streamed tiles in flight, with dropout or without.
+template <typename T, int D, int S, bool Drop>
 void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                 const float* Drow, const AttnGeom& g, bool vec) {
     const size_t smem = bwd_smem<T, D, S>();
     const dim3 grid((g.T + kTileRows - 1) / kTileRows, g.B * g.NH);
-    static const bool allowed =
-        allow_smem(attn_tc_bwd_kv_kernel<T, D, S>, smem) && allow_smem(attn_tc_bwd_q_kernel<T, D, S>, smem);
+    static const bool allowed = allow_smem(attn_tc_bwd_kv_kernel<T, D, S, Drop>, smem) &&
+                                allow_smem(attn_tc_bwd_q_kernel<T, D, S, Drop>, smem);
     (void)allowed;
-    attn_tc_bwd_kv_kernel<T, D, S>
+    attn_tc_bwd_kv_kernel<T, D, S, Drop>
         <<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
     CUDA_LAUNCH_CHECK();
-    attn_tc_bwd_q_kernel<T, D, S>
+    attn_tc_bwd_q_kernel<T, D, S, Drop>
         <<<grid, kThreads, smem, c.stream>>>(dqkv.ptr<T>(), qkv.ptr<T>(), dout.ptr<T>(), lse, Drow, g, vec);
     CUDA_LAUNCH_CHECK();
+}
+
+template <typename T, int D, int S>
+void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
+                const float* Drow, const AttnGeom& g, bool vec) {
+    if (g.drop.on())
+        launch_bwd<T, D, S, true>(c, dqkv, dout, qkv, lse, Drow, g, vec);
+    else
+        launch_bwd<T, D, S, false>(c, dqkv, dout, qkv, lse, Drow, g, vec);
 }
 
 }  // namespace

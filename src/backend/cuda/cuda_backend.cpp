@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/op_checks.h"
@@ -21,7 +23,8 @@ int cuda_device_count() {
     return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention) {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
+    const int device = opts.device_id;
     const int n = cuda_device_count();
     ANVIL_CHECK(n > 0,
                 "--device cuda: no usable CUDA device (run anvil doctor to see why), or use --device cpu");
@@ -29,7 +32,21 @@ std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention) 
                 "CUDA device {} does not exist ({} visible): a job's rank uses the GPU of its local rank, so "
                 "launch at most {} ranks per machine",
                 device, n, n);
-    return std::make_unique<CudaBackend>(device, attention);
+    // the tuning choices the environment may make (the benchmarks compare them without a flag of their own)
+    BackendOptions o = opts;
+    if (const char* v = std::getenv("ANVIL_ATTN_FWD_ROWS"); o.attn_fwd_rows == 0 && v && *v) {
+        ANVIL_CHECK(
+            std::string(v) == "64" || std::string(v) == "128",
+            "ANVIL_ATTN_FWD_ROWS={}: the tensor-core attention forward takes 64 or 128 query rows a block",
+            v);
+        o.attn_fwd_rows = std::atoi(v);
+    }
+    if (const char* v = std::getenv("ANVIL_GEMM_TUNE"); v && *v) {
+        ANVIL_CHECK(std::string(v) == "0" || std::string(v) == "1", "ANVIL_GEMM_TUNE={}: use 1 (tune) or 0",
+                    v);
+        o.gemm_tune = o.gemm_tune || std::string(v) == "1";
+    }
+    return std::make_unique<CudaBackend>(o);
 }
 
 namespace cuda {
@@ -70,13 +87,18 @@ const char* cublas_status_name(cublasStatus_t s) {
 
 }  // namespace cuda
 
-CudaBackend::CudaBackend(int device, AttentionImpl attention) : device_(device), attention_(attention) {
+CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), attention_(opts.attention) {
+    const int device = device_, attn_fwd_rows = opts.attn_fwd_rows;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     ctx_.sm_count = prop_.multiProcessorCount;
     ctx_.smem_optin = prop_.sharedMemPerBlockOptin;
+    ANVIL_CHECK(attn_fwd_rows == 0 || attn_fwd_rows == 64 || attn_fwd_rows == 128,
+                "attention forward rows {}: use 64 or 128", attn_fwd_rows);
+    if (attn_fwd_rows != 0) ctx_.attn_fwd_rows = attn_fwd_rows;
+    ctx_.gemm_tune = opts.gemm_tune;
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);
     ctx_.workspace = static_cast<char*>(workspace_.data());

@@ -12,11 +12,12 @@
 namespace anvil {
 
 int cuda_device_count();  // 0 when no device is visible or the driver is missing
-std::unique_ptr<Backend> make_cuda_backend(int device, AttentionImpl attention);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(int device, AttentionImpl attention);
+    // opts.device_id, .attention, .attn_fwd_rows (0: Ctx's default) and .gemm_tune
+    explicit CudaBackend(const BackendOptions& opts);
     ~CudaBackend() override;
     Device device() const override { return Device::CUDA; }
     std::string describe() const override;

@@ -124,6 +124,13 @@ __global__ void dequantize_kernel(T* out, const uint8_t* q, size_t n, const floa
     if (i < n) out[i] = from_f<T>(from_fp8<F>(q[i]) * *dequant);
 }
 
+// alpha_beta[0] = a_scale b_scale (what the product's scale pointers would multiply it by), alpha_beta[64] =
+// beta: the device floats of cuBLASLt's POINTER_MODE_DEVICE, each on its own 256-byte boundary.
+__global__ void alpha_beta_kernel(float* alpha_beta, const float* a_scale, const float* b_scale, float beta) {
+    alpha_beta[0] = *a_scale * *b_scale;
+    alpha_beta[64] = beta;
+}
+
 // Sub-buffers of one call's scratch, 256-aligned.
 struct Carve {
     char* p;
@@ -229,15 +236,33 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
     g.D = d.data, g.ldd = m, g.d = d.dtype;
     g.beta = beta;
     g.fast_accum = fp8 && fast_accum;
-    if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS, g.bias = bias.data;
-    if (lt_gemm(c, g)) return;
-    g.epi = CUBLASLT_EPILOGUE_DEFAULT, g.bias = nullptr;
+    // the product with the bias as its epilogue, else plain with the bias as a kernel after it
+    const auto attempt = [&](Gemm h) {
+        if (!bias.empty()) h.epi = CUBLASLT_EPILOGUE_BIAS, h.bias = bias.data;
+        if (lt_gemm(c, h)) return true;
+        h.epi = CUBLASLT_EPILOGUE_DEFAULT, h.bias = nullptr;
+        if (!lt_gemm(c, h)) return false;
+        if (!bias.empty()) bias_add(c, d, bias);
+        return true;
+    };
+    if (attempt(g)) return;
+    if (fp8) {
+        // cuBLASLt refused the scale pointers (as 13.1 did on the first H100 run, which ran FP8 products
+        // without them): their product as alpha instead, a device float beside beta
+        float* ab = sc.take<float>(65);
+        alpha_beta_kernel<<<1, 1, 0, c.stream>>>(ab, a.dequant, b.dequant, beta);
+        CUDA_LAUNCH_CHECK();
+        Gemm h = g;
+        h.a_scale = h.b_scale = nullptr;
+        h.alpha_dev = ab, h.beta_dev = ab + 64;
+        if (attempt(h)) return;
+    }
     // (the device has FP8 tensor cores: check_fp8 said so before any of this ran)
-    ANVIL_CHECK(lt_gemm(c, g),
-                "cuBLASLt (version {}) offered no {} algorithm it would run for a {}x{}x{} product on this GPU{}",
-                cublasLtGetVersion(), fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
-                fp8 ? "; train with --precision bf16, and report `anvil doctor`'s output with this message" : "");
-    if (!bias.empty()) bias_add(c, d, bias);
+    ::anvil::fail("cuBLASLt (version {}) offered no {} algorithm it would run for a {}x{}x{} product on this GPU{}",
+                  cublasLtGetVersion(), fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
+                  fp8 ? " (with scale pointers, nor with the scales as a device alpha); train with --precision "
+                        "bf16, and report `anvil doctor`'s output with this message"
+                      : "");
 }
 
 }  // namespace
@@ -246,7 +271,8 @@ size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
     const size_t per_operand = kParts * sizeof(float) + 4 * 256;  // partial maxima, scales, rounding up
     const size_t elems = 2 * size_t(N) * OC + size_t(N) * C + size_t(C) * OC;  // the backward's operands
     const size_t dequantized = fp8_kernels_take(t, N, C, OC) ? 0 : elems * dtype_size(t) + 4 * 256;
-    return 4 * per_operand + elems + 4 * 256 + dequantized;
+    // + a product's alpha and beta where cuBLASLt refuses the scale pointers (2 x 256 bytes)
+    return 4 * per_operand + elems + 4 * 256 + dequantized + 2 * 256;
 }
 
 // out (N,OC) = fp8(in) (N,C) @ fp8(W) + bias [-> gelu]. Column-major: out^T (OC x N) = W'^T . in^T with W'

@@ -1,8 +1,13 @@
 // The cuBLASLt product and its plan cache (see lt_gemm.h).
 #include "backend/cuda/lt_gemm.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -11,17 +16,19 @@ namespace anvil::cuda {
 namespace {
 
 // The heuristic's best few algorithms, best first: one it offers can still be refused at run time
-// (CUBLAS_STATUS_NOT_SUPPORTED), and then the next is tried; `next` is the first not yet refused.
-constexpr int kAlgos = 4;
+// (CUBLAS_STATUS_NOT_SUPPORTED), and then the next is tried; `next` is the first not yet refused. With
+// Ctx::gemm_tune, the heuristic's best kTuneAlgos are timed on the plan's first call and put fastest first.
+constexpr int kAlgos = 4, kTuneAlgos = 8;
 struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo[kAlgos]{};
+    cublasLtMatmulAlgo_t algo[kTuneAlgos]{};
     int found = 0, next = 0;
+    bool tuned = false;
 };
 
-using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, bool, int, int, int64_t,
-                           int64_t, int64_t, uint32_t, bool>;
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, bool, int, int,
+                           int64_t, int64_t, int64_t, uint32_t, bool, bool>;
 
 }  // namespace
 
@@ -81,10 +88,27 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
     const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.a_type),
                    al_b = alignment(g.B, g.stride_b, g.batch, g.b_type),
                    al_d = alignment(g.D, g.stride_d, g.batch, g.d);
-    const PlanKey key{g.ta,        g.tb,       g.m,        g.n,        g.k,
-                      g.lda,       g.ldb,      g.ldd,      int(g.a_type), int(g.b_type),
-                      int(g.d),    int(g.epi), g.beta != 0.0f, g.ld_aux, g.batch,
-                      g.stride_a,  g.stride_b, g.stride_d, al_a | al_b << 9 | al_d << 18, g.fast_accum};
+    const PlanKey key{g.ta,
+                      g.tb,
+                      g.m,
+                      g.n,
+                      g.k,
+                      g.lda,
+                      g.ldb,
+                      g.ldd,
+                      int(g.a_type),
+                      int(g.b_type),
+                      int(g.d),
+                      int(g.epi),
+                      g.beta != 0.0f,
+                      g.ld_aux,
+                      g.batch,
+                      g.stride_a,
+                      g.stride_b,
+                      g.stride_d,
+                      al_a | al_b << 9 | al_d << 18,
+                      g.fast_accum,
+                      g.alpha_dev != nullptr};
     auto& cache = c.lt_plans->map;
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -99,6 +123,11 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
         const int64_t ld = g.ld_aux;
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    if (g.alpha_dev) {
+        const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
     }
     if (g.fast_accum) {
         const int8_t on = 1;
@@ -131,10 +160,10 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d}};
     for (const auto& [attr, value] : aligns)
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
-    cublasLtMatmulHeuristicResult_t results[kAlgos]{};
+    cublasLtMatmulHeuristicResult_t results[kTuneAlgos]{};
     int found = 0;
-    const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op, p.a, p.b, p.d, p.d, pref, kAlgos, results, &found);
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        c.lt, p.op, p.a, p.b, p.d, p.d, pref, c.gemm_tune ? kTuneAlgos : kAlgos, results, &found);
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (s == CUBLAS_STATUS_SUCCESS)
         for (int i = 0; i < found; i++)
@@ -142,15 +171,71 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
     return cache.emplace(key, p).first->second;
 }
 
+cublasStatus_t run(const Ctx& c, const Plan& p, const Gemm& g, int i, void* D) {
+    const float* alpha = g.alpha_dev ? g.alpha_dev : &g.alpha;
+    const float* beta = g.alpha_dev ? g.beta_dev : &g.beta;
+    return cublasLtMatmul(c.lt, p.op, alpha, g.A, p.a, g.B, p.b, beta, D, p.d, D, p.d, &p.algo[i],
+                          c.lt_workspace, c.lt_workspace_bytes, c.stream);
+}
+
+// Ctx::gemm_tune: each of the plan's algorithms run once, then timed over kReps runs (CUDA events on the
+// stream), into D itself when the product overwrites it (beta 0: the chosen one runs after and writes the
+// result) or else into a scratch matrix of D's size, so an accumulated D is untouched. Refused ones are
+// dropped; the fastest goes first. Printed: the shape, the fastest and the heuristic's first choice.
+void tune(const Ctx& c, Plan& p, const Gemm& g) {
+    constexpr int kReps = 3;
+    p.tuned = true;
+    if (p.found < 2) return;
+    void* D = g.D;
+    void* scratch = nullptr;
+    if (g.beta != 0.0f) {
+        const size_t bytes = (size_t(g.ldd) * g.n + size_t(g.batch - 1) * g.stride_d) * dtype_size(g.d);
+        if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return;  // no room to time it: the heuristic's order stands
+        }
+        CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, c.stream));
+        D = scratch;
+    }
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<std::pair<float, int>> ms;  // (time, algorithm)
+    for (int i = 0; i < p.found; i++) {
+        if (run(c, p, g, i, D) != CUBLAS_STATUS_SUCCESS) continue;
+        CUDA_CHECK(cudaEventRecord(start, c.stream));
+        for (int r = 0; r < kReps; r++) CUBLAS_CHECK(run(c, p, g, i, D));
+        CUDA_CHECK(cudaEventRecord(stop, c.stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms.emplace_back(t / kReps, i);
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    if (ms.empty()) return;  // every one refused: lt_gemm's loop says so
+    const float first = ms.front().second == 0 ? ms.front().first : -1.0f;
+    std::stable_sort(ms.begin(), ms.end());
+    cublasLtMatmulAlgo_t order[kTuneAlgos];
+    for (size_t i = 0; i < ms.size(); i++) order[i] = p.algo[ms[i].second];
+    std::copy(order, order + ms.size(), p.algo);
+    p.found = int(ms.size()), p.next = 0;
+    fmt::print(
+        stderr,
+        "anvil: gemm tune {}x{}x{} {}{}: {:.4f} ms (algorithm {} of {}), heuristic's first {:.4f} ms\n", g.m,
+        g.n, g.k, dtype_name(g.a_type), g.batch > 1 ? " batched" : "", ms.front().first,
+        ms.front().second + 1, ms.size(), first);
+}
+
 }  // namespace
 
 bool lt_gemm(const Ctx& c, const Gemm& g) {
     Plan& p = plan_for(c, g);
     set_pointers(p, g);
+    if (c.gemm_tune && !p.tuned) tune(c, p, g);
     for (; p.next < p.found; p.next++) {
-        const cublasStatus_t s =
-            cublasLtMatmul(c.lt, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.D, p.d, g.D, p.d,
-                           &p.algo[p.next], c.lt_workspace, c.lt_workspace_bytes, c.stream);
+        const cublasStatus_t s = run(c, p, g, p.next, g.D);
         if (s == CUBLAS_STATUS_SUCCESS) return true;
         if (s != CUBLAS_STATUS_NOT_SUPPORTED)  // (refused before any launch: the next is tried)
             ::anvil::check_fail("cublasLtMatmul", __func__, __FILE__, __LINE__, cublas_status_name(s));

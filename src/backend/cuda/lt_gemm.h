@@ -25,6 +25,10 @@ struct Gemm {
     // the forward's products only, as Transformer Engine and XLA do; the gradients' products keep it off.
     bool fast_accum = false;
     float alpha = 1.0f, beta = 0.0f;
+    // Set: alpha and beta are these device floats instead (cuBLASLt's POINTER_MODE_DEVICE), both or neither:
+    // how FP8 products take their scales where cuBLASLt refuses the scale pointers
+    const float* alpha_dev = nullptr;
+    const float* beta_dev = nullptr;
     int batch = 1;  // with strides in elements between consecutive A, B and D matrices
     int64_t stride_a = 0, stride_b = 0, stride_d = 0;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;

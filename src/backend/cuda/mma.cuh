@@ -88,4 +88,16 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&left)[4], c
     a[3] = pack2<T>(right[2], right[3]);
 }
 
+// 2^x by the special-function unit (`ex2.approx.ftz.f32`, what __expf runs after its multiply by log2 e):
+// kernels that keep scores in log2 units fold that multiply into their scaling. 2^-inf is 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+#if defined(ANVIL_CUEMU)
+    return std::exp2(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 }  // namespace anvil::cuda::mma
