@@ -344,14 +344,44 @@ __device__ void write_acc(T* dst, size_t stride, const float (&acc)[D / 8][4], i
     }
 }
 
+// The A operands (16 x 16, columns 16k .. + 15) of a dK/dV warp's 16 keys and values, from their rows in
+// shared memory (Ka, Va: this lane's ldmatrix addresses). At head sizes up to 64 read into registers once
+// (hold()), so a query tile's products read only Q and dO from shared memory (an ldmatrix for two mma
+// instead of three for four), within the 168 registers that keep three blocks an SM; at 128 they would not
+// fit, and each is read again where it is used.
+template <typename T, int D>
+struct KvFrags {
+    static constexpr bool kHeld = D <= 64;
+    const T *Ka, *Va;
+    uint32_t k[kHeld ? D / 16 : 1][4], v[kHeld ? D / 16 : 1][4];
+    __device__ KvFrags(const T* ka, const T* va) : Ka(ka), Va(va) {}
+    __device__ void hold() {
+        if constexpr (kHeld)
+#pragma unroll
+            for (int i = 0; i < D / 16; i++) {
+                mma::ldsm_x4(k[i], Ka + i * 16);
+                mma::ldsm_x4(v[i], Va + i * 16);
+            }
+    }
+    __device__ __forceinline__ void get(int i, uint32_t (&ka)[4], uint32_t (&va)[4]) const {
+        if constexpr (kHeld) {
+#pragma unroll
+            for (int r = 0; r < 4; r++) ka[r] = k[i][r], va[r] = v[i][r];
+        } else {
+            mma::ldsm_x4(ka, Ka + i * 16);
+            mma::ldsm_x4(va, Va + i * 16);
+        }
+    }
+};
+
 // One query tile (queries from q0: Q, dO, their lse and Drow in shared memory) of the dK/dV kernel for a
 // warp's 16 keys (this lane's: key[0], key[1]; K and V as A operands from Ka, Va), 16 queries at a time:
 // S^T = K Q^T and dP^T = V dO^T (16 x 16 each, in registers), P^T = exp(S^T scale - lse),
 // dS^T = P^T (dP^T - Drow) scale, then dV += P^T dO and dK += dS^T Q with P^T and dS^T as A operands straight
 // from the accumulators. P's exponent in log2 units (lse_s is; scale_log2 = scale log2 e).
 template <typename T, int D, bool Drop>
-__device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4], const T* Ka,
-                                            const T* Va, const T* Qs, const T* dOs, const float* lse_s,
+__device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
+                                            const KvFrags<T, D>& kv, const T* Qs, const T* dOs, const float* lse_s,
                                             const float* D_s, int q0, int warp_first, const int (&key)[2],
                                             const AttnGeom& g, float scale_log2, int b, uint64_t hs) {
     constexpr int ld = Sizes<D>::ld;
@@ -364,8 +394,7 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
 #pragma unroll
         for (int k = 0; k < D / 16; k++) {
             uint32_t ka[4], va[4], qb[4], ob[4];  // B: queries 16jj .. + 7 and + 8 .. + 15
-            mma::ldsm_x4(ka, Ka + k * 16);
-            mma::ldsm_x4(va, Va + k * 16);
+            kv.get(k, ka, va);
             mma::ldsm_x4(qb, Qs + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
             mma::ldsm_x4(ob, dOs + jj * 16 * ld + k * 16 + b_offset<ld>(lane));
             mma::m16n8k16<T>(s[0], ka, {qb[0], qb[1]});
@@ -406,7 +435,7 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
 // dK, dV: block (64 keys from k0, head); warp w owns keys k0 + 16w .. + 15 (lane (g, q): keys + g and + g +
 // 8) and walks the query tiles from k0 on (bwd_kv_tile), S stages of them in flight. Shared: BwdSmem.
 template <typename T, int D, int S, bool Drop>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     attn_tc_bwd_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse, const float* Drow,
                           AttnGeom g, bool vec) {
     extern __shared__ __align__(128) float smem[];
@@ -431,16 +460,17 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<T, D>(sm.fixed_tile(1), qkv + g.v(b, k0, h), qstride, min(kTileRows, g.T - k0), g.HS, vec);
     for (int s = 0; s < S; s++) issue(s);
     const int warp_first = k0 + warp * 16, key[2] = {warp_first + gq, warp_first + gq + 8};
-    const T* Ka = sm.fixed_tile(0) + warp * 16 * ld + a_offset<ld>(lane);  // A: the warp's keys
-    const T* Va = sm.fixed_tile(1) + warp * 16 * ld + a_offset<ld>(lane);
+    KvFrags<T, D> kv(sm.fixed_tile(0) + warp * 16 * ld + a_offset<ld>(lane),  // A: the warp's keys
+                     sm.fixed_tile(1) + warp * 16 * ld + a_offset<ld>(lane));
     const uint64_t hs = Drop ? g.drop.head_seed(h) : 0;
     const float scale_log2 = g.scale * float(M_LOG2E);
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int it = 0; it < ntiles; it++) {
         cp_async_wait<S - 1>();
-        __syncthreads();       // query tile `it` landed (and K, V with the first)
+        __syncthreads();  // query tile `it` landed (and K, V with the first)
+        if (it == 0) kv.hold();
         if (warp_first < g.T)  // else the warp's keys are past T
-            bwd_kv_tile<T, D, Drop>(dk, dv, Ka, Va, sm.streamed(it % S, 0), sm.streamed(it % S, 1),
+            bwd_kv_tile<T, D, Drop>(dk, dv, kv, sm.streamed(it % S, 0), sm.streamed(it % S, 1),
                                     sm.lse(it % S), sm.Drow(it % S), k0 + it * kTileRows, warp_first, key, g,
                                     scale_log2, b, hs);
         __syncthreads();  // no warp reads that stage any more
