@@ -242,13 +242,13 @@ def main():
                 if torch_matmul else "") + f", device copy {copy_bw:.0f} GB/s",
              f"anvil run: mean GPU utilisation {anvil['gpu_util_mean']}%" if anvil["gpu_util_mean"] is not None
              else "anvil run: no GPU utilisation samples (NVML)", "",
-             f"{'':24} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
-             f"{'anvil --attention ' + impls[0]:24} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
+             f"{'':30} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
+             f"{'anvil --attention ' + impls[0]:30} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
     for impl, r in list(attention.items())[1:]:
-        lines.append(f"{'anvil --attention ' + impl:24} {r['tokens_per_s']:10.0f} {r['step_ms_median']:9.1f} "
+        lines.append(f"{'anvil --attention ' + impl:30} {r['tokens_per_s']:10.0f} {r['step_ms_median']:9.1f} "
                      f"{r['peak_mem_gib']:9.2f}")
     for k, c in contenders.items():
-        lines.append(f"{k:24} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
+        lines.append(f"{k:30} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
                      f"{anvil_tps / c['tokens_per_s']:8.2f}x")
     if anvil["mfu_measured_bf16"]:
         lines.append(f"anvil MFU: {100 * anvil['mfu_measured_bf16']:.1f}% of the measured bf16 rate "

@@ -47,6 +47,46 @@ __global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* 
     }
 }
 
+// The same for widths of 32 P packs (P <= 4, rows 16-byte aligned): the lane's P packs of the row read once
+// into registers, both statistics from there (the same sums in the same order as above, so the same bits),
+// the weight and bias packs loaded with them: one pass over memory instead of three over L1.
+template <typename T, int P>
+__global__ void layernorm_fwd_regs_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
+                                          int N) {
+    constexpr int V = Pack<T>::N, C = 32 * V * P;
+    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const T* x = in + size_t(row) * C;
+    Floats<V> f[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) f[p] = load_floats<V>(x + (p * 32 + lane) * V);
+    float s = 0.0f;
+#pragma unroll
+    for (int p = 0; p < P; p++)
+#pragma unroll
+        for (int k = 0; k < V; k++) s += f[p].v[k];
+    const float m = warp_sum(s) / float(C);
+    float v = 0.0f;
+#pragma unroll
+    for (int p = 0; p < P; p++)
+#pragma unroll
+        for (int k = 0; k < V; k++) v += (f[p].v[k] - m) * (f[p].v[k] - m);
+    const float r = rsqrtf(warp_sum(v) / float(C) + kLnEps);
+    T* o = out + size_t(row) * C;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int c = (p * 32 + lane) * V;
+        const Floats<V> fw = load_floats<V>(w + c), fb = load_floats<V>(b + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) f[p].v[k] = (f[p].v[k] - m) * r * fw.v[k] + fb.v[k];
+        store_floats<V>(o + c, f[p]);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 // One row of din += (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd by one warp, in two passes over
 // the lane's columns: walk(f) calls f(c, Len<L>{}, slot) for the L columns from c (slot: which of the lane's
 // packs, for the caller's registers); each(slot, k, dout, norm) sees every element of the second pass.
@@ -138,7 +178,8 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// Packs a lane for the fused backward, or 0 where it does not apply (a width that is not 32 P packs, P <= 4).
+// Packs a lane for the fused backward and the forward from registers, or 0 where they do not apply (a width
+// that is not 32 P packs, P <= 4).
 template <typename T>
 int fused_packs(int C) {
     constexpr int lane_cols = 32 * Pack<T>::N;
@@ -170,8 +211,24 @@ void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        layernorm_fwd_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-            out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N, C);
+        const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock, P = fused_packs<T>(C);
+        const auto regs = [&](auto packs) {
+            layernorm_fwd_regs_kernel<T, decltype(packs)::value><<<blocks, 32 * kRowsPerBlock, 0, c.stream>>>(
+                out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N);
+        };
+        if (P > 0 && aligned16(out.data, in.data, w.data, b.data)) {
+            if (P == 1)
+                regs(std::integral_constant<int, 1>{});
+            else if (P == 2)
+                regs(std::integral_constant<int, 2>{});
+            else if (P == 3)
+                regs(std::integral_constant<int, 3>{});
+            else
+                regs(std::integral_constant<int, 4>{});
+        } else {
+            layernorm_fwd_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, c.stream>>>(
+                out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N, C);
+        }
         CUDA_LAUNCH_CHECK();
     });
 }
