@@ -1,7 +1,7 @@
 // Fused softmax + cross-entropy: one block per row finds the row's max and log-sum-exp, writes the loss, and,
 // when a gradient is wanted, overwrites the logits with dloss * (softmax - onehot), moving the row in 16-byte
-// packs (memory-bound: a GPT-2 batch's logits are 1.6 GB in bf16). Where the row fits the block's shared
-// memory (GPT-2's 50304 bf16 logits: 98 KiB), it is read from global memory once and kept there for every
+// packs (memory-bound: a GPT-2 batch's logits are 1.6 GB in bf16). Where two rows fit an SM's shared memory
+// (GPT-2's 50304 bf16 logits: 98 KiB a row), it is read from global memory once and kept there for every
 // pass (the least traffic: one read, one write); else it is read twice, an online pass for the log-sum-exp,
 // then one for the gradient. The probabilities are never stored. The same row pass gives a server its log-probabilities
 // (token_logprobs).
@@ -199,8 +199,11 @@ void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, floa
     dispatch(logits.dtype, [&](auto tag) {
         using T = decltype(tag);
         const size_t row_bytes = size_t(Vp) * sizeof(T);
-        // (the reduction's 32 floats are static shared memory beside the row)
-        if (Vp % Pack<T>::N == 0 && aligned16(logits.ptr<T>()) && row_bytes + 32 * sizeof(float) <= c.smem_optin) {
+        // where two rows fit an SM at once (one alone would leave the SM idle between its load and its writes):
+        // GPT-2's and Llama 2's rows in bf16, not fp32's or Llama 3's. (The reduction's 32 floats are static
+        // shared memory beside the row.)
+        if (Vp % Pack<T>::N == 0 && aligned16(logits.ptr<T>()) &&
+            2 * (row_bytes + 32 * sizeof(float)) <= c.smem_optin) {
             static const bool allowed = [&] {  // all the device allows, once
                 CUDA_CHECK(cudaFuncSetAttribute(classifier_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(c.smem_optin - 32 * sizeof(float))));
