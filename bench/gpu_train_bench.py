@@ -156,7 +156,7 @@ def main():
     common += ["--logits-chunk", a.logits_chunk]
     impls = a.attention.split(",")
 
-    def attn(impl):  # "flash:128+tune": --attention flash, its forward at 128 rows a block, products tuned
+    def variant(impl):  # "flash:128+tune": --attention flash, its forward at 128 rows a block, products tuned
         impl, tune = (impl[:-5], True) if impl.endswith("+tune") else (impl, False)
         name, _, rows = impl.partition(":")
         env = ({"ANVIL_ATTN_FWD_ROWS": rows} if rows else {}) | ({"ANVIL_GEMM_TUNE": "1"} if tune else {})
@@ -164,7 +164,7 @@ def main():
 
     def timed(impl, name):
         run_dir = os.path.join(work, name)
-        extra, env = attn(impl)
+        extra, env = variant(impl)
         sh(common + extra + ["--steps", str(total_steps), "--out", run_dir], log, env)
         rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
         return rows, statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup), \
@@ -195,7 +195,7 @@ def main():
     profile = []
     if a.profile_steps > 0:
         prof_dir = os.path.join(work, "anvil_profile")
-        extra, env = attn(impls[0])
+        extra, env = variant(impls[0])
         sh(common + extra + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log, env)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 

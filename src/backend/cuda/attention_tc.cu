@@ -602,6 +602,15 @@ bool allow_smem(K kernel, size_t bytes) {
     return true;
 }
 
+// Calls f(std::bool_constant<on>): every kernel here is built with dropout and without.
+template <typename F>
+void dispatch_drop(bool on, F&& f) {
+    if (on)
+        f(std::true_type{});
+    else
+        f(std::false_type{});
+}
+
 // Calls f(T{}) for bf16 and f16; the tensor-core kernels take nothing else.
 template <typename F>
 void dispatch_16bit(DType dt, F&& f) {
@@ -645,21 +654,21 @@ void attention_tc_fwd(const Ctx& c, Tensor out, float* lse, const Tensor& qkv, c
         using T = decltype(tag);
         dispatch_head(g.HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            // 128 rows a block only where its registers fit (head sizes up to 64) and Ctx asks for it
-            const bool wide = D <= 64 && c.attn_fwd_rows == 128 && fwd_smem<T, D, 2>() <= c.smem_optin;
-            if (g.drop.on())
-                wide ? launch_fwd<T, D, D <= 64 ? 2 : 1, true>(c, out, lse, qkv, g, vec)
-                     : launch_fwd<T, D, 1, true>(c, out, lse, qkv, g, vec);
-            else
-                wide ? launch_fwd<T, D, D <= 64 ? 2 : 1, false>(c, out, lse, qkv, g, vec)
-                     : launch_fwd<T, D, 1, false>(c, out, lse, qkv, g, vec);
+            dispatch_drop(g.drop.on(), [&](auto drop) {
+                constexpr bool Drop = decltype(drop)::value;
+                // 128 rows a block only where its registers fit (head sizes up to 64) and Ctx asks for it
+                if constexpr (D <= 64)
+                    if (c.attn_fwd_rows == 128 && fwd_smem<T, D, 2>() <= c.smem_optin)
+                        return launch_fwd<T, D, 2, Drop>(c, out, lse, qkv, g, vec);
+                launch_fwd<T, D, 1, Drop>(c, out, lse, qkv, g, vec);
+            });
         });
     });
 }
 
 namespace {
 
-// The two backward kernels with S stages of streamed tiles in flight, with dropout or without.
+// The two backward kernels with S stages of streamed tiles in flight.
 template <typename T, int D, int S, bool Drop>
 void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
                 const float* Drow, const AttnGeom& g, bool vec) {
@@ -676,15 +685,6 @@ void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv
     CUDA_LAUNCH_CHECK();
 }
 
-template <typename T, int D, int S>
-void launch_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
-                const float* Drow, const AttnGeom& g, bool vec) {
-    if (g.drop.on())
-        launch_bwd<T, D, S, true>(c, dqkv, dout, qkv, lse, Drow, g, vec);
-    else
-        launch_bwd<T, D, S, false>(c, dqkv, dout, qkv, lse, Drow, g, vec);
-}
-
 }  // namespace
 
 void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const float* lse,
@@ -696,10 +696,13 @@ void attention_tc_bwd(const Ctx& c, Tensor dqkv, const Tensor& dout, const Tenso
             constexpr int D = decltype(dtag)::value;
             // two stages of streamed tiles where the device has the shared memory (all but head size 128 on
             // Ada's 99 KiB), else one: loaded after the last one is used
-            if (bwd_smem<T, D, 2>() <= c.smem_optin)
-                launch_bwd<T, D, 2>(c, dqkv, dout, qkv, lse, Drow, g, vec);
-            else
-                launch_bwd<T, D, 1>(c, dqkv, dout, qkv, lse, Drow, g, vec);
+            dispatch_drop(g.drop.on(), [&](auto drop) {
+                constexpr bool Drop = decltype(drop)::value;
+                if (bwd_smem<T, D, 2>() <= c.smem_optin)
+                    launch_bwd<T, D, 2, Drop>(c, dqkv, dout, qkv, lse, Drow, g, vec);
+                else
+                    launch_bwd<T, D, 1, Drop>(c, dqkv, dout, qkv, lse, Drow, g, vec);
+            });
         });
     });
 }

@@ -2,8 +2,8 @@
 // when a gradient is wanted, overwrites the logits with dloss * (softmax - onehot), moving the row in 16-byte
 // packs (memory-bound: a GPT-2 batch's logits are 1.6 GB in bf16). Where two rows fit an SM's shared memory
 // (GPT-2's 50304 bf16 logits: 98 KiB a row), it is read from global memory once and kept there for every
-// pass (the least traffic: one read, one write); else it is read twice, an online pass for the log-sum-exp,
-// then one for the gradient. The probabilities are never stored. The same row pass gives a server its log-probabilities
+// pass (the least traffic: one read, one write); else it is read twice. Either way an online pass finds the
+// log-sum-exp, then one writes the gradient. The probabilities are never stored. The same row pass gives a server its log-probabilities
 // (token_logprobs).
 #include <climits>
 
@@ -38,59 +38,14 @@ __device__ float row_lse(const T* x, int V, float* red) {
     return M + logf(block_sum(s, red));
 }
 
-// The row x[0..Vp) copied once into shared memory (cp.async, 16-byte packs), then from there: its max and
-// log-sum-exp over the first V values (two passes), the loss, and the gradient written back over the logits.
-// Vp whole packs, x 16-byte aligned, Vp * sizeof(T) bytes of dynamic shared memory (GPT-2's bf16 row: 98 KiB,
-// two blocks an SM on Hopper).
+// One block of kRowThreads per row. Staged: the row x[0..Vp) is first copied into dynamic shared memory
+// (cp.async, 16-byte packs; Vp whole packs, x 16-byte aligned), and the log-sum-exp pass and the gradient pass
+// read it there, so the logits are read from global memory once; else both passes read x.
 constexpr int kRowThreads = 512;
-template <typename T>
+template <typename T, bool Staged>
 __global__ void __launch_bounds__(kRowThreads)
-    classifier_smem_kernel(float* losses, T* logits, const int32_t* targets, float dloss, int Vp, int V) {
-    constexpr int N = Pack<T>::N;
-    extern __shared__ __align__(16) float row_smem[];
-    __shared__ float red[32];
-    T* sx = reinterpret_cast<T*>(row_smem);
-    const int row = blockIdx.x, tid = int(threadIdx.x), nt = int(blockDim.x), packs = Vp / N;
-    T* x = logits + size_t(row) * Vp;
-    for (int p = tid; p < packs; p += nt) cp_async16(sx + p * N, x + p * N, 16);
-    cp_async_commit();
-    const int tgt = targets[row];
-    const bool ignored = tgt < 0 || tgt >= V;  // (the CPU backend rejects ids >= V before this point)
-    cp_async_wait<0>();  // this thread's packs landed: until the first barrier, it reads only those
-    float m = -INFINITY;
-    for (int p = tid; p < packs; p += nt) {
-        const Floats<N> f = load_floats<N>(sx + p * N);
-#pragma unroll
-        for (int e = 0; e < N; e++)
-            if (p * N + e < V) m = fmaxf(m, f.v[e]);
-    }
-    const float M = block_max(m, red);  // (its barriers make every thread's packs visible to all)
-    float s = 0.0f;
-    for (int p = tid; p < packs; p += nt) {
-        const Floats<N> f = load_floats<N>(sx + p * N);
-#pragma unroll
-        for (int e = 0; e < N; e++)
-            if (p * N + e < V) s += __expf(f.v[e] - M);
-    }
-    const float lse = M + logf(block_sum(s, red));
-    if (tid == 0) losses[row] = ignored ? 0.0f : lse - to_f(sx[tgt]);
-    if (dloss == 0.0f) return;
-    // the gradient over the logits: softmax - onehot, zero in the padding (and in an ignored row)
-    for (int p = tid; p < packs; p += nt) {
-        Floats<N> f = load_floats<N>(sx + p * N);
-#pragma unroll
-        for (int e = 0; e < N; e++) {
-            const int j = p * N + e;
-            float g = j < V && !ignored ? __expf(f.v[e] - lse) : 0.0f;
-            if (j == tgt) g -= 1.0f;
-            f.v[e] = g * dloss;
-        }
-        store_floats<N>(x + p * N, f);
-    }
-}
-
-template <typename T>
-__global__ void classifier_kernel(float* losses, T* logits, const int32_t* targets, float dloss, int Vp, int V) {
+    classifier_kernel(float* losses, T* logits, const int32_t* targets, float dloss, int Vp, int V) {
+    extern __shared__ __align__(16) float row_smem[];  // Staged: the row
     __shared__ float red[32];
     const int row = blockIdx.x;
     T* x = logits + size_t(row) * Vp;
@@ -104,14 +59,24 @@ __global__ void classifier_kernel(float* losses, T* logits, const int32_t* targe
             });
         return;
     }
-    const float lse = row_lse(x, V, red);
-    const float target_logit = to_f(x[tgt]);
+    const T* src = x;
+    if constexpr (Staged) {
+        constexpr int N = Pack<T>::N;
+        T* sx = reinterpret_cast<T*>(row_smem);
+        for (int p = int(threadIdx.x); p < Vp / N; p += int(blockDim.x)) cp_async16(sx + p * N, x + p * N, 16);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();  // every thread's packs landed
+        src = sx;
+    }
+    const float lse = row_lse(src, V, red);
+    const float target_logit = to_f(src[tgt]);
     __syncthreads();  // every thread has read x[tgt] before anyone overwrites it
     if (threadIdx.x == 0) losses[row] = lse - target_logit;
     if (dloss != 0.0f)  // the gradient over the logits: softmax - onehot, zero in the padding
         block_row(x, Vp, [&](int j, auto len) {
             constexpr int L = decltype(len)::value;
-            Floats<L> f = load_floats<L>(x + j);
+            Floats<L> f = load_floats<L>(src + j);
 #pragma unroll
             for (int k = 0; k < L; k++) {
                 float g = j + k < V ? __expf(f.v[k] - lse) : 0.0f;
@@ -202,19 +167,20 @@ void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, floa
         // where two rows fit an SM at once (one alone would leave the SM idle between its load and its writes):
         // GPT-2's and Llama 2's rows in bf16, not fp32's or Llama 3's. (The reduction's 32 floats are static
         // shared memory beside the row.)
-        if (Vp % Pack<T>::N == 0 && aligned16(logits.ptr<T>()) &&
-            2 * (row_bytes + 32 * sizeof(float)) <= c.smem_optin) {
+        const bool staged =
+            Vp % Pack<T>::N == 0 && aligned16(logits.ptr<T>()) && 2 * (row_bytes + 32 * sizeof(float)) <= c.smem_optin;
+        if (staged) {
             static const bool allowed = [&] {  // all the device allows, once
-                CUDA_CHECK(cudaFuncSetAttribute(classifier_smem_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(c.smem_optin - 32 * sizeof(float))));
                 return true;
             }();
             (void)allowed;
-            classifier_smem_kernel<T><<<N, kRowThreads, row_bytes, c.stream>>>(
+            classifier_kernel<T, true><<<N, kRowThreads, row_bytes, c.stream>>>(
                 losses.ptr<float>(), logits.ptr<T>(), targets.ptr<int32_t>(), dloss, Vp, vocab_real);
         } else {
-            classifier_kernel<T><<<N, 512, 0, c.stream>>>(losses.ptr<float>(), logits.ptr<T>(),
-                                                          targets.ptr<int32_t>(), dloss, Vp, vocab_real);
+            classifier_kernel<T, false><<<N, kRowThreads, 0, c.stream>>>(
+                losses.ptr<float>(), logits.ptr<T>(), targets.ptr<int32_t>(), dloss, Vp, vocab_real);
         }
         CUDA_LAUNCH_CHECK();
     });

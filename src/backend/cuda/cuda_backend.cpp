@@ -88,16 +88,15 @@ const char* cublas_status_name(cublasStatus_t s) {
 }  // namespace cuda
 
 CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), attention_(opts.attention) {
-    const int device = device_, attn_fwd_rows = opts.attn_fwd_rows;
-    CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     ctx_.sm_count = prop_.multiProcessorCount;
     ctx_.smem_optin = prop_.sharedMemPerBlockOptin;
-    ANVIL_CHECK(attn_fwd_rows == 0 || attn_fwd_rows == 64 || attn_fwd_rows == 128,
-                "attention forward rows {}: use 64 or 128", attn_fwd_rows);
-    if (attn_fwd_rows != 0) ctx_.attn_fwd_rows = attn_fwd_rows;
+    ANVIL_CHECK(opts.attn_fwd_rows == 0 || opts.attn_fwd_rows == 64 || opts.attn_fwd_rows == 128,
+                "attention forward rows {}: use 64 or 128", opts.attn_fwd_rows);
+    if (opts.attn_fwd_rows != 0) ctx_.attn_fwd_rows = opts.attn_fwd_rows;
     ctx_.gemm_tune = opts.gemm_tune;
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);

@@ -10,77 +10,54 @@ namespace {
 constexpr float kLnEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 
-template <typename T>
+// One warp a row, statistics in two exact passes (mean, then the squared deviations), then the output. P > 0
+// (widths of 32 P packs, rows 16-byte aligned): the lane's P packs are read once into registers and every pass
+// works there; P = 0: each pass reads the row again (the second and third from L1). The same sums in the same
+// order either way, so the same bits.
+template <typename T, int P>
 __global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
                                      int N, int C) {
+    constexpr int V = Pack<T>::N;
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T* x = in + size_t(row) * C;
+    Floats<V> held[P > 0 ? P : 1];
+    if constexpr (P > 0)
+#pragma unroll
+        for (int p = 0; p < P; p++) held[p] = load_floats<V>(x + (p * 32 + lane) * V);
+    // f(c, floats): the lane's elements from column c, in warp_row's order
+    const auto each = [&](auto&& f) {
+        if constexpr (P > 0) {
+#pragma unroll
+            for (int p = 0; p < P; p++) f((p * 32 + lane) * V, held[p]);
+        } else {
+            warp_row<T>(C, lane, [&](int c, auto len) {
+                Floats<decltype(len)::value> v = load_floats<decltype(len)::value>(x + c);
+                f(c, v);
+            });
+        }
+    };
     float s = 0.0f;
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(x + c);
+    each([&](int, const auto& f) {
 #pragma unroll
-        for (int k = 0; k < L; k++) s += f.v[k];
+        for (float e : f.v) s += e;
     });
-    const float m = warp_sum(s) / float(C);
-    float v = 0.0f;  // the second pass reads the row again (from L1): two passes keep the variance exact
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(x + c);
-#pragma unroll
-        for (int k = 0; k < L; k++) v += (f.v[k] - m) * (f.v[k] - m);
-    });
-    const float r = rsqrtf(warp_sum(v) / float(C) + kLnEps);
-    T* o = out + size_t(row) * C;
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        Floats<L> f = load_floats<L>(x + c);
-        const Floats<L> fw = load_floats<L>(w + c), fb = load_floats<L>(b + c);
-#pragma unroll
-        for (int k = 0; k < L; k++) f.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
-        store_floats<L>(o + c, f);
-    });
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
-    }
-}
-
-// The same for widths of 32 P packs (P <= 4, rows 16-byte aligned): the lane's P packs of the row read once
-// into registers, both statistics from there (the same sums in the same order as above, so the same bits),
-// the weight and bias packs loaded with them: one pass over memory instead of three over L1.
-template <typename T, int P>
-__global__ void layernorm_fwd_regs_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
-                                          int N) {
-    constexpr int V = Pack<T>::N, C = 32 * V * P;
-    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const T* x = in + size_t(row) * C;
-    Floats<V> f[P];
-#pragma unroll
-    for (int p = 0; p < P; p++) f[p] = load_floats<V>(x + (p * 32 + lane) * V);
-    float s = 0.0f;
-#pragma unroll
-    for (int p = 0; p < P; p++)
-#pragma unroll
-        for (int k = 0; k < V; k++) s += f[p].v[k];
     const float m = warp_sum(s) / float(C);
     float v = 0.0f;
+    each([&](int, const auto& f) {
 #pragma unroll
-    for (int p = 0; p < P; p++)
-#pragma unroll
-        for (int k = 0; k < V; k++) v += (f[p].v[k] - m) * (f[p].v[k] - m);
+        for (float e : f.v) v += (e - m) * (e - m);
+    });
     const float r = rsqrtf(warp_sum(v) / float(C) + kLnEps);
     T* o = out + size_t(row) * C;
+    each([&](int c, const auto& f) {
+        constexpr int L = sizeof(f.v) / sizeof(float);
+        const Floats<L> fw = load_floats<L>(w + c), fb = load_floats<L>(b + c);
+        Floats<L> y;
 #pragma unroll
-    for (int p = 0; p < P; p++) {
-        const int c = (p * 32 + lane) * V;
-        const Floats<V> fw = load_floats<V>(w + c), fb = load_floats<V>(b + c);
-#pragma unroll
-        for (int k = 0; k < V; k++) f[p].v[k] = (f[p].v[k] - m) * r * fw.v[k] + fb.v[k];
-        store_floats<V>(o + c, f[p]);
-    }
+        for (int k = 0; k < L; k++) y.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
+        store_floats<L>(o + c, y);
+    });
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -186,6 +163,18 @@ int fused_packs(int C) {
     return C % lane_cols == 0 && C / lane_cols >= 1 && C / lane_cols <= 4 ? C / lane_cols : 0;
 }
 
+// Calls f(std::integral_constant<int, P>) for P in 0..4 (0: the kernels' general path).
+template <typename F>
+void with_packs(int P, F&& f) {
+    switch (P) {
+        case 1: f(std::integral_constant<int, 1>{}); return;
+        case 2: f(std::integral_constant<int, 2>{}); return;
+        case 3: f(std::integral_constant<int, 3>{}); return;
+        case 4: f(std::integral_constant<int, 4>{}); return;
+        default: f(std::integral_constant<int, 0>{}); return;
+    }
+}
+
 // The parameter gradients' column terms: dout * norm for the gain, dout for the bias.
 template <typename T>
 struct LnParamTerm {
@@ -211,24 +200,12 @@ void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     dispatch(in.dtype, [&](auto tag) {
         using T = decltype(tag);
-        const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock, P = fused_packs<T>(C);
-        const auto regs = [&](auto packs) {
-            layernorm_fwd_regs_kernel<T, decltype(packs)::value><<<blocks, 32 * kRowsPerBlock, 0, c.stream>>>(
-                out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N);
-        };
-        if (P > 0 && aligned16(out.data, in.data, w.data, b.data)) {
-            if (P == 1)
-                regs(std::integral_constant<int, 1>{});
-            else if (P == 2)
-                regs(std::integral_constant<int, 2>{});
-            else if (P == 3)
-                regs(std::integral_constant<int, 3>{});
-            else
-                regs(std::integral_constant<int, 4>{});
-        } else {
-            layernorm_fwd_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, c.stream>>>(
-                out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N, C);
-        }
+        const int P = aligned16(out.data, in.data, w.data, b.data) ? fused_packs<T>(C) : 0;
+        with_packs(P, [&](auto packs) {
+            layernorm_fwd_kernel<T, decltype(packs)::value>
+                <<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
+                    out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N, C);
+        });
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -242,26 +219,13 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
         const int P = fused_packs<T>(C);
         if ((!dw.empty() || !db.empty()) && P > 0 && aligned16(din.data, dout.data, in.data, w.data)) {
             const ColPartials p = col_partials(c, N, 2, C);
-            auto launch_fused = [&](auto packs) {
-                layernorm_bwd_fused_kernel<T, decltype(packs)::value>
-                    <<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(
-                        din.ptr<T>(), p.partial, dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
-                        rstd.ptr<float>(), N, p.chunks);
-            };
-            switch (P) {
-                case 1:
-                    launch_fused(std::integral_constant<int, 1>{});
-                    break;
-                case 2:
-                    launch_fused(std::integral_constant<int, 2>{});
-                    break;
-                case 3:
-                    launch_fused(std::integral_constant<int, 3>{});
-                    break;
-                default:
-                    launch_fused(std::integral_constant<int, 4>{});
-                    break;
-            }
+            with_packs(P, [&](auto packs) {
+                if constexpr (decltype(packs)::value > 0)  // (P > 0 here)
+                    layernorm_bwd_fused_kernel<T, decltype(packs)::value>
+                        <<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(
+                            din.ptr<T>(), p.partial, dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
+                            rstd.ptr<float>(), N, p.chunks);
+            });
             CUDA_LAUNCH_CHECK();
             col_finish(c, params, p, C);
             return;
