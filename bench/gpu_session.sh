@@ -93,20 +93,38 @@ case "$what" in
     # (the full test log stays on the machine: at most 8 files come back, and its failures are in contact.log)
     want gpu_tests && step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
       --test-timeout 90 --json "$out/gpu_tests.json" --log "$work/gpu_tests.log"
-    # opt-in: the FP8 tests with cuBLASLt's API log
-    want fp8_diag opt-in && step fp8_diag 30 env CUBLASLT_LOG_LEVEL=5 "$root/bin/anvil_gpu_tests" \
-      --gtest_filter='CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16'
+    # opt-in: the FP8 probe table (CudaFp8Lt) and one FP8 op case with cuBLASLt's API log, under the toolkit's
+    # cuBLASLt (what anvil finds first) and then under PyTorch's own (pip's nvidia-cublas), and the same products
+    # through torch._scaled_mm; the full API logs go to extra.tar.gz, the tables to contact.log
+    fp8_diag='mkdir -p "$1/fp8_diag"; rc=0; filter="CudaFp8Lt.*:*matmul_fp8_32x32_48*BF16"
+      CUBLASLT_LOG_LEVEL=5 CUBLASLT_LOG_FILE="$1/fp8_diag/anvil-toolkit.log" "$0" --gtest_filter="$filter" || rc=1
+      if [ -n "$2" ]; then echo "== the same under PyTorch cuBLASLt ($2)"
+        LD_LIBRARY_PATH="$2:$LD_LIBRARY_PATH" CUBLASLT_LOG_LEVEL=5 CUBLASLT_LOG_FILE="$1/fp8_diag/anvil-pip.log" \
+          "$0" --gtest_filter="$filter" || rc=1; fi
+      CUBLASLT_LOG_LEVEL=5 CUBLASLT_LOG_FILE="$1/fp8_diag/torch.log" python3 bench/torch_fp8_probe.py || rc=1
+      exit $rc'
+    pip_lt=$(tr : '\n' <<< "$pylibs" | grep '/cublas/lib$' | head -n 1)
+    want fp8_diag opt-in && step fp8_diag 45 bash -c "$fp8_diag" "$root/bin/anvil_gpu_tests" "$work" "$pip_lt"
     # attention at GPT-2 124M's sizes (B = 8): anvil's implementations, then PyTorch's kernels, same columns
     want attn && step attn 60 bash -c '"$0" --device cuda --dtype bf16 --sizes gpt2 --only "attention B=8" &&
       python3 bench/torch_attention_bench.py' "$root/bin/anvil_op_bench"
     # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
     # trains 124M); --attention auto (flash on the tensor cores in bf16), the same with its forward at 128 rows a
     # block, the same with cuBLASLt's algorithms timed per shape (ANVIL_GEMM_TUNE), then cuBLASLt's attention
+    # (BENCH_ATTENTION overrides the variants; the reference runs two more steps under torch.profiler)
     want bench && step bench 300 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \
-      --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --attention auto,flash:128,auto+tune,gemm "${@:2}"
+      --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --torch-profile-steps 2 \
+      --attention "${BENCH_ATTENTION:-auto,flash:128,auto+tune,gemm}" "${@:2}"
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
+    # the first card run's configuration, 16 x 1024 a step, against both baselines (its JSON comes back; its
+    # table is in contact.log)
+    want bench16 && step bench16 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$work/bench16" --batch 16 \
+      --steps 10 --warmup 3 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,flash:128}"
+    [ -f "$work/bench16/gpu_train_bench.json" ] && mkdir -p "$out/bench16" &&
+      cp "$work/bench16/gpu_train_bench.json" "$out/bench16/"
     # GPT-2 124M on the bundle's real text for 500 steps from one init, anvil bf16 against PyTorch step by step
     # (bench/loss_match.py; fp8 is the next step's business, so a failing fp8 cannot cost this comparison);
     # its files come back as one archive
@@ -133,10 +151,11 @@ case "$what" in
       --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-run"' "$root/bin/anvil" \
       "$root/corpus" "$work"
     # the loss comparison's files, fp8's runs and the kernel table: one archive (at most 8 files come back)
-    extra=(); for f in train fp8 ncu.csv; do [ -e "$work/$f" ] && extra+=("$f"); done
+    extra=(); for f in train fp8 ncu.csv fp8_diag; do [ -e "$work/$f" ] && extra+=("$f"); done
     [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
+      [ -f "$work/bench16/summary.txt" ] && { echo; cat "$work/bench16/summary.txt"; }
       [ -f "$work/train/summary.txt" ] && cat "$work/train/summary.txt"
       [ -f "$work/fp8/fp8_summary.txt" ] && cat "$work/fp8/fp8_summary.txt"
       # attention at GPT-2 124M's sizes, anvil's implementations and PyTorch's kernels side by side

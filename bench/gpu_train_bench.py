@@ -67,6 +67,9 @@ def parse():
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
     p.add_argument("--python", default=sys.executable, help="the python3 that has torch 2.x")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--torch-profile-steps", type=int, default=0,
+                   help="after its timed steps, the reference runs this many more under torch.profiler: each "
+                        "kernel's time a step, beside anvil's per-op profile")
     p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(
         "bench", "results", "run-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
     return p.parse_args()
@@ -187,7 +190,11 @@ def main():
     attention = {impls[0]: {"tokens_per_s": round(anvil_tps), "step_ms_median": round(step_ms, 2),
                             "peak_mem_gib": anvil["peak_mem_gib"]}}
     for impl in impls[1:]:
-        _, ms, summ = timed(impl, "anvil_" + impl.replace(":", "_").replace("+", "_"))
+        try:  # a further variant that fails is recorded as failed; the figures of the others still come back
+            _, ms, summ = timed(impl, "anvil_" + impl.replace(":", "_").replace("+", "_"))
+        except SystemExit as e:
+            attention[impl] = {"failed": str(e)}
+            continue
         attention[impl] = {"tokens_per_s": round(B * T * A / (ms / 1e3)), "step_ms_median": round(ms, 2),
                            "peak_mem_gib": summ.get("peak_mem_mb", 0) / 1024}
     anvil["attention"] = attention
@@ -199,15 +206,20 @@ def main():
         sh(common + extra + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log, env)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
-    contenders, torch_matmul = {}, None
+    contenders, torch_matmul, torch_profile = {}, None, None
     if not a.skip_torch:
         # the card's bf16 rate through PyTorch's cuBLAS, to hold anvil bench's figure against
         torch_matmul = json.loads(sh([a.python, "-c", TORCH_MATMUL], log).strip().splitlines()[-1])["tflops"]
+        torch_prof = os.path.join(work, "torch_profile.json")
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
                   os.path.join(data, "train_000000.bin"), "--batch", str(B), "--grad-accum", str(A), "--seq",
                   str(T), "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab",
-                  str(a.vocab), "--steps", str(a.steps), "--warmup", str(a.warmup)], log)
+                  str(a.vocab), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+                 + (["--profile-steps", str(a.torch_profile_steps), "--profile-out", torch_prof]
+                    if a.torch_profile_steps > 0 else []), log)
         contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
+        if os.path.exists(torch_prof):
+            torch_profile = json.load(open(torch_prof))
         if os.path.exists(a.shared_bench):
             shared = sh([a.python, a.shared_bench, "--batch", str(B), "--seq", str(T), "--layers", str(a.layers),
                          "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
@@ -226,12 +238,14 @@ def main():
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git,
            "command": " ".join(sys.argv), "device": gpu, "doctor": doctor, "config": vars(a),
            "bench": bench["results"], "torch_bf16_matmul_tflops": torch_matmul,
-           "anvil": anvil, "contenders": contenders, "profile": profile}
+           "anvil": anvil, "contenders": contenders, "profile": profile,
+           "torch_profile": torch_profile}
     for k, c in contenders.items():
         res[f"ratio_vs_{k}"] = anvil_tps / c["tokens_per_s"]
     with open(os.path.join(out, "gpu_train_bench.json"), "w") as f:
         json.dump(res, f, indent=2)
 
+    ref_tps = contenders.get("torch_reference", {}).get("tokens_per_s")  # each variant's ratio to the reference
     lines = [f"device: {gpu.get('name', '?')}, driver CUDA {gpu.get('driver_cuda', '?')}, commit {git[:10]}",
              f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}"
              + (f" x {A} accumulated ({B * T * A} tokens a step; the shared baseline: {B} x {T} a step)"
@@ -242,11 +256,15 @@ def main():
                 if torch_matmul else "") + f", device copy {copy_bw:.0f} GB/s",
              f"anvil run: mean GPU utilisation {anvil['gpu_util_mean']}%" if anvil["gpu_util_mean"] is not None
              else "anvil run: no GPU utilisation samples (NVML)", "",
-             f"{'':30} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9}",
-             f"{'anvil --attention ' + impls[0]:30} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"]
+             f"{'':30} {'tokens/s':>10} {'ms/step':>9} {'peak GiB':>9} {'anvil is':>9} {'/reference':>10}",
+             f"{'anvil --attention ' + impls[0]:30} {anvil_tps:10.0f} {step_ms:9.1f} {anvil['peak_mem_gib']:9.2f}"
+             + (f" {'':9} {anvil_tps / ref_tps:9.2f}x" if ref_tps else "")]
     for impl, r in list(attention.items())[1:]:
+        if "failed" in r:
+            lines.append(f"{'anvil --attention ' + impl:30} failed: {r['failed'][:120]}")
+            continue
         lines.append(f"{'anvil --attention ' + impl:30} {r['tokens_per_s']:10.0f} {r['step_ms_median']:9.1f} "
-                     f"{r['peak_mem_gib']:9.2f}")
+                     f"{r['peak_mem_gib']:9.2f}" + (f" {'':9} {r['tokens_per_s'] / ref_tps:9.2f}x" if ref_tps else ""))
     for k, c in contenders.items():
         lines.append(f"{k:30} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
                      f"{anvil_tps / c['tokens_per_s']:8.2f}x")
@@ -268,6 +286,13 @@ def main():
             tf = f"{r['gflops'] / 1e3:8.1f}" if "gflops" in r else ""
             bw_text = f"{bw:8.0f}" if bw else ""
             lines.append(f"{r['op'][:40]:40} {100 * r['share']:5.1f}% {bw_text:>8} {of_copy:>8} {tf:>8}")
+    if torch_profile:
+        tk = torch_profile["kernels"]
+        lines += ["", f"PyTorch reference under torch.profiler: {torch_profile['kernel_ms_per_step']:.2f} ms of kernels "
+                      f"a step ({sum(r['launches_per_step'] for r in tk)} launches)",
+                  f"{'kernel':60} {'ms/step':>8} {'share':>6} {'calls':>6}"]
+        lines += [f"{r['kernel'][:60]:60} {r['ms_per_step']:8.3f} {100 * r['share']:5.1f}% {r['launches_per_step']:6}"
+                  for r in tk[:25]]
     text = "\n".join(lines)
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(text + "\n")

@@ -24,6 +24,7 @@ import math
 import os
 import statistics
 import struct
+import sys
 import time
 
 import numpy as np
@@ -59,6 +60,10 @@ def parse():
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="autocast dtype (fp32: none)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, this many more under torch.profiler (CUDA only): each kernel's "
+                        "time a step, to --profile-out (default: standard error)")
+    p.add_argument("--profile-out", help="where --profile-steps's table goes (a .json file gets JSON rows too)")
     p.add_argument("--metrics", help="also write each step's loss and learning rate there, as JSON lines "
                    "(step counted from 1, as anvil's metrics.jsonl)")
     return p.parse_args()
@@ -221,7 +226,8 @@ def main():
     window = B * T + 1
     times, losses, rows = [], [], []
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for step in range(a.warmup + a.steps):
+
+    def one_step(step):
         lr = lr_at(a, step)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -247,10 +253,15 @@ def main():
         opt.zero_grad(set_to_none=True)
         losses.append((total / A).item())  # the step's one host synchronisation, as anvil's logging
         dt = time.perf_counter() - t0
-        if step >= a.warmup:
+        if a.warmup <= step < a.warmup + a.steps:
             times.append(dt)
         rows.append({"step": step + 1, "loss": losses[-1], "lr": lr, "step_ms": dt * 1e3,
                      "tokens_per_s": B * T * A / dt})
+
+    for step in range(a.warmup + a.steps):
+        one_step(step)
+    if a.profile_steps > 0 and cuda:
+        profile(a, lambda i: one_step(a.warmup + a.steps + i), B * T * A)
     if a.metrics:
         os.makedirs(os.path.dirname(os.path.abspath(a.metrics)), exist_ok=True)
         with open(a.metrics, "w") as f:
@@ -263,6 +274,39 @@ def main():
         "step_ms_median": round(step_s * 1e3, 2), "tokens_per_s": round(B * T * A / step_s) if times else 0,
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else 0,
         "losses": [round(x, 4) for x in losses]}))
+
+
+def profile(a, step_fn, tokens_per_step):
+    """Runs a.profile_steps steps under torch.profiler; writes each CUDA kernel's time a step, largest first."""
+    from torch.profiler import ProfilerActivity
+    with torch.profiler.profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(a.profile_steps):
+            step_fn(i)
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        t = e.time_range.elapsed_us() if e.device_type == torch.autograd.DeviceType.CUDA else 0
+        if t:
+            k = kernels.setdefault(e.name, [0.0, 0])
+            k[0] += t / 1e3 / a.profile_steps  # ms a step
+            k[1] += 1
+    total = sum(v[0] for v in kernels.values())
+    rows = sorted(({"kernel": n, "ms_per_step": round(v[0], 4), "share": v[0] / total if total else 0.0,
+                    "launches_per_step": v[1] // a.profile_steps} for n, v in kernels.items()),
+                  key=lambda r: -r["ms_per_step"])
+    lines = [f"torch.profiler: {a.profile_steps} steps of {tokens_per_step} tokens, {total:.2f} ms of kernels a step, "
+             f"{sum(r['launches_per_step'] for r in rows)} launches a step",
+             f"{'kernel':70} {'ms/step':>8} {'share':>6} {'calls':>6}"]
+    lines += [f"{r['kernel'][:70]:70} {r['ms_per_step']:8.3f} {100 * r['share']:5.1f}% {r['launches_per_step']:6}"
+              for r in rows[:40]]
+    text = "\n".join(lines) + "\n"
+    if a.profile_out:
+        with open(a.profile_out, "w") as f:
+            if a.profile_out.endswith(".json"):
+                json.dump({"kernel_ms_per_step": total, "kernels": rows}, f, indent=1)
+            else:
+                f.write(text)
+    sys.stderr.write(text)
 
 
 if __name__ == "__main__":
