@@ -6,11 +6,13 @@
 #                                     capped so the later ones still run: the libraries the binaries find, a
 #                                     smoke run of `anvil train --device cuda` (fp32, bf16), the GPU tests
 #                                     one crash or sticky CUDA error at a time (tests/gpu/run_isolated.py),
-#                                     attention at 124M's sizes in each of anvil's implementations (the
-#                                     tensor-core forward at 64 and at 128 rows a block) beside PyTorch's
+#                                     attention at 124M's sizes (B = 8 and 64) in each of anvil's
+#                                     implementations, cuDNN's fused attention among them, beside PyTorch's
 #                                     fused kernels, the GPT-2 124M benchmark (64 x 1024 x 8 a step; anvil
-#                                     with --attention auto, flash:128, auto+tune, gemm: gpu_train_bench.py
-#                                     --help) and the step-time model, GPT-2
+#                                     with --attention auto, cudnn, cudnn+tune, cudnn+tune+logits:0: see
+#                                     gpu_train_bench.py --help; $BENCH_ATTENTION overrides) with
+#                                     torch.profiler's kernel table of the reference, the step-time model,
+#                                     the same benchmark at 16 x 1024 (bench16), GPT-2
 #                                     124M for 500 steps on real text against PyTorch (loss_match.py, bf16),
 #                                     fp8 against bf16, racecheck, synccheck, initcheck and memcheck on the op
 #                                     tests, every other op's rate at 124M's sizes (anvil_op_bench), and the
@@ -105,24 +107,25 @@ case "$what" in
       exit $rc'
     pip_lt=$(for d in $(tr : ' ' <<< "$pylibs"); do ls "$d"/libcublasLt.so* > /dev/null 2>&1 && echo "$d" && break; done)
     want fp8_diag opt-in && step fp8_diag 45 bash -c "$fp8_diag" "$root/bin/anvil_gpu_tests" "$work" "$pip_lt"
-    # attention at GPT-2 124M's sizes (B = 8): anvil's implementations, then PyTorch's kernels, same columns
-    want attn && step attn 60 bash -c '"$0" --device cuda --dtype bf16 --sizes gpt2 --only "attention B=8" &&
-      python3 bench/torch_attention_bench.py' "$root/bin/anvil_op_bench"
+    # attention at GPT-2 124M's sizes (B = 8 and llm.c's micro-batch, 64): anvil's implementations (cuDNN's
+    # fused attention among them), then PyTorch's kernels, same columns
+    want attn && step attn 90 bash -c '"$0" --device cuda --dtype bf16 --sizes gpt2 --only "attention B=" &&
+      python3 bench/torch_attention_bench.py --batch 8,64' "$root/bin/anvil_op_bench"
     # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
-    # trains 124M); --attention auto (flash on the tensor cores in bf16), the same with its forward at 128 rows a
-    # block, the same with cuBLASLt's algorithms timed per shape (ANVIL_GEMM_TUNE), then cuBLASLt's attention
+    # trains 124M); --attention auto (flash on the tensor cores in bf16), cuDNN's fused attention, the same with
+    # cuBLASLt's algorithms timed per shape (ANVIL_GEMM_TUNE), and that with a micro-batch's logits at once
     # (BENCH_ATTENTION overrides the variants; the reference runs two more steps under torch.profiler)
     want bench && step bench 300 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \
       --grad-accum 8 --steps 6 --warmup 2 --profile-steps 3 --torch-profile-steps 2 \
-      --attention "${BENCH_ATTENTION:-auto,flash:128,auto+tune,gemm}" "${@:2}"
+      --attention "${BENCH_ATTENTION:-auto,cudnn,cudnn+tune,cudnn+tune+logits:0}" "${@:2}"
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     # the first card run's configuration, 16 x 1024 a step, against both baselines (its JSON comes back; its
     # table is in contact.log)
     want bench16 && step bench16 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$work/bench16" --batch 16 \
-      --steps 10 --warmup 3 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,flash:128}"
+      --steps 10 --warmup 3 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,cudnn}"
     [ -f "$work/bench16/gpu_train_bench.json" ] && mkdir -p "$out/bench16" &&
       cp "$work/bench16/gpu_train_bench.json" "$out/bench16/"
     # GPT-2 124M on the bundle's real text for 500 steps from one init, anvil bf16 against PyTorch step by step

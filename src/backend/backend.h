@@ -170,8 +170,10 @@ public:
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
     virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
     virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) = 0;
-    // dqkv (B,T,3C) overwritten: dq, then each query head's share of its key/value head's dk and dv
-    // (qkv_unpack sums the shares; with KVH = NH they are the gradients themselves).
+    // dqkv (B,T,3C) overwritten: dq, then shares of each key/value head's dk and dv, one per query head of
+    // its group, which qkv_unpack sums (with KVH = NH they are the gradients themselves). How the shares
+    // split a group's sum is the implementation's: anvil's kernels give each query head its own term, cuDNN's
+    // fused attention the whole sum to the group's first head and zero to the rest.
     virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                                int NH, const AttnDropout& drop) = 0;
     // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions
@@ -231,10 +233,12 @@ public:
 
 // How the CUDA backend computes attention: Gemm (cuBLASLt products on the tensor cores, keeping the (T,T)
 // probabilities), Flash (anvil's tiled kernels, keeping only the log-sum-exp: on the tensor cores in bf16 and
-// fp16, on the CUDA cores in fp32), FlashSimt (the CUDA-core kernels in every dtype), Auto (Gemm where the
-// probabilities take at most 1 GiB per layer). The CPU backend has one implementation.
-enum class AttentionImpl : uint8_t { Auto, Gemm, Flash, FlashSimt };
-// Parses --attention auto|gemm|flash|flash-simt; throws naming the flag otherwise.
+// fp16, on the CUDA cores in fp32), FlashSimt (the CUDA-core kernels in every dtype), Cudnn (cuDNN's fused
+// flash attention: bf16/fp16 without dropout, head sizes multiples of 8; an error elsewhere), Auto (Flash on
+// the tensor cores, else Gemm where the probabilities take at most 1 GiB per layer). The CPU backend has one
+// implementation.
+enum class AttentionImpl : uint8_t { Auto, Gemm, Flash, FlashSimt, Cudnn };
+// Parses --attention auto|gemm|flash|flash-simt|cudnn; throws naming the flag otherwise.
 AttentionImpl parse_attention(const std::string& name);
 
 struct BackendOptions {

@@ -371,9 +371,11 @@ Command add_train(CLI::App& app) {
            "--attention", o->attention,
            "CUDA attention: gemm (cuBLASLt on the tensor cores, keeps the T x T probabilities), flash "
            "(anvil's tiled kernels, keeps only the log-sum-exp; tensor cores in bf16/fp16), flash-simt "
-           "(the same on the CUDA cores) or auto (gemm up to 1 GiB per layer)")
+           "(the same on the CUDA cores), cudnn (cuDNN's fused flash attention: bf16/fp16, no attention "
+           "dropout, head sizes multiples of 8; an error elsewhere) or auto (flash on the tensor cores in "
+           "bf16/fp16, else gemm up to 1 GiB per layer)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"auto", "gemm", "flash", "flash-simt"}));
+        ->check(CLI::IsMember({"auto", "gemm", "flash", "flash-simt", "cudnn"}));
     sub->add_option(
            "--zero", o->zero,
            "1: ZeRO-1, shard the AdamW state over the data-parallel ranks (reduce-scatter the gradients, "

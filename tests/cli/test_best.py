@@ -8,7 +8,7 @@ A: a small model overfits 60 records (validation loss falls, then rises) for 200
 B: the same with --early-stop 3 and --save-every 50: it stops at the first evaluation that is the third in a
    row without improvement, as A's curve says, with A's losses bit for bit up to there.
 C: B resumed from its checkpoint-50 in another directory stops at the same step and names B's best.
-D: --keep-best off writes no best directory and names none.
+D: --keep-best off writes no best directory and names none (but OUT/final, when the last evaluation is the best).
 """
 import json
 import os
@@ -107,7 +107,10 @@ def main():
         run(["train", "--data", data, "--out", e, "--keep-best", "off", *ARGS[:ARGS.index("--steps")],
              "--steps", "60", *ARGS[ARGS.index("--steps") + 2:]], check=True)
         se = json.load(open(os.path.join(e, "summary.json")))
-        check(not os.path.exists(os.path.join(e, "best")) and "best_model_dir" not in se and "best_step" in se,
+        # (where the last evaluation is the lowest, the summary names OUT/final, which exists either way: how
+        # close 50's and 60's losses are depends on the machine's BLAS kernels)
+        check(not os.path.exists(os.path.join(e, "best")) and
+              se.get("best_model_dir") in (None, os.path.join(e, "final")) and "best_step" in se,
               "--keep-best off: no OUT/best, the best still reported", failures)
     return report(failures, "PASSED: --keep-best keeps the lowest validation loss, --early-stop stops after it")
 

@@ -499,6 +499,12 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
     if (n) std::memset(p, value, n);
     return cudaSuccess;
 }
+// `height` rows of `width` bytes, `pitch` bytes apart (a pitch below the width is an error, as on a GPU)
+cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height, cudaStream_t) {
+    if (pitch < width) return cudaErrorInvalidPitchValue;
+    for (size_t r = 0; r < height; r++) std::memset(static_cast<char*>(p) + r * pitch, value, width);
+    return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
     *s = reinterpret_cast<cudaStream_t>(new char);

@@ -269,19 +269,19 @@ TEST_F(CudaModel, RunsRepeatBitForBit) {
     EXPECT_TRUE(weights[0] == weights[1]);
 }
 
-// The tensor-core flash attention inside the model, over two 64-row tiles: bf16 training with it tracks the
-// fp32 curve (gemm attention) within 5% at every step, and two such runs repeat bit for bit.
-TEST_F(CudaModel, FlashOnTensorCoresTrainsInBf16) {
-    auto flash = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash});
+// bf16 training with `attn`'s attention inside the model, over two 64-row tiles, for GPT-2 and Llama
+// (grouped-query): it tracks the fp32 curve (gemm attention) within 5% at every step, learns, and two such
+// runs repeat bit for bit.
+void trains_in_bf16(Backend& fp32, Backend& attn, const char* what) {
     for (const char* family : {"gpt2", "llama"}) {
         SCOPED_TRACE(family);
         const int B = 1, T = 128, steps = 12;
         ModelConfig cfg = small(family);
         cfg.n_ctx = T;
         const Batches data(B, T, cfg.vocab_size, steps, test_seed());
-        TrainRun ref(*be.gpu, DType::F32, 5, B, T, Recompute::Off, {}, cfg);
-        TrainRun a(*flash, DType::BF16, 5, B, T, Recompute::Off, {}, cfg),
-            b(*flash, DType::BF16, 5, B, T, Recompute::Off, {}, cfg);
+        TrainRun ref(fp32, DType::F32, 5, B, T, Recompute::Off, {}, cfg);
+        TrainRun a(attn, DType::BF16, 5, B, T, Recompute::Off, {}, cfg),
+            b(attn, DType::BF16, 5, B, T, Recompute::Off, {}, cfg);
         double worst = 0.0;
         std::vector<double> la, lb;
         for (int s = 0; s < steps; s++) {
@@ -299,10 +299,21 @@ TEST_F(CudaModel, FlashOnTensorCoresTrainsInBf16) {
         EXPECT_EQ(la, lb);
         EXPECT_TRUE(a.weights() == b.weights());
         std::printf(
-            "%s bf16 flash (tensor cores) vs fp32: largest relative loss gap %.4f over %d steps; last three "
-            "steps' mean %.3f of the first loss\n",
-            family, worst, steps, last / la.front());
+            "%s bf16 %s vs fp32: largest relative loss gap %.4f over %d steps; last three steps' mean %.3f "
+            "of the first loss\n",
+            family, what, worst, steps, last / la.front());
     }
+}
+
+TEST_F(CudaModel, FlashOnTensorCoresTrainsInBf16) {
+    auto flash = make_backend({Device::CUDA, 0, 0, AttentionImpl::Flash});
+    trains_in_bf16(*be.gpu, *flash, "flash (tensor cores)");
+}
+
+// The same with cuDNN's fused attention (its deterministic backward: the two runs repeat bit for bit).
+TEST_F(CudaModel, CudnnAttentionTrainsInBf16) {
+    auto cudnn = make_backend({Device::CUDA, 0, 0, AttentionImpl::Cudnn});
+    trains_in_bf16(*be.gpu, *cudnn, "cuDNN fused attention");
 }
 
 // LoRA on the GPU: the adapters' gradients in fp32 equal the CPU's (the base frozen, its weight-gradient

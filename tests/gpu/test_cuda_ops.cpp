@@ -1,9 +1,9 @@
 // The op table's second mode (tests/ops/op_cases.h): every CUDA op against the CPU backend (the spec) on
 // fresh random inputs in f32, bf16 and f16, outputs poisoned with NaN first, each run twice and required to
-// repeat bit for bit; attention with each CUDA implementation (gemm, flash on the tensor cores in bf16/f16,
-// flash on the CUDA cores). Then what is not one op: the optimizer's
-// master weights in low precision and its skipped step, conversions bit for bit, allocation and the memory
-// limit. The seed is printed at the start and ANVIL_TEST_SEED replays it.
+// repeat bit for bit; attention with each of anvil's CUDA implementations (gemm, flash on the tensor cores in
+// bf16/f16, flash on the CUDA cores) and, in a suite of its own, cuDNN's fused attention. Then
+// what is not one op: the optimizer's master weights in low precision and its skipped step, conversions bit
+// for bit, allocation and the memory limit. The seed is printed at the start and ANVIL_TEST_SEED replays it.
 #include <cmath>
 #include <cstdlib>
 
@@ -14,6 +14,15 @@ namespace anvil::test {
 namespace {
 
 class CudaOps : public ::testing::TestWithParam<std::tuple<size_t, DType>> {};
+
+// "<index>_<the case's name, letters and digits>_<dtype>"
+std::string case_name(const ::testing::TestParamInfo<std::tuple<size_t, DType>>& p) {
+    std::string n = op_cases()[std::get<0>(p.param)].name;
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return std::to_string(std::get<0>(p.param)) + "_" + n + "_" +
+           std::string(dtype_name(std::get<1>(p.param)));
+}
 
 TEST_P(CudaOps, MatchTheCpu) {
     const auto [index, dt] = GetParam();
@@ -43,13 +52,44 @@ TEST_P(CudaOps, MatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Table, CudaOps,
                          ::testing::Combine(::testing::Range(size_t(0), op_cases().size()),
                                             ::testing::Values(DType::F32, DType::BF16, DType::F16)),
-                         [](const auto& p) {
-                             std::string n = op_cases()[std::get<0>(p.param)].name;
-                             for (char& ch : n)
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             return std::to_string(std::get<0>(p.param)) + "_" + n + "_" +
-                                    std::string(dtype_name(std::get<1>(p.param)));
-                         });
+                         case_name);
+
+// cuDNN's fused attention (--attention cudnn) on every attention case of the op table: against the CPU where
+// it applies (bf16/f16 without dropout, head sizes multiples of 8), the error that names --attention auto
+// elsewhere. Its own suite, so the ctests that rerun the attention cases under other devices' shared memory
+// or another cp.async timing (which cuDNN's kernels do not depend on) leave it out.
+class CudaCudnnAttention : public ::testing::TestWithParam<std::tuple<size_t, DType>> {};
+
+TEST_P(CudaCudnnAttention, MatchesTheCpuOrSaysWhyNot) {
+    const auto [index, dt] = GetParam();
+    const OpCase c = op_cases()[index];
+    SCOPED_TRACE(c.name);
+    auto cpu = make_backend({Device::CPU, 0, 0});
+    auto gpu = make_backend({Device::CUDA, 0, 0, AttentionImpl::Cudnn});
+    if (dt == DType::F32 || c.attn_dropout || c.attn.HS % 8 != 0) {
+        try {
+            compare_backends(c, *cpu, *gpu, dt, test_seed() + index);
+            ADD_FAILURE() << "--attention cudnn ran a case cuDNN does not take";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("use --attention auto"), std::string::npos) << e.what();
+        }
+        return;
+    }
+    const std::string err = compare_backends(c, *cpu, *gpu, dt, test_seed() + index);
+    EXPECT_TRUE(err.empty()) << err << "seed " << test_seed();
+}
+
+std::vector<size_t> attention_cases() {
+    std::vector<size_t> v;
+    for (size_t i = 0; i < op_cases().size(); i++)
+        if (op_cases()[i].attention) v.push_back(i);
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cudnn, CudaCudnnAttention,
+                         ::testing::Combine(::testing::ValuesIn(attention_cases()),
+                                            ::testing::Values(DType::F32, DType::BF16, DType::F16)),
+                         case_name);
 
 // The tensor-core forward at 128 query rows a block (two m-tiles a warp) computes every row exactly as at 64:
 // the same products in the same order, so the output and the saved log-sum-exp are the same bits. Partial

@@ -495,6 +495,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         adamw(s),
         convert(s),
     };
+    if (s.T > 64)  // the benchmarks: attention at llm.c's micro-batch too, where the kernels fill the card
+        t.push_back(attention(s, 64, s.T, s.NH, s.C / s.NH));
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
         // CUDA's fused LayerNorm backward (widths of 32 P packs a row, P <= 4), rows over several chunks, the
         // last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is bf16/f16's P = 3 (GPT-2 124M)

@@ -69,6 +69,9 @@ struct OpCase {
     double reference_rtol = 1e-5, reference_atol = 1e-6;
     double flops = 0;                      // per forward + backward, for GFLOP/s (0: memory-bound)
     bool attention = false;                // compare mode runs every CUDA attention implementation
+    AttnDims attn{};                       // an attention case's sizes (the dtype aside),
+    int attn_kvh = 0;                      // its key/value heads
+    bool attn_dropout = false;             // and whether it drops probabilities
     double fd_eps = 1e-2, fd_rtol = 2e-2, fd_atol = 2e-3;
     bool low_precision = true;       // compare mode runs bf16 and f16 too
     double low_precision_tol = 1.0;  // and scales those dtypes' tolerances (tol_for) by this

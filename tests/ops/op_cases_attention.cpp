@@ -117,6 +117,7 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropo
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
     c.attention = true;
+    c.attn = d, c.attn_kvh = NH, c.attn_dropout = drop.on();
     c.low_precision_tol = kAttentionLowPrecisionTol;
     (void)s;
     return c;
@@ -134,6 +135,10 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& d
     saved.elems = [d](const Backend& be) { return int64_t(be.attention_saved_elems(d)); };
     scratch.elems = [d](const Backend& be) { return int64_t(be.attention_scratch_elems(d)); };
     saved.compare = scratch.compare = false;  // each backend keeps its own statistics
+    // how the shares split each group's gradient is the backend's (anvil's kernels: each query head its own
+    // term; cuDNN: the whole in the first): their sums, dk and dv, are compared
+    Arg shares = out("shares", {B, T, 3 * C}, false);
+    shares.compare = false;
     c.args = {in("q", {B, T, C}),
               in("k", {B, T, KC}),
               in("v", {B, T, KC}),
@@ -141,7 +146,7 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& d
               out("out", {B, T, C}),
               saved,
               scratch,
-              out("shares", {B, T, 3 * C}, false),
+              shares,
               grad("dq", {B, T, C}, false),
               grad("dk", {B, T, KC}, false),
               grad("dv", {B, T, KC}, false)};
@@ -169,6 +174,7 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& d
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 12.0 * B * double(T) * T * C;
     c.attention = true;
+    c.attn = d, c.attn_kvh = KVH, c.attn_dropout = drop.on();
     c.low_precision_tol = kAttentionLowPrecisionTol;
     return c;
 }

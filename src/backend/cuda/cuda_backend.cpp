@@ -106,12 +106,16 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), 
     ctx_.lt_workspace_bytes = kLtWorkspaceBytes;
     lt_plans_ = cuda::make_lt_plans();
     ctx_.lt_plans = lt_plans_.get();
+    cudnn_ = cuda::make_cudnn_attention([this](size_t bytes) { return alloc(bytes); },
+                                        prop_.major * 10 + prop_.minor);
+    ctx_.cudnn = cudnn_.get();
 }
 
 CudaBackend::~CudaBackend() {
     // Destructors log, never throw: ignore errors while tearing down.
     (void)cudaStreamSynchronize(ctx_.stream);
     lt_plans_.reset();
+    cudnn_.reset();
     workspace_.reset();
     lt_workspace_.reset();
     q8_weight_.reset();
@@ -328,20 +332,21 @@ void CudaBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
     cuda::gelu_bwd(ctx_, din, dout, in);
 }
 
-// Two implementations: anvil's flash-style kernels (keep only the log-sum-exp) and the cuBLASLt one (tensor
-// cores; keeps the probabilities, B*NH*T*T elements). `auto` takes the flash kernels wherever they run on the
-// tensor cores (bf16 and f16): on an H100 at GPT-2 124M (bf16, batch 16 x 1024) a step took 41.0 ms with them
-// against 53.8 ms with cuBLASLt's, and 4.5 GiB less memory (bench/results/2026-11-27-h100.json). Elsewhere
-// (f32) `auto` takes the cuBLASLt path where the probabilities take at most 1 GiB per layer. The saved tensor
-// is sized at reserve time for the largest batch; a call decides from the tensor it is given, the forward and
-// the backward alike.
+// Three implementations: anvil's flash-style kernels (keep only the log-sum-exp), the cuBLASLt one (tensor
+// cores; keeps the probabilities, B*NH*T*T elements) and, asked for by name, cuDNN's fused flash attention
+// (the flash kernels' statistics and scratch; a call it cannot take is an error saying why). `auto` takes the
+// flash kernels wherever they run on the tensor cores (bf16 and f16): on an H100 at GPT-2 124M (bf16, batch
+// 16 x 1024) a step took 41.0 ms with them against 53.8 ms with cuBLASLt's, and 4.5 GiB less memory
+// (bench/results/2026-11-27-h100.json). Elsewhere (f32) `auto` takes the cuBLASLt path where the
+// probabilities take at most 1 GiB per layer. The saved tensor is sized at reserve time for the largest
+// batch; a call decides from the tensor it is given, the forward and the backward alike.
 namespace {
 constexpr size_t kGemmSavedLimit = size_t(1) << 30;
 }
 
 bool CudaBackend::attention_gemm_planned(const AttnDims& d) const {
     if (attention_ == AttentionImpl::Flash || attention_ == AttentionImpl::FlashSimt ||
-        !cuda::attention_gemm_fits(ctx_, d))
+        attention_ == AttentionImpl::Cudnn || !cuda::attention_gemm_fits(ctx_, d))
         return false;
     if (attention_ == AttentionImpl::Gemm) return true;
     return !cuda::attention_flash_tc_takes(ctx_, d) &&
@@ -368,6 +373,8 @@ void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, co
     const AttnDims d{s.B, s.T, NH, s.C / NH, qkv.dtype};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_fwd(ctx_, s, out, saved, qkv, drop);
     ANVIL_CHECK(saved.nbytes() >= cuda::attention_flash_saved_bytes(d), "attention: saved too small");
+    if (attention_ == AttentionImpl::Cudnn)
+        return cuda::attention_cudnn_fwd(ctx_, s, out, static_cast<float*>(saved.data), qkv, drop);
     cuda::attention_flash_fwd(ctx_, s, out, saved, qkv, attention_ != AttentionImpl::FlashSimt, drop);
 }
 
@@ -380,6 +387,9 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
     const AttnDims d{s.B, s.T, NH, s.C / NH, qkv.dtype};
     if (attention_uses_gemm(d, saved)) return cuda::attention_gemm_bwd(ctx_, s, dqkv, dout, qkv, saved, drop);
     ANVIL_CHECK(scratch.nbytes() >= cuda::attention_flash_scratch_bytes(d), "attention: scratch too small");
+    if (attention_ == AttentionImpl::Cudnn)
+        return cuda::attention_cudnn_bwd(ctx_, s, dqkv, static_cast<float*>(scratch.data), dout, qkv, out,
+                                         static_cast<const float*>(saved.data), drop);
     cuda::attention_flash_bwd(ctx_, s, dqkv, scratch, dout, qkv, out, saved,
                               attention_ != AttentionImpl::FlashSimt, drop);
 }

@@ -96,6 +96,7 @@ private:
     Buffer q8_weight_;    // the largest int8 weight so far, dequantized (see dequantized())
     Buffer fp8_scratch_;  // FP8 products: the rounded operands and their scales (cuda::matmul_fp8_scratch_bytes)
     std::shared_ptr<cuda::LtPlans> lt_plans_;
+    std::shared_ptr<cuda::CudnnAttention> cudnn_;  // --attention cudnn (loads cuDNN on its first call)
     MemoryAccount memory_;
 };
 

@@ -6,8 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/op_checks.h"
@@ -36,6 +38,11 @@ void for_row_runs(int B, F&& f) {
 // cuBLASLt plans (descriptors + chosen algorithm) per product shape, owned by the backend.
 struct LtPlans;
 std::shared_ptr<LtPlans> make_lt_plans();
+// cuDNN's fused attention (attention_cudnn.cpp): the library, a handle, the plans per shape and their
+// workspace, which grows through `alloc` (the backend's accounted allocation); nothing is loaded before the
+// first call. `sm`: the device's compute capability, major * 10 + minor.
+struct CudnnAttention;
+std::shared_ptr<CudnnAttention> make_cudnn_attention(std::function<Buffer(size_t)> alloc, int sm);
 
 struct Ctx {
     cudaStream_t stream = nullptr;
@@ -48,6 +55,7 @@ struct Ctx {
     void* lt_workspace = nullptr;
     size_t lt_workspace_bytes = 0;
     LtPlans* lt_plans = nullptr;
+    CudnnAttention* cudnn = nullptr;
     // query rows a block of the tensor-core attention forward takes (attention_tc.cu): 64, or 128 (two
     // m-tiles a warp, head sizes up to 64); BackendOptions::attn_fwd_rows or ANVIL_ATTN_FWD_ROWS, else 64
     int attn_fwd_rows = 64;
@@ -138,6 +146,16 @@ void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tenso
 // one launch of each kernel per kDecodeRows rows
 void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
                            std::span<const int> slot, std::span<const int> pos, int NH);
+// attention_cudnn.cpp: cuDNN's fused flash attention (--attention cudnn). The same saved statistics as the
+// flash kernels' (the log-sum-exp, (B, NH, T) f32) and scratch (`dsum`, (B, NH, T) f32). A call cuDNN cannot
+// take (f32, dropout, a head size that is not a multiple of 8, no library or engine) throws, saying why.
+void attention_cudnn_fwd(const Ctx& c, const AttnShape& s, Tensor out, float* stats, const Tensor& qkv,
+                         const AttnDropout& drop);
+void attention_cudnn_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, float* dsum, const Tensor& dout,
+                         const Tensor& qkv, const Tensor& out, const float* stats, const AttnDropout& drop);
+// Both graphs built and finalized for the shape without a device (cuDNN checks their shapes, types and
+// edges): "" when they are, else why not (no library included). For the tests that run without a GPU.
+std::string attention_cudnn_check_graphs(const AttnShape& s, DType t);
 // attention_gemm.cu: cuBLASLt products on the tensor cores (keep the probabilities, B*NH*T*T elements)
 size_t attention_gemm_saved_elems(const AttnDims& d);
 bool attention_gemm_fits(const Ctx& c, const AttnDims& d);  // one head's fp32 scores fit the workspace
