@@ -113,7 +113,7 @@ case "$what" in
       python3 bench/torch_attention_bench.py --batch 8,64' "$root/bin/anvil_op_bench"
     # issue 9's configuration: micro-batches of 64 x 1024 accumulated 8 times (524,288 tokens a step, as llm.c
     # trains 124M); --attention auto (flash on the tensor cores in bf16), cuDNN's fused attention, the same with
-    # cuBLASLt's algorithms timed per shape (ANVIL_GEMM_TUNE), and that with a micro-batch's logits at once
+    # cuBLASLt's algorithms timed per shape (--gemm-tune on), and that with a micro-batch's logits at once
     # (BENCH_ATTENTION overrides the variants; the reference runs two more steps under torch.profiler)
     want bench && step bench 300 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$out/bench" --batch 64 \

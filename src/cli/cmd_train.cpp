@@ -73,6 +73,22 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
         fail(
             "--adapter {}: the run being resumed {}; its weights come from {} (drop the flag)", given.adapter,
             adapter.empty() ? std::string("did not start from an adapter") : "started from " + adapter, ckpt);
+    // the choices that change the numbers (not only the speed): a resumed run repeats the uninterrupted one
+    // bit for bit only with the ones it started with
+    const std::string attention = stored.value("attention", std::string("auto"));
+    if (sub.get_option("--attention")->count() && given.attention != attention)
+        fail(
+            "--attention {}: the run being resumed used --attention {}; another implementation would not "
+            "continue "
+            "it bit for bit (drop the flag, or start a new run from {} with --init)",
+            given.attention, attention, ckpt);
+    const bool tune = stored.value("gemm_tune", false);
+    if (sub.get_option("--gemm-tune")->count() && given.gemm_tune != tune)
+        fail(
+            "--gemm-tune {}: the run being resumed used --gemm-tune {}; the products' algorithms would "
+            "change "
+            "(drop the flag, or start a new run from {} with --init)",
+            given.gemm_tune ? "on" : "off", tune ? "on" : "off", ckpt);
 }
 
 // A checkpoint of a job with another number of ranks: the global batch (every rank's rows of a step) stays,
@@ -133,6 +149,7 @@ Command add_train(CLI::App& app) {
         app.add_subcommand("train", "train a GPT-2 or Llama model (no flags: the embedded default demo)");
     auto o = std::make_shared<TrainOptions>();
     auto shuffle = std::make_shared<std::string>("on");
+    auto gemm_tune = std::make_shared<std::string>("off");
     const auto& pos = kPositive;
     const auto& nonneg = kNonNegative;
     sub->add_option(
@@ -377,6 +394,20 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "gemm", "flash", "flash-simt", "cudnn"}));
     sub->add_option(
+           "--attn-fwd-rows", o->attn_fwd_rows,
+           "CUDA: query rows a block of the tensor-core attention forward takes (128: two row tiles a "
+           "warp, head sizes up to 64; slower than 64 on the H200); the same results either way")
+        ->capture_default_str()
+        ->check(CLI::IsMember({64, 128}));
+    sub->add_option(
+           "--gemm-tune", *gemm_tune,
+           "CUDA: on: time cuBLASLt's best eight algorithms on each product shape's first call and keep "
+           "the fastest (+2.3% tokens/s on the H200), as PyTorch's cudnn.benchmark; two runs may then "
+           "choose differently and differ in the last bits. off: the heuristic's first, bit-for-bit "
+           "repeatable")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    sub->add_option(
            "--zero", o->zero,
            "1: ZeRO-1, shard the AdamW state over the data-parallel ranks (reduce-scatter the gradients, "
            "update the own shard, all-gather the weights); 0: every rank keeps all of it")
@@ -411,8 +442,9 @@ Command add_train(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
 
-    auto run = [sub, o, shuffle, batch, tb, keep_best]() -> int {
+    auto run = [sub, o, shuffle, gemm_tune, batch, tb, keep_best]() -> int {
         o->shuffle = *shuffle == "on";
+        o->gemm_tune = *gemm_tune == "on";
         o->keep_best = *keep_best == "on";
         o->tensorboard = *tb == "on";
         o->batch_auto = *batch == "auto";

@@ -13,7 +13,8 @@ namespace anvil {
     X(grad_clip) X(beta1) X(beta2) X(eps) X(lr_schedule) X(warmup) X(seed) X(shuffle) X(eval_every) \
     X(eval_batches) X(eval_examples) X(log_every) X(save_every) X(keep_checkpoints) X(device) X(threads) \
     X(profile) X(embedded) X(batch_auto) X(global_batch) X(memory_limit) X(price_per_hour) X(peak_tflops) \
-    X(bench) X(monitor_interval) X(tensorboard) X(precision) X(recompute) X(attention) X(lora_rank) \
+    X(bench) X(monitor_interval) X(tensorboard) X(precision) X(recompute) X(attention) X(attn_fwd_rows) \
+    X(gemm_tune) X(lora_rank) \
     X(lora_alpha) X(lora_dropout) X(lora_targets) X(rslora) X(adapter) X(arch) X(kv_heads) X(ffn_dim) \
     X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel) \
     X(logits_chunk) X(eval_choices) X(eval_choices_limit) X(sample_every) X(sample_prompt) X(sample_tokens) \

@@ -27,7 +27,9 @@ struct TrainOptions {
     double rope_theta = 0, norm_eps = 0;
     bool tie_embeddings = false;
     int vocab = 0;  // rows of the embedding: 0 = the tokenizer's; larger pads it (GPT-2: 50304)
-    std::string attention = "auto";  // CUDA attention: auto, gemm or flash
+    std::string attention = "auto";  // CUDA attention: auto, gemm, flash, flash-simt or cudnn
+    int attn_fwd_rows = 64;  // CUDA: query rows a block of the tensor-core attention forward, 64 or 128
+    bool gemm_tune = false;  // CUDA: time cuBLASLt's algorithms per product shape and keep the fastest
     int seq = 0;                     // 0 = the model's context (128 for a new model)
     // LoRA (PEFT's LoraConfig): adapters on the targeted linear layers of the --init base, all else frozen
     int lora_rank = 0;  // 0 = full fine-tuning

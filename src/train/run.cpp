@@ -399,7 +399,15 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               {"params", run_.model->params().numel()},
                               {"trainable_params", run_.model->params().numel(true)},
                               {"model_dir", o_.out + "/final"},
-                              {"anvil_version", version_string()}};
+                              {"anvil_version", version_string()},
+                              // the choices that change a run's speed or its last bits, as trainer_state.json
+                              // keeps them with the other options
+                              {"backend",
+                               {{"device", run_.model->backend().device() == Device::CUDA ? "cuda" : "cpu"},
+                                {"attention", o_.attention},
+                                {"attn_fwd_rows", o_.attn_fwd_rows},
+                                {"gemm_tune", o_.gemm_tune},
+                                {"precision", o_.precision}}}};
     if (comm_.size() > 1) {
         summary["world_size"] = comm_.size();
         summary["tensor_parallel"] = run_.grid.tp_size();

@@ -428,6 +428,17 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
     return make_backend(bo);
 }
 
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, int gpu) {
+    BackendOptions bo;
+    bo.device = parse_device(o.device);
+    bo.threads = o.threads;
+    bo.attention = parse_attention(o.attention);
+    bo.attn_fwd_rows = o.attn_fwd_rows;
+    bo.gemm_tune = o.gemm_tune;
+    bo.device_id = gpu;
+    return make_backend(bo);
+}
+
 RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm) {
     RunSetup r;
     r.comm = &comm;
@@ -469,8 +480,7 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
     if (!o.eval_choices.empty()) r.choices = read_choice_items(o.eval_choices);
     if (src.base.empty()) cfg = new_model_config(o, *r.tok);
     check_options(o, cfg, *r.tok);
-    r.backend =
-        make_run_backend(o.device, o.threads, o.attention, comm.local_rank());  // the local rank's GPU
+    r.backend = make_run_backend(o, comm.local_rank());  // the local rank's GPU
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));
     if (o.profile) r.profiler = std::make_unique<ProfilingBackend>(*r.backend);
     build_model(r, o, cfg, src);

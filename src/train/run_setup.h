@@ -57,6 +57,8 @@ Device parse_device(const std::string& name);
 // The backend for --device/--threads/--attention; a CUDA backend on GPU `gpu` (a job's local rank).
 std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
                                           const std::string& attention, int gpu = 0);
+// The same from a training run's options (also --attn-fwd-rows and --gemm-tune).
+std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, int gpu);
 
 // A model directory loaded for evaluation or generation.
 struct InferenceOptions {

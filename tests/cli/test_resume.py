@@ -118,6 +118,19 @@ def main():
             if saved != "selective":
                 failures.append(f"resume {name} stored --recompute {saved!r}, expected 'selective'")
 
+        # the backend's choices that change the numbers are the run's: summary.json and trainer_state.json keep
+        # them, and a resume that would change one is refused (one that changes only the speed is not)
+        backend = json.load(open(os.path.join(a, "summary.json"))).get("backend", {})
+        stored = json.load(open(os.path.join(a, "checkpoint-12", "trainer_state.json")))["options"]
+        print(f"D backend choices: summary {backend}")
+        if backend.get("gemm_tune") is not False or backend.get("attention") != "auto" or \
+                stored.get("gemm_tune") is not False or stored.get("attn_fwd_rows") != 64:
+            failures.append(f"the backend's choices not recorded: summary {backend}, state {stored}")
+        for flag, value in (("--gemm-tune", "on"), ("--attention", "gemm")):
+            r = run(["train", "--resume", os.path.join(a, "checkpoint-12"), flag, value,
+                     "--out", os.path.join(d, "refused")])
+            if r.returncode == 0 or f"{flag} {value}: the run being resumed used" not in r.stderr:
+                failures.append(f"--resume with {flag} {value}: exit {r.returncode}, {r.stderr[-300:]}")
         # E: --dropout draws its masks from (seed, step, micro-batch), so a resumed run draws the same ones
         e, e2 = os.path.join(d, "e"), os.path.join(d, "e2")
         run(["train", "--data", data, "--out", e, "--save-every", "6", "--dropout", "0.2", *ARGS], check=True)

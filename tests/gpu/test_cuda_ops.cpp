@@ -135,7 +135,7 @@ TEST_P(CudaAttentionRows, WideForwardRepeatsTheNarrowBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionRows, ::testing::Values(DType::BF16, DType::F16),
                          dtype_param_name);
 
-// ANVIL_GEMM_TUNE's timing runs leave every product as it would be without them: a product that overwrites
+// --gemm-tune's timing runs leave every product as it would be without them: a product that overwrites
 // its output runs the chosen algorithm last, one that accumulates (the weight gradients) is timed on a
 // scratch matrix. The products' cases and attention's batched products (gemm). Under cuemu, CUEMU_LT_ALGOS
 // makes its cuBLASLt offer three algorithms to time; on a card, cuBLASLt's own are timed.

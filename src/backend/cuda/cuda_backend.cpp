@@ -32,21 +32,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
                 "CUDA device {} does not exist ({} visible): a job's rank uses the GPU of its local rank, so "
                 "launch at most {} ranks per machine",
                 device, n, n);
-    // the tuning choices the environment may make (the benchmarks compare them without a flag of their own)
-    BackendOptions o = opts;
-    if (const char* v = std::getenv("ANVIL_ATTN_FWD_ROWS"); o.attn_fwd_rows == 0 && v && *v) {
-        ANVIL_CHECK(
-            std::string(v) == "64" || std::string(v) == "128",
-            "ANVIL_ATTN_FWD_ROWS={}: the tensor-core attention forward takes 64 or 128 query rows a block",
-            v);
-        o.attn_fwd_rows = std::atoi(v);
-    }
-    if (const char* v = std::getenv("ANVIL_GEMM_TUNE"); v && *v) {
-        ANVIL_CHECK(std::string(v) == "0" || std::string(v) == "1", "ANVIL_GEMM_TUNE={}: use 1 (tune) or 0",
-                    v);
-        o.gemm_tune = o.gemm_tune || std::string(v) == "1";
-    }
-    return std::make_unique<CudaBackend>(o);
+    return std::make_unique<CudaBackend>(opts);
 }
 
 namespace cuda {

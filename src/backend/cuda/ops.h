@@ -57,10 +57,10 @@ struct Ctx {
     LtPlans* lt_plans = nullptr;
     CudnnAttention* cudnn = nullptr;
     // query rows a block of the tensor-core attention forward takes (attention_tc.cu): 64, or 128 (two
-    // m-tiles a warp, head sizes up to 64); BackendOptions::attn_fwd_rows or ANVIL_ATTN_FWD_ROWS, else 64
+    // m-tiles a warp, head sizes up to 64); BackendOptions::attn_fwd_rows (--attn-fwd-rows), else 64
     int attn_fwd_rows = 64;
     // time the heuristic's best few cuBLASLt algorithms on each product shape's first call and keep the
-    // fastest (lt_gemm.cpp); BackendOptions::gemm_tune or ANVIL_GEMM_TUNE=1. Runs may then choose differently
+    // fastest (lt_gemm.cpp); BackendOptions::gemm_tune (--gemm-tune on). Runs may then choose differently
     // and so differ in the last bits, as PyTorch's cudnn.benchmark does.
     bool gemm_tune = false;
     // A workspace slice of `bytes` (256-aligned) at `offset`; throws if it does not fit.
