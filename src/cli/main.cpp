@@ -2,6 +2,9 @@
 // turns an error into a message and an exit status.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <new>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -9,24 +12,14 @@
 #include "core/error.h"
 #include "core/version.h"
 
-int main(int argc, char** argv) {
-    CLI::App app{
-        "anvil: pretrain, fine-tune, evaluate, sample and serve GPT-2 and Llama style language models"};
-    app.require_subcommand(1, 1);
-    app.set_help_all_flag("--help-all", "help for every subcommand");
-    app.set_version_flag("--version", std::string("anvil ") + anvil::version_string(),
-                         "print the version and the commit this binary was built from");
+namespace {
+
+using anvil::cli::Command;
+
+// Every command takes its flags from a JSON file too (--config), applied before it runs. With one, a required
+// flag may come from the file: it is checked once the file is in.
+void add_config_files(std::vector<Command>& cmds, bool with_config) {
     using namespace anvil::cli;
-    std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
-                                 add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
-                                 add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
-                                 add_serve(app)};
-    cmds.push_back(add_sweep(app, *cmds[0].app));
-    // Every command takes its flags from a JSON file too (--config), applied before it runs. With one, a
-    // required flag may come from the file: it is checked once the file is in.
-    const bool with_config = std::any_of(argv + 1, argv + argc, [](const char* a) {
-        return std::string_view(a) == "--config" || std::string_view(a).starts_with("--config=");
-    });
     for (Command& c : cmds) {
         auto path = std::make_shared<std::string>();
         // the command's own flags: `anvil data prepare`'s, not `anvil data`'s
@@ -48,39 +41,29 @@ int main(int argc, char** argv) {
             return run();
         };
     }
-    if (argc > 1 && argv[1][0] != '-') {
-        bool known = false;
-        for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];
-        if (!known) {
-            std::fprintf(stderr, "anvil: error: unknown command \"%s\"; see anvil --help for the commands\n",
-                         argv[1]);
-            return 2;
-        }
+}
+
+// A parse error as `anvil SUB: error: ...; see anvil SUB --help` (exit 2), or the help of a command given
+// without its subcommand
+int parse_error(const CLI::App& app, const CLI::ParseError& e, int argc) {
+    std::string sub;
+    const CLI::App* where = &app;
+    for (auto* s : app.get_subcommands()) {
+        sub = " " + s->get_name();
+        where = s;
+        for (auto* s2 : s->get_subcommands()) sub += " " + s2->get_name(), where = s2;
     }
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForVersion& e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-        std::string sub;
-        CLI::App* where = &app;
-        for (auto* s : app.get_subcommands()) {
-            sub = " " + s->get_name();
-            where = s;
-            for (auto* s2 : s->get_subcommands()) sub += " " + s2->get_name(), where = s2;
-        }
-        if (std::string(e.what()).find("subcommand is required") != std::string::npos) {
-            // `anvil` or `anvil data` alone: show what there is to run
-            std::printf("%s", where->help().c_str());
-            return argc == 1 ? 0 : 2;
-        }
-        std::fprintf(stderr, "anvil%s: error: %s; see anvil%s --help\n", sub.c_str(), e.what(), sub.c_str());
-        return 2;
+    if (std::string(e.what()).find("subcommand is required") != std::string::npos) {
+        // `anvil` or `anvil data` alone: show what there is to run
+        std::printf("%s", where->help().c_str());
+        return argc == 1 ? 0 : 2;
     }
+    std::fprintf(stderr, "anvil%s: error: %s; see anvil%s --help\n", sub.c_str(), e.what(), sub.c_str());
+    return 2;
+}
+
+// The parsed command, run: an error becomes its message and exit status 1
+int run_command(const std::vector<Command>& cmds) {
     for (const auto& [cmd, run] : cmds) {
         if (!cmd->parsed()) continue;
         try {
@@ -99,4 +82,46 @@ int main(int argc, char** argv) {
         }
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "anvil: pretrain, fine-tune, evaluate, sample and serve GPT-2 and Llama style language models"};
+    app.require_subcommand(1, 1);
+    app.set_help_all_flag("--help-all", "help for every subcommand");
+    app.set_version_flag("--version", std::string("anvil ") + anvil::version_string(),
+                         "print the version and the commit this binary was built from");
+    using namespace anvil::cli;
+    std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
+                                 add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
+                                 add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
+                                 add_serve(app)};
+    cmds.push_back(add_sweep(app, *cmds[0].app));
+    add_config_files(cmds, std::any_of(argv + 1, argv + argc, [](const char* a) {
+                         return std::string_view(a) == "--config" ||
+                                std::string_view(a).starts_with("--config=");
+                     }));
+    if (argc > 1 && argv[1][0] != '-') {
+        bool known = false;
+        for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];
+        if (!known) {
+            std::fprintf(stderr, "anvil: error: unknown command \"%s\"; see anvil --help for the commands\n",
+                         argv[1]);
+            return 2;
+        }
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        return parse_error(app, e, argc);
+    }
+    return run_command(cmds);
 }

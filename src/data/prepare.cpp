@@ -104,10 +104,328 @@ std::vector<uint64_t> ngram_hashes(const std::vector<int32_t>& t, int n) {
     return out;
 }
 
-}  // namespace
+// One `anvil data prepare` run, in a temporary directory beside --out until it is published: records routed
+// to their splits (deduplicated, rejected with a reason), tokenized in parallel batches and appended in input
+// order, held-out records checked for leakage against the training split, then the report, the metadata and
+// the rename.
+class Preparer {
+public:
+    explicit Preparer(const PrepareOptions& o);
+    ~Preparer() {
+        std::error_code ec;
+        if (!published_) fsys::remove_all(tmp_, ec);
+    }
+    void read(const std::string& in, Progress& bar);
+    // the files closed, and the held-out records checked for leakage against the training split
+    void finish_reading();
+    nlohmann::json report(double wall_s) const;
+    void print_summary(Progress& bar) const;
+    int64_t records_in() const { return records_in_; }
+    int64_t rejected() const;
+    int64_t duplicates() const { return duplicates_; }
+    const SplitWriter& writer(Split s) const { return writers_[s]; }
+    // meta.json (with the training split's fingerprint, as training computes it), report.json, the tokenizer,
+    // then the temporary directory renamed to --out
+    void publish(const nlohmann::json& report);
 
-int run_prepare(const PrepareOptions& o) {
-    const auto t0 = std::chrono::steady_clock::now();
+private:
+    // One unit everywhere: a record is a JSONL line, a CSV row or a text chunk; in = kept + rejected +
+    // duplicates.
+    struct PerFile {
+        int64_t in = 0, kept = 0, rejected = 0, duplicates = 0;
+        uint64_t bytes_dropped = 0;
+    };
+    struct HeldOut {
+        Split split;
+        std::string where;
+        uint64_t content;
+        std::vector<uint64_t> ngrams;
+    };
+    void note_reject(const RawRecord& r, const std::string& kind, const std::string& why);
+    void tokenize(Item& it) const;
+    void flush();  // the batch tokenized in parallel, then appended in input order
+    void check_leakage();
+
+    const PrepareOptions& o_;
+    std::unique_ptr<Tokenizer> tok_;
+    PromptTemplate tmpl_;
+    RecordOptions ro_;
+    double train_end_ = 0, val_end_ = 0;
+    bool any_records_format_ = false, any_text_format_ = false, published_ = false;
+    std::string tmp_;
+    SplitWriter writers_[3];
+    std::ofstream rejects_;
+    std::vector<std::ofstream> examples_;  // val, test instruction examples for exact match
+    std::map<std::string, int64_t> reject_counts_;
+    std::map<std::string, PerFile> per_file_;
+    std::unordered_map<uint64_t, std::string> first_seen_;  // content hash -> file:line (dedup)
+    std::unordered_set<uint64_t> train_content_;            // exact leakage
+    std::vector<uint64_t> train_ngrams_;
+    std::vector<HeldOut> held_out_;
+    int64_t records_in_ = 0, duplicates_ = 0;
+    uint64_t bytes_dropped_ = 0, done_bytes_ = 0;  // done: the inputs read so far, for the progress bar
+    int eot_ = 0, ngram_ = 0;
+    const BpeTokenizer* bpe_ = nullptr;
+    std::vector<Item> batch_;
+    size_t batch_bytes_ = 0;
+    nlohmann::json leaks_ = nlohmann::json::array();
+    int64_t exact_leaks_ = 0, ngram_leaks_ = 0;
+};
+
+Preparer::Preparer(const PrepareOptions& o) : o_(o), tok_(make_tokenizer(o.tokenizer)) {
+    tmpl_ = choose_template(o.prompt_template, *tok_);
+    train_end_ = 1.0 - o.val_fraction - o.test_fraction, val_end_ = o.val_fraction;
+    ro_ = RecordOptions{
+        parse_format(o.format), o.text_field, o.csv_column, {train_end_, train_end_ + val_end_}};
+    for (const auto& in : o.inputs) {
+        const bool text =
+            (ro_.format == InputFormat::Auto ? detect_format(in) : ro_.format) == InputFormat::Text;
+        any_records_format_ |= !text;
+        any_text_format_ |= text;
+    }
+    if (any_records_format_)
+        std::printf("template %s for instruction and chat records (%s)\n", template_name(tmpl_),
+                    template_reason(o.prompt_template, tmpl_, *tok_).c_str());
+    tmp_ = temp_dir_for(o.out);
+    make_dirs(tmp_);
+    for (int s = 0; s < 3; s++) {
+        writers_[s].dir = tmp_;
+        writers_[s].name = kSplitNames[s];
+        writers_[s].vocab = tok_->vocab_size();
+        writers_[s].flags = any_records_format_;
+        writers_[s].limit = o.shard_tokens;
+    }
+    rejects_.open(tmp_ + "/rejects.jsonl");
+    for (const char* n : {"val_examples.jsonl", "test_examples.jsonl"})
+        examples_.emplace_back(tmp_ + "/" + n);
+    eot_ = tok_->eot_id();
+    bpe_ = dynamic_cast<const BpeTokenizer*>(tok_.get());
+    // 13 BPE tokens (~50 characters) is the GPT-3 contamination span; with bytes, 50 is about as long
+    ngram_ = o.leak_ngram >= 0 ? o.leak_ngram : (bpe_ ? 13 : 50);
+}
+
+void Preparer::note_reject(const RawRecord& r, const std::string& kind, const std::string& why) {
+    if (kind == "duplicate")
+        per_file_[r.file].duplicates++;
+    else
+        reject_counts_[kind]++, per_file_[r.file].rejected++;
+    per_file_[r.file].bytes_dropped += r.bytes;
+    bytes_dropped_ += r.bytes;
+    rejects_
+        << json_text(nlohmann::json{
+               {"file", r.file}, {"line", r.line}, {"reason", kind}, {"detail", why}, {"bytes", r.bytes}})
+        << '\n';
+}
+
+void Preparer::tokenize(Item& it) const {
+    const RawRecord& r = it.rec;
+    if (r.example) {
+        TokenStream rec = record_tokens(r.ex, tmpl_, *tok_);
+        it.ids = std::move(rec.ids);
+        it.flags = std::move(rec.flags);
+        if (ngram_ > 0 && r.ex.chat()) {  // within the answers (system prompts are often shared)
+            std::vector<int32_t> answers;
+            for (size_t k = 0; k < it.ids.size(); k++)
+                if (it.flags[k] & kInLoss) answers.push_back(it.ids[k]);
+            it.ngrams = ngram_hashes(answers, ngram_);
+        } else if (ngram_ > 0) {  // within the input and the output (instructions are often shared)
+            it.ngrams = ngram_hashes(tok_->encode(r.ex.input), ngram_);
+            const auto g = ngram_hashes(tok_->encode(r.ex.output), ngram_);
+            it.ngrams.insert(it.ngrams.end(), g.begin(), g.end());
+        }
+        return;
+    }
+    it.ids = bpe_ ? bpe_->encode(r.text) : tok_->encode(r.text);
+    const bool bos = tok_->bos_id() >= 0 && it.starts_record;
+    if (bos) it.ids.insert(it.ids.begin(), tok_->bos_id());
+    if (!it.open_text) it.ids.push_back(eot_);
+    it.flags.assign(it.ids.size(), kInLoss);
+    if (bos) it.flags[0] = 0;  // never a target
+    if (ngram_ > 0) it.ngrams = ngram_hashes(it.ids, ngram_);
+}
+
+// Tokenize a batch in parallel, then append in input order (the output does not depend on threads).
+void Preparer::flush() {
+    const int nthreads = o_.threads > 0 ? o_.threads : omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic, 8) num_threads(nthreads)
+    for (size_t i = 0; i < batch_.size(); i++) tokenize(batch_[i]);
+    for (Item& it : batch_) {
+        SplitWriter& w = writers_[it.split];
+        if (!it.ids.empty() && it.starts_record) it.flags[0] |= kRecordStart;
+        w.append(it.ids, it.flags);
+        if (!it.open_text) w.end_record();
+        w.records++;
+        per_file_[it.rec.file].kept++;
+        const uint64_t ch = content_hash(it.rec);
+        if (it.split == kTrain) {
+            train_content_.insert(ch);
+            train_ngrams_.insert(train_ngrams_.end(), it.ngrams.begin(), it.ngrams.end());
+        } else {
+            held_out_.push_back({it.split, where(it.rec), ch, std::move(it.ngrams)});
+            if (it.rec.example) examples_[it.split - 1] << json_text(example_json(it.rec.ex)) << '\n';
+        }
+    }
+    batch_.clear();
+    batch_bytes_ = 0;
+}
+
+// One input's records, each rejected, or routed to its split (a text file's chunks by position in the file,
+// a record by a seeded hash of its content) and batched.
+void Preparer::read(const std::string& in, Progress& bar) {
+    Split text_split = kTrain;
+    bool text_open = false;  // a text document is open in writers_[text_split]
+    const uint64_t base = done_bytes_, size = fsys::file_size(in);
+    const uint64_t to_val = uint64_t(train_end_ * double(size)),
+                   to_test = uint64_t((train_end_ + val_end_) * double(size));
+    const auto route = [&](RawRecord& r) {
+        records_in_++;
+        per_file_[r.file].in++;
+        if (r.reject.empty() && r.example)
+            if (std::string why = template_problem(r.ex, tmpl_, *tok_); !why.empty())
+                r.reject_kind = "bad_chat", r.reject = std::move(why);
+        if (!r.reject.empty()) return note_reject(r, r.reject_kind, r.reject);
+        Item it;
+        if (r.chunk_end >= 0) {  // text: split by position in the file
+            const Split s = r.chunk_begin < to_val ? kTrain : (r.chunk_begin < to_test ? kVal : kTest);
+            if (text_open && s != text_split) {  // close the document part in the previous split
+                writers_[text_split].append({eot_}, {kInLoss});
+                writers_[text_split].end_record();
+            }
+            it.starts_record = !(text_open && s == text_split);
+            text_open = !r.last_chunk;
+            text_split = s;
+            it.split = s;
+            it.open_text = !r.last_chunk;
+        } else {
+            const uint64_t h = content_hash(r);
+            if (o_.dedup) {
+                const auto [pos, fresh] = first_seen_.emplace(h, where(r));
+                if (!fresh) {
+                    duplicates_++;
+                    return note_reject(r, "duplicate", "same content as " + pos->second);
+                }
+            }
+            const double u = double(mix64(h ^ mix64(o_.seed)) >> 11) * 0x1.0p-53;
+            it.split = u < o_.val_fraction ? kVal : (u < o_.val_fraction + o_.test_fraction ? kTest : kTrain);
+        }
+        batch_bytes_ += r.bytes;
+        it.rec = std::move(r);
+        batch_.push_back(std::move(it));
+        if (batch_.size() >= 4096 || batch_bytes_ >= (8u << 20)) flush();
+    };
+    for_each_record(in, ro_, route, [&](uint64_t bytes) {
+        bar.update(int64_t(base + bytes), fmt::format("{} records", records_in_));
+    });
+    flush();
+    done_bytes_ = base + size;
+}
+
+void Preparer::finish_reading() {
+    for (auto& w : writers_) w.close();
+    rejects_.close();
+    for (auto& e : examples_) e.close();
+    check_leakage();
+}
+
+int64_t Preparer::rejected() const {
+    int64_t n = 0;
+    for (const auto& [k, c] : reject_counts_) n += c;
+    return n;
+}
+
+// Held-out records equal to, or sharing an n-gram with, the training split.
+void Preparer::check_leakage() {
+    std::sort(train_ngrams_.begin(), train_ngrams_.end());
+    train_ngrams_.erase(std::unique(train_ngrams_.begin(), train_ngrams_.end()), train_ngrams_.end());
+    for (const HeldOut& h : held_out_) {
+        const bool exact = train_content_.count(h.content) > 0;
+        int64_t shared = 0;
+        for (uint64_t g : h.ngrams)
+            shared += std::binary_search(train_ngrams_.begin(), train_ngrams_.end(), g);
+        if (!exact && shared == 0) continue;
+        exact_leaks_ += exact;
+        ngram_leaks_ += !exact;
+        leaks_.push_back({{"split", kSplitNames[h.split]},
+                          {"where", h.where},
+                          {"exact", exact},
+                          {"shared_ngrams", shared},
+                          {"ngrams", h.ngrams.size()}});
+    }
+}
+
+nlohmann::json Preparer::report(double wall_s) const {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [f, c] : per_file_)
+        files[f] = {{"records_in", c.in},
+                    {"kept", c.kept},
+                    {"rejected", c.rejected},
+                    {"duplicates", c.duplicates},
+                    {"bytes_dropped", c.bytes_dropped}};
+    nlohmann::json report = {
+        {"record", kRecordUnit},
+        {"inputs", files},
+        {"records_in", records_in_},
+        {"kept", int64_t(writers_[0].records + writers_[1].records + writers_[2].records)},
+        {"rejected", reject_counts_},
+        {"rejected_total", rejected()},
+        {"duplicates_removed", duplicates_},
+        {"bytes_dropped", bytes_dropped_},
+        {"leakage",
+         {{"ngram", ngram_}, {"exact", exact_leaks_}, {"ngram_overlap", ngram_leaks_}, {"records", leaks_}}},
+        {"wall_s", wall_s},
+    };
+    for (int s = 0; s < 3; s++)
+        report["splits"][kSplitNames[s]] = {
+            {"records", writers_[s].records}, {"tokens", writers_[s].tokens}, {"files", writers_[s].files}};
+    return report;
+}
+
+void Preparer::print_summary(Progress& bar) const {
+    const int64_t kept = int64_t(writers_[0].records + writers_[1].records + writers_[2].records);
+    bar.finish(fmt::format("{} records in = {} kept + {} rejected + {} duplicates{}", records_in_, kept,
+                           rejected(), duplicates_,
+                           bytes_dropped_ ? fmt::format(" ({} bytes dropped)", bytes_dropped_) : ""));
+    if (any_text_format_)
+        std::printf(
+            "(a text file's records are its chunks of about 1 MiB, cut where tokenization is unaffected)\n");
+    std::printf("train %llu tokens (%llu records), val %llu (%llu), test %llu (%llu)\n",
+                (unsigned long long)writers_[0].tokens, (unsigned long long)writers_[0].records,
+                (unsigned long long)writers_[1].tokens, (unsigned long long)writers_[1].records,
+                (unsigned long long)writers_[2].tokens, (unsigned long long)writers_[2].records);
+    for (const auto& [k, n] : reject_counts_) std::printf("rejected %lld: %s\n", (long long)n, k.c_str());
+    if (exact_leaks_ + ngram_leaks_ > 0)
+        std::printf(
+            "leakage: %lld held-out records equal a training record, %lld share a %d-token span with one "
+            "(report.json lists them)\n",
+            (long long)exact_leaks_, (long long)ngram_leaks_, ngram_);
+}
+
+void Preparer::publish(const nlohmann::json& report) {
+    std::vector<std::unique_ptr<Shard>> shards;
+    std::vector<TokenSegment> segs;
+    for (const auto& f : writers_[0].files) {
+        shards.push_back(std::make_unique<Shard>(tmp_ + "/" + f));
+        segs.push_back(shards.back()->segment(eot_));
+    }
+    const uint64_t fp = fingerprint(TokenView(segs));
+    shards.clear();
+    tok_->save(tmp_);
+    nlohmann::json meta = {
+        {"format", "anvil-shards"},
+        {"version", 1},
+        {"tokenizer", {{"kind", tok_->kind()}, {"vocab_size", tok_->vocab_size()}, {"eot", eot_}}},
+        {"template", template_name(tmpl_)},
+        {"seed", o_.seed},
+        {"fingerprint", fmt::format("{:016x}", fp)},
+        {"splits", report["splits"]},
+    };
+    write_file_atomic(tmp_ + "/meta.json", json_text(meta, 2) + "\n");
+    write_file_atomic(tmp_ + "/report.json", json_text(report, 2) + "\n");
+    replace_dir(tmp_, o_.out);
+    published_ = true;
+}
+
+void check_prepare_options(const PrepareOptions& o) {
     ANVIL_CHECK(!o.inputs.empty(), "give at least one input file with --in");
     ANVIL_CHECK(o.val_fraction >= 0 && o.test_fraction >= 0 && o.val_fraction + o.test_fraction < 1.0,
                 "--val-fraction {} + --test-fraction {} must be below 1", o.val_fraction, o.test_fraction);
@@ -116,297 +434,33 @@ int run_prepare(const PrepareOptions& o) {
     if (dir_exists(o.out) || file_exists(o.out))
         ANVIL_CHECK(o.overwrite, "--out {}: already exists; choose another directory or pass --overwrite",
                     o.out);
-    const auto tok = make_tokenizer(o.tokenizer);
-    const PromptTemplate tmpl = choose_template(o.prompt_template, *tok);
-    const double train_end = 1.0 - o.val_fraction - o.test_fraction, val_end = o.val_fraction;
-    RecordOptions ro{parse_format(o.format), o.text_field, o.csv_column, {train_end, train_end + val_end}};
-    bool any_records_format = false, any_text_format = false;
-    for (const auto& in : o.inputs) {
-        const bool text =
-            (ro.format == InputFormat::Auto ? detect_format(in) : ro.format) == InputFormat::Text;
-        any_records_format |= !text;
-        any_text_format |= text;
-    }
-    if (any_records_format)
-        std::printf("template %s for instruction and chat records (%s)\n", template_name(tmpl),
-                    template_reason(o.prompt_template, tmpl, *tok).c_str());
+}
 
-    const std::string tmp = temp_dir_for(o.out);
-    make_dirs(tmp);
-    struct TmpGuard {
-        std::string dir;
-        bool keep = false;
-        ~TmpGuard() {
-            std::error_code ec;
-            if (!keep) fsys::remove_all(dir, ec);
-        }
-    } guard{tmp};
+}  // namespace
 
-    SplitWriter writers[3];
-    for (int s = 0; s < 3; s++) {
-        writers[s].dir = tmp;
-        writers[s].name = kSplitNames[s];
-        writers[s].vocab = tok->vocab_size();
-        writers[s].flags = any_records_format;
-        writers[s].limit = o.shard_tokens;
-    }
-    std::ofstream rejects(tmp + "/rejects.jsonl");
-    std::vector<std::ofstream> examples;  // val, test instruction examples for exact match
-    for (const char* n : {"val_examples.jsonl", "test_examples.jsonl"}) examples.emplace_back(tmp + "/" + n);
-
-    std::map<std::string, int64_t> reject_counts;
-    // One unit everywhere: a record is a JSONL line, a CSV row or a text chunk; in = kept + rejected +
-    // duplicates.
-    struct PerFile {
-        int64_t in = 0, kept = 0, rejected = 0, duplicates = 0;
-        uint64_t bytes_dropped = 0;
-    };
-    std::map<std::string, PerFile> per_file;
-    std::unordered_map<uint64_t, std::string> first_seen;  // content hash -> file:line (dedup)
-    std::unordered_set<uint64_t> train_content;            // exact leakage
-    std::vector<uint64_t> train_ngrams;
-    struct HeldOut {
-        Split split;
-        std::string where;
-        uint64_t content;
-        std::vector<uint64_t> ngrams;
-    };
-    std::vector<HeldOut> held_out;
-    int64_t records_in = 0, duplicates = 0;
-    uint64_t bytes_dropped = 0;
-    const int eot = tok->eot_id();
-    const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
-    // 13 BPE tokens (~50 characters) is the GPT-3 contamination span; with bytes, 50 is about as long
-    const int ngram = o.leak_ngram >= 0 ? o.leak_ngram : (bpe ? 13 : 50);
-
-    auto note_reject = [&](const RawRecord& r, const std::string& kind, const std::string& why) {
-        if (kind == "duplicate")
-            per_file[r.file].duplicates++;
-        else
-            reject_counts[kind]++, per_file[r.file].rejected++;
-        per_file[r.file].bytes_dropped += r.bytes;
-        bytes_dropped += r.bytes;
-        rejects
-            << json_text(nlohmann::json{
-                   {"file", r.file}, {"line", r.line}, {"reason", kind}, {"detail", why}, {"bytes", r.bytes}})
-            << '\n';
-    };
-
-    // Tokenize a batch in parallel, then append in input order (the output does not depend on threads).
-    std::vector<Item> batch;
-    size_t batch_bytes = 0;
-    auto flush = [&] {
-        const int nthreads = o.threads > 0 ? o.threads : omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 8) num_threads(nthreads)
-        for (size_t i = 0; i < batch.size(); i++) {
-            Item& it = batch[i];
-            const RawRecord& r = it.rec;
-            if (r.example) {
-                TokenStream rec = record_tokens(r.ex, tmpl, *tok);
-                it.ids = std::move(rec.ids);
-                it.flags = std::move(rec.flags);
-                if (ngram > 0 && r.ex.chat()) {  // within the answers (system prompts are often shared)
-                    std::vector<int32_t> answers;
-                    for (size_t k = 0; k < it.ids.size(); k++)
-                        if (it.flags[k] & kInLoss) answers.push_back(it.ids[k]);
-                    it.ngrams = ngram_hashes(answers, ngram);
-                } else if (ngram > 0) {  // within the input and the output (instructions are often shared)
-                    it.ngrams = ngram_hashes(tok->encode(r.ex.input), ngram);
-                    const auto g = ngram_hashes(tok->encode(r.ex.output), ngram);
-                    it.ngrams.insert(it.ngrams.end(), g.begin(), g.end());
-                }
-            } else {
-                it.ids = bpe ? bpe->encode(r.text) : tok->encode(r.text);
-                const bool bos = tok->bos_id() >= 0 && it.starts_record;
-                if (bos) it.ids.insert(it.ids.begin(), tok->bos_id());
-                if (!it.open_text) it.ids.push_back(eot);
-                it.flags.assign(it.ids.size(), kInLoss);
-                if (bos) it.flags[0] = 0;  // never a target
-                if (ngram > 0) it.ngrams = ngram_hashes(it.ids, ngram);
-            }
-        }
-        for (Item& it : batch) {
-            SplitWriter& w = writers[it.split];
-            if (!it.ids.empty() && it.starts_record) it.flags[0] |= kRecordStart;
-            w.append(it.ids, it.flags);
-            if (!it.open_text) w.end_record();
-            w.records++;
-            per_file[it.rec.file].kept++;
-            const uint64_t ch = content_hash(it.rec);
-            if (it.split == kTrain) {
-                train_content.insert(ch);
-                train_ngrams.insert(train_ngrams.end(), it.ngrams.begin(), it.ngrams.end());
-            } else {
-                held_out.push_back({it.split, where(it.rec), ch, std::move(it.ngrams)});
-                if (it.rec.example) examples[it.split - 1] << json_text(example_json(it.rec.ex)) << '\n';
-            }
-        }
-        batch.clear();
-        batch_bytes = 0;
-    };
-
-    uint64_t total_bytes = 0, done_bytes = 0;
+int run_prepare(const PrepareOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check_prepare_options(o);
+    Preparer p(o);
+    uint64_t total_bytes = 0;
     for (const auto& in : o.inputs) total_bytes += fsys::file_size(in);
     Progress bar("prepare", int64_t(std::max<uint64_t>(total_bytes, 1)),
                  int64_t(std::max<uint64_t>(total_bytes / 50, 1)), "B");
-    for (const auto& in : o.inputs) {
-        Split text_split = kTrain;
-        bool text_open = false;  // a text document is open in writers[text_split]
-        double chunk_start = 0.0;
-        const uint64_t base = done_bytes, size = fsys::file_size(in);
-        const uint64_t to_val = uint64_t(train_end * double(size)),
-                       to_test = uint64_t((train_end + val_end) * double(size));
-        for_each_record(
-            in, ro,
-            [&](RawRecord& r) {
-                records_in++;
-                per_file[r.file].in++;
-                if (r.reject.empty() && r.example)
-                    if (std::string why = template_problem(r.ex, tmpl, *tok); !why.empty())
-                        r.reject_kind = "bad_chat", r.reject = std::move(why);
-                if (!r.reject.empty()) {
-                    note_reject(r, r.reject_kind, r.reject);
-                    if (r.chunk_end >= 0) chunk_start = r.chunk_end;
-                    return;
-                }
-                Item it;
-                if (r.chunk_end >= 0) {  // text: split by position in the file
-                    const Split s =
-                        r.chunk_begin < to_val ? kTrain : (r.chunk_begin < to_test ? kVal : kTest);
-                    if (text_open && s != text_split) {  // close the document part in the previous split
-                        writers[text_split].append({eot}, {kInLoss});
-                        writers[text_split].end_record();
-                    }
-                    it.starts_record = !(text_open && s == text_split);
-                    text_open = !r.last_chunk;
-                    text_split = s;
-                    chunk_start = r.chunk_end;
-                    it.split = s;
-                    it.open_text = !r.last_chunk;
-                } else {
-                    const uint64_t h = content_hash(r);
-                    if (o.dedup) {
-                        const auto [pos, fresh] = first_seen.emplace(h, where(r));
-                        if (!fresh) {
-                            duplicates++;
-                            note_reject(r, "duplicate", "same content as " + pos->second);
-                            return;
-                        }
-                    }
-                    const double u = double(mix64(h ^ mix64(o.seed)) >> 11) * 0x1.0p-53;
-                    it.split =
-                        u < o.val_fraction ? kVal : (u < o.val_fraction + o.test_fraction ? kTest : kTrain);
-                }
-                batch_bytes += r.bytes;
-                it.rec = std::move(r);
-                batch.push_back(std::move(it));
-                if (batch.size() >= 4096 || batch_bytes >= (8u << 20)) flush();
-            },
-            [&](uint64_t bytes) {
-                bar.update(int64_t(base + bytes), fmt::format("{} records", records_in));
-            });
-        flush();
-        done_bytes = base + fsys::file_size(in);
-    }
-    for (auto& w : writers) w.close();
-    rejects.close();
-    for (auto& e : examples) e.close();
-
-    // Leakage: held-out records equal to, or sharing an n-gram with, the training split.
-    std::sort(train_ngrams.begin(), train_ngrams.end());
-    train_ngrams.erase(std::unique(train_ngrams.begin(), train_ngrams.end()), train_ngrams.end());
-    nlohmann::json leaks = nlohmann::json::array();
-    int64_t exact_leaks = 0, ngram_leaks = 0;
-    for (const HeldOut& h : held_out) {
-        const bool exact = train_content.count(h.content) > 0;
-        int64_t shared = 0;
-        for (uint64_t g : h.ngrams) shared += std::binary_search(train_ngrams.begin(), train_ngrams.end(), g);
-        if (!exact && shared == 0) continue;
-        exact_leaks += exact;
-        ngram_leaks += !exact;
-        leaks.push_back({{"split", kSplitNames[h.split]},
-                         {"where", h.where},
-                         {"exact", exact},
-                         {"shared_ngrams", shared},
-                         {"ngrams", h.ngrams.size()}});
-    }
-
-    int64_t rejected = 0;
-    for (const auto& [k, n] : reject_counts) rejected += n;
-    nlohmann::json files = nlohmann::json::object();
-    for (const auto& [f, c] : per_file)
-        files[f] = {{"records_in", c.in},
-                    {"kept", c.kept},
-                    {"rejected", c.rejected},
-                    {"duplicates", c.duplicates},
-                    {"bytes_dropped", c.bytes_dropped}};
-    const int64_t kept = int64_t(writers[0].records + writers[1].records + writers[2].records);
-    nlohmann::json report = {
-        {"record", kRecordUnit},
-        {"inputs", files},
-        {"records_in", records_in},
-        {"kept", kept},
-        {"rejected", reject_counts},
-        {"rejected_total", rejected},
-        {"duplicates_removed", duplicates},
-        {"bytes_dropped", bytes_dropped},
-        {"leakage",
-         {{"ngram", ngram}, {"exact", exact_leaks}, {"ngram_overlap", ngram_leaks}, {"records", leaks}}},
-        {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
-    };
-    for (int s = 0; s < 3; s++)
-        report["splits"][kSplitNames[s]] = {
-            {"records", writers[s].records}, {"tokens", writers[s].tokens}, {"files", writers[s].files}};
-    bar.finish(fmt::format("{} records in = {} kept + {} rejected + {} duplicates{}", records_in, kept,
-                           rejected, duplicates,
-                           bytes_dropped ? fmt::format(" ({} bytes dropped)", bytes_dropped) : ""));
-    if (any_text_format)
-        std::printf(
-            "(a text file's records are its chunks of about 1 MiB, cut where tokenization is unaffected)\n");
-    std::printf("train %llu tokens (%llu records), val %llu (%llu), test %llu (%llu)\n",
-                (unsigned long long)writers[0].tokens, (unsigned long long)writers[0].records,
-                (unsigned long long)writers[1].tokens, (unsigned long long)writers[1].records,
-                (unsigned long long)writers[2].tokens, (unsigned long long)writers[2].records);
-    for (const auto& [k, n] : reject_counts) std::printf("rejected %lld: %s\n", (long long)n, k.c_str());
-    if (exact_leaks + ngram_leaks > 0)
-        std::printf(
-            "leakage: %lld held-out records equal a training record, %lld share a %d-token span with one "
-            "(report.json lists them)\n",
-            (long long)exact_leaks, (long long)ngram_leaks, ngram);
-
-    if (o.strict && (rejected > 0 || duplicates > 0)) {
+    for (const auto& in : o.inputs) p.read(in, bar);
+    p.finish_reading();
+    const nlohmann::json report =
+        p.report(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    p.print_summary(bar);
+    if (o.strict && (p.rejected() > 0 || p.duplicates() > 0)) {
         const std::string rp = o.out + ".report.json";
         write_file_atomic(rp, json_text(report, 2) + "\n");
         fail("--strict: {} records rejected and {} duplicates (listed in {}); nothing was written to {}",
-             rejected, duplicates, rp, o.out);
+             p.rejected(), p.duplicates(), rp, o.out);
     }
-    ANVIL_CHECK(writers[0].tokens > 0, "no training data left: {} records in, {} rejected; see the report",
-                records_in, rejected);
-
-    // The training split's fingerprint, as training computes it.
-    std::vector<std::unique_ptr<Shard>> shards;
-    std::vector<TokenSegment> segs;
-    for (const auto& f : writers[0].files) {
-        shards.push_back(std::make_unique<Shard>(tmp + "/" + f));
-        segs.push_back(shards.back()->segment(eot));
-    }
-    const uint64_t fp = fingerprint(TokenView(segs));
-    shards.clear();
-
-    tok->save(tmp);
-    nlohmann::json meta = {
-        {"format", "anvil-shards"},
-        {"version", 1},
-        {"tokenizer", {{"kind", tok->kind()}, {"vocab_size", tok->vocab_size()}, {"eot", eot}}},
-        {"template", template_name(tmpl)},
-        {"seed", o.seed},
-        {"fingerprint", fmt::format("{:016x}", fp)},
-        {"splits", report["splits"]},
-    };
-    write_file_atomic(tmp + "/meta.json", json_text(meta, 2) + "\n");
-    write_file_atomic(tmp + "/report.json", json_text(report, 2) + "\n");
-    replace_dir(tmp, o.out);
-    guard.keep = true;
+    ANVIL_CHECK(p.writer(kTrain).tokens > 0,
+                "no training data left: {} records in, {} rejected; see the report", p.records_in(),
+                p.rejected());
+    p.publish(report);
     std::printf("wrote %s (report.json, rejects.jsonl, meta.json, shards)\n", o.out.c_str());
     return 0;
 }
