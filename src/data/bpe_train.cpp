@@ -22,14 +22,9 @@ struct Word {
     std::vector<int32_t> sym;
     int64_t count;
 };
-}  // namespace
 
-BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bool show_progress) {
-    ANVIL_CHECK(vocab_size >= 257,
-                "--vocab-size {}: a byte-level BPE needs at least 257 ids (256 bytes and "
-                "<|endoftext|>)",
-                vocab_size);
-    // 1. pieces and their counts
+// The texts' pre-tokenized pieces as byte sequences with their counts, in a fixed order (not the hash map's).
+std::vector<Word> count_words(const std::vector<std::string>& texts) {
     std::unordered_map<std::string, int64_t> pieces;
     std::vector<uint32_t> ends;
     for (const std::string& raw : texts) {
@@ -49,9 +44,47 @@ BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bo
         for (char ch : p) w.sym.push_back(int32_t(uint8_t(ch)));
         words.push_back(std::move(w));
     }
-    // deterministic order regardless of hash-map iteration
     std::sort(words.begin(), words.end(), [](const Word& a, const Word& b) { return a.sym < b.sym; });
+    return words;
+}
 
+// The pair (a, b) (its key k) merged into `id` everywhere in w, the pair counts' changes added to `delta`.
+void merge_in_word(Word& w, int32_t a, int32_t b, int32_t id, uint64_t k,
+                   std::unordered_map<uint64_t, int64_t>& delta) {
+    auto& s = w.sym;
+    const int64_t n = w.count;
+    std::vector<int32_t> out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+            if (!out.empty()) {
+                delta[key(out.back(), a)] -= n;
+                delta[key(out.back(), id)] += n;
+            }
+            if (i + 2 < s.size()) {
+                delta[key(b, s[i + 2])] -= n;
+                delta[key(id, s[i + 2])] += n;
+            }
+            delta[k] -= n;
+            out.push_back(id);
+            i += 2;
+        } else {
+            out.push_back(s[i]);
+            i++;
+        }
+    }
+    s = std::move(out);
+}
+
+}  // namespace
+
+BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bool show_progress) {
+    ANVIL_CHECK(vocab_size >= 257,
+                "--vocab-size {}: a byte-level BPE needs at least 257 ids (256 bytes and "
+                "<|endoftext|>)",
+                vocab_size);
+    // 1. pieces and their counts
+    std::vector<Word> words = count_words(texts);
     // 2. pair counts and where each pair occurs
     std::unordered_map<uint64_t, int64_t> counts;
     std::unordered_map<uint64_t, std::unordered_set<uint32_t>> where;
@@ -68,6 +101,7 @@ BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bo
     std::priority_queue<Entry, std::vector<Entry>, decltype(cmp)> heap(cmp);
     for (const auto& [k, c] : counts) heap.push({c, k});
 
+    // 3. the most frequent pair merged, again and again
     std::vector<std::string> tokens(256);
     for (int b = 0; b < 256; b++) tokens[size_t(b)] = std::string(1, char(b));
     std::vector<std::pair<int32_t, int32_t>> merges;
@@ -84,29 +118,8 @@ BpeTokenizer train_bpe(const std::vector<std::string>& texts, int vocab_size, bo
         merges.push_back({a, b});
         std::unordered_map<uint64_t, int64_t> delta;
         for (uint32_t w : where[k]) {
-            auto& s = words[w].sym;
-            const int64_t n = words[w].count;
-            std::vector<int32_t> out;
-            out.reserve(s.size());
-            for (size_t i = 0; i < s.size();) {
-                if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
-                    if (!out.empty()) {
-                        delta[key(out.back(), a)] -= n;
-                        delta[key(out.back(), id)] += n;
-                    }
-                    if (i + 2 < s.size()) {
-                        delta[key(b, s[i + 2])] -= n;
-                        delta[key(id, s[i + 2])] += n;
-                    }
-                    delta[k] -= n;
-                    out.push_back(id);
-                    i += 2;
-                } else {
-                    out.push_back(s[i]);
-                    i++;
-                }
-            }
-            s = std::move(out);
+            merge_in_word(words[w], a, b, id, k, delta);
+            const auto& s = words[w].sym;
             for (size_t i = 0; i + 1 < s.size(); i++)
                 if (s[i] == id || s[i + 1] == id) where[key(s[i], s[i + 1])].insert(w);
         }

@@ -221,6 +221,63 @@ void refuse_unsupported(const json& j) {
     }
 }
 
+// max_tokens (or max_completion_tokens): OpenAI's defaults (16; a chat: the rest of the context), checked
+// against the context with the longest prompt, P tokens
+int max_new_tokens(const json& j, Endpoint endpoint, const ServedModel& m, int P, bool echo) {
+    int64_t max_tokens = endpoint == Endpoint::Chat ? m.n_ctx - P : 16;
+    const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    field(j, max_name, max_tokens, is_int, "an integer");
+    if (max_tokens < (echo ? 0 : 1))  // with echo, 0 scores the prompt alone
+        bad(max_name, fmt::format("'{}' must be at least {}, got {}", max_name, echo ? 0 : 1, max_tokens));
+    if (P + max_tokens > m.n_ctx)
+        bad(max_name,
+            fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                        "tokens ({} in the prompt, {} for the completion)",
+                        m.n_ctx, P + max_tokens, P, max_tokens));
+    return int(max_tokens);
+}
+
+// The sampling fields, each checked against its range (repetition_penalty and min_p as vLLM's and
+// llama.cpp's servers take them), the fields this server refuses, the seed (random_seed where none is given)
+// and the stop tokens
+void sampling_fields(const json& j, const ServedModel& m, uint64_t random_seed, SampleOptions& s) {
+    double temperature = 1.0, top_p = 1.0;
+    field(j, "temperature", temperature, is_num, "a number");
+    if (temperature < 0.0 || temperature > 2.0)
+        bad("temperature", fmt::format("'temperature' must be between 0 and 2, got {}", temperature));
+    field(j, "top_p", top_p, is_num, "a number");
+    if (top_p <= 0.0 || top_p > 1.0) bad("top_p", fmt::format("'top_p' must be in (0, 1], got {}", top_p));
+    s.temperature = float(temperature);
+    s.top_p = float(top_p);
+    int64_t top_k = 0;
+    field(j, "top_k", top_k, is_int, "an integer");
+    if (top_k < 0) bad("top_k", fmt::format("'top_k' must be 0 (off) or more, got {}", top_k));
+    s.top_k = int(std::min<int64_t>(top_k, m.tok->vocab_size()));
+    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+        double v = 0.0;
+        field(j, name, v, is_num, "a number");
+        if (v < -2.0 || v > 2.0) bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, v));
+        (name[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = float(v);
+    }
+    double repetition = 1.0, min_p = 0.0;
+    field(j, "repetition_penalty", repetition, is_num, "a number");
+    if (repetition <= 0.0 || repetition > 10.0)
+        bad("repetition_penalty",
+            fmt::format("'repetition_penalty' must be in (0, 10] (1 = off), got {}", repetition));
+    field(j, "min_p", min_p, is_num, "a number");
+    if (min_p < 0.0 || min_p > 1.0)
+        bad("min_p", fmt::format("'min_p' must be in [0, 1] (0 = off), got {}", min_p));
+    s.repetition_penalty = float(repetition);
+    s.min_p = float(min_p);
+    s.logit_bias = logit_bias(j, *m.tok);
+    refuse_unsupported(j);
+    int64_t seed = int64_t(random_seed);
+    field(j, "seed", seed, is_int, "an integer");
+    s.seed = uint64_t(seed);
+    s.stop_tokens = m.stop_tokens;
+    s.vocab_real = m.tok->vocab_size();
+}
+
 }  // namespace
 
 GenerationRequest parse_request(Endpoint endpoint, const std::string& body, const ServedModel& m,
@@ -259,55 +316,9 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
             fmt::format("This model's maximum context length is {} tokens; the prompt has {} (leave room for "
                         "at least one generated token)",
                         m.n_ctx, P));
-
-    SampleOptions& s = r.sample;
     logprob_fields(j, endpoint, r);
-    int64_t max_tokens = endpoint == Endpoint::Chat ? m.n_ctx - P : 16;  // OpenAI's defaults
-    const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    field(j, max_name, max_tokens, is_int, "an integer");
-    if (max_tokens < (r.echo ? 0 : 1))  // with echo, 0 scores the prompt alone
-        bad(max_name, fmt::format("'{}' must be at least {}, got {}", max_name, r.echo ? 0 : 1, max_tokens));
-    if (P + max_tokens > m.n_ctx)
-        bad(max_name,
-            fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                        "tokens ({} in the prompt, {} for the completion)",
-                        m.n_ctx, P + max_tokens, P, max_tokens));
-    s.max_new_tokens = int(max_tokens);
-    double temperature = 1.0, top_p = 1.0;
-    field(j, "temperature", temperature, is_num, "a number");
-    if (temperature < 0.0 || temperature > 2.0)
-        bad("temperature", fmt::format("'temperature' must be between 0 and 2, got {}", temperature));
-    field(j, "top_p", top_p, is_num, "a number");
-    if (top_p <= 0.0 || top_p > 1.0) bad("top_p", fmt::format("'top_p' must be in (0, 1], got {}", top_p));
-    s.temperature = float(temperature);
-    s.top_p = float(top_p);
-    int64_t top_k = 0;
-    field(j, "top_k", top_k, is_int, "an integer");
-    if (top_k < 0) bad("top_k", fmt::format("'top_k' must be 0 (off) or more, got {}", top_k));
-    s.top_k = int(std::min<int64_t>(top_k, m.tok->vocab_size()));
-    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-        double v = 0.0;
-        field(j, name, v, is_num, "a number");
-        if (v < -2.0 || v > 2.0) bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, v));
-        (name[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = float(v);
-    }
-    double repetition = 1.0, min_p = 0.0;  // extensions, as vLLM and llama.cpp's servers take them
-    field(j, "repetition_penalty", repetition, is_num, "a number");
-    if (repetition <= 0.0 || repetition > 10.0)
-        bad("repetition_penalty",
-            fmt::format("'repetition_penalty' must be in (0, 10] (1 = off), got {}", repetition));
-    field(j, "min_p", min_p, is_num, "a number");
-    if (min_p < 0.0 || min_p > 1.0)
-        bad("min_p", fmt::format("'min_p' must be in [0, 1] (0 = off), got {}", min_p));
-    s.repetition_penalty = float(repetition);
-    s.min_p = float(min_p);
-    s.logit_bias = logit_bias(j, *m.tok);
-    refuse_unsupported(j);
-    int64_t seed = int64_t(random_seed);
-    field(j, "seed", seed, is_int, "an integer");
-    s.seed = uint64_t(seed);
-    s.stop_tokens = m.stop_tokens;
-    s.vocab_real = m.tok->vocab_size();
+    r.sample.max_new_tokens = max_new_tokens(j, endpoint, m, P, r.echo);
+    sampling_fields(j, m, random_seed, r.sample);
     r.stop = stop_strings(j);
     field(j, "stream", r.stream, is_bool, "a boolean");
     if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {

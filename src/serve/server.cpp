@@ -176,6 +176,16 @@ struct Server::Impl {
                      const httplib::Request& req, httplib::Response& res);
     void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
                       httplib::Response& res);
+    // A stream's choices and how far each has got.
+    struct StreamState {
+        std::vector<Follower> fs;
+        std::vector<bool> first;  // per choice: nothing of it sent yet
+        bool done = false;
+    };
+    // Choice i's next events (its role, text, values, end) after waiting up to `wait`; `failed` when it ended
+    // badly, which ends the other choices too.
+    std::string stream_step(const GenerationRequest& r, const ResponseHead& h, StreamState& st, size_t i,
+                            std::chrono::milliseconds wait, bool& failed);
     // The logprobs of follower i's tokens from `from` on (with echo and `from` 0, its prompt's first).
     nlohmann::json logprobs(const GenerationRequest& r, Follower& f, size_t i, size_t from, bool echo);
 };
@@ -275,14 +285,45 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
     send_json(res, 200, completion_response(h, choices, prompt_tokens, completion_tokens));
 }
 
+std::string Server::Impl::stream_step(const GenerationRequest& r, const ResponseHead& h, StreamState& st,
+                                      size_t i, std::chrono::milliseconds wait, bool& failed) {
+    std::string out;
+    Follower& f = st.fs[i];
+    const int index = int(i);
+    if (st.first[i] && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
+        out += sse(stream_chunk(h, "", nullptr, true));
+        st.first[i] = false;
+    }
+    std::string delta = f.next(wait);
+    const bool fresh = f.logprobs.size() > f.fresh;
+    // echo: the prompt (its text, its tokens' values) leads the choice's first chunk, sent once the prompt is
+    // scored (the first token, or the end when max_tokens is 0)
+    const bool echo = r.echo && st.first[i] && (!delta.empty() || fresh || f.finish != Finish::None);
+    if (echo) delta = model.tok->decode(r.prompts[i]) + delta;
+    // the values of the tokens that came with this delta (their text may be held back)
+    const nlohmann::json lp = fresh || echo ? logprobs(r, f, i, f.fresh, echo) : nlohmann::json();
+    if (!delta.empty() || !lp.is_null()) {
+        out += sse(stream_chunk(h, delta, nullptr, st.first[i], lp, index));
+        st.first[i] = false;
+    }
+    if (f.finish == Finish::None) return out;
+    metrics.on_generation(finish_name(f.finish), int(r.prompts[i].size()), f.text.tokens());
+    if (!f.ended_badly())
+        return out + sse(stream_chunk(h, "", finish_name(f.finish), st.first[i], nullptr, index));
+    out += sse(error_body(ended_error(f.finish, f.error)));
+    failed = true;
+    for (size_t k = 0; k < st.fs.size(); k++)
+        if (st.fs[k].finish == Finish::None) {
+            st.fs[k].seq->cancel();
+            st.fs[k].finish = Finish::Cancelled;
+            metrics.on_generation("cancelled", int(r.prompts[k].size()), st.fs[k].text.tokens());
+        }
+    return out;
+}
+
 void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
                                 httplib::Response& res) {
-    struct State {
-        std::vector<Follower> fs;
-        std::vector<bool> first;  // per choice: nothing of it sent yet
-        bool done = false;
-    };
-    auto st = std::make_shared<State>(State{std::move(fs), {}, false});
+    auto st = std::make_shared<StreamState>(StreamState{std::move(fs), {}, false});
     // One choice that fails (the model's error, a drain) ends the stream with its error; the others stop.
     st->first.assign(st->fs.size(), true);
     res.set_header("Cache-Control", "no-cache");
@@ -295,43 +336,8 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
             for (const Follower& f : st->fs) open += f.finish == Finish::None;
             // each open choice in turn, the wait shared among them
             const auto wait = std::max(kPoll / int(std::max<size_t>(open, 1)), std::chrono::milliseconds(5));
-            for (size_t i = 0; i < st->fs.size(); i++) {
-                Follower& f = st->fs[i];
-                if (f.finish != Finish::None) continue;
-                const int index = int(i);
-                if (st->first[i] && h.endpoint == Endpoint::Chat) {  // the role first, as OpenAI sends it
-                    out += sse(stream_chunk(h, "", nullptr, true));
-                    st->first[i] = false;
-                }
-                std::string delta = f.next(wait);
-                const bool fresh = f.logprobs.size() > f.fresh;
-                // echo: the prompt (its text, its tokens' values) leads the choice's first chunk, sent once
-                // the prompt is scored (the first token, or the end when max_tokens is 0)
-                const bool echo =
-                    r.echo && st->first[i] && (!delta.empty() || fresh || f.finish != Finish::None);
-                if (echo) delta = model.tok->decode(r.prompts[i]) + delta;
-                // the values of the tokens that came with this delta (their text may be held back)
-                const nlohmann::json lp = fresh || echo ? logprobs(r, f, i, f.fresh, echo) : nlohmann::json();
-                if (!delta.empty() || !lp.is_null()) {
-                    out += sse(stream_chunk(h, delta, nullptr, st->first[i], lp, index));
-                    st->first[i] = false;
-                }
-                if (f.finish == Finish::None) continue;
-                metrics.on_generation(finish_name(f.finish), int(r.prompts[i].size()), f.text.tokens());
-                if (!f.ended_badly()) {
-                    out += sse(stream_chunk(h, "", finish_name(f.finish), st->first[i], nullptr, index));
-                    continue;
-                }
-                out += sse(error_body(ended_error(f.finish, f.error)));
-                failed = true;
-                for (size_t k = 0; k < st->fs.size(); k++)
-                    if (st->fs[k].finish == Finish::None) {
-                        st->fs[k].seq->cancel();
-                        st->fs[k].finish = Finish::Cancelled;
-                        metrics.on_generation("cancelled", int(r.prompts[k].size()), st->fs[k].text.tokens());
-                    }
-                break;
-            }
+            for (size_t i = 0; i < st->fs.size() && !failed; i++)
+                if (st->fs[i].finish == Finish::None) out += stream_step(r, h, *st, i, wait, failed);
             bool all = true;
             int prompt_tokens = 0, completion_tokens = 0;
             for (size_t i = 0; i < st->fs.size(); i++) {

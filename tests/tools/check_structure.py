@@ -4,7 +4,8 @@
 1. Layers: every #include of an anvil header follows the arrows of src/CMakeLists.txt (core -> io -> backend ->
    monitor, data, model -> train -> cli; core -> dist -> train); only backend/factory.cpp knows the backends by name.
 2. Files that fit in a head: no file under src/ over 800 lines.
-3. Functions that fit on a screen: none over 80 lines in src/model and src/train.
+3. Functions that fit on a screen: none over 80 lines anywhere in src/, but the kernels docs/architecture.md
+   names (KERNEL_EXCEPTIONS).
 """
 import os
 import re
@@ -29,6 +30,8 @@ ALLOWED = {
     "cli": {"train", "serve", "model", "data", "monitor", "dist", "backend", "io", "core"},
 }
 EXCEPTIONS = {"backend/factory.cpp": {"backend/cpu", "backend/cuda"}}
+# kernels whose body is one stage best read whole (docs/architecture.md names each): file, function name
+KERNEL_EXCEPTIONS = {("backend/cuda/attention_tc.cu", "fwd_tile")}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+(?:/(?:cpu|cuda))?)/[^"]+"')
 
 
@@ -76,16 +79,19 @@ SIGNATURE_END = re.compile(r"\)\s*(const)?\s*(noexcept)?\s*(override)?\s*(->\s*[
 
 
 def function_lengths(path):
-    """(name line, length) of each function defined at namespace level (bodies counted by braces)."""
+    """(first line, signature, length) of each function defined at namespace level (bodies counted by braces);
+    the signature is its last few lines, enough to hold the function's name."""
     out = []
     depth, ns_depth, start, name = 0, 0, None, ""
+    recent = []
     for lineno, raw in enumerate(open(path, encoding="utf-8"), 1):
         line = re.sub(r'"(\\.|[^"\\])*"', '""', raw.split("//")[0])
+        recent = (recent + [raw.strip()])[-4:]
         if start is None and depth == ns_depth:
             if re.match(r"\s*namespace\b.*\{\s*$", line):
                 ns_depth += 1
             elif SIGNATURE_END.search(line) and not re.match(r"\s*(struct|class|enum|union)\b", line):
-                start, name = lineno, raw.strip()
+                start, name = lineno, " ".join(recent)
         depth += line.count("{") - line.count("}")
         if start is not None and depth == ns_depth:
             out.append((start, name, lineno - start + 1))
@@ -97,13 +103,14 @@ def function_lengths(path):
 def check_functions(failures, limit=80):
     n = 0
     for rel, path in sources():
-        if not rel.startswith(("model/", "train/")) or not rel.endswith(".cpp"):
+        if not rel.endswith((".cpp", ".cu")):
             continue
         for start, name, length in function_lengths(path):
             n += 1
-            if length > limit:
-                failures.append(f"src/{rel}:{start}: {length} lines (at most {limit}): {name[:70]}")
-    print(f"{n} functions in src/model and src/train measured")
+            excepted = any(rel == f and re.search(rf"\b{k}\b", name) for f, k in KERNEL_EXCEPTIONS)
+            if length > limit and not excepted:
+                failures.append(f"src/{rel}:{start}: {length} lines (at most {limit}): {name[-70:]}")
+    print(f"{n} functions in src/ measured")
 
 
 def main():

@@ -84,35 +84,9 @@ void set_pointers(const Plan& p, const Gemm& g) {
         if (ptr) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, attr, &ptr, sizeof ptr));
 }
 
-Plan& plan_for(const Ctx& c, const Gemm& g) {
-    const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.a_type),
-                   al_b = alignment(g.B, g.stride_b, g.batch, g.b_type),
-                   al_d = alignment(g.D, g.stride_d, g.batch, g.d);
-    const PlanKey key{g.ta,
-                      g.tb,
-                      g.m,
-                      g.n,
-                      g.k,
-                      g.lda,
-                      g.ldb,
-                      g.ldd,
-                      int(g.a_type),
-                      int(g.b_type),
-                      int(g.d),
-                      int(g.epi),
-                      g.beta != 0.0f,
-                      g.ld_aux,
-                      g.batch,
-                      g.stride_a,
-                      g.stride_b,
-                      g.stride_d,
-                      al_a | al_b << 9 | al_d << 18,
-                      g.fast_accum,
-                      g.alpha_dev != nullptr};
-    auto& cache = c.lt_plans->map;
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-    Plan p;
+// The product's descriptor (types, transposes, epilogue, pointer mode, fast accumulation, the call's
+// pointers) and its matrices' layouts (batched where g is)
+void describe(Plan& p, const Gemm& g) {
     const cudaDataType_t atype = cuda_type(g.a_type), btype = cuda_type(g.b_type), dtype = cuda_type(g.d);
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -148,6 +122,11 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
                                                           &stride, sizeof stride));
         }
     }
+}
+
+// The heuristic's best algorithms (eight to time with Ctx::gemm_tune, else four) for operands that start at
+// these alignments, into p.algo
+void find_algorithms(const Ctx& c, Plan& p, uint32_t al_a, uint32_t al_b, uint32_t al_d) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = c.lt_workspace_bytes;
@@ -168,6 +147,39 @@ Plan& plan_for(const Ctx& c, const Gemm& g) {
     if (s == CUBLAS_STATUS_SUCCESS)
         for (int i = 0; i < found; i++)
             if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algo[p.found++] = results[i].algo;
+}
+
+Plan& plan_for(const Ctx& c, const Gemm& g) {
+    const uint32_t al_a = alignment(g.A, g.stride_a, g.batch, g.a_type),
+                   al_b = alignment(g.B, g.stride_b, g.batch, g.b_type),
+                   al_d = alignment(g.D, g.stride_d, g.batch, g.d);
+    const PlanKey key{g.ta,
+                      g.tb,
+                      g.m,
+                      g.n,
+                      g.k,
+                      g.lda,
+                      g.ldb,
+                      g.ldd,
+                      int(g.a_type),
+                      int(g.b_type),
+                      int(g.d),
+                      int(g.epi),
+                      g.beta != 0.0f,
+                      g.ld_aux,
+                      g.batch,
+                      g.stride_a,
+                      g.stride_b,
+                      g.stride_d,
+                      al_a | al_b << 9 | al_d << 18,
+                      g.fast_accum,
+                      g.alpha_dev != nullptr};
+    auto& cache = c.lt_plans->map;
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    Plan p;
+    describe(p, g);
+    find_algorithms(c, p, al_a, al_b, al_d);
     return cache.emplace(key, p).first->second;
 }
 
