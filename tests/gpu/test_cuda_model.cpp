@@ -312,6 +312,9 @@ TEST_F(CudaModel, FlashOnTensorCoresTrainsInBf16) {
 
 // The same with cuDNN's fused attention (its deterministic backward: the two runs repeat bit for bit).
 TEST_F(CudaModel, CudnnAttentionTrainsInBf16) {
+#ifndef ANVIL_TEST_CUDNN
+    GTEST_SKIP() << "this build has no cuDNN (cudnn_graph.h was not found)";
+#endif
     auto cudnn = make_backend({Device::CUDA, 0, 0, AttentionImpl::Cudnn});
     trains_in_bf16(*be.gpu, *cudnn, "cuDNN fused attention");
 }
