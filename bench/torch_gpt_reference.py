@@ -227,7 +227,7 @@ def main():
     times, losses, rows = [], [], []
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    def one_step(step):
+    def one_step(step, record=True):  # record: the step's loss and time count (not the profiled ones)
         lr = lr_at(a, step)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -251,17 +251,19 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append((total / A).item())  # the step's one host synchronisation, as anvil's logging
+        step_loss = (total / A).item()  # the step's one host synchronisation, as anvil's logging
         dt = time.perf_counter() - t0
-        if a.warmup <= step < a.warmup + a.steps:
+        if not record:
+            return
+        losses.append(step_loss)
+        if step >= a.warmup:
             times.append(dt)
-        rows.append({"step": step + 1, "loss": losses[-1], "lr": lr, "step_ms": dt * 1e3,
-                     "tokens_per_s": B * T * A / dt})
+        rows.append({"step": step + 1, "loss": step_loss, "lr": lr, "step_ms": dt * 1e3, "tokens_per_s": B * T * A / dt})
 
     for step in range(a.warmup + a.steps):
         one_step(step)
     if a.profile_steps > 0 and cuda:
-        profile(a, lambda i: one_step(a.warmup + a.steps + i), B * T * A)
+        profile(a, lambda i: one_step(a.warmup + a.steps + i, record=False), B * T * A)
     if a.metrics:
         os.makedirs(os.path.dirname(os.path.abspath(a.metrics)), exist_ok=True)
         with open(a.metrics, "w") as f:
@@ -294,8 +296,8 @@ def profile(a, step_fn, tokens_per_step):
     rows = sorted(({"kernel": n, "ms_per_step": round(v[0], 4), "share": v[0] / total if total else 0.0,
                     "launches_per_step": v[1] // a.profile_steps} for n, v in kernels.items()),
                   key=lambda r: -r["ms_per_step"])
-    lines = [f"torch.profiler: {a.profile_steps} steps of {tokens_per_step} tokens, {total:.2f} ms of kernels a step, "
-             f"{sum(r['launches_per_step'] for r in rows)} launches a step",
+    lines = [f"torch.profiler: {a.profile_steps} steps of {tokens_per_step} tokens, {total:.2f} ms of kernels a "
+             f"step, {sum(r['launches_per_step'] for r in rows)} launches a step",
              f"{'kernel':70} {'ms/step':>8} {'share':>6} {'calls':>6}"]
     lines += [f"{r['kernel'][:70]:70} {r['ms_per_step']:8.3f} {100 * r['share']:5.1f}% {r['launches_per_step']:6}"
               for r in rows[:40]]

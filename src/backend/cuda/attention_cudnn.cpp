@@ -59,9 +59,9 @@ struct Geometry {
           KVH(s.KVH),
           HS(s.C / s.NH),
           C(s.C),
-          KC(s.KVH * (s.C / s.NH)),
-          W(s.C + 2 * (s.KVH * (s.C / s.NH))),
-          group(s.NH / s.KVH) {}
+          KC(KVH * HS),
+          W(C + 2 * KC),
+          group(NH / KVH) {}
     using D = CudnnGraph::Dims;
     D q_dims() const { return {B, NH, T, HS}; }
     D q_strides() const { return {T * W, HS, W, 1}; }  // also K and V with KVH heads
@@ -77,6 +77,20 @@ struct Geometry {
     D scores_t_strides() const { return {NH * T * T, T * T, 1, T}; }  // the same memory seen transposed
     D rows() const { return {B, NH, T, 1}; }
     D rows_strides() const { return {NH * T, T, 1, 1}; }
+    D dense_strides() const { return {NH * T * HS, T * HS, HS, 1}; }  // a (B, NH, T, HS) product of its own
+};
+
+// The graph's intermediate tensors, all virtual: (B, NH, T, T) scores (seen transposed: the same memory),
+// (B, NH, T, 1) row values in f32, (B, NH, T, HS) products
+struct Virtual {
+    CudnnGraph& g;
+    const Geometry& G;
+    CudnnTensor scores(cudnnDataType_t t) const { return g.tensor(t, G.scores(), G.scores_strides(), true); }
+    CudnnTensor scores_t(cudnnDataType_t t) const {
+        return g.tensor(t, G.scores(), G.scores_t_strides(), true);
+    }
+    CudnnTensor rows() const { return g.tensor(CUDNN_DATA_FLOAT, G.rows(), G.rows_strides(), true); }
+    CudnnTensor heads(cudnnDataType_t t) const { return g.tensor(t, G.q_dims(), G.dense_strides(), true); }
 };
 
 float masked_value(const CudnnApi& api) {
@@ -87,40 +101,38 @@ float masked_value(const CudnnApi& api) {
 
 // s (scores, f32) masked causally: keys past the query to `masked`
 CudnnTensor causal(CudnnGraph& g, const Geometry& G, CudnnTensor s, float masked) {
-    const auto virt = [&](cudnnDataType_t t) { return g.tensor(t, G.scores(), G.scores_strides(), true); };
-    const CudnnTensor row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, virt(CUDNN_DATA_INT32), {}, {}, 2);
-    const CudnnTensor col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, virt(CUDNN_DATA_INT32), {}, {}, 3);
-    const CudnnTensor keep =
-        g.pointwise(CUDNN_POINTWISE_CMP_GE, row, virt(CUDNN_DATA_BOOLEAN), col, {}, -1, CUDNN_DATA_BOOLEAN);
-    return g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, virt(CUDNN_DATA_FLOAT), g.scalar(masked), keep);
+    const Virtual v{g, G};
+    const CudnnTensor row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, v.scores(CUDNN_DATA_INT32), {}, {}, 2);
+    const CudnnTensor col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, v.scores(CUDNN_DATA_INT32), {}, {}, 3);
+    const CudnnTensor keep = g.pointwise(CUDNN_POINTWISE_CMP_GE, row, v.scores(CUDNN_DATA_BOOLEAN), col, {},
+                                         -1, CUDNN_DATA_BOOLEAN);
+    return g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, v.scores(CUDNN_DATA_FLOAT), g.scalar(masked), keep);
 }
 
 void build_fwd(CudnnGraph& g, Io& io, const Geometry& G, DType dt, float masked) {
     const cudnnDataType_t t = cudnn_type(dt), f32 = CUDNN_DATA_FLOAT;
+    const Virtual v{g, G};
     io.q = g.tensor(t, G.q_dims(), G.q_strides(), false);
     io.k = g.tensor(t, G.kt_dims(), G.kt_strides(), false);
     io.v = g.tensor(t, G.kv_dims(), G.q_strides(), false);
     io.o = g.tensor(t, G.q_dims(), G.o_strides(), false);
     io.stats = g.tensor(f32, G.rows(), G.rows_strides(), false);
-    const auto scores = [&](cudnnDataType_t type) {
-        return g.tensor(type, G.scores(), G.scores_strides(), true);
-    };
-    const auto rows = [&] { return g.tensor(f32, G.rows(), G.rows_strides(), true); };
-    CudnnTensor s = g.matmul(io.q, io.k, scores(f32));
-    s = g.pointwise(CUDNN_POINTWISE_MUL, s, scores(f32), g.scalar(1.0f / std::sqrt(float(G.HS))));
+    CudnnTensor s = g.matmul(io.q, io.k, v.scores(f32));
+    s = g.pointwise(CUDNN_POINTWISE_MUL, s, v.scores(f32), g.scalar(1.0f / std::sqrt(float(G.HS))));
     s = causal(g, G, s, masked);
-    const CudnnTensor m = g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, rows());
-    const CudnnTensor e =
-        g.pointwise(CUDNN_POINTWISE_EXP, g.pointwise(CUDNN_POINTWISE_SUB, s, scores(f32), m), scores(f32));
-    const CudnnTensor z = g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, rows());
-    g.pointwise(CUDNN_POINTWISE_ADD, m, io.stats, g.pointwise(CUDNN_POINTWISE_LOG, z, rows()));
+    const CudnnTensor m = g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, v.rows());
+    const CudnnTensor e = g.pointwise(CUDNN_POINTWISE_EXP,
+                                      g.pointwise(CUDNN_POINTWISE_SUB, s, v.scores(f32), m), v.scores(f32));
+    const CudnnTensor z = g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, v.rows());
+    g.pointwise(CUDNN_POINTWISE_ADD, m, io.stats, g.pointwise(CUDNN_POINTWISE_LOG, z, v.rows()));
     const CudnnTensor p =
-        g.pointwise(CUDNN_POINTWISE_DIV, e, scores(t), z);  // rounded for the second product
+        g.pointwise(CUDNN_POINTWISE_DIV, e, v.scores(t), z);  // rounded for the second product
     g.matmul(p, io.v, io.o);
 }
 
 void build_bwd(CudnnGraph& g, Io& io, const Geometry& G, DType dt, float masked) {
     const cudnnDataType_t t = cudnn_type(dt), f32 = CUDNN_DATA_FLOAT;
+    const Virtual v{g, G};
     const bool mha = G.group == 1;
     io.q = g.tensor(t, G.q_dims(), G.q_strides(), false);
     io.k = g.tensor(t, G.kt_dims(), G.kt_strides(), false);
@@ -132,40 +144,31 @@ void build_bwd(CudnnGraph& g, Io& io, const Geometry& G, DType dt, float masked)
     io.dk = g.tensor(t, mha ? G.q_dims() : G.kv_dims(), mha ? G.dqkv_strides() : G.dkv_strides(), false);
     io.dv = g.tensor(t, mha ? G.q_dims() : G.kv_dims(), mha ? G.dqkv_strides() : G.dkv_strides(), false);
     io.dsum = g.tensor(f32, G.rows(), G.rows_strides(), false);  // in the backend's scratch
-    const auto scores = [&](cudnnDataType_t type) {
-        return g.tensor(type, G.scores(), G.scores_strides(), true);
-    };
-    const auto scores_t = [&] { return g.tensor(t, G.scores(), G.scores_t_strides(), true); };
-    const auto rows = [&] { return g.tensor(f32, G.rows(), G.rows_strides(), true); };
     const CudnnTensor scale = g.scalar(1.0f / std::sqrt(float(G.HS)));
     // Dsum = rowsum(dO * O)
-    const CudnnTensor doo =
-        g.pointwise(CUDNN_POINTWISE_MUL, io.dout,
-                    g.tensor(f32, G.q_dims(), {G.NH * G.T * G.HS, G.T * G.HS, G.HS, 1}, true), io.o);
-    g.pointwise(CUDNN_POINTWISE_MUL, g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rows()), io.dsum,
+    const CudnnTensor doo = g.pointwise(CUDNN_POINTWISE_MUL, io.dout, v.heads(f32), io.o);
+    g.pointwise(CUDNN_POINTWISE_MUL, g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, v.rows()), io.dsum,
                 g.scalar(1.0f));
     // P = exp(S * scale - stats), masked
-    CudnnTensor s = g.matmul(io.q, io.k, scores(f32));
-    s = g.pointwise(CUDNN_POINTWISE_MUL, s, scores(f32), scale);
-    s = g.pointwise(CUDNN_POINTWISE_SUB, s, scores(f32), io.stats);
+    CudnnTensor s = g.matmul(io.q, io.k, v.scores(f32));
+    s = g.pointwise(CUDNN_POINTWISE_MUL, s, v.scores(f32), scale);
+    s = g.pointwise(CUDNN_POINTWISE_SUB, s, v.scores(f32), io.stats);
     s = causal(g, G, s, masked);
-    const CudnnTensor p = g.pointwise(CUDNN_POINTWISE_EXP, s, scores(f32));
+    const CudnnTensor p = g.pointwise(CUDNN_POINTWISE_EXP, s, v.scores(f32));
     // a (B, NH, T, HS) product, summed over each group's heads where K and V are shared
     const auto per_query_head = [&](CudnnTensor a, CudnnTensor b, CudnnTensor out) {
-        if (mha) return g.matmul(a, b, out);
-        const CudnnTensor full =
-            g.matmul(a, b, g.tensor(t, G.q_dims(), {G.NH * G.T * G.HS, G.T * G.HS, G.HS, 1}, true));
-        return g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+        return mha ? g.matmul(a, b, out)
+                   : g.reduction(CUDNN_REDUCE_TENSOR_ADD, g.matmul(a, b, v.heads(t)), out);
     };
     // dV = P^T dO
-    per_query_head(g.reshape(p, scores_t()), io.dout, io.dv);
+    per_query_head(g.reshape(p, v.scores_t(t)), io.dout, io.dv);
     // dS = P (dO V^T - Dsum) scale
-    CudnnTensor ds = g.matmul(io.dout, io.v, scores(f32));
-    ds = g.pointwise(CUDNN_POINTWISE_SUB, ds, scores(f32), io.dsum);
-    ds = g.pointwise(CUDNN_POINTWISE_MUL, ds, scores(f32), p);
-    ds = g.pointwise(CUDNN_POINTWISE_MUL, ds, scores(f32), scale);
+    CudnnTensor ds = g.matmul(io.dout, io.v, v.scores(f32));
+    ds = g.pointwise(CUDNN_POINTWISE_SUB, ds, v.scores(f32), io.dsum);
+    ds = g.pointwise(CUDNN_POINTWISE_MUL, ds, v.scores(f32), p);
+    ds = g.pointwise(CUDNN_POINTWISE_MUL, ds, v.scores(f32), scale);
     // dK = dS^T Q; dQ = dS K (K seen untransposed)
-    per_query_head(g.reshape(ds, scores_t()), io.q, io.dk);
+    per_query_head(g.reshape(ds, v.scores_t(t)), io.q, io.dk);
     const CudnnTensor k = g.reshape(io.k, g.tensor(t, G.kv_dims(), G.q_strides(), true));
     g.matmul(ds, k, io.dq);
 }

@@ -98,7 +98,8 @@ struct FwdSpan {
 // accumulator tiles (16 x 8) per m-tile, each K fragment read once for all of them; the online softmax on
 // them in registers (row maxima over the 4 lanes of a group by shuffles; exp2 of scores already in log2
 // units); then O += P V with P, rounded to T, already in A's layout, each V fragment read once for all
-// m-tiles. With Drop, what multiplies V is the dropout's (the row sums are the undropped softmax's).
+// m-tiles. With Drop, the kept probabilities multiply V (the row sums are the undropped softmax's; the kept
+// ones' scale is the output's, at the end).
 template <typename T, int D, int MT, bool Drop>
 __device__ __forceinline__ void fwd_tile(FwdRows<D, MT>& st, const uint32_t (&qf)[MT][D / 16][4], const T* Ks,
                                          const T* Vs, int k0, const FwdSpan<MT>& sp, const AttnGeom& g,
@@ -164,10 +165,11 @@ __device__ __forceinline__ void fwd_tile(FwdRows<D, MT>& st, const uint32_t (&qf
                 const float p =
                     st.m[mt][r] == -INFINITY ? 0.0f : mma::exp2_approx(s[mt][j][i] - st.m[mt][r]);
                 st.l[mt][r] += p;
-                if constexpr (Drop)
-                    s[mt][j][i] = p > 0.0f ? p * g.drop.factor(hs, b, sp.t[mt][r], k0 + 8 * j + 2 * tq + i % 2,
-                                                               g.T)
-                                           : 0.0f;
+                if constexpr (Drop)  // kept or not; the kept ones' scale 1 / (1 - p) is the output's, in f32
+                    s[mt][j][i] = p > 0.0f && g.drop.factor(hs, b, sp.t[mt][r], k0 + 8 * j + 2 * tq + i % 2,
+                                                            g.T) > 0.0f
+                                      ? p
+                                      : 0.0f;
                 else
                     s[mt][j][i] = p;
             }
@@ -290,7 +292,9 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<D, MT>())
             const int row = sp.t[mt][r];
             if (row >= g.T) continue;
             if (tq == 0) lse[g.row(b, h, row)] = st.m[mt][r] * float(M_LN2) + logf(l);
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            // with dropout, the kept probabilities' scale here, not in P before its rounding to T: scaled
+            // there (4/3 is 1.3359375 in bf16), every output would be 0.2% off what the backward's dP assumes
+            const float inv = l > 0.0f ? (Drop ? g.drop.scale : 1.0f) / l : 0.0f;
             T* dst = out + g.o(b, row, h);
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
@@ -413,7 +417,7 @@ __device__ __forceinline__ void bwd_kv_tile(float (&dk)[D / 8][4], float (&dv)[D
                     if constexpr (Drop) kp = g.drop.factor(hs, b, q, key[r], g.T);
                     ds = p * ((Drop ? dp[n][i] * kp : dp[n][i]) - D_s[qi]) * g.scale;
                 }
-                s[n][i] = p * kp;  // what multiplied dO's row in the forward
+                s[n][i] = kp > 0.0f ? p : 0.0f;  // what multiplied dO's row in the forward, less the scale
                 dp[n][i] = ds;
             }
         uint32_t pa[4], da[4];
@@ -479,6 +483,11 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     cp_async_wait<0>();
     const int valid = min(16, g.T - warp_first);
     if (valid <= 0) return;
+    if constexpr (Drop)  // the kept probabilities' scale, in f32 (as the forward's)
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) dv[n][i] *= g.drop.scale;
     write_acc<T, D>(dqkv + g.dv(b, warp_first, h), g.dld(), dv, valid, g.HS, vec);
     write_acc<T, D>(dqkv + g.dk(b, warp_first, h), g.dld(), dk, valid, g.HS, vec);
 }

@@ -13,14 +13,15 @@ namespace anvil::cuda {
 
 namespace {
 
-#ifndef ANVIL_CUDA_EMU
-// dlsym(lib, name) into f; false when the library lacks it
-template <class F>
-bool bind(void* lib, F& f, const char* name) {
-    f = reinterpret_cast<F>(dlsym(lib, name));
-    return f != nullptr;
-}
-#endif
+// Every entry point: CudnnApi's field and the library's symbol.
+// clang-format off
+#define ANVIL_CUDNN_ENTRIES(X) \
+    X(get_version, cudnnGetVersion) X(create, cudnnCreate) X(destroy, cudnnDestroy) \
+    X(set_stream, cudnnSetStream) X(error_string, cudnnGetErrorString) X(last_error, cudnnGetLastErrorString) \
+    X(create_desc, cudnnBackendCreateDescriptor) X(destroy_desc, cudnnBackendDestroyDescriptor) \
+    X(set, cudnnBackendSetAttribute) X(get, cudnnBackendGetAttribute) X(finalize, cudnnBackendFinalize) \
+    X(execute, cudnnBackendExecute)
+// clang-format on
 
 // The library's entry points, or why there are none.
 struct Loaded {
@@ -33,18 +34,9 @@ Loaded load() {
     CudnnApi& a = l.api;
 #ifdef ANVIL_CUDA_EMU
     // cuemu's stand-in (tests/cuemu/cudnn.cpp) defines the library's own symbols
-    a.get_version = &cudnnGetVersion;
-    a.create = &cudnnCreate;
-    a.destroy = &cudnnDestroy;
-    a.set_stream = &cudnnSetStream;
-    a.error_string = &cudnnGetErrorString;
-    a.last_error = &cudnnGetLastErrorString;
-    a.create_desc = &cudnnBackendCreateDescriptor;
-    a.destroy_desc = &cudnnBackendDestroyDescriptor;
-    a.set = &cudnnBackendSetAttribute;
-    a.get = &cudnnBackendGetAttribute;
-    a.finalize = &cudnnBackendFinalize;
-    a.execute = &cudnnBackendExecute;
+#define ANVIL_BIND(field, symbol) a.field = &symbol;
+    ANVIL_CUDNN_ENTRIES(ANVIL_BIND)
+#undef ANVIL_BIND
 #else
     void* lib = nullptr;
     std::string tried;
@@ -62,15 +54,12 @@ Loaded load() {
             "directory on LD_LIBRARY_PATH";
         return l;
     }
-    const bool all =
-        bind(lib, a.get_version, "cudnnGetVersion") && bind(lib, a.create, "cudnnCreate") &&
-        bind(lib, a.destroy, "cudnnDestroy") && bind(lib, a.set_stream, "cudnnSetStream") &&
-        bind(lib, a.error_string, "cudnnGetErrorString") &&
-        bind(lib, a.last_error, "cudnnGetLastErrorString") &&
-        bind(lib, a.create_desc, "cudnnBackendCreateDescriptor") &&
-        bind(lib, a.destroy_desc, "cudnnBackendDestroyDescriptor") &&
-        bind(lib, a.set, "cudnnBackendSetAttribute") && bind(lib, a.get, "cudnnBackendGetAttribute") &&
-        bind(lib, a.finalize, "cudnnBackendFinalize") && bind(lib, a.execute, "cudnnBackendExecute");
+    bool all = true;
+#define ANVIL_BIND(field, symbol)                                       \
+    a.field = reinterpret_cast<decltype(a.field)>(dlsym(lib, #symbol)); \
+    all = all && a.field != nullptr;
+    ANVIL_CUDNN_ENTRIES(ANVIL_BIND)
+#undef ANVIL_BIND
     if (!all) {
         l.why = "libcudnn.so.9 lacks part of cuDNN 9's graph API: install cuDNN 9.0 or newer";
         return l;
@@ -221,10 +210,9 @@ void CudnnGraph::finalize_graph(cudnnHandle_t handle) {
 
 std::string CudnnGraph::plan(cudnnHandle_t handle) {
     ANVIL_ASSERT(graph_ != nullptr);
-    cudnnBackendDescriptor_t& g = graph_;
     cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g);
+    set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph_);
     set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     api_.check(api_.finalize(heur), "finalizing the engine heuristic");
     int64_t count = 0;
