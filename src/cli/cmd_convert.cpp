@@ -4,7 +4,7 @@
 #include "cli/commands.h"
 #include "io/fs.h"
 #include "model/llmc_model.h"
-#include "train/run_setup.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

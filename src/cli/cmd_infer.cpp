@@ -17,8 +17,8 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
-#include "train/evaluate.h"
-#include "train/run_setup.h"
+#include "runtime/evaluate.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

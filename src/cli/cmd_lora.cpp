@@ -4,8 +4,8 @@
 #include "cli/commands.h"
 #include "io/fs.h"
 #include "model/model_io.h"
-#include "train/autobatch.h"
-#include "train/run_setup.h"
+#include "core/sizes.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

@@ -6,8 +6,8 @@
 #include "io/fs.h"
 #include "model/model_io.h"
 #include "model/quantize.h"
-#include "train/autobatch.h"
-#include "train/run_setup.h"
+#include "core/sizes.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

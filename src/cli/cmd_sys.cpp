@@ -7,7 +7,7 @@
 #include "io/json_text.h"
 #include "monitor/doctor.h"
 #include "monitor/hwbench.h"
-#include "train/run_setup.h"
+#include "runtime/inference.h"
 
 #ifdef ANVIL_WITH_CUDA
 #include "monitor/cuda_probe.h"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "train/run_setup.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

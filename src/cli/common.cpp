@@ -7,8 +7,8 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/model_io.h"
-#include "train/autobatch.h"
-#include "train/run_setup.h"
+#include "core/sizes.h"
+#include "runtime/inference.h"
 
 namespace anvil::cli {
 

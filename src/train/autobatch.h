@@ -21,8 +21,4 @@ struct AutoBatch {
 AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int global_batch, bool shuffle,
                           uint64_t seed);
 
-// "2G", "512M", "1.5GiB", "1000000" -> bytes; `flag` names the option in errors. A size of 0 is an error
-// unless `zero_ok` (a flag whose 0 turns something off).
-uint64_t parse_bytes(const std::string& s, const char* flag, bool zero_ok = false);
-
 }  // namespace anvil

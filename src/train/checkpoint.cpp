@@ -7,120 +7,12 @@
 #include <map>
 
 #include "core/hash.h"
-#include "io/fs.h"
-#include "io/json_text.h"
-#include "io/safetensors.h"
-#include "model/model_io.h"
-#include "train/autobatch.h"  // parse_bytes
+#include "core/sizes.h"
 #include "train/run_setup.h"
 
 namespace anvil {
 
 namespace fsys = std::filesystem;
-
-namespace {
-
-int checkpoint_step(const std::string& dir) {
-    const std::string p = dir + "/trainer_state.json";
-    if (!file_exists(p)) return -1;
-    return read_json_file(p).value("step", -1);
-}
-
-std::vector<int64_t> dims(const Shape& s) {
-    return {s.dims.begin(), s.dims.begin() + s.ndim};
-}
-
-std::string shape_str(const Shape& s) {
-    return s.str();
-}
-
-}  // namespace
-
-std::string resolve_checkpoint(const std::string& dir, const char* flag) {
-    ANVIL_CHECK(dir_exists(dir), "{} {}: no such directory", flag, dir);
-    if (file_exists(dir + "/trainer_state.json")) return dir;
-    std::string best;
-    int best_step = -1;
-    for (const auto& e : fsys::directory_iterator(dir)) {
-        if (!e.is_directory()) continue;
-        const std::string name = e.path().filename().string();
-        if (name != "final" && !name.starts_with("checkpoint-")) continue;
-        if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos) continue;
-        const int s = checkpoint_step(e.path().string());
-        if (s > best_step) {
-            best_step = s;
-            best = e.path().string();
-        }
-    }
-    ANVIL_CHECK(!best.empty(),
-                "{} {}: no training checkpoint here (a directory with trainer_state.json, or a run directory "
-                "holding checkpoint-N or final)",
-                flag, dir);
-    return best;
-}
-
-ResumePoint read_resume_point(const std::string& resume_arg) {
-    ResumePoint r;
-    r.dir = resolve_checkpoint(resume_arg);
-    r.state = read_json_file(r.dir + "/trainer_state.json");
-    r.adapter = file_exists(r.dir + "/adapter_config.json") && !file_exists(r.dir + "/config.json");
-    if (!r.adapter) {
-        r.config = read_model_config(r.dir);
-        return r;
-    }
-    const std::string base = r.state.value("options", nlohmann::json::object()).value("init", std::string());
-    ANVIL_CHECK(!base.empty(),
-                "--resume {}: a LoRA checkpoint whose trainer_state.json names no base (--init)", r.dir);
-    r.config = read_model_config(base);
-    return r;
-}
-
-void write_optimizer_state(const std::string& dir, const ParamStore& store,
-                           const std::function<void(size_t, float*, float*)>& moments) {
-    std::vector<StMeta> metas;
-    for (size_t i : store.trainable()) {
-        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
-        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
-    }
-    const std::vector<size_t>& tr = store.trainable();
-    std::vector<float> other;
-    write_safetensors_streamed(dir + "/optimizer.safetensors", metas, [&](size_t k, void* dst) {
-        const size_t i = tr[k / 2];
-        other.resize(size_t(store.spec(i).full_shape().numel()));
-        float* out = static_cast<float*>(dst);
-        if (k % 2 == 0)
-            moments(i, out, other.data());
-        else
-            moments(i, other.data(), out);
-    });
-}
-
-void load_optimizer_state(const std::string& dir, const ParamStore& store, AdamW& opt) {
-    const std::string path = dir + "/optimizer.safetensors";
-    ANVIL_CHECK(
-        file_exists(path),
-        "{}: missing; --resume needs a training checkpoint (it holds the optimizer state), or use --init "
-        "to start a new run from the weights",
-        path);
-    SafetensorsReader st(path);
-    for (size_t i : store.trainable()) {
-        std::vector<float> mv[2];  // copied: the file's bytes need not be aligned for floats
-        for (int k = 0; k < 2; k++) {
-            const std::string name = (k == 0 ? "exp_avg." : "exp_avg_sq.") + store.spec(i).name;
-            const StEntry* e = st.find(name);
-            ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
-            const ParamSpec& spec = store.spec(i);
-            ANVIL_CHECK(e->shape == dims(spec.full_shape()) && e->known && e->dtype == DType::F32,
-                        "{}: tensor \"{}\" must be F32 of shape {}", path, name,
-                        shape_str(spec.full_shape()));
-            mv[k].resize(size_t(spec.full_shape().numel()));
-            std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
-            keep_shard(spec, mv[k]);  // tensor parallel: this rank's piece
-        }
-        // the part in this rank's range (ZeRO-1 reshards here)
-        opt.set_moments(i, mv[0].data(), mv[1].data());
-    }
-}
 
 nlohmann::json scaler_to_json(const LossScaler& s) {
     return {{"scale", s.scale}, {"good_steps", s.good}};
@@ -236,22 +128,15 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
         if (comm.rank() != 0) return;
     }
     const TrainOptions& o = run.opts;
-    const std::string dir = o.out + "/" + name;
-    const std::string tmp = temp_dir_for(dir);
-    make_dirs(tmp);
-    const auto weights = [&](size_t i, float* dst) { saved.weights(i, dst); };
-    // a LoRA run saves its adapter in PEFT's format; the base stays where it is
-    if (run.model->has_adapters())
-        write_peft_adapter(tmp, *run.model, std::filesystem::absolute(o.init).lexically_normal().string(),
-                           weights);
-    else
-        write_model_dir(tmp, *run.model,
-                        {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}},
-                        weights, SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")});
-    run.tok->save(tmp);
-    write_optimizer_state(tmp, run.model->params(),
-                          [&](size_t i, float* m, float* v) { saved.moments(i, m, v); });
-    nlohmann::json state = {
+    CheckpointContents c;
+    c.model = run.model.get();
+    c.tok = run.tok.get();
+    if (run.model->has_adapters()) c.lora_base = fsys::absolute(o.init).lexically_normal().string();
+    c.config_extra = {{"anvil_tokenizer", run.tok->kind()}, {"anvil_template", o.prompt_template}};
+    c.format = SaveFormat{DType::F32, parse_bytes(o.max_shard_size, "--max-shard-size")};
+    c.weights = [&](size_t i, float* dst) { saved.weights(i, dst); };
+    c.moments = [&](size_t i, float* m, float* v) { saved.moments(i, m, v); };
+    c.state = {
         {"step", step},
         {"world_size", comm.size()},
         {"options", options_to_json(o)},
@@ -260,19 +145,18 @@ void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
           {"fingerprint", fmt::format("{:016x}", run.data.fingerprint)},
           {"train_tokens", run.data.train.size()}}},
     };
-    if (run.trainer->scaler().enabled) state["loss_scale"] = scaler_to_json(run.trainer->scaler());
+    if (run.trainer->scaler().enabled) c.state["loss_scale"] = scaler_to_json(run.trainer->scaler());
     const OutlierState& z = run.trainer->outliers();
     if (!z.loss.values().empty())  // --skip-loss-z/--skip-grad-z's windows, oldest first
-        state["outlier_windows"] = {
+        c.state["outlier_windows"] = {
             {"loss", std::vector<double>(z.loss.values().begin(), z.loss.values().end())},
             {"grad_norm", std::vector<double>(z.grad.values().begin(), z.grad.values().end())}};
     if (run.best.step > 0)
-        state["best"] = {{"step", run.best.step},
-                         {"val_loss", run.best.loss},
-                         {"evals_since", run.best.evals_since},
-                         {"dir", run.best.dir}};
-    write_file_atomic(tmp + "/trainer_state.json", json_text(state, 2) + "\n");
-    replace_dir(tmp, dir);
+        c.state["best"] = {{"step", run.best.step},
+                           {"val_loss", run.best.loss},
+                           {"evals_since", run.best.evals_since},
+                           {"dir", run.best.dir}};
+    write_checkpoint(o.out + "/" + name, c);
     drop_old_checkpoints(o.out, o.keep_checkpoints);
 }
 

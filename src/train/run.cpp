@@ -20,7 +20,7 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "io/tensorboard.h"
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 #include "train/instruments.h"
 #include "train/run_setup.h"
 #include "train/schedule.h"

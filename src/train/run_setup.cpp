@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "core/sizes.h"
 #include "data/llmc.h"
 #include "data/synthetic.h"
 #include "io/fs.h"
@@ -374,7 +375,8 @@ void search_batch(RunSetup& r, TrainOptions& o, Comm& comm) {
 }
 
 void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
-    load_optimizer_state(rp.dir, r.model->params(), *r.opt);
+    read_optimizer_state(rp.dir, r.model->params(),
+                         [&](size_t i, const float* m, const float* v) { r.opt->set_moments(i, m, v); });
     const nlohmann::json then = rp.state.value("options", nlohmann::json::object());
     const int then_tp = then.value("tensor_parallel", 1);
     const int then_dp = rp.state.value("world_size", 1) / std::max(1, then_tp);
@@ -411,31 +413,10 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
 
 }  // namespace
 
-Device parse_device(const std::string& name) {
-    if (name == "cpu") return Device::CPU;
-    if (name == "cuda") return Device::CUDA;
-    if (name == "auto") return cuda_available() ? Device::CUDA : Device::CPU;
-    fail("--device {}: unknown device; use cpu, cuda or auto", name);
-}
-
-std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
-                                          const std::string& attention, int gpu) {
-    BackendOptions bo;
-    bo.device = parse_device(device);
-    bo.threads = threads;
-    bo.attention = parse_attention(attention);
-    bo.device_id = gpu;
-    return make_backend(bo);
-}
-
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, int gpu) {
-    BackendOptions bo;
-    bo.device = parse_device(o.device);
-    bo.threads = o.threads;
-    bo.attention = parse_attention(o.attention);
+    BackendOptions bo = backend_options(o.device, o.threads, o.attention, gpu);
     bo.attn_fwd_rows = o.attn_fwd_rows;
     bo.gemm_tune = o.gemm_tune;
-    bo.device_id = gpu;
     return make_backend(bo);
 }
 
@@ -500,49 +481,5 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
 }
 
 }  // namespace
-
-std::string resolve_model_dir(const std::string& path) {
-    ANVIL_CHECK(dir_exists(path), "--model {}: no such directory", path);
-    for (const std::string& d : {path, path + "/final"})
-        if (file_exists(d + "/config.json") || file_exists(d + "/adapter_config.json")) return d;
-    return resolve_checkpoint(path, "--model");
-}
-
-bool is_adapter_dir(const std::string& dir) {
-    return file_exists(dir + "/adapter_config.json") && !file_exists(dir + "/config.json");
-}
-
-InferenceSetup setup_inference(const InferenceOptions& o) {
-    InferenceSetup l;
-    std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
-    if (is_adapter_dir(dir)) {  // a LoRA run's directory: its base, plus the adapter
-        ANVIL_CHECK(adapter.empty(),
-                    "--model {} is itself an adapter; give its base with --model and it with "
-                    "--adapter",
-                    dir);
-        adapter = dir;
-        dir = resolve_model_dir(read_peft_config(adapter).base_model);
-    }
-    nlohmann::json raw;
-    const ModelConfig cfg = read_model_config(dir, &raw);
-    l.tok = o.tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(o.tokenizer);
-    std::string tmpl = raw.value("anvil_template", std::string("auto"));
-    if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
-        tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
-    l.prompt = choose_template(!o.prompt_template.empty() ? o.prompt_template : tmpl, *l.tok);
-    ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
-                "--tokenizer: {} ids do not fit the model's vocabulary of {}", l.tok->vocab_size(),
-                cfg.vocab_size);
-    l.backend = make_run_backend(o.device, o.threads, "auto");
-    ModelOptions mo;
-    if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;
-    l.model = make_model(*l.backend, cfg, mo);
-    if (!adapter.empty()) read_peft_config(adapter, l.model.get());  // the layout check needs the model
-    load_model_weights(dir, *l.model);
-    if (!adapter.empty()) load_peft_weights(adapter, *l.model);
-    l.base_dir = dir;
-    l.adapter_dir = adapter;
-    return l;
-}
 
 }  // namespace anvil

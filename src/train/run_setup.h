@@ -1,6 +1,5 @@
 // Everything a training run holds, built from its options: the output directory (locked), tokenizer, data,
-// backend, model and optimizer, fresh, from --init or from a --resume checkpoint; and the same model loading
-// for `anvil eval` and `anvil generate` (setup_inference).
+// backend, model and optimizer, fresh, from --init or from a --resume checkpoint.
 #pragma once
 
 #include <memory>
@@ -14,10 +13,12 @@
 #include "data/tokenizer.h"
 #include "dist/comm.h"
 #include "model/model.h"
+#include "runtime/checkpoint.h"
+#include "runtime/inference.h"
+#include "runtime/run_dir.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/options.h"
-#include "train/run_dir.h"
 #include "train/tensor_parallel.h"
 #include "train/trainer.h"
 
@@ -53,34 +54,8 @@ struct RunSetup {
 // directory; the ranks check that they were given the same options and see the same data.
 RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm);
 
-Device parse_device(const std::string& name);
-// The backend for --device/--threads/--attention; a CUDA backend on GPU `gpu` (a job's local rank).
-std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
-                                          const std::string& attention, int gpu = 0);
-// The same from a training run's options (also --attn-fwd-rows and --gemm-tune).
+// The backend for a training run's options (runtime/inference.h's, and --attn-fwd-rows and --gemm-tune), on
+// GPU `gpu` (the job's local rank).
 std::unique_ptr<Backend> make_run_backend(const TrainOptions& o, int gpu);
-
-// A model directory loaded for evaluation or generation.
-struct InferenceOptions {
-    std::string model_dir;        // a model directory, a run directory (its final/) or a checkpoint's parent
-    std::string adapter;          // a PEFT LoRA adapter on it
-    std::string tokenizer;        // override the checkpoint's
-    std::string prompt_template;  // override the one the model was trained with
-    std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
-    int threads = 0;
-};
-struct InferenceSetup {
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<Tokenizer> tok;
-    std::unique_ptr<Model> model;
-    PromptTemplate prompt = PromptTemplate::Alpaca;
-    std::string base_dir, adapter_dir;  // where the weights came from
-};
-InferenceSetup setup_inference(const InferenceOptions& o);
-// A model directory from a user path: the directory itself if it has config.json (or is an adapter), else a
-// run directory's final/ or newest checkpoint.
-std::string resolve_model_dir(const std::string& path);
-// A PEFT adapter directory (adapter_config.json, no config.json of its own).
-bool is_adapter_dir(const std::string& dir);
 
 }  // namespace anvil

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "io/json_text.h"
-#include "train/run_setup.h"
+#include "runtime/inference.h"
 
 int main(int argc, char** argv) {
     using namespace anvil;

@@ -7,7 +7,7 @@
 
 #include "data/choices.h"
 #include "model_harness.h"
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 
 namespace anvil::test {
 namespace {

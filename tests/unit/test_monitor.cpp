@@ -8,7 +8,7 @@
 #include "model/config.h"
 #include "monitor/cost.h"
 #include "monitor/hwbench.h"
-#include "train/autobatch.h"
+#include "core/sizes.h"
 
 namespace anvil::test {
 namespace {

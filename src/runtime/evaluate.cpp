@@ -1,4 +1,4 @@
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 
 #include <algorithm>
 #include <cmath>

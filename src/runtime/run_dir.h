@@ -1,5 +1,6 @@
-// Guards for a run directory: one process writes it (rank 0 of a multi-process job), and what a crashed
-// checkpoint save left behind is cleaned up.
+// Run and model directories: what a user's path names (a model directory, a run directory's final/ or newest
+// checkpoint, a PEFT adapter), and the guards for a run directory: one process writes it (rank 0 of a
+// multi-process job), and what a crashed checkpoint save left behind is cleaned up.
 #pragma once
 
 #include <string>
@@ -31,5 +32,14 @@ private:
 // previous version moved aside), which are put back when NAME itself is missing. Returns a one-line summary
 // of what it did ("" when there was nothing).
 std::string clean_stale_temporaries(const std::string& dir);
+
+// A model directory from a user path: the directory itself if it has config.json (or is an adapter), else a
+// run directory's final/ or newest checkpoint. `flag` names the option in errors.
+std::string resolve_model_dir(const std::string& path, const char* flag = "--model");
+// A PEFT adapter directory (adapter_config.json, no config.json of its own).
+bool is_adapter_dir(const std::string& dir);
+// The checkpoint directory to resume from: DIR itself if it holds trainer_state.json, else the newest
+// checkpoint-N or final inside it. `flag` names the option in errors.
+std::string resolve_checkpoint(const std::string& dir, const char* flag = "--resume");
 
 }  // namespace anvil

@@ -1,4 +1,4 @@
-#include "train/run_dir.h"
+#include "runtime/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/fs.h"
+#include "io/json_text.h"
 
 namespace anvil {
 
@@ -137,6 +138,50 @@ std::string clean_stale_temporaries(const std::string& dir) {
     }
     for (const auto& r : restored) msg += (msg.empty() ? "" : "; ") + std::string("restored ") + r;
     return msg;
+}
+
+std::string resolve_model_dir(const std::string& path, const char* flag) {
+    ANVIL_CHECK(dir_exists(path), "{} {}: no such directory", flag, path);
+    for (const std::string& d : {path, path + "/final"})
+        if (file_exists(d + "/config.json") || file_exists(d + "/adapter_config.json")) return d;
+    return resolve_checkpoint(path, flag);
+}
+
+bool is_adapter_dir(const std::string& dir) {
+    return file_exists(dir + "/adapter_config.json") && !file_exists(dir + "/config.json");
+}
+
+namespace {
+
+int checkpoint_step(const std::string& dir) {
+    const std::string p = dir + "/trainer_state.json";
+    if (!file_exists(p)) return -1;
+    return read_json_file(p).value("step", -1);
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& dir, const char* flag) {
+    ANVIL_CHECK(dir_exists(dir), "{} {}: no such directory", flag, dir);
+    if (file_exists(dir + "/trainer_state.json")) return dir;
+    std::string best;
+    int best_step = -1;
+    for (const auto& e : fsys::directory_iterator(dir)) {
+        if (!e.is_directory()) continue;
+        const std::string name = e.path().filename().string();
+        if (name != "final" && !name.starts_with("checkpoint-")) continue;
+        if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos) continue;
+        const int s = checkpoint_step(e.path().string());
+        if (s > best_step) {
+            best_step = s;
+            best = e.path().string();
+        }
+    }
+    ANVIL_CHECK(!best.empty(),
+                "{} {}: no training checkpoint here (a directory with trainer_state.json, or a run directory "
+                "holding checkpoint-N or final)",
+                flag, dir);
+    return best;
 }
 
 }  // namespace anvil

@@ -1,0 +1,13 @@
+// Sizes as users write them on the command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace anvil {
+
+// "2G", "512M", "1.5GiB", "1000000" -> bytes; `flag` names the option in errors. A size of 0 is an error
+// unless `zero_ok` (a flag whose 0 turns something off).
+uint64_t parse_bytes(const std::string& s, const char* flag, bool zero_ok = false);
+
+}  // namespace anvil

@@ -1,0 +1,48 @@
+// The training checkpoint's format, written and read here only. A checkpoint directory is a model directory
+// (model/model_io.h: config.json, model.safetensors, the tokenizer's files; a LoRA run's: its PEFT adapter,
+// whose base stays where it is) plus the training state: optimizer.safetensors (AdamW moments of the
+// trainable parameters as "exp_avg.NAME" and "exp_avg_sq.NAME", F32, whole) and trainer_state.json (the step,
+// every option, the data's path and fingerprint, the fp16 loss scale, ...: what train/ puts there).
+// Directories are written under a temporary name and renamed into place whole.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "model/model.h"
+#include "model/model_io.h"
+
+namespace anvil {
+
+// What a checkpoint holds, the weights and moments of the store's entries whole and in f32 (a job gathers
+// its pieces first).
+struct CheckpointContents {
+    const Model* model = nullptr;
+    const Tokenizer* tok = nullptr;
+    std::string lora_base;        // a LoRA run's base model directory: the adapter alone is saved
+    nlohmann::json config_extra;  // config.json's anvil_* keys (full models)
+    SaveFormat format;
+    std::function<void(size_t, float*)> weights;          // entry i's weights
+    std::function<void(size_t, float*, float*)> moments;  // trainable entry i's AdamW m and v
+    nlohmann::json state;                                 // trainer_state.json
+};
+// Writes `dir` whole: under a temporary name, renamed into place (an older `dir` replaced).
+void write_checkpoint(const std::string& dir, const CheckpointContents& c);
+
+// What --resume reads, once: the checkpoint directory, its trainer_state.json and its model config.
+struct ResumePoint {
+    std::string dir;
+    nlohmann::json state;
+    ModelConfig config;    // of the model being trained (a LoRA run's: its base's)
+    bool adapter = false;  // the checkpoint holds a LoRA adapter; the base is the run's --init
+};
+ResumePoint read_resume_point(const std::string& resume_arg);
+
+// Reads the moments of every trainable entry into `set(i, m, v)`: entry i's tensor-parallel piece
+// (ParamSpec::shape), whatever the world size, sharding or tensor parallelism of the run that wrote them.
+void read_optimizer_state(const std::string& dir, const ParamStore& store,
+                          const std::function<void(size_t, const float*, const float*)>& set);
+
+}  // namespace anvil

@@ -1,0 +1,66 @@
+#include "runtime/inference.h"
+
+#include "io/fs.h"
+#include "io/json_text.h"
+#include "model/lora.h"
+#include "model/model_io.h"
+#include "runtime/run_dir.h"
+
+namespace anvil {
+
+Device parse_device(const std::string& name) {
+    if (name == "cpu") return Device::CPU;
+    if (name == "cuda") return Device::CUDA;
+    if (name == "auto") return cuda_available() ? Device::CUDA : Device::CPU;
+    fail("--device {}: unknown device; use cpu, cuda or auto", name);
+}
+
+BackendOptions backend_options(const std::string& device, int threads, const std::string& attention,
+                               int gpu) {
+    BackendOptions bo;
+    bo.device = parse_device(device);
+    bo.threads = threads;
+    bo.attention = parse_attention(attention);
+    bo.device_id = gpu;
+    return bo;
+}
+
+std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
+                                          const std::string& attention, int gpu) {
+    return make_backend(backend_options(device, threads, attention, gpu));
+}
+
+InferenceSetup setup_inference(const InferenceOptions& o) {
+    InferenceSetup l;
+    std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
+    if (is_adapter_dir(dir)) {  // a LoRA run's directory: its base, plus the adapter
+        ANVIL_CHECK(adapter.empty(),
+                    "--model {} is itself an adapter; give its base with --model and it with "
+                    "--adapter",
+                    dir);
+        adapter = dir;
+        dir = resolve_model_dir(read_peft_config(adapter).base_model);
+    }
+    nlohmann::json raw;
+    const ModelConfig cfg = read_model_config(dir, &raw);
+    l.tok = o.tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(o.tokenizer);
+    std::string tmpl = raw.value("anvil_template", std::string("auto"));
+    if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
+        tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
+    l.prompt = choose_template(!o.prompt_template.empty() ? o.prompt_template : tmpl, *l.tok);
+    ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
+                "--tokenizer: {} ids do not fit the model's vocabulary of {}", l.tok->vocab_size(),
+                cfg.vocab_size);
+    l.backend = make_run_backend(o.device, o.threads, "auto");
+    ModelOptions mo;
+    if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;
+    l.model = make_model(*l.backend, cfg, mo);
+    if (!adapter.empty()) read_peft_config(adapter, l.model.get());  // the layout check needs the model
+    load_model_weights(dir, *l.model);
+    if (!adapter.empty()) load_peft_weights(adapter, *l.model);
+    l.base_dir = dir;
+    l.adapter_dir = adapter;
+    return l;
+}
+
+}  // namespace anvil
