@@ -47,7 +47,10 @@ class ActPlan {
 public:
     // `recompute` applies when training; otherwise nothing is kept for a backward anyway.
     ActPlan(int max_B, int max_T, ActMode mode, Recompute recompute)
-        : B_(max_B), T_(max_T), mode_(mode), recompute_(mode == ActMode::Train ? recompute : Recompute::Off) {}
+        : B_(max_B),
+          T_(max_T),
+          mode_(mode),
+          recompute_(mode == ActMode::Train ? recompute : Recompute::Off) {}
     int max_B() const { return B_; }
     int max_T() const { return T_; }
     ActMode mode() const { return mode_; }
@@ -62,7 +65,8 @@ public:
     void add(const std::string& name, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
              const std::string& share = "");
     // A buffer of a fixed number of elements (attention's saved statistics, scratch).
-    void add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep, const std::string& share = "");
+    void add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep,
+                  const std::string& share = "");
     // A (max_b, T, rest...) buffer for a pass that uses it max_b sequences at a time (max_b <= max_B): the
     // logits when the loss is taken in chunks.
     void add_chunked(const std::string& name, int max_b, std::initializer_list<int64_t> rest, DType dtype,
@@ -89,6 +93,17 @@ private:
     std::unordered_map<std::string, Slot> slots_;
 };
 
+// What a forward leaves its backward beside the buffers (which hold the values): the pass's batch, positions
+// and randomness, and where its loss left off. The activations own it, so a model holds weights and
+// configuration only, and passes on separate activations do not meet.
+struct Tape {
+    int B = 0, T = 0, pos0 = 0;
+    uint64_t seed = 0;  // the pass's randomness (dropout masks), drawn again by its backward
+    bool grad_logits =
+        false;  // the logits hold d(loss)/d(logits) (a forward with dloss != 0): backward may run
+    bool head_done = false;  // the loss was taken in chunks, each through the head's backward already
+};
+
 class Activations {
 public:
     Activations(Allocator& alloc, const ActPlan& plan);
@@ -106,8 +121,12 @@ public:
     int capacity(const std::string& name) const;
     // The buffer `name` seen as (B, T, rest...) (its first B*T*rest elements), or whole for a flat buffer.
     Tensor get(const std::string& name, int B, int T) const;
+    // The last forward's record, which its backward reads (and clears).
+    Tape& tape() { return tape_; }
+    const Tape& tape() const { return tape_; }
 
 private:
+    Tape tape_;
     int B_, T_;
     ActMode mode_;
     Recompute recompute_;

@@ -41,7 +41,7 @@ void DecoderModel::plan(ActPlan& plan) const {
     plan.add("d.ln", {C}, a, Keep::Backward);
 }
 
-void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
+const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     ANVIL_CHECK(f.pos0 + f.T <= config_.n_ctx, "sequence length {} is longer than the model's context {}",
                 f.pos0 + f.T, config_.n_ctx);
     ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
@@ -78,20 +78,16 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         b->forward(p, x);
         x = b->out(p);
     }
-    last_B_ = f.B;
-    last_T_ = f.T;
-    last_pos0_ = f.pos0;
-    last_seed_ = f.seed;
-    have_grad_logits_ = f.dloss != 0.0f;
-    chunked_ = false;
+    Tape& tape = acts.tape();
+    tape = Tape{.B = f.B, .T = f.T, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
     if (const int chunk = acts.capacity("logits"); f.B > chunk && !f.last_logits && f.n_logit_rows < 0) {
         ANVIL_CHECK(
             f.targets,
             "forward: the logits of {} sequences are made {} at a time (--logits-chunk); give targets "
             "for the loss, or a batch of {} or fewer",
             f.B, chunk, chunk);
-        chunked_loss(p, x, f, chunk);
-        return;
+        tape.head_done = chunked_loss(p, x, f, chunk);
+        return tape;
     }
     // the final norm, the logits and the loss: over every position, or (last_logits) over the last one, or
     // over the logit rows
@@ -110,9 +106,10 @@ void DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     }
     if (f.targets)
         be_.classifier(q.act("losses"), q.act("logits"), q.act("targets"), f.dloss, config_.vocab_size);
+    return tape;
 }
 
-void DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) {
+bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) {
     norm_.forward(p, x);
     const Tensor xn = norm_.out(p), losses = p.act("losses"), targets = p.act("targets");
     const Tensor dln = f.dloss != 0.0f ? p.act("d.ln") : Tensor{};
@@ -124,7 +121,7 @@ void DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, i
         be_.classifier(seqs(losses, b0, q.B), logits, seqs(targets, b0, q.B), f.dloss, config_.vocab_size);
         if (!dln.empty()) lm_head_.backward(q, seqs(dln, b0, q.B), logits, in);  // logits: d(loss)/d(logits)
     }
-    chunked_ = !dln.empty();
+    return !dln.empty();
 }
 
 // The logit rows of x (B, 1, C) moved, in order, to its first rows (in place: the rows ascend, so a row is
@@ -132,8 +129,8 @@ void DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, i
 Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) {
     const int n = f.n_logit_rows;
     const size_t C = size_t(config_.n_embd);
-    ANVIL_CHECK(f.row_slot && n <= f.B && (n == 0 || f.logit_rows), "forward: {} logit rows of {} need per-row slots",
-                n, f.B);
+    ANVIL_CHECK(f.row_slot && n <= f.B && (n == 0 || f.logit_rows),
+                "forward: {} logit rows of {} need per-row slots", n, f.B);
     for (int i = 0; i < n; i++) {
         const int r = f.logit_rows[i];
         ANVIL_CHECK(r >= i && r < f.B && (i == 0 || r > f.logit_rows[i - 1]),
@@ -144,20 +141,21 @@ Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) {
 }
 
 void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
-    ANVIL_CHECK(have_grad_logits_, "backward: call forward with a nonzero dloss first");
+    Tape& tape = acts.tape();
+    ANVIL_CHECK(tape.grad_logits, "backward: call forward with a nonzero dloss first");
     const Pass p{.be = be_,
                  .acts = acts,
-                 .B = last_B_,
-                 .T = last_T_,
-                 .pos0 = last_pos0_,
-                 .seed = last_seed_,
+                 .B = tape.B,
+                 .T = tape.T,
+                 .pos0 = tape.pos0,
+                 .seed = tape.seed,
                  .train = true,
                  .dropout = options_.dropout,
                  .attn_dropout = options_.attn_dropout,
                  .tp = options_.tp.reducer.get()};
     const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
     // the logits hold d(loss)/d(logits); a chunked loss did this in the forward
-    if (!chunked_) lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));
+    if (!tape.head_done) lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));
     be_.zero(dres);
     norm_.backward(p, dres, dln, blocks_.back()->out(p));
     for (int l = config_.n_layer - 1; l >= 0; l--) {
@@ -171,7 +169,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
     p.drop(dres, dres, 0);
     emb_.backward(p, dres, p.act("tokens"));
     if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
-    have_grad_logits_ = false;
+    tape.grad_logits = false;
 }
 
 std::vector<Linear*> DecoderModel::linears() {

@@ -114,7 +114,7 @@ class DecoderModel : public Model {
 public:
     using Model::backward;
     using Model::forward;
-    void forward(Activations& acts, const ForwardPass& f) override;
+    const Tape& forward(Activations& acts, const ForwardPass& f) override;
     void backward(Activations& acts, BackwardHooks* hooks) override;
     std::vector<Linear*> linears() override;
 
@@ -126,9 +126,9 @@ protected:
     int logits_chunk(const ActPlan& plan) const;
     // The final norm, then per chunk of `chunk` sequences: the logits, the loss and (dloss != 0) the head's
     // backward, which leaves d(final norm's output) in d.ln for backward().
-    void chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk);
+    // returns whether the head's backward ran (dloss != 0)
+    bool chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk);
 
-    bool chunked_ = false;  // the last forward took its loss in chunks: the head's backward is done
     Embedding emb_;
     std::vector<std::unique_ptr<Block>> blocks_;
     Norm norm_;

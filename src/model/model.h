@@ -136,10 +136,11 @@ public:
     Tensor losses(int B, int T) const { return activations().get("losses", B, T); }
     Tensor logits(int B, int T) const { return activations().get("logits", B, T); }
 
-    void forward(const ForwardPass& f) { forward(activations(), f); }
+    const Tape& forward(const ForwardPass& f) { return forward(activations(), f); }
     void backward(BackwardHooks* hooks = nullptr) { backward(activations(), hooks); }
-    virtual void forward(Activations& acts, const ForwardPass& f) = 0;
-    // Accumulates into the gradients; needs a forward with dloss != 0 on the same activations.
+    // Runs the pass; returns the tape it left in `acts` for the backward.
+    virtual const Tape& forward(Activations& acts, const ForwardPass& f) = 0;
+    // Accumulates into the gradients; needs a forward with dloss != 0 on the same activations (their tape).
     virtual void backward(Activations& acts, BackwardHooks* hooks) = 0;
     void zero_grads() { store_.zero_grads(); }
 
@@ -162,10 +163,6 @@ protected:
     ParamRegistry reg_;
     ParamStore store_;
     std::unique_ptr<Activations> acts_;
-    // The forward's logits were replaced by their gradient: backward() may run.
-    bool have_grad_logits_ = false;
-    int last_B_ = 0, last_T_ = 0, last_pos0_ = 0;
-    uint64_t last_seed_ = 0;
 };
 
 // A model family, registered by Hugging Face's model_type.
@@ -176,7 +173,7 @@ struct ModelFamily {
     int64_t (*num_params)(const ModelConfig& c);
     int64_t (*position_params)(const ModelConfig& c);  // learned position tables (left out of FLOPs)
     std::unique_ptr<Model> (*make)(Backend& be, const ModelConfig& c, const ModelOptions& o);
-    const char* default_lora_targets;  // PEFT's default target_modules for the family
+    const char* default_lora_targets;             // PEFT's default target_modules for the family
     void (*new_model)(ModelConfig& c) = nullptr;  // what the family sets in a model made from flags (--arch)
 };
 const ModelFamily* find_model_family(const std::string& model_type);  // nullptr when unknown
