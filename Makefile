@@ -32,8 +32,10 @@ run: configure
 
 # Tests share the cores: one at a time, each with the whole machine (OpenMP threads spin-wait, so running
 # two multi-threaded tests at once on a small machine costs far more than it saves).
+# Each tree's slowest tests are printed at the end, pass or fail (scripts/slowest_tests.py), so the suite's
+# cost stays visible.
 test: build
-	cd $(BUILD) && ctest --output-on-failure
+	@(cd $(BUILD) && ctest --output-on-failure); rc=$$?; python3 scripts/slowest_tests.py $(BUILD) 10; exit $$rc
 	@$(MAKE) test-emu
 
 # The GPU tests with the CUDA backend's kernels run on the CPU (tests/cuemu), in a build tree of their own;
@@ -46,8 +48,9 @@ test-emu: deps
 	else \
 	  cmake -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
 	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
-	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests && \
-	  cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests'; \
+	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests || exit 1; \
+	  (cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests'); rc=$$?; \
+	  python3 scripts/slowest_tests.py $(EMU_BUILD) 6; exit $$rc; \
 	fi
 
 bench: build
