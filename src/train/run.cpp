@@ -403,7 +403,7 @@ int TrainingLoop::finish(int step, bool interrupted) {
                               // the choices that change a run's speed or its last bits, as trainer_state.json
                               // keeps them with the other options
                               {"backend",
-                               {{"device", run_.model->backend().device() == Device::CUDA ? "cuda" : "cpu"},
+                               {{"device", device_name(run_.model->backend().device())},
                                 {"attention", o_.attention},
                                 {"attn_fwd_rows", o_.attn_fwd_rows},
                                 {"gemm_tune", o_.gemm_tune},
