@@ -25,8 +25,18 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# only the binary: the first `make run` does not wait for the test and GPU-test programs
-run: configure
+# The first contact on a bare machine: only what the binary needs (scripts/deps.sh --run), only the binary, and
+# the CUDA backend only where it can run (an NVIDIA device is visible) or where CUDA=ON asks for it. A tree that
+# is configured already (by `make test`, say) keeps its settings.
+GPU_VISIBLE := $(shell (nvidia-smi -L 2>/dev/null | grep -q '^GPU') && echo yes)
+run:
+	@if [ ! -x $(BUILD)/anvil ]; then \
+	  echo "make run: installs what the anvil binary needs (if missing), builds it (about 3 minutes on 2 cores$(if $(GPU_VISIBLE),, without a GPU)), then trains the embedded demo (about 1 minute)"; fi
+	@scripts/deps.sh --run
+	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$(origin CUDA)" = "command line" ]; then \
+	  cuda=$(CUDA); if [ "$(origin CUDA)" != "command line" ] && [ -z "$(GPU_VISIBLE)" ]; then cuda=OFF; fi; \
+	  cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$$cuda $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	    || { cat $(BUILD).configure.log; exit 1; }; fi
 	@cmake --build $(BUILD) -j $(JOBS) --target anvil
 	$(BUILD)/anvil train $(ARGS)
 
@@ -39,7 +49,8 @@ test: build
 	@$(MAKE) test-emu
 
 # The GPU tests with the CUDA backend's kernels run on the CPU (tests/cuemu), in a build tree of their own;
-# it needs the CUDA toolkit's headers (no GPU) and is left out with CUDA=OFF.
+# it needs the CUDA toolkit's headers (no GPU) and is left out with CUDA=OFF. The emulator runs a kernel on
+# one thread, so these tests run $(JOBS) at a time, each on one thread (tests/CMakeLists.txt).
 EMU_BUILD ?= $(BUILD)-cuemu
 test-emu: deps
 	@if [ "$(CUDA)" = OFF ]; then echo "test-emu: skipped (CUDA=OFF)"; \
@@ -49,7 +60,7 @@ test-emu: deps
 	  cmake -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
 	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
 	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests || exit 1; \
-	  (cd $(EMU_BUILD) && ctest --output-on-failure -R '^gpu_tests'); rc=$$?; \
+	  (cd $(EMU_BUILD) && ctest --output-on-failure -j $(JOBS) -R '^gpu_tests'); rc=$$?; \
 	  python3 scripts/slowest_tests.py $(EMU_BUILD) 6; exit $$rc; \
 	fi
 

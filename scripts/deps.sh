@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # Installs the system packages anvil needs, skipping those already present. Debian/Ubuntu: apt-get (as root
 # or through sudo). Elsewhere: prints what to install and continues (CMake then says what it cannot find).
-#   scripts/deps.sh            build + test dependencies
-#   scripts/deps.sh --build    only what the build needs
+#   scripts/deps.sh            build + test dependencies (make test)
+#   scripts/deps.sh --build    what building everything needs (the test programs too)
+#   scripts/deps.sh --run      what building and running the anvil binary needs (make run): a bare machine's
+#                              first contact installs no test tool (PyTorch, node, GoogleTest, clang)
 set -euo pipefail
 
-build_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpcre2-dev libcsv-dev libopenmpi-dev libcpp-httplib-dev
-            libgtest-dev libbenchmark-dev clang libprotobuf-dev protobuf-compiler libboost-dev gnuplot-nox)
-test_pkgs=(python3 python3-numpy python3-torch python3-regex python3-protobuf openmpi-bin)
+# the anvil binary: compiler, CMake, BLAS and the libraries it links
+run_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
+          libpcre2-dev libcsv-dev libcpp-httplib-dev libprotobuf-dev protobuf-compiler libboost-dev)
+# everything else the build makes: oneDNN (bf16 on the CPU; its CMake config needs OpenCL's), the MPI plugin,
+# the test programs (GoogleTest), the fuzzers (clang), `anvil plot` (gnuplot)
+build_pkgs=("${run_pkgs[@]}" libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev libgtest-dev libbenchmark-dev clang
+            gnuplot-nox)
+test_pkgs=(python3 python3-numpy python3-torch python3-regex python3-protobuf openmpi-bin ccache)
 # node and npm (for the GPT-2 tokenizer cross-check) may come from NodeSource, whose nodejs bundles npm and
 # conflicts with Debian's npm package: look for the commands, install Debian's only when both are missing.
 
-pkgs=("${build_pkgs[@]}")
-if [[ "${1:-}" != "--build" ]]; then
+case "${1:-}" in
+    --run) pkgs=("${run_pkgs[@]}") ;;
+    *) pkgs=("${build_pkgs[@]}") ;;
+esac
+if [[ -z "${1:-}" ]]; then
     pkgs+=("${test_pkgs[@]}")
     command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 fi

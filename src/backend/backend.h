@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -120,17 +121,18 @@ public:
     virtual void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             WLayout layout, Tensor in_pre_gelu) = 0;
 
-    // FP8 products (--precision fp8; core/fp8.h): matmul_fwd and matmul_bwd with each operand rounded to 8-bit
-    // floats under its own power-of-two scale first, the scale picked from the tensor's amax
+    // FP8 products (--precision fp8; core/fp8.h): matmul_fwd and matmul_bwd with each operand rounded to
+    // 8-bit floats under its own power-of-two scale first, the scale picked from the tensor's amax
     // (fp8_fake_quantize). Forward: in and W in E4M3. Backward: dout in E5M2 (gradients need the range),
     // against W in E4M3 for din and against in (E4M3) for dw. Products accumulate in f32 and come out in the
     // activations' dtype; the bias, the GELU and dbias (from the unrounded dout) are as in matmul_fwd/_bwd.
-    virtual void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) = 0;
+    virtual void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                                Tensor pre_gelu) = 0;
     virtual void matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                                 WLayout layout, Tensor in_pre_gelu) = 0;
 
-    // Weight-only int8 (anvil quantize): W = q * scale, q (I8) in `layout` as matmul_fwd's W, scale (OC) f32, one
-    // per output channel. out (N,OC) = in @ W + bias, pre_gelu as matmul_fwd. The activations stay float.
+    // Weight-only int8 (anvil quantize): W = q * scale, q (I8) in `layout` as matmul_fwd's W, scale (OC) f32,
+    // one per output channel. out (N,OC) = in @ W + bias, pre_gelu as matmul_fwd. The activations stay float.
     virtual void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
                                Tensor pre_gelu) = 0;
     // din (N,C) = dout @ W^T (overwritten), through the GELU when in_pre_gelu is given. An int8 weight is a
@@ -260,5 +262,24 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opts);
 bool cuda_built();
 // True when a CUDA device is visible and usable (false when not built).
 bool cuda_available();
+
+// What `anvil doctor` and `anvil bench` ask of the GPU; the layers above call these and never name CUDA.
+// One object per device (name, compute capability, memory, SMs, driver and runtime CUDA versions, cuBLASLt,
+// cuDNN and NCCL versions found at run time); `problem` gets why no device is usable (a binary without the
+// CUDA backend among the reasons), or stays empty.
+nlohmann::json gpu_device_report(std::string* problem);
+// A device's measured ceilings: matrix-product rates (matmul_fp32, _tf32, _bf16, _fp16, and _fp8 where the
+// device has it) through cuBLASLt in TFLOP/s; device-to-device copy (copy_d2d) and host-to-device bandwidth
+// from pinned and pageable memory (h2d_pinned, h2d_pageable) in GB/s. Throws without the CUDA backend.
+struct GpuRate {
+    std::string name, unit;
+    double measured = 0;
+    std::string detail;  // shape, size, repeats
+};
+struct GpuRates {
+    std::string device_name;
+    std::vector<GpuRate> rates;
+};
+GpuRates gpu_measure(int device, bool quick);
 
 }  // namespace anvil

@@ -67,16 +67,19 @@ Command add_convert(CLI::App& app) {
             ANVIL_CHECK(o->dtype != "f16",
                         "--dtype f16: llm.c's model files are f32 (version 3) or bf16 (5)");
             o->in.device = "cpu";
+            o->in.weights_only = true;
             const InferenceSetup l = setup_inference(o->in);
             ANVIL_CHECK(!l.model->has_adapters(),
                         "--model {}: a LoRA adapter; fold it into its base first (anvil lora merge)",
                         l.adapter_dir);
             const int version = o->dtype == "bf16" ? 5 : 3;
-            write_llmc_model(o->out.out, *l.model, l.tok->vocab_size(), version);
+            // the vocabulary before llm.c's padding: the tokenizer's, else the model's (no tokenizer files)
+            const int vocab = l.tok ? l.tok->vocab_size() : l.model->config().vocab_size;
+            write_llmc_model(o->out.out, *l.model, vocab, version);
             std::printf(
                 "Hugging Face directory %s (%s) -> llm.c model file %s (version %d: %s, vocabulary %d)\n",
                 l.base_dir.c_str(), l.model->config().str().c_str(), o->out.out.c_str(), version,
-                precision_name(llmc_dtype(version)), l.tok->vocab_size());
+                precision_name(llmc_dtype(version)), vocab);
             return 0;
         }};
 }

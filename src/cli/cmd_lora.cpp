@@ -2,9 +2,9 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/sizes.h"
 #include "io/fs.h"
 #include "model/model_io.h"
-#include "core/sizes.h"
 #include "runtime/inference.h"
 
 namespace anvil::cli {
@@ -23,6 +23,10 @@ Command add_lora(CLI::App& app) {
     merge->add_option("--model", o->in.model_dir, "the base model directory")->required();
     merge->add_option("--adapter", o->in.adapter, "the PEFT adapter directory (adapter_config.json)")
         ->required();
+    merge->add_option(
+        "--tokenizer", o->in.tokenizer,
+        "the tokenizer to save with the output (default: the model's, when its directory has one)");
+    o->in.weights_only = true;
     o->out.add(merge, o->in.threads, "the merged model directory to write");
     merge->add_option("--dtype", o->dtype, "dtype of the written weights: f32, bf16 or f16")
         ->capture_default_str()
@@ -31,7 +35,7 @@ Command add_lora(CLI::App& app) {
                 o->out.check_out();
                 InferenceSetup l = setup_inference(o->in);
                 merge_lora(*l.model);
-                o->out.save(*l.model, *l.tok, template_name(l.prompt), weight_dtype(o->dtype));
+                o->out.save(*l.model, l, weight_dtype(o->dtype));
                 std::printf("merged %s into %s: %s\n", l.adapter_dir.c_str(), l.base_dir.c_str(),
                             o->out.out.c_str());
                 return 0;

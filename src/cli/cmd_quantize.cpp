@@ -3,10 +3,10 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/sizes.h"
 #include "io/fs.h"
 #include "model/model_io.h"
 #include "model/quantize.h"
-#include "core/sizes.h"
 #include "runtime/inference.h"
 
 namespace anvil::cli {
@@ -26,6 +26,10 @@ Command add_quantize(CLI::App& app) {
         ->required();
     sub->add_option("--adapter", o->in.adapter,
                     "a PEFT LoRA adapter to fold into the weights before quantizing");
+    sub->add_option(
+        "--tokenizer", o->in.tokenizer,
+        "the tokenizer to save with the output (default: the model's, when its directory has one)");
+    o->in.weights_only = true;
     o->out.add(sub, o->in.threads, "the int8 model directory to write");
     return {
         sub, [o]() -> int {
@@ -41,7 +45,7 @@ Command add_quantize(CLI::App& app) {
             cfg.int8_weights = true;
             std::unique_ptr<Model> q = make_model(*l.backend, cfg);
             const QuantizeReport r = quantize_model(*l.model, *q);
-            o->out.save(*q, *l.tok, template_name(l.prompt), DType::F32);
+            o->out.save(*q, l, DType::F32);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::printf(
                 "quantized %s%s%s: %d weight matrices (%.3gM values) to int8, largest relative RMS error "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -38,6 +39,8 @@ struct ServeOpts {
     double kv_cache_mb = 2048.0, drain_seconds = 30.0;
     int max_batch = 64, max_queue = 64, prefill_chunk = kPrefillChunk;
     std::string prefix_cache = "on";
+    std::vector<std::string> api_keys;
+    std::string api_key_file;
 };
 
 void add_serve_flags(CLI::App* sub, ServeOpts& o) {
@@ -76,6 +79,17 @@ void add_serve_flags(CLI::App* sub, ServeOpts& o) {
     sub->add_option("--max-body-mb", o.http.max_body_mb, "larger request bodies get 413")
         ->capture_default_str()
         ->check(kPositive);
+    sub->add_option(
+           "--api-key", o.api_keys,
+           "let in only requests with `Authorization: Bearer KEY` (401 otherwise; /health stays open); "
+           "repeat for several keys. Also --api-key-file and the ANVIL_API_KEY environment variable "
+           "(keys separated by commas), which add to these")
+        ->type_name("KEY");
+    sub->add_option(
+        "--api-key-file", o.api_key_file,
+        "API keys from a file, one a line (# starts a comment): keeps them out of the process list");
+    sub->add_flag("--public-metrics", o.http.public_metrics,
+                  "with API keys, let /metrics be read without one (for a Prometheus scraper)");
     sub->add_option("--drain-seconds", o.drain_seconds,
                     "on SIGTERM or Ctrl-C: stop accepting, let running requests finish for up to this long, "
                     "then exit")
@@ -137,7 +151,8 @@ void drain(serve::Server& server, serve::Scheduler& sched, double seconds, const
     sched.stop();
 }
 
-int run_serve(const ModelFlags& mf, const ServeOpts& o) {
+int run_serve(const ModelFlags& mf, ServeOpts o) {
+    o.http.keys = serve::load_api_keys(o.api_keys, o.api_key_file, std::getenv("ANVIL_API_KEY"));
     InferenceSetup l = mf.load();
     Model& model = *l.model;
     const ModelConfig& c = model.config();
@@ -158,6 +173,14 @@ int run_serve(const ModelFlags& mf, const ServeOpts& o) {
                  template_name(l.prompt), o.http.host.c_str(), port, kv_bytes / mib, sched.cache_pages(),
                  so.kv_page, double(model.cache_slot_bytes()) / mib, so.slots, so.max_queue, prefill.c_str(),
                  o.prefix_cache.c_str());
+    if (o.http.keys.on())
+        std::fprintf(stderr, "anvil: %zu API key%s (Authorization: Bearer KEY); /health open, /metrics %s\n",
+                     o.http.keys.size(), o.http.keys.size() == 1 ? "" : "s",
+                     o.http.public_metrics ? "open (--public-metrics)" : "needs a key");
+    else
+        std::fprintf(stderr,
+                     "anvil: no API key: anyone who reaches %s:%d is let in (--api-key to require one)\n",
+                     o.http.host.c_str(), port);
     std::fflush(stderr);
     for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_serve_signal);
     std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is the write's error, not the process's end

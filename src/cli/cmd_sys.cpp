@@ -9,10 +9,6 @@
 #include "monitor/hwbench.h"
 #include "runtime/inference.h"
 
-#ifdef ANVIL_WITH_CUDA
-#include "monitor/cuda_probe.h"
-#endif
-
 namespace anvil::cli {
 
 Command add_doctor(CLI::App& app) {
@@ -57,18 +53,13 @@ Command add_bench(CLI::App& app) {
                 if (dev == Device::CPU) {
                     r = cpu_hw_bench(o->threads, o->quick);
                 } else {
-#ifdef ANVIL_WITH_CUDA
                     std::string problem;
-                    cuda_device_report(&problem);
+                    gpu_device_report(&problem);
                     ANVIL_CHECK(
                         problem.empty(),
                         "--device cuda: no usable CUDA device ({}); run anvil doctor, or use --device cpu",
                         problem);
-                    r = cuda_hw_bench(o->gpu, o->quick);
-#else
-                    fail("--device cuda: this anvil was built without the CUDA backend; rebuild where nvcc is "
-                         "installed (make CUDA=ON), or use --device cpu");
-#endif
+                    r = gpu_hw_bench(o->gpu, o->quick);
                 }
                 emit_result(o->json, bench_to_json(r, o->price), bench_table(r, o->price));
                 return 0;

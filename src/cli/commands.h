@@ -58,6 +58,10 @@ struct OutputFlags {
     // Writes `model` with `tok`'s files and `template_name` as a model directory at --out: into a temporary
     // directory renamed over it, so nothing is left half-written.
     void save(const Model& model, const Tokenizer& tok, const std::string& template_name, DType dtype) const;
+    // The same for a model made from a loaded one (`from`): with its tokenizer, or, when it has none (a
+    // weights-only load of a directory without tokenizer files), whatever tokenizer files its directory holds
+    // and its template setting.
+    void save(const Model& model, const InferenceSetup& from, DType dtype) const;
 };
 // --dtype f32|bf16|f16 of the written weights.
 DType weight_dtype(const std::string& name);

@@ -4,10 +4,12 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "core/sizes.h"
+#include "data/chat.h"
+#include "data/tokenizer.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/model_io.h"
-#include "core/sizes.h"
 #include "runtime/inference.h"
 
 namespace anvil::cli {
@@ -107,6 +109,17 @@ void OutputFlags::save(const Model& model, const Tokenizer& tok, const std::stri
     write_model_dir(tmp, model, {{"anvil_tokenizer", tok.kind()}, {"anvil_template", template_name}}, {},
                     format);
     tok.save(tmp);
+    replace_dir(tmp, out);
+}
+
+void OutputFlags::save(const Model& model, const InferenceSetup& from, DType dtype) const {
+    if (from.tok) return save(model, *from.tok, template_name(from.prompt), dtype);
+    const SaveFormat format{dtype, parse_bytes(max_shard, "--max-shard-size")};
+    const std::string tmp = temp_dir_for(out);
+    make_dirs(tmp);
+    write_model_dir(tmp, model, {{"anvil_template", from.template_setting}}, {}, format);
+    for (const std::string& f : tokenizer_files_in(from.base_dir))
+        write_file_atomic(tmp + "/" + f, read_file(from.base_dir + "/" + f));
     replace_dir(tmp, out);
 }
 

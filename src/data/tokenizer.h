@@ -78,7 +78,12 @@ public:
 // byte-level BPE (GPT-2, Llama 3, Qwen) or SentencePiece-style BPE with byte fallback (Llama 2, Mistral).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 // The tokenizer a checkpoint directory was trained with (its config.json anvil_tokenizer key, else
-// tokenizer files found in the directory).
+// tokenizer files found in the directory); an error naming --tokenizer when it says nothing of one.
 std::unique_ptr<Tokenizer> tokenizer_for_checkpoint(const std::string& dir, const nlohmann::json& config);
+// Whether it says which (a model saved without tokenizer files, as save_pretrained of a model alone, does
+// not).
+bool checkpoint_names_tokenizer(const std::string& dir, const nlohmann::json& config);
+// The tokenizer files of a Hugging Face or GPT-2 directory, those of them in `dir`.
+std::vector<std::string> tokenizer_files_in(const std::string& dir);
 
 }  // namespace anvil

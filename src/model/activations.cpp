@@ -20,6 +20,16 @@ const char* recompute_name(Recompute r) {
     }
 }
 
+ActNames::ActNames() {
+    for (const char* n : {"tokens", "targets", "losses", "logits"}) id(n);
+}
+
+ActId ActNames::id(const std::string& name) {
+    const auto [it, added] = index_.emplace(name, uint32_t(names_.size()));
+    if (added) names_.push_back(name);
+    return ActId(it->second);
+}
+
 bool ActPlan::block_set(Keep keep) const {
     return in_block_ && recompute_ == Recompute::Full && (keep == Keep::Saved || keep == Keep::Recomputable);
 }
@@ -37,12 +47,14 @@ bool ActPlan::shared(Keep keep) const {
     }
 }
 
-void ActPlan::add_slot(const std::string& name, Shape full, bool bt, DType dtype, Keep keep,
-                       const std::string& share, int max_b) {
+void ActPlan::add_slot(ActId id, Shape full, bool bt, DType dtype, Keep keep, const std::string& share,
+                       int max_b) {
     if (keep == Keep::Backward && !training()) return;
-    if (const auto it = slots_.find(name); it != slots_.end()) {
+    ANVIL_ASSERT(id.index() < slots_.size());
+    const std::string& name = names_->name(id);
+    if (const Slot& s = slots_[id.index()]; s.present) {
         // a buffer every layer names the same (scratch): one slot, one shape
-        ANVIL_ASSERT(shared(keep) && table_.entries()[it->second.buffer].shape == full);
+        ANVIL_ASSERT(shared(keep) && table_.entries()[s.buffer].shape == full);
         return;
     }
     size_t buffer;
@@ -64,26 +76,25 @@ void ActPlan::add_slot(const std::string& name, Shape full, bool bt, DType dtype
     } else {
         buffer = table_.add(name, full, dtype);
     }
-    slots_.emplace(name, Slot{bt, buffer, bt ? (max_b > 0 ? max_b : B_) : 0});
+    slots_[id.index()] = Slot{true, bt, buffer, bt ? (max_b > 0 ? max_b : B_) : 0};
 }
 
-void ActPlan::add(const std::string& name, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
+void ActPlan::add(ActId id, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
                   const std::string& share) {
     Shape s{B_, T_};
     for (int64_t d : rest) s.dims[size_t(s.ndim++)] = d;
-    add_slot(name, s, true, dtype, keep, share);
+    add_slot(id, s, true, dtype, keep, share);
 }
 
-void ActPlan::add_chunked(const std::string& name, int max_b, std::initializer_list<int64_t> rest,
-                          DType dtype, Keep keep) {
+void ActPlan::add_chunked(ActId id, int max_b, std::initializer_list<int64_t> rest, DType dtype, Keep keep) {
     ANVIL_ASSERT(max_b > 0 && max_b <= B_);
     Shape s{max_b, T_};
     for (int64_t d : rest) s.dims[size_t(s.ndim++)] = d;
-    add_slot(name, s, true, dtype, keep, "", max_b);
+    add_slot(id, s, true, dtype, keep, "", max_b);
 }
 
-void ActPlan::add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep, const std::string& share) {
-    add_slot(name, Shape{elems}, false, dtype, keep, share);
+void ActPlan::add_flat(ActId id, int64_t elems, DType dtype, Keep keep, const std::string& share) {
+    add_slot(id, Shape{elems}, false, dtype, keep, share);
 }
 
 Activations::Activations(Allocator& alloc, const ActPlan& plan)
@@ -92,23 +103,28 @@ Activations::Activations(Allocator& alloc, const ActPlan& plan)
       mode_(plan.mode_),
       recompute_(plan.recompute_),
       arena_(alloc, plan.table_),
+      names_(plan.names_),
       slots_(plan.slots_) {}
 
-int Activations::capacity(const std::string& name) const {
-    const auto it = slots_.find(name);
-    ANVIL_CHECK(it != slots_.end(), "activations: no buffer \"{}\" in this plan", name);
-    return it->second.bt ? it->second.max_b : 0;
+const ActPlan::Slot& Activations::slot(ActId id) const {
+    ANVIL_CHECK(has(id), "activations: no buffer \"{}\" in this plan",
+                id.index() < names_->size() ? names_->name(id) : "(unknown)");
+    return slots_[id.index()];
 }
 
-Tensor Activations::get(const std::string& name, int B, int T) const {
-    const auto it = slots_.find(name);
-    ANVIL_CHECK(it != slots_.end(), "activations: no buffer \"{}\" in this plan", name);
-    Tensor t = arena_[it->second.buffer];
-    if (!it->second.bt) return t;
+int Activations::capacity(ActId id) const {
+    const ActPlan::Slot& s = slot(id);
+    return s.bt ? s.max_b : 0;
+}
+
+Tensor Activations::get(ActId id, int B, int T) const {
+    const ActPlan::Slot& s = slot(id);
+    Tensor t = arena_[s.buffer];
+    if (!s.bt) return t;
     ANVIL_CHECK(B <= B_ && T <= T_, "batch ({}, {}) is larger than the reserved ({}, {})", B, T, B_, T_);
-    ANVIL_CHECK(B <= it->second.max_b,
+    ANVIL_CHECK(B <= s.max_b,
                 "activations: \"{}\" holds {} sequences at a time (the loss is taken in chunks), not {}",
-                name, it->second.max_b, B);
+                names_->name(id), s.max_b, B);
     t.shape.dims[0] = B;
     t.shape.dims[1] = T;
     return t;

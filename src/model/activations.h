@@ -7,6 +7,10 @@
 //   Output        a block's output, the next block's input: one per layer when training, in every mode
 //   Scratch       used and dropped within one layer's forward: always shared
 //   Backward      the backward's working buffers: only when training, shared
+// Layers name their buffers once, when they are built (ActNames::id), and keep the typed handle (ActId) it
+// returns: a plan and a step index an array by it and never look a name up. The batch's own buffers (tokens,
+// targets, losses, logits) have fixed handles (act::tokens ...).
+//
 // A shared buffer is keyed by its `share` name (a layer's buffers are named per layer, "transformer.h.3.
 // ln_1.out", and shared by kind, "norm.out"), so two norms of one block share one output buffer under
 // recomputation and still have separate ones when each must be kept.
@@ -25,6 +29,38 @@
 #include "core/arena.h"
 
 namespace anvil {
+
+// A handle to an activation buffer, valid in every plan of the model that made it.
+class ActId {
+public:
+    constexpr ActId() = default;
+    constexpr explicit ActId(uint32_t i) : i_(i) {}
+    constexpr bool valid() const { return i_ != kNone; }
+    constexpr uint32_t index() const { return i_; }
+
+private:
+    static constexpr uint32_t kNone = UINT32_MAX;
+    uint32_t i_ = kNone;
+};
+
+// The batch's buffers, which every model's plan holds: tokens and targets (B, T) i32 (-1 = ignore), losses
+// (B, T) f32, logits (B, T, V) (or fewer sequences at a time when the loss is taken in chunks).
+namespace act {
+inline constexpr ActId tokens{0}, targets{1}, losses{2}, logits{3};
+}
+
+// The names of a model's activation buffers, each with its handle (made once, while layers are built).
+class ActNames {
+public:
+    ActNames();                         // holds the batch's buffers (act::tokens ...)
+    ActId id(const std::string& name);  // the handle of `name`, made on its first use
+    const std::string& name(ActId id) const { return names_[id.index()]; }
+    size_t size() const { return names_.size(); }
+
+private:
+    std::vector<std::string> names_;
+    std::unordered_map<std::string, uint32_t> index_;
+};
 
 enum class ActMode : uint8_t {
     Train,   // forward and backward
@@ -46,11 +82,13 @@ const char* recompute_name(Recompute r);
 class ActPlan {
 public:
     // `recompute` applies when training; otherwise nothing is kept for a backward anyway.
-    ActPlan(int max_B, int max_T, ActMode mode, Recompute recompute)
-        : B_(max_B),
+    ActPlan(const ActNames& names, int max_B, int max_T, ActMode mode, Recompute recompute)
+        : names_(&names),
+          B_(max_B),
           T_(max_T),
           mode_(mode),
-          recompute_(mode == ActMode::Train ? recompute : Recompute::Off) {}
+          recompute_(mode == ActMode::Train ? recompute : Recompute::Off),
+          slots_(names.size()) {}
     int max_B() const { return B_; }
     int max_T() const { return T_; }
     ActMode mode() const { return mode_; }
@@ -60,29 +98,29 @@ public:
     void begin_block() { in_block_ = true, block_ordinal_ = 0; }
     void end_block() { in_block_ = false; }
 
-    // A buffer of shape (B, T, rest...) called `name`; `share` (default: name) keys it when it is shared.
-    // Naming a shared buffer again (every layer's scratch) is the same buffer.
-    void add(const std::string& name, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
+    // A buffer of shape (B, T, rest...); `share` (default: its name) keys it when it is shared. Adding a
+    // shared buffer again (every layer's scratch) is the same buffer.
+    void add(ActId id, std::initializer_list<int64_t> rest, DType dtype, Keep keep,
              const std::string& share = "");
     // A buffer of a fixed number of elements (attention's saved statistics, scratch).
-    void add_flat(const std::string& name, int64_t elems, DType dtype, Keep keep,
-                  const std::string& share = "");
+    void add_flat(ActId id, int64_t elems, DType dtype, Keep keep, const std::string& share = "");
     // A (max_b, T, rest...) buffer for a pass that uses it max_b sequences at a time (max_b <= max_B): the
     // logits when the loss is taken in chunks.
-    void add_chunked(const std::string& name, int max_b, std::initializer_list<int64_t> rest, DType dtype,
-                     Keep keep);
+    void add_chunked(ActId id, int max_b, std::initializer_list<int64_t> rest, DType dtype, Keep keep);
 
 private:
     friend class Activations;
     struct Slot {
-        bool bt;  // the first two dims are (B, T)
-        size_t buffer;
+        bool present = false;  // planned (a mode plans only what it uses)
+        bool bt = false;       // the first two dims are (B, T)
+        size_t buffer = 0;
         int max_b = 0;  // bt: the sequences it holds
     };
     bool shared(Keep keep) const;
     bool block_set(Keep keep) const;  // one of the block buffers full recomputation shares
-    void add_slot(const std::string& name, Shape full, bool bt, DType dtype, Keep keep,
-                  const std::string& share, int max_b = 0);
+    void add_slot(ActId id, Shape full, bool bt, DType dtype, Keep keep, const std::string& share,
+                  int max_b = 0);
+    const ActNames* names_;
     int B_, T_;
     ActMode mode_;
     Recompute recompute_;
@@ -90,13 +128,14 @@ private:
     int block_ordinal_ = 0;
     TensorTable table_;
     std::unordered_map<std::string, size_t> shared_;  // share key -> buffer
-    std::unordered_map<std::string, Slot> slots_;
+    std::vector<Slot> slots_;                         // by ActId
 };
 
 // What a forward leaves its backward beside the buffers (which hold the values): the pass's batch, positions
 // and randomness, and where its loss left off. The activations own it, so a model holds weights and
 // configuration only, and passes on separate activations do not meet.
 struct Tape {
+    Tensor tokens;  // the batch (B, T): the embeddings' backward reads it
     int B = 0, T = 0, pos0 = 0;
     uint64_t seed = 0;  // the pass's randomness (dropout masks), drawn again by its backward
     bool grad_logits =
@@ -116,11 +155,11 @@ public:
     // --recompute full: each block's forward runs again before its backward
     bool recompute_blocks() const { return recompute_ == Recompute::Full; }
     size_t bytes() const { return arena_.bytes(); }
-    bool has(const std::string& name) const { return slots_.count(name) > 0; }
+    bool has(ActId id) const { return id.index() < slots_.size() && slots_[id.index()].present; }
     // The sequences a (B, T, ...) buffer holds at once: max_B(), or fewer for a chunked one.
-    int capacity(const std::string& name) const;
-    // The buffer `name` seen as (B, T, rest...) (its first B*T*rest elements), or whole for a flat buffer.
-    Tensor get(const std::string& name, int B, int T) const;
+    int capacity(ActId id) const;
+    // The buffer seen as (B, T, rest...) (its first B*T*rest elements), or whole for a flat buffer.
+    Tensor get(ActId id, int B, int T) const;
     // The last forward's record, which its backward reads (and clears).
     Tape& tape() { return tape_; }
     const Tape& tape() const { return tape_; }
@@ -131,7 +170,9 @@ private:
     ActMode mode_;
     Recompute recompute_;
     Arena arena_;
-    std::unordered_map<std::string, ActPlan::Slot> slots_;
+    const ActNames* names_;             // the planning model's (errors name a buffer)
+    std::vector<ActPlan::Slot> slots_;  // by ActId
+    const ActPlan::Slot& slot(ActId id) const;
 };
 
 }  // namespace anvil

@@ -25,7 +25,7 @@ int DecoderModel::logits_chunk(const ActPlan& plan) const {
 void DecoderModel::plan(ActPlan& plan) const {
     const int64_t C = config_.n_embd, V = config_.vocab_size;
     const DType a = options_.dtype;
-    plan.add("encoded", {C}, a, Keep::Saved);
+    plan.add(encoded_, {C}, a, Keep::Saved);
     for (const auto& b : blocks_) {
         plan.begin_block();
         b->plan(plan);
@@ -34,22 +34,30 @@ void DecoderModel::plan(ActPlan& plan) const {
     norm_.plan(plan);
     lm_head_.plan(plan);
     if (const int chunk = logits_chunk(plan); chunk < plan.max_B())
-        plan.add_chunked("logits", chunk, {V}, a, Keep::Saved);
+        plan.add_chunked(act::logits, chunk, {V}, a, Keep::Saved);
     else
-        plan.add("logits", {V}, a, Keep::Saved);
-    plan.add("d.res", {C}, a, Keep::Backward);
-    plan.add("d.ln", {C}, a, Keep::Backward);
+        plan.add(act::logits, {V}, a, Keep::Saved);
+    plan.add(dres_, {C}, a, Keep::Backward);
+    plan.add(dln_, {C}, a, Keep::Backward);
 }
 
 const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
-    ANVIL_CHECK(f.pos0 + f.T <= config_.n_ctx, "sequence length {} is longer than the model's context {}",
-                f.pos0 + f.T, config_.n_ctx);
-    ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && f.targets),
+    ANVIL_CHECK(f.tokens.dtype == DType::I32 && f.tokens.shape.ndim == 2,
+                "forward: the batch's tokens are (B, T) int32, got {} {}", f.tokens.shape.str(),
+                dtype_name(f.tokens.dtype));
+    const int B = f.B(), T = f.T();
+    const bool targets = !f.targets.empty();
+    ANVIL_CHECK(!targets || (f.targets.dtype == DType::I32 && f.targets.shape == f.tokens.shape),
+                "forward: the targets are {} {}, the tokens {}: give int32 targets of the tokens' shape",
+                f.targets.shape.str(), dtype_name(f.targets.dtype), f.tokens.shape.str());
+    ANVIL_CHECK(f.pos0 + T <= config_.n_ctx, "sequence length {} is longer than the model's context {}",
+                f.pos0 + T, config_.n_ctx);
+    ANVIL_CHECK(f.dloss == 0.0f || (acts.training() && targets),
                 "forward: gradients need targets and training activations");
     if (f.row_slot) {
-        ANVIL_CHECK(f.cache && f.row_pos && f.T == 1 && !f.targets && !f.last_logits,
+        ANVIL_CHECK(f.cache && f.row_pos && T == 1 && !targets && !f.last_logits,
                     "forward: per-row cache slots take one token per row into a cache");
-        for (int b = 0; b < f.B; b++)
+        for (int b = 0; b < B; b++)
             ANVIL_CHECK(f.row_pos[b] >= 0 && f.row_pos[b] < config_.n_ctx && f.row_slot[b] >= 0 &&
                             f.row_slot[b] < f.cache->slots(),
                         "forward: row {} at position {} in slot {} (context {}, {} slots)", b, f.row_pos[b],
@@ -58,8 +66,8 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     const bool train = f.dloss != 0.0f;  // a pass that takes gradients drops (ModelOptions::dropout)
     const Pass p{.be = be_,
                  .acts = acts,
-                 .B = f.B,
-                 .T = f.T,
+                 .B = B,
+                 .T = T,
                  .pos0 = f.pos0,
                  .cache = f.cache,
                  .slot = f.slot,
@@ -70,8 +78,8 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                  .dropout = train ? options_.dropout : 0.0f,
                  .attn_dropout = train ? options_.attn_dropout : 0.0f,
                  .tp = options_.tp.reducer.get()};
-    const Tensor encoded = p.act("encoded");
-    emb_.forward(p, encoded, p.act("tokens"));
+    const Tensor encoded = p.act(encoded_);
+    emb_.forward(p, encoded, f.tokens);
     p.drop(encoded, encoded, 0);  // site 0: the embeddings
     Tensor x = encoded;
     for (const auto& b : blocks_) {
@@ -79,13 +87,14 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         x = b->out(p);
     }
     Tape& tape = acts.tape();
-    tape = Tape{.B = f.B, .T = f.T, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
-    if (const int chunk = acts.capacity("logits"); f.B > chunk && !f.last_logits && f.n_logit_rows < 0) {
+    tape = Tape{
+        .tokens = f.tokens, .B = B, .T = T, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
+    if (const int chunk = acts.capacity(act::logits); B > chunk && !f.last_logits && f.n_logit_rows < 0) {
         ANVIL_CHECK(
-            f.targets,
+            targets,
             "forward: the logits of {} sequences are made {} at a time (--logits-chunk); give targets "
             "for the loss, or a batch of {} or fewer",
-            f.B, chunk, chunk);
+            B, chunk, chunk);
         tape.head_done = chunked_loss(p, x, f, chunk);
         return tape;
     }
@@ -93,8 +102,8 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     // over the logit rows
     Pass q = p;
     if (f.last_logits) {
-        ANVIL_CHECK(f.B == 1 && !f.targets, "last_logits: one sequence, no targets");
-        x = x.slice0(0).slice0(f.T - 1).view(Shape{1, 1, config_.n_embd});
+        ANVIL_CHECK(B == 1 && !targets, "last_logits: one sequence, no targets");
+        x = x.slice0(0).slice0(T - 1).view(Shape{1, 1, config_.n_embd});
         q.T = 1;
     } else if (f.n_logit_rows >= 0) {
         x = gather_rows(x, f);
@@ -102,21 +111,21 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     }
     if (q.B > 0) {  // (no logit rows: no row wants logits)
         norm_.forward(q, x);
-        lm_head_.forward(q, q.act("logits"), norm_.out(q));
+        lm_head_.forward(q, q.act(act::logits), norm_.out(q));
     }
-    if (f.targets)
-        be_.classifier(q.act("losses"), q.act("logits"), q.act("targets"), f.dloss, config_.vocab_size);
+    if (targets)
+        be_.classifier(q.act(act::losses), q.act(act::logits), f.targets, f.dloss, config_.vocab_size);
     return tape;
 }
 
-bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) {
+bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) const {
     norm_.forward(p, x);
-    const Tensor xn = norm_.out(p), losses = p.act("losses"), targets = p.act("targets");
-    const Tensor dln = f.dloss != 0.0f ? p.act("d.ln") : Tensor{};
-    for (int b0 = 0; b0 < f.B; b0 += chunk) {
+    const Tensor xn = norm_.out(p), losses = p.act(act::losses), targets = f.targets;
+    const Tensor dln = f.dloss != 0.0f ? p.act(dln_) : Tensor{};
+    for (int b0 = 0; b0 < p.B; b0 += chunk) {
         Pass q = p;
-        q.B = std::min(chunk, f.B - b0);
-        const Tensor logits = q.act("logits"), in = seqs(xn, b0, q.B);
+        q.B = std::min(chunk, p.B - b0);
+        const Tensor logits = q.act(act::logits), in = seqs(xn, b0, q.B);
         lm_head_.forward(q, logits, in);
         be_.classifier(seqs(losses, b0, q.B), logits, seqs(targets, b0, q.B), f.dloss, config_.vocab_size);
         if (!dln.empty()) lm_head_.backward(q, seqs(dln, b0, q.B), logits, in);  // logits: d(loss)/d(logits)
@@ -126,15 +135,15 @@ bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, i
 
 // The logit rows of x (B, 1, C) moved, in order, to its first rows (in place: the rows ascend, so a row is
 // read before it is overwritten), as (n, 1, C).
-Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) {
-    const int n = f.n_logit_rows;
+Tensor DecoderModel::gather_rows(Tensor x, const ForwardPass& f) const {
+    const int n = f.n_logit_rows, B = f.B();
     const size_t C = size_t(config_.n_embd);
-    ANVIL_CHECK(f.row_slot && n <= f.B && (n == 0 || f.logit_rows),
-                "forward: {} logit rows of {} need per-row slots", n, f.B);
+    ANVIL_CHECK(f.row_slot && n <= B && (n == 0 || f.logit_rows),
+                "forward: {} logit rows of {} need per-row slots", n, B);
     for (int i = 0; i < n; i++) {
         const int r = f.logit_rows[i];
-        ANVIL_CHECK(r >= i && r < f.B && (i == 0 || r > f.logit_rows[i - 1]),
-                    "forward: logit rows must ascend within the {} rows, got {} at {}", f.B, r, i);
+        ANVIL_CHECK(r >= i && r < B && (i == 0 || r > f.logit_rows[i - 1]),
+                    "forward: logit rows must ascend within the {} rows, got {} at {}", B, r, i);
         if (r != i) be_.convert(x.range(size_t(i) * C, C), x.range(size_t(r) * C, C));
     }
     return x.range(0, size_t(n) * C).view(Shape{n, 1, int64_t(C)});
@@ -153,13 +162,13 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
                  .dropout = options_.dropout,
                  .attn_dropout = options_.attn_dropout,
                  .tp = options_.tp.reducer.get()};
-    const Tensor dres = p.act("d.res"), dln = p.act("d.ln");
+    const Tensor dres = p.act(dres_), dln = p.act(dln_);
     // the logits hold d(loss)/d(logits); a chunked loss did this in the forward
-    if (!tape.head_done) lm_head_.backward(p, dln, p.act("logits"), norm_.out(p));
+    if (!tape.head_done) lm_head_.backward(p, dln, p.act(act::logits), norm_.out(p));
     be_.zero(dres);
     norm_.backward(p, dres, dln, blocks_.back()->out(p));
     for (int l = config_.n_layer - 1; l >= 0; l--) {
-        const Tensor in = l == 0 ? p.act("encoded") : blocks_[size_t(l - 1)]->out(p);
+        const Tensor in = l == 0 ? p.act(encoded_) : blocks_[size_t(l - 1)]->out(p);
         // --recompute full: the blocks share one set of buffers, which the forward left holding the last
         // block's; every other block runs its forward again (the same bits) to fill them
         if (acts.recompute_blocks() && l != config_.n_layer - 1) blocks_[size_t(l)]->forward(p, in);
@@ -167,7 +176,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
         if (hooks) hooks->on_layer_grads_ready(l);
     }
     p.drop(dres, dres, 0);
-    emb_.backward(p, dres, p.act("tokens"));
+    emb_.backward(p, dres, tape.tokens);
     if (hooks) hooks->on_layer_grads_ready(kOutsideLayers);
     tape.grad_logits = false;
 }

@@ -34,17 +34,18 @@ template <class Mixer, class Ffn>
 class PreNormBlock final : public Block {
 public:
     template <class N1, class M, class N2, class F>
-    PreNormBlock(const std::string& prefix, int layer, int dim, DType dtype, N1 make_norm1, M make_mixer,
-                 N2 make_norm2, F make_ffn)
+    PreNormBlock(ParamRegistry& reg, const std::string& prefix, int layer, int dim, N1 make_norm1,
+                 M make_mixer, N2 make_norm2, F make_ffn)
         : norm1(make_norm1()),
           mixer(make_mixer()),
           norm2(make_norm2()),
           ffn(make_ffn()),
           dim_(dim),
-          dtype_(dtype),
+          dtype_(reg.dtype),
           site_(1 + 2 * uint64_t(layer)),
-          res2_(prefix + ".res2"),
-          res3_(prefix + ".res3"),
+          res2_(reg.acts.id(prefix + ".res2")),
+          res3_(reg.acts.id(prefix + ".res3")),
+          proj_(reg.acts.id("block.proj")),
           what_{"the tensor-parallel all-reduce of " + prefix + "'s attention output",
                 "the tensor-parallel all-reduce of " + prefix + "'s MLP output",
                 "the tensor-parallel all-reduce of " + prefix + "'s MLP input gradient",
@@ -57,10 +58,10 @@ public:
         ffn.plan(plan);
         plan.add(res2_, {dim_}, dtype_, Keep::Saved, "block.res2");
         plan.add(res3_, {dim_}, dtype_, Keep::Output, "block.res3");
-        plan.add("block.proj", {dim_}, dtype_, Keep::Scratch);
+        plan.add(proj_, {dim_}, dtype_, Keep::Scratch);
     }
     void forward(const Pass& p, Tensor in) const override {
-        const Tensor proj = p.act("block.proj"), res2 = p.act(res2_);
+        const Tensor proj = p.act(proj_), res2 = p.act(res2_);
         norm1.forward(p, in);
         mixer.forward(p, proj, norm1.out(p));
         p.tp_sum(proj, what_[0].c_str());
@@ -77,7 +78,7 @@ public:
         const Tensor res2 = p.act(res2_);
         // the branches' output gradients through their dropout (the forward's masks, from the same seeds), in
         // the forward's scratch, which the backward does not otherwise use
-        const Tensor dbranch = p.dropout > 0.0f ? p.act("block.proj") : dres;
+        const Tensor dbranch = p.dropout > 0.0f ? p.act(proj_) : dres;
         // the MLP half: dres holds d(out) = d(res2) through the residual
         if (p.acts.recompute()) norm2.forward(p, res2);
         p.drop(dbranch, dres, site_ + 1);
@@ -105,8 +106,8 @@ public:
 private:
     int64_t dim_;
     DType dtype_;
-    uint64_t site_;  // the attention branch's dropout site; the MLP's is the next
-    std::string res2_, res3_;
+    uint64_t site_;             // the attention branch's dropout site; the MLP's is the next
+    ActId res2_, res3_, proj_;  // the residual after attention, the block's output, the branches' output
     std::string what_[4];
 };
 
@@ -119,16 +120,22 @@ public:
     std::vector<Linear*> linears() override;
 
 protected:
-    DecoderModel(Backend& be, const ModelConfig& c, const ModelOptions& o) : Model(be, c, o) {}
+    DecoderModel(Backend& be, const ModelConfig& c, const ModelOptions& o)
+        : Model(be, c, o),
+          encoded_(reg_.acts.id("encoded")),
+          dres_(reg_.acts.id("d.res")),
+          dln_(reg_.acts.id("d.ln")) {}
     void plan(ActPlan& plan) const override;
-    Tensor gather_rows(Tensor x, const ForwardPass& f);
+    Tensor gather_rows(Tensor x, const ForwardPass& f) const;
     // Sequences whose logits a plan keeps at once (ModelOptions::logits_chunk_bytes).
     int logits_chunk(const ActPlan& plan) const;
     // The final norm, then per chunk of `chunk` sequences: the logits, the loss and (dloss != 0) the head's
     // backward, which leaves d(final norm's output) in d.ln for backward().
     // returns whether the head's backward ran (dloss != 0)
-    bool chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk);
+    bool chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) const;
 
+    ActId encoded_;     // the embeddings' output, the first block's input
+    ActId dres_, dln_;  // the backward's residual-stream gradient and a sub-block's input gradient
     Embedding emb_;
     std::vector<std::unique_ptr<Block>> blocks_;
     Norm norm_;

@@ -127,16 +127,15 @@ Generator::Generator(Model& model, int prefill_chunk)
 std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot,
                                   const int32_t* ids, int n, int pos0) {
     Backend& be = model.backend();
-    be.upload(acts.get("tokens", 1, n), ids);
-    ForwardPass f;
-    f.B = 1;
-    f.T = n;
+    const Tensor tokens = acts.get(act::tokens, 1, n);
+    be.upload(tokens, ids);
+    ForwardPass f{.tokens = tokens};
     f.pos0 = pos0;
     f.cache = &cache;
     f.slot = slot;
     f.last_logits = true;
     model.forward(acts, f);
-    return be.download_f32(acts.get("logits", 1, 1));
+    return be.download_f32(acts.get(act::logits, 1, 1));
 }
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {

@@ -38,9 +38,10 @@ nlohmann::json to_hf(const ModelConfig& c) {
 }
 
 int get_int(const nlohmann::json& j, const char* key, const std::string& path) {
-    ANVIL_CHECK(j.contains(key), "{}: config has no \"{}\"; it must be a Hugging Face GPT-2 config.json", path,
-                key);
-    ANVIL_CHECK(j[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", path, key, j[key].dump());
+    ANVIL_CHECK(j.contains(key), "{}: config has no \"{}\"; it must be a Hugging Face GPT-2 config.json",
+                path, key);
+    ANVIL_CHECK(j[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", path, key,
+                j[key].dump());
     const int64_t v = j[key].get<int64_t>();
     ANVIL_CHECK(v > 0 && v < (int64_t(1) << 31), "{}: \"{}\" must be positive, got {}", path, key, v);
     return int(v);
@@ -56,14 +57,15 @@ void check_variant(const nlohmann::json& j, const ModelConfig& c, const std::str
                     path, act);
     }
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean())
-        ANVIL_CHECK(j["tie_word_embeddings"].get<bool>(), "{}: untied output embeddings are not supported", path);
+        ANVIL_CHECK(j["tie_word_embeddings"].get<bool>(), "{}: untied output embeddings are not supported",
+                    path);
     if (j.contains("layer_norm_epsilon") && j["layer_norm_epsilon"].is_number())
         ANVIL_CHECK(std::abs(j["layer_norm_epsilon"].get<double>() - 1e-5) < 1e-9,
                     "{}: layer_norm_epsilon {} is not supported; anvil uses GPT-2's 1e-5", path,
                     j["layer_norm_epsilon"].get<double>());
     if (j.contains("n_inner") && !j["n_inner"].is_null())
-        ANVIL_CHECK(j["n_inner"] == 4 * c.n_embd, "{}: n_inner {} is not supported; anvil uses 4 * n_embd", path,
-                    j["n_inner"].dump());
+        ANVIL_CHECK(j["n_inner"] == 4 * c.n_embd, "{}: n_inner {} is not supported; anvil uses 4 * n_embd",
+                    path, j["n_inner"].dump());
 }
 
 ModelConfig from_hf(const nlohmann::json& j, const std::string& path) {
@@ -103,13 +105,14 @@ const ModelFamily kGpt2Family = {"gpt2", from_hf, to_hf, num_params, position_pa
 // ---- the model ----------------------------------------------------------------------------------------
 
 Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) : DecoderModel(be, c, o) {
-    emb_ = Embedding(reg_, "transformer.wte.weight", "transformer.wpe.weight", c.vocab_size, c.n_ctx, c.n_embd,
-                     kStd);
-    const double proj_std = kStd / std::sqrt(2.0 * c.n_layer);  // GPT-2's scaled init of the residual projections
+    emb_ = Embedding(reg_, "transformer.wte.weight", "transformer.wpe.weight", c.vocab_size, c.n_ctx,
+                     c.n_embd, kStd);
+    const double proj_std =
+        kStd / std::sqrt(2.0 * c.n_layer);  // GPT-2's scaled init of the residual projections
     for (int l = 0; l < c.n_layer; l++) {
         const std::string h = layer_prefix(l);
         blocks_.push_back(std::make_unique<Gpt2Block>(
-            h, l, c.n_embd, reg_.dtype, [&] { return Norm(reg_, h + ".ln_1", c.n_embd, l, true); },
+            reg_, h, l, c.n_embd, [&] { return Norm(reg_, h + ".ln_1", c.n_embd, l, true); },
             [&] { return Attention(reg_, h + ".attn", c.n_embd, c.n_head, l, kStd, proj_std); },
             [&] { return Norm(reg_, h + ".ln_2", c.n_embd, l, true); },
             [&] { return Mlp(reg_, h + ".mlp", c.n_embd, 4 * c.n_embd, l, kStd, proj_std); }));
@@ -120,7 +123,8 @@ Gpt2Model::Gpt2Model(Backend& be, const ModelConfig& c, const ModelOptions& o) :
 }
 
 std::string Gpt2Model::canonical_name(const std::string& file_name) const {
-    if (store_.find(file_name) == ParamStore::npos && store_.find("transformer." + file_name) != ParamStore::npos)
+    if (store_.find(file_name) == ParamStore::npos &&
+        store_.find("transformer." + file_name) != ParamStore::npos)
         return "transformer." + file_name;
     return file_name;
 }

@@ -12,11 +12,13 @@ size_t ParamRegistry::add(ParamSpec s) {
     return specs.size() - 1;
 }
 
-size_t ParamRegistry::add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale) {
+size_t ParamRegistry::add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer,
+                               size_t* scale) {
     ParamSpec w{weight_name, shape, DType::I8, false, {Init::Zeros, 0.0}, false, layer, false};
     w.keep_dtype = true;
     w.scale_dim = out_dim;
-    ParamSpec sc{weight_name + "_scale", {shape[out_dim]}, DType::F32, false, {Init::Ones, 0.0}, false, layer, false};
+    ParamSpec sc{
+        weight_name + "_scale", {shape[out_dim]}, DType::F32, false, {Init::Ones, 0.0}, false, layer, false};
     sc.keep_dtype = true;
     const size_t i = add(std::move(w));
     *scale = add(std::move(sc));
@@ -31,7 +33,8 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
     const KvCache& c = *p.cache;
     if (!p.row_slot) {
         ANVIL_CHECK(p.B == 1, "decoding with a KV cache runs one sequence per slot, got a batch of {}", p.B);
-        p.be.attention_cached(y.slice0(0), qkv.slice0(0), c.k(layer, p.slot), c.v(layer, p.slot), p.pos0, heads);
+        p.be.attention_cached(y.slice0(0), qkv.slice0(0), c.k(layer, p.slot), c.v(layer, p.slot), p.pos0,
+                              heads);
         return;
     }
     // one token a row (T = 1): every row in one call
@@ -46,7 +49,13 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
                InitRule init, int layer, Parallel par, int blocks)
-    : reg_(&reg), name_(name), fp8_(reg.fp8 && layer >= 0), in_(in), out_(out), layer_(layer), layout_(layout) {
+    : reg_(&reg),
+      name_(name),
+      fp8_(reg.fp8 && layer >= 0),
+      in_(in),
+      out_(out),
+      layer_(layer),
+      layout_(layout) {
     const TensorParallel& tp = reg.tp;
     Shard ws_shard, b_shard;
     if (tp.on() && par != Parallel::None) {
@@ -70,7 +79,8 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLa
     else
         w_ = reg.add({name + ".weight", ws, DType::F32, true, init, true, layer, false, ws_shard});
     if (bias)
-        b_ = reg.add({name + ".bias", {out_}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false, b_shard});
+        b_ = reg.add(
+            {name + ".bias", {out_}, DType::F32, true, {Init::Zeros, 0.0}, false, layer, false, b_shard});
 }
 
 Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t scale) {
@@ -88,7 +98,7 @@ Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t sc
 }
 
 void Linear::plan(ActPlan& plan) const {
-    if (adapter_) adapter_->plan(plan, name_, out_);
+    if (adapter_) adapter_->plan(plan);
 }
 
 void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
@@ -105,7 +115,7 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
     // the adapter adds to the product before the activation
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
     product(y, {});
-    adapter_->forward(p, name_, y, in);
+    adapter_->forward(p, y, in);
     if (!pre_gelu.empty()) p.be.gelu_fwd(out, pre_gelu);
 }
 
@@ -114,13 +124,14 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
     const auto product = [&](Tensor pg) {
         if (fp8_) return p.be.matmul_fp8_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
-        if (scale_ == ParamStore::npos) return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
+        if (scale_ == ParamStore::npos)
+            return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
         ANVIL_CHECK(dbias.empty(), "{}: an int8 layer is a frozen base; its bias takes no gradient", name_);
         if (!din.empty()) p.be.matmul_q8_bwd(din, dout, s.param(w_), s.param(scale_), layout_, pg);
     };
     if (!adapter_) return product(in_pre_gelu);
     product({});
-    adapter_->backward(p, name_, din, dout, in);
+    adapter_->backward(p, din, dout, in);
     if (!in_pre_gelu.empty() && !din.empty()) p.be.gelu_bwd(din, din, in_pre_gelu);
 }
 
@@ -130,9 +141,9 @@ Norm::Norm(ParamRegistry& reg, const std::string& name, int dim, int layer, bool
            float eps)
     : reg_(&reg),
       name_(name),
-      out_(name + ".out"),
-      mean_(name + ".mean"),
-      rstd_(name + ".rstd"),
+      out_(reg.acts.id(name + ".out")),
+      mean_(reg.acts.id(name + ".mean")),
+      rstd_(reg.acts.id(name + ".rstd")),
       recomputable_(recomputable),
       kind_(kind),
       eps_(eps) {
@@ -209,16 +220,19 @@ void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {
 Attention::Attention(ParamRegistry& reg, const std::string& prefix, int dim, int heads, int layer, double std,
                      double proj_std)
     : reg_(&reg),
-      prefix_(prefix),
-      qkv_buf_(prefix + ".qkv"),
-      y_buf_(prefix + ".y"),
-      saved_buf_(prefix + ".saved"),
+      qkv_buf_(reg.acts.id(prefix + ".qkv")),
+      y_buf_(reg.acts.id(prefix + ".y")),
+      saved_buf_(reg.acts.id(prefix + ".saved")),
+      dy_(reg.acts.id("attn.dy")),
+      dqkv_(reg.acts.id("attn.dqkv")),
+      scratch_(reg.acts.id("attn.scratch")),
       dim_(dim / reg.tp.size),  // this rank's heads
       heads_(heads / reg.tp.size),
       layer_(layer),
-      qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer, Parallel::Column,
-           3),
-      proj_(reg, prefix + ".c_proj", dim, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer, Parallel::Row) {}
+      qkv_(reg, prefix + ".c_attn", dim, 3 * dim, WLayout::InOut, true, {Init::Normal, std}, layer,
+           Parallel::Column, 3),
+      proj_(reg, prefix + ".c_proj", dim, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer,
+            Parallel::Row) {}
 
 void Attention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
@@ -229,9 +243,9 @@ void Attention::plan(ActPlan& plan) const {
     plan.add(y_buf_, {C}, a, Keep::Saved, "attn.y");  // attention output, before the projection
     if (plan.mode() != ActMode::Decode)
         plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "attn.saved");
-    plan.add("attn.dy", {C}, a, Keep::Backward);
-    plan.add("attn.dqkv", {3 * C}, a, Keep::Backward);
-    plan.add_flat("attn.scratch", int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
+    plan.add(dy_, {C}, a, Keep::Backward);
+    plan.add(dqkv_, {3 * C}, a, Keep::Backward);
+    plan.add_flat(scratch_, int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
     qkv_.plan(plan);
     proj_.plan(plan);
 }
@@ -249,9 +263,9 @@ void Attention::forward(const Pass& p, Tensor out, Tensor in) const {
 
 void Attention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
-    const Tensor dy = p.act("attn.dy"), dqkv = p.act("attn.dqkv");
+    const Tensor dy = p.act(dy_), dqkv = p.act(dqkv_);
     proj_.backward(p, dy, dout, y);
-    p.be.attention_bwd(dqkv, p.act("attn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_,
+    p.be.attention_bwd(dqkv, p.act(scratch_), dy, qkv, y, p.act(saved_buf_), heads_,
                        p.attn_drop(layer_, reg_->tp.rank * heads_));
     qkv_.backward(p, din, dqkv, in);
 }
@@ -261,18 +275,20 @@ void Attention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) cons
 Mlp::Mlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
          double proj_std)
     : reg_(&reg),
-      prefix_(prefix),
-      pre_buf_(prefix + ".pre"),
-      act_buf_(prefix + ".act"),
+      pre_buf_(reg.acts.id(prefix + ".pre")),
+      act_buf_(reg.acts.id(prefix + ".act")),
+      dpre_(reg.acts.id("mlp.dpre")),
       hidden_(hidden / reg.tp.size),  // this rank's columns
-      fc_(reg, prefix + ".c_fc", dim, hidden, WLayout::InOut, true, {Init::Normal, std}, layer, Parallel::Column),
-      proj_(reg, prefix + ".c_proj", hidden, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer, Parallel::Row) {}
+      fc_(reg, prefix + ".c_fc", dim, hidden, WLayout::InOut, true, {Init::Normal, std}, layer,
+          Parallel::Column),
+      proj_(reg, prefix + ".c_proj", hidden, dim, WLayout::InOut, true, {Init::Normal, proj_std}, layer,
+            Parallel::Row) {}
 
 void Mlp::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
     plan.add(pre_buf_, {hidden_}, a, Keep::Saved, "mlp.pre");         // before the GELU
     plan.add(act_buf_, {hidden_}, a, Keep::Recomputable, "mlp.act");  // after it
-    plan.add("mlp.dpre", {hidden_}, a, Keep::Backward);
+    plan.add(dpre_, {hidden_}, a, Keep::Backward);
     fc_.plan(plan);
     proj_.plan(plan);
 }
@@ -284,7 +300,7 @@ void Mlp::forward(const Pass& p, Tensor out, Tensor in) const {
 }
 
 void Mlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
-    const Tensor pre = p.act(pre_buf_), act = p.act(act_buf_), dpre = p.act("mlp.dpre");
+    const Tensor pre = p.act(pre_buf_), act = p.act(act_buf_), dpre = p.act(dpre_);
     if (p.acts.recompute()) p.be.gelu_fwd(act, pre);
     proj_.backward(p, dpre, dout, act, pre);
     fc_.backward(p, din, dpre, in);
@@ -311,7 +327,8 @@ std::vector<float> rope_inv_freq(int head_size, double theta, const RopeScaling&
             if (wavelen > low_wavelen) {
                 inv /= sc.factor;
             } else if (wavelen >= high_wavelen) {  // between the two: interpolate
-                const double smooth = (old / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
+                const double smooth =
+                    (old / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
                 inv = (1.0 - smooth) * inv / sc.factor + smooth * inv;
             }
         }
@@ -326,9 +343,19 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
                                  int kv_heads, int head_size, int layer, double std, bool qkv_bias,
                                  bool o_bias)
     : reg_(&reg),
-      qkv_buf_(prefix + ".qkv"),
-      y_buf_(prefix + ".y"),
-      saved_buf_(prefix + ".saved"),
+      q_buf_(reg.acts.id("rattn.q")),
+      k_buf_(reg.acts.id("rattn.k")),
+      v_buf_(reg.acts.id("rattn.v")),
+      qkv_buf_(reg.acts.id(prefix + ".qkv")),
+      y_buf_(reg.acts.id(prefix + ".y")),
+      saved_buf_(reg.acts.id(prefix + ".saved")),
+      dy_(reg.acts.id("rattn.dy")),
+      dqkv_(reg.acts.id("rattn.dqkv")),
+      dq_(reg.acts.id("rattn.dq")),
+      dk_(reg.acts.id("rattn.dk")),
+      dv_(reg.acts.id("rattn.dv")),
+      dx_(reg.acts.id("rattn.dx")),
+      scratch_(reg.acts.id("rattn.scratch")),
       heads_(heads / reg.tp.size),  // this rank's query and key/value heads
       kv_heads_(kv_heads / reg.tp.size),
       hs_(head_size),
@@ -347,25 +374,25 @@ void RotaryAttention::plan(ActPlan& plan) const {
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_, C = q_.in_features();
     const Backend& be = reg_->store->backend();
     const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_, a};
-    plan.add("rattn.q", {QC}, a, Keep::Scratch);
-    plan.add("rattn.k", {KC}, a, Keep::Scratch);
-    plan.add("rattn.v", {KC}, a, Keep::Scratch);
+    plan.add(q_buf_, {QC}, a, Keep::Scratch);
+    plan.add(k_buf_, {KC}, a, Keep::Scratch);
+    plan.add(v_buf_, {KC}, a, Keep::Scratch);
     plan.add(qkv_buf_, {QC + 2 * KC}, a, Keep::Saved, "rattn.qkv");  // the key/value heads once each
     plan.add(y_buf_, {QC}, a, Keep::Saved, "rattn.y");
     if (plan.mode() != ActMode::Decode)
         plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "rattn.saved");
-    plan.add("rattn.dy", {QC}, a, Keep::Backward);
-    plan.add("rattn.dqkv", {3 * QC}, a, Keep::Backward);
-    plan.add("rattn.dq", {QC}, a, Keep::Backward);
-    plan.add("rattn.dk", {KC}, a, Keep::Backward);
-    plan.add("rattn.dv", {KC}, a, Keep::Backward);
-    plan.add("rattn.dx", {C}, a, Keep::Backward);
-    plan.add_flat("rattn.scratch", int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
+    plan.add(dy_, {QC}, a, Keep::Backward);
+    plan.add(dqkv_, {3 * QC}, a, Keep::Backward);
+    plan.add(dq_, {QC}, a, Keep::Backward);
+    plan.add(dk_, {KC}, a, Keep::Backward);
+    plan.add(dv_, {KC}, a, Keep::Backward);
+    plan.add(dx_, {C}, a, Keep::Backward);
+    plan.add_flat(scratch_, int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
     for (const Linear* l : {&q_, &k_, &v_, &o_}) l->plan(plan);
 }
 
 void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
-    const Tensor q = p.act("rattn.q"), k = p.act("rattn.k"), v = p.act("rattn.v");
+    const Tensor q = p.act(q_buf_), k = p.act(k_buf_), v = p.act(v_buf_);
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     q_.forward(p, q, in);
     k_.forward(p, k, in);
@@ -387,10 +414,10 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
 }
 
 void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
-    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_), dy = p.act("rattn.dy"), dqkv = p.act("rattn.dqkv");
-    const Tensor dq = p.act("rattn.dq"), dk = p.act("rattn.dk"), dv = p.act("rattn.dv"), dx = p.act("rattn.dx");
+    const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_), dy = p.act(dy_), dqkv = p.act(dqkv_);
+    const Tensor dq = p.act(dq_), dk = p.act(dk_), dv = p.act(dv_), dx = p.act(dx_);
     o_.backward(p, dy, dout, y);
-    p.be.attention_bwd(dqkv, p.act("rattn.scratch"), dy, qkv, y, p.act(saved_buf_), heads_,
+    p.be.attention_bwd(dqkv, p.act(scratch_), dy, qkv, y, p.act(saved_buf_), heads_,
                        p.attn_drop(layer_, reg_->tp.rank * heads_));
     p.be.qkv_unpack(dq, dk, dv, dqkv, heads_);
     p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
@@ -407,9 +434,13 @@ void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in
 GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
                    bool bias)
     : reg_(&reg),
-      gate_buf_(prefix + ".gate"),
-      up_buf_(prefix + ".up"),
-      act_buf_(prefix + ".act"),
+      gate_buf_(reg.acts.id(prefix + ".gate")),
+      up_buf_(reg.acts.id(prefix + ".up")),
+      act_buf_(reg.acts.id(prefix + ".act")),
+      dact_(reg.acts.id("gmlp.dact")),
+      dgate_(reg.acts.id("gmlp.dgate")),
+      dup_(reg.acts.id("gmlp.dup")),
+      dx_(reg.acts.id("gmlp.dx")),
       dim_(dim),
       hidden_(hidden / reg.tp.size),  // this rank's columns
       gate_(reg, prefix + ".gate_proj", dim, hidden, WLayout::OutIn, bias, {Init::Normal, std}, layer,
@@ -424,10 +455,10 @@ void GatedMlp::plan(ActPlan& plan) const {
     plan.add(gate_buf_, {hidden_}, a, Keep::Saved, "gmlp.gate");
     plan.add(up_buf_, {hidden_}, a, Keep::Saved, "gmlp.up");
     plan.add(act_buf_, {hidden_}, a, Keep::Recomputable, "gmlp.act");
-    plan.add("gmlp.dact", {hidden_}, a, Keep::Backward);
-    plan.add("gmlp.dgate", {hidden_}, a, Keep::Backward);
-    plan.add("gmlp.dup", {hidden_}, a, Keep::Backward);
-    plan.add("gmlp.dx", {dim_}, a, Keep::Backward);
+    plan.add(dact_, {hidden_}, a, Keep::Backward);
+    plan.add(dgate_, {hidden_}, a, Keep::Backward);
+    plan.add(dup_, {hidden_}, a, Keep::Backward);
+    plan.add(dx_, {dim_}, a, Keep::Backward);
     for (const Linear* l : {&gate_, &up_, &down_}) l->plan(plan);
 }
 
@@ -441,7 +472,7 @@ void GatedMlp::forward(const Pass& p, Tensor out, Tensor in) const {
 
 void GatedMlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const Tensor g = p.act(gate_buf_), u = p.act(up_buf_), act = p.act(act_buf_);
-    const Tensor dact = p.act("gmlp.dact"), dg = p.act("gmlp.dgate"), du = p.act("gmlp.dup"), dx = p.act("gmlp.dx");
+    const Tensor dact = p.act(dact_), dg = p.act(dgate_), du = p.act(dup_), dx = p.act(dx_);
     if (p.acts.recompute()) p.be.swiglu_fwd(act, g, u);
     down_.backward(p, dact, dout, act);
     p.be.swiglu_bwd(dg, du, dact, g, u);

@@ -1,7 +1,7 @@
-// Layer objects: the pieces a model is composed of. Each registers its parameters (ParamSpecs) when it is
-// built, names the activation buffers it needs when a pass is planned, and runs its forward and backward
-// through the Backend interface. A model family is a composition of these (gpt2.cpp, llama.cpp); a new family
-// adds the layers it lacks here rather than a new trainer.
+// Layer objects: the pieces a model is composed of. Each registers its parameters (ParamSpecs) and names its
+// activation buffers (keeping their handles) when it is built, sizes those buffers when a pass is planned,
+// and runs its forward and backward through the Backend interface. A model family is a composition of these
+// (gpt2.cpp, llama.cpp); a new family adds the layers it lacks here rather than a new trainer.
 #pragma once
 
 #include <memory>
@@ -33,19 +33,21 @@ struct TensorParallel {
 };
 
 // Parameters while a model is being built: layers append their specs and keep the indices; the model
-// allocates the store once every layer is in, and the layers read their tensors through `store`.
+// allocates the store once every layer is in, and the layers read their tensors through `store`. Layers name
+// their activation buffers in `acts` and keep the handles.
 struct ParamRegistry {
     std::vector<ParamSpec> specs;
+    ActNames acts;
     const ParamStore* store = nullptr;
     DType dtype = DType::F32;
     TensorParallel tp;  // layers register their piece of a split linear layer
-    // Weight-only int8 (anvil quantize): the linear layers' and the token embedding's weights are I8 ("weight"),
-    // each with an f32 scale per output channel ("weight_scale"), and frozen.
+    // Weight-only int8 (anvil quantize): the linear layers' and the token embedding's weights are I8
+    // ("weight"), each with an f32 scale per output channel ("weight_scale"), and frozen.
     bool int8 = false;
-    bool fp8 = false;  // the blocks' linear layers multiply in FP8 (ModelOptions::fp8)
+    bool fp8 = false;         // the blocks' linear layers multiply in FP8 (ModelOptions::fp8)
     size_t add(ParamSpec s);  // in the registry's dtype unless the spec keeps its own
-    // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name and
-    // weight_name + "_scale"); returns the weight's index and sets *scale.
+    // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name
+    // and weight_name + "_scale"); returns the weight's index and sets *scale.
     size_t add_int8(const std::string& weight_name, Shape shape, int out_dim, int layer, size_t* scale);
 };
 
@@ -54,8 +56,8 @@ struct Pass {
     Backend& be;
     Activations& acts;
     int B, T;
-    int pos0 = 0;               // position of the first token
-    KvCache* cache = nullptr;   // decoding: attention appends to and reads from it
+    int pos0 = 0;              // position of the first token
+    KvCache* cache = nullptr;  // decoding: attention appends to and reads from it
     // Decoding with a cache: one sequence (B = 1) in cache slot `slot` at positions pos0.., or, when row_slot
     // is set, B sequences of one token each (T = 1): row b in slot row_slot[b] at position row_pos[b].
     int slot = 0;
@@ -69,7 +71,7 @@ struct Pass {
     float dropout = 0.0f;       // train: dropout on the embeddings and on each residual branch (ModelOptions)
     float attn_dropout = 0.0f;  // train: dropout on the attention probabilities (ModelOptions)
     TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
-    Tensor act(const std::string& name) const { return acts.get(name, B, T); }
+    Tensor act(ActId id) const { return acts.get(id, B, T); }
     // out = dropout(in) with dropout site `site`'s mask (dropout_mask.h) when the pass drops; else nothing
     void drop(Tensor out, Tensor in, uint64_t site) const {
         if (dropout > 0.0f) be.dropout(out, in, dropout, dropout_site_seed(seed, site));
@@ -92,9 +94,9 @@ struct Pass {
 class LinearAdapter {
 public:
     virtual ~LinearAdapter() = default;
-    virtual void plan(ActPlan& plan, const std::string& prefix, int out_features) const = 0;
-    virtual void forward(const Pass& p, const std::string& prefix, Tensor out, Tensor in) const = 0;
-    virtual void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const = 0;
+    virtual void plan(ActPlan& plan) const = 0;
+    virtual void forward(const Pass& p, Tensor out, Tensor in) const = 0;
+    virtual void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const = 0;
 };
 
 // How a linear layer is split over tensor-parallel ranks (Megatron): Column keeps a slice of the outputs
@@ -112,7 +114,8 @@ public:
     // outputs made of `blocks` equal blocks (c_attn's q, k, v) take a piece of each.
     Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLayout layout, bool bias,
            InitRule init, int layer, Parallel par = Parallel::None, int blocks = 1);
-    // A linear layer over an existing weight (a tied embedding, with its int8 scales when it has them), no bias.
+    // A linear layer over an existing weight (a tied embedding, with its int8 scales when it has them), no
+    // bias.
     static Linear tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t scale = ParamStore::npos);
     void set_adapter(std::shared_ptr<const LinearAdapter> a) { adapter_ = std::move(a); }
     const std::string& name() const { return name_; }
@@ -155,7 +158,8 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string name_, out_, mean_, rstd_;  // activation buffer names, made once
+    std::string name_;
+    ActId out_, mean_, rstd_;
     size_t w_ = 0, b_ = 0;
     bool recomputable_ = false;
     NormKind kind_ = NormKind::Layer;
@@ -166,10 +170,10 @@ private:
 class Embedding {
 public:
     Embedding() = default;
-    Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab, int n_ctx,
-              int dim, double std);
+    Embedding(ParamRegistry& reg, const std::string& tokens, const std::string& positions, int vocab,
+              int n_ctx, int dim, double std);
     size_t token_weight() const { return wte_; }
-    size_t token_scale() const { return wte_scale_; }  // an int8 table's row scales, or npos
+    size_t token_scale() const { return wte_scale_; }              // an int8 table's row scales, or npos
     void forward(const Pass& p, Tensor out, Tensor tokens) const;  // positions p.pos0 ..
     void backward(const Pass& p, Tensor dout, Tensor tokens) const;
 
@@ -194,7 +198,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string prefix_, qkv_buf_, y_buf_, saved_buf_;
+    ActId qkv_buf_, y_buf_, saved_buf_, dy_, dqkv_, scratch_;
     int dim_ = 0, heads_ = 0, layer_ = 0;
     Linear qkv_, proj_;
 };
@@ -214,7 +218,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string prefix_, pre_buf_, act_buf_;
+    ActId pre_buf_, act_buf_, dpre_;
     int hidden_ = 0;
     Linear fc_, proj_;
 };
@@ -238,7 +242,8 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string qkv_buf_, y_buf_, saved_buf_;
+    ActId q_buf_, k_buf_, v_buf_, qkv_buf_, y_buf_, saved_buf_;
+    ActId dy_, dqkv_, dq_, dk_, dv_, dx_, scratch_;
     int heads_ = 0, kv_heads_ = 0, hs_ = 0, layer_ = 0;
     Linear q_, k_, v_, o_;
     Tensor inv_freq_;
@@ -257,7 +262,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    std::string gate_buf_, up_buf_, act_buf_;
+    ActId gate_buf_, up_buf_, act_buf_, dact_, dgate_, dup_, dx_;
     int dim_ = 0, hidden_ = 0;
     Linear gate_, up_, down_;
 };

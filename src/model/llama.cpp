@@ -68,9 +68,10 @@ nlohmann::json to_hf(const ModelConfig& c) {
 }
 
 int get_int(const nlohmann::json& j, const char* key, const std::string& path) {
-    ANVIL_CHECK(j.contains(key) && !j[key].is_null(), "{}: config has no \"{}\"; a Llama config.json needs it", path,
-                key);
-    ANVIL_CHECK(j[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", path, key, j[key].dump());
+    ANVIL_CHECK(j.contains(key) && !j[key].is_null(),
+                "{}: config has no \"{}\"; a Llama config.json needs it", path, key);
+    ANVIL_CHECK(j[key].is_number_integer(), "{}: \"{}\" must be an integer, got {}", path, key,
+                j[key].dump());
     const int64_t v = j[key].get<int64_t>();
     ANVIL_CHECK(v > 0 && v < (int64_t(1) << 31), "{}: \"{}\" must be positive, got {}", path, key, v);
     return int(v);
@@ -91,7 +92,8 @@ RopeScaling rope_scaling(const nlohmann::json& j, const char* key, const std::st
     const std::string type = r.value("rope_type", r.value("type", std::string("default")));
     if (type == "default") return s;
     ANVIL_CHECK(type == "llama3" || type == "linear",
-                "{}: {} type \"{}\" is not supported; anvil implements \"llama3\" and \"linear\"", path, key, type);
+                "{}: {} type \"{}\" is not supported; anvil implements \"llama3\" and \"linear\"", path, key,
+                type);
     s.type = type;
     s.factor = get_number(r, "factor", 0.0, path);
     ANVIL_CHECK(s.factor > 0, "{}: {} needs a positive \"factor\"", path, key);
@@ -99,8 +101,8 @@ RopeScaling rope_scaling(const nlohmann::json& j, const char* key, const std::st
         s.low_freq_factor = get_number(r, "low_freq_factor", 1.0, path);
         s.high_freq_factor = get_number(r, "high_freq_factor", 4.0, path);
         s.original_max_position_embeddings = get_int(r, "original_max_position_embeddings", path);
-        ANVIL_CHECK(s.high_freq_factor > s.low_freq_factor, "{}: {} high_freq_factor must exceed low_freq_factor",
-                    path, key);
+        ANVIL_CHECK(s.high_freq_factor > s.low_freq_factor,
+                    "{}: {} high_freq_factor must exceed low_freq_factor", path, key);
     }
     return s;
 }
@@ -118,15 +120,20 @@ ModelConfig from_hf(const nlohmann::json& j, const std::string& path) {
     c.ffn_dim = get_int(j, "intermediate_size", path);
     c.n_ctx = get_int(j, "max_position_embeddings", path);
     c.vocab_size = get_int(j, "vocab_size", path);
-    if (j.contains("head_dim") && !j["head_dim"].is_null()) c.head_dim = get_int(j, "head_dim", path);
-    else ANVIL_CHECK(c.n_embd % c.n_head == 0, "{}: hidden_size {} does not divide into num_attention_heads {}",
-                     path, c.n_embd, c.n_head);
+    if (j.contains("head_dim") && !j["head_dim"].is_null())
+        c.head_dim = get_int(j, "head_dim", path);
+    else
+        ANVIL_CHECK(c.n_embd % c.n_head == 0,
+                    "{}: hidden_size {} does not divide into num_attention_heads {}", path, c.n_embd,
+                    c.n_head);
     if (c.head_dim == c.n_embd / c.n_head && c.n_embd % c.n_head == 0) c.head_dim = 0;  // the default
-    ANVIL_CHECK(c.n_head % c.n_kv_head == 0, "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
-                path, c.n_head, c.n_kv_head);
+    ANVIL_CHECK(c.n_head % c.n_kv_head == 0,
+                "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_head,
+                c.n_kv_head);
     if (c.n_kv_head == c.n_head) c.n_kv_head = 0;
     c.rope_theta = get_number(j, "rope_theta", 10000.0, path);
-    const bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();  // transformers 5's form
+    const bool v5 =
+        j.contains("rope_parameters") && j["rope_parameters"].is_object();  // transformers 5's form
     if (v5) c.rope_theta = get_number(j["rope_parameters"], "rope_theta", c.rope_theta, path);
     c.norm_eps = get_number(j, "rms_norm_eps", 1e-6, path);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
@@ -187,7 +194,8 @@ ModelConfig qwen2_from_hf(const nlohmann::json& j, const std::string& path) {
 }
 
 int64_t num_params(const ModelConfig& c) {
-    const int64_t C = c.n_embd, QC = int64_t(c.n_head) * c.head_size(), KC = int64_t(c.kv_heads()) * c.head_size();
+    const int64_t C = c.n_embd, QC = int64_t(c.n_head) * c.head_size(),
+                  KC = int64_t(c.kv_heads()) * c.head_size();
     const int64_t per_layer = 2 * C + C * QC + 2 * C * KC + QC * C + 3 * C * c.ffn() +
                               (c.qkv_bias ? QC + 2 * KC : 0) + (c.o_bias ? C : 0) +
                               (c.mlp_bias ? 2 * c.ffn() + C : 0);
@@ -224,7 +232,7 @@ LlamaModel::LlamaModel(Backend& be, const ModelConfig& c, const ModelOptions& o)
     for (int l = 0; l < c.n_layer; l++) {
         const std::string h = layer_prefix(l);
         blocks_.push_back(std::make_unique<LlamaBlock>(
-            h, l, c.n_embd, reg_.dtype,
+            reg_, h, l, c.n_embd,
             [&] { return Norm(reg_, h + ".input_layernorm", c.n_embd, l, true, NormKind::Rms, eps); },
             [&] {
                 return RotaryAttention(reg_, h + ".self_attn", c.n_embd, c.n_head, c.kv_heads(),

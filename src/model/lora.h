@@ -28,10 +28,12 @@ struct LoraOptions {
 // The adapter on one linear layer. Its A and B are trainable entries of the model's store.
 class LoraAdapter final : public LinearAdapter {
 public:
-    LoraAdapter(const ParamRegistry& reg, size_t a, size_t b, int in, int out, const LoraOptions& o, int id);
-    void plan(ActPlan& plan, const std::string& prefix, int out_features) const override;
-    void forward(const Pass& p, const std::string& prefix, Tensor out, Tensor in) const override;
-    void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout, Tensor in) const override;
+    // on the linear layer `layer` (its buffers are named after it)
+    LoraAdapter(ParamRegistry& reg, const std::string& layer, size_t a, size_t b, int in, int out,
+                const LoraOptions& o, int id);
+    void plan(ActPlan& plan) const override;
+    void forward(const Pass& p, Tensor out, Tensor in) const override;
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const override;
 
 private:
     Tensor dropped(const Pass& p, Tensor in) const;  // dropout(in) while training, else in
@@ -39,6 +41,7 @@ private:
     size_t a_, b_;
     int in_, out_, rank_, id_;
     float scaling_, dropout_;
+    ActId h_, y_, x_, dh_, dx_;  // s * x A^T (kept), the update, dropout(x), and their gradients
 };
 
 // Registers A and B for every linear layer a target names (errors list the layer names when one names
@@ -46,8 +49,8 @@ private:
 // the store exists; it puts the adapters on the layers.
 std::function<void()> add_lora(ParamRegistry& reg, const std::vector<Linear*>& linears, const LoraOptions& o);
 
-// PEFT's files. The adapter's tensors are the store's entries called "<layer>.lora_A.weight" / ".lora_B.weight";
-// in the file they carry PEFT's "base_model.model." prefix.
+// PEFT's files. The adapter's tensors are the store's entries called "<layer>.lora_A.weight" /
+// ".lora_B.weight"; in the file they carry PEFT's "base_model.model." prefix.
 void write_peft_adapter(const std::string& dir, const class Model& model, const std::string& base_path,
                         const std::function<void(size_t, float*)>& weight_f32);
 struct PeftAdapter {

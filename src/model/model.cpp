@@ -34,31 +34,39 @@ std::unique_ptr<Model> make_model(Backend& be, const ModelConfig& c, const Model
     return model_family(c.model_type).make(be, c, o);
 }
 
-Model::Model(Backend& be, const ModelConfig& c, ModelOptions o) : be_(be), config_(c), options_(std::move(o)) {
+Model::Model(Backend& be, const ModelConfig& c, ModelOptions o)
+    : be_(be), config_(c), options_(std::move(o)) {
     reg_.dtype = options_.dtype;
     reg_.store = &store_;
     reg_.tp = options_.tp;
     reg_.int8 = c.int8_weights;
     reg_.fp8 = options_.fp8;
-    ANVIL_CHECK(!(c.int8_weights && options_.fp8), "an int8 model (anvil quantize) does not take FP8 products; "
+    ANVIL_CHECK(!(c.int8_weights && options_.fp8),
+                "an int8 model (anvil quantize) does not take FP8 products; "
                 "fine-tune the unquantized model with --precision fp8, or use bf16");
     const int K = options_.tp.size;
     if (K == 1) return;
-    ANVIL_CHECK(!c.int8_weights,
-                "--tensor-parallel {}: int8 weights (anvil quantize) do not split over tensor-parallel ranks; use "
-                "the unquantized model, or data parallelism", K);
+    ANVIL_CHECK(
+        !c.int8_weights,
+        "--tensor-parallel {}: int8 weights (anvil quantize) do not split over tensor-parallel ranks; use "
+        "the unquantized model, or data parallelism",
+        K);
     ANVIL_CHECK(options_.tp.reducer && options_.tp.rank >= 0 && options_.tp.rank < K,
                 "tensor parallelism over {} ranks needs this rank's place and a reducer", K);
     const auto splits = [K](int n, const char* what) {
-        ANVIL_CHECK(n % K == 0, "--tensor-parallel {}: the model's {} {} do not split evenly over {} ranks; use a "
-                    "--tensor-parallel that divides {}", K, n, what, K, n);
+        ANVIL_CHECK(n % K == 0,
+                    "--tensor-parallel {}: the model's {} {} do not split evenly over {} ranks; use a "
+                    "--tensor-parallel that divides {}",
+                    K, n, what, K, n);
     };
     splits(c.n_head, "attention heads");
     splits(c.kv_heads(), "key/value heads");
     splits(c.ffn(), "MLP columns");
-    ANVIL_CHECK(!options_.lora.enabled(),
-                "--tensor-parallel {}: LoRA fine-tuning does not combine with tensor parallelism yet; use data "
-                "parallelism (leave out --tensor-parallel)", K);
+    ANVIL_CHECK(
+        !options_.lora.enabled(),
+        "--tensor-parallel {}: LoRA fine-tuning does not combine with tensor parallelism yet; use data "
+        "parallelism (leave out --tensor-parallel)",
+        K);
 }
 
 void Model::allocate_params() {
@@ -76,21 +84,22 @@ void Model::allocate_params() {
     std::set<std::string> frozen(options_.frozen.begin(), options_.frozen.end());
     for (ParamSpec& s : reg_.specs)
         if (frozen.erase(s.name)) s.trainable = false;
-    ANVIL_CHECK(frozen.empty(), "cannot freeze \"{}\": the model has no parameter of that name", *frozen.begin());
+    ANVIL_CHECK(frozen.empty(), "cannot freeze \"{}\": the model has no parameter of that name",
+                *frozen.begin());
     store_ = ParamStore(be_, reg_.specs);
     if (attach) attach();
 }
 
 std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMode mode) const {
-    ANVIL_CHECK(max_B > 0 && max_T > 0, "batch size and sequence length must be positive, got {} and {}", max_B,
-                max_T);
+    ANVIL_CHECK(max_B > 0 && max_T > 0, "batch size and sequence length must be positive, got {} and {}",
+                max_B, max_T);
     ANVIL_CHECK(max_T <= config_.n_ctx,
                 "sequence length {} is longer than the model's context {}; use --seq {} or less", max_T,
                 config_.n_ctx, config_.n_ctx);
-    ActPlan p(max_B, max_T, mode, options_.recompute);
-    p.add("tokens", {}, DType::I32, Keep::Saved, "tokens");
-    p.add("targets", {}, DType::I32, Keep::Saved, "targets");
-    p.add("losses", {}, DType::F32, Keep::Saved, "losses");
+    ActPlan p(reg_.acts, max_B, max_T, mode, options_.recompute);
+    p.add(act::tokens, {}, DType::I32, Keep::Saved, "tokens");
+    p.add(act::targets, {}, DType::I32, Keep::Saved, "targets");
+    p.add(act::losses, {}, DType::F32, Keep::Saved, "losses");
     plan(p);
     return std::make_unique<Activations>(be_, p);
 }

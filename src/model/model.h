@@ -22,9 +22,12 @@
 
 namespace anvil {
 
-// One forward pass over tokens(B, T) (uploaded by the caller into the activations' "tokens").
+// One forward pass over a batch of tokens. The batch is the caller's: any (B, T) i32 tensor on the model's
+// backend, usually the activations' own (act::tokens, which Model::tokens() views).
 struct ForwardPass {
-    int B = 1, T = 1;
+    Tensor tokens = {};   // (B, T) i32
+    Tensor targets = {};  // (B, T) i32, -1 = ignore: per-token losses into the activations' losses (B, T);
+                          // empty: none
     int pos0 = 0;              // the position of the first token (decoding continues a sequence)
     KvCache* cache = nullptr;  // append keys and values at pos0.. and attend over the cache (B = 1)
     int slot = 0;              // the cache slot of that one sequence
@@ -39,18 +42,20 @@ struct ForwardPass {
     // -1: every row's.
     const int* logit_rows = nullptr;
     int n_logit_rows = -1;
-    bool targets = false;      // per-token losses against targets(B, T) into losses(B, T)
     float dloss = 0.0f;        // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;  // logits only for each row's last position, as logits(B, 1)
     uint64_t seed = 0;         // the pass's randomness (LoRA dropout), reused by its backward
+    int B() const { return int(tokens.shape[0]); }
+    int T() const { return int(tokens.shape[1]); }
 };
 
-// A pass of B one-token rows, row b at position pos[b] of cache slot slot[b] (continuous batching: a decode
-// step, or packed prompt pieces); logits for every row, or (n_logit_rows >= 0) for logit_rows only.
-inline ForwardPass rows_pass(int B, KvCache* cache, const int* slot, const int* pos,
+// A pass of B one-token rows, tokens (B, 1), row b at position pos[b] of cache slot slot[b] (continuous
+// batching: a decode step, or packed prompt pieces); logits for every row, or (n_logit_rows >= 0) for
+// logit_rows only.
+inline ForwardPass rows_pass(Tensor tokens, KvCache* cache, const int* slot, const int* pos,
                              const int* logit_rows = nullptr, int n_logit_rows = -1) {
     ForwardPass f;
-    f.B = B;
+    f.tokens = tokens;
     f.cache = cache;
     f.row_slot = slot;
     f.row_pos = pos;
@@ -110,6 +115,9 @@ public:
     virtual std::vector<Linear*> linears() = 0;
     virtual WLayout linear_layout() const = 0;
     Recompute recompute() const { return options_.recompute; }
+    // The names of its activation buffers: a layer added after the model is built (an adapter) names its
+    // buffers here.
+    ActNames& act_names() { return reg_.acts; }
     int n_layers() const { return config_.n_layer; }
 
     // Activations for batches up to (max_B, max_T) in a mode.
@@ -131,10 +139,10 @@ public:
     Activations& activations() const;
     // Views of the reserved activations: tokens and targets (B, T) i32 (-1 = ignore), losses (B, T) f32,
     // logits (B, T, V) (valid after a forward with dloss == 0).
-    Tensor tokens(int B, int T) const { return activations().get("tokens", B, T); }
-    Tensor targets(int B, int T) const { return activations().get("targets", B, T); }
-    Tensor losses(int B, int T) const { return activations().get("losses", B, T); }
-    Tensor logits(int B, int T) const { return activations().get("logits", B, T); }
+    Tensor tokens(int B, int T) const { return activations().get(act::tokens, B, T); }
+    Tensor targets(int B, int T) const { return activations().get(act::targets, B, T); }
+    Tensor losses(int B, int T) const { return activations().get(act::losses, B, T); }
+    Tensor logits(int B, int T) const { return activations().get(act::logits, B, T); }
 
     const Tape& forward(const ForwardPass& f) { return forward(activations(), f); }
     void backward(BackwardHooks* hooks = nullptr) { backward(activations(), hooks); }

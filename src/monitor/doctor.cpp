@@ -1,13 +1,9 @@
 #include "monitor/doctor.h"
 
 #include "backend/backend.h"
-#include "backend/cpu/host_info.h"
+#include "backend/host_info.h"
 #include "core/version.h"
 #include "monitor/nvml.h"
-
-#ifdef ANVIL_WITH_CUDA
-#include "monitor/cuda_probe.h"
-#endif
 
 namespace anvil {
 
@@ -37,9 +33,8 @@ DoctorReport run_doctor(const std::string& device) {
     }
     std::string problem;
     bool cuda_ok = false;
-#ifdef ANVIL_WITH_CUDA
-    const nlohmann::json devices = cuda_device_report(&problem);
-    gpu["devices"] = devices;
+    const nlohmann::json devices = gpu_device_report(&problem);
+    if (cuda_built()) gpu["devices"] = devices;
     cuda_ok = problem.empty() && !devices.empty();
     for (const auto& d : devices)
         r.text += fmt::format(
@@ -51,9 +46,6 @@ DoctorReport run_doctor(const std::string& device) {
             gpu.value("driver", nlohmann::json("?")).is_string() ? gpu["driver"].get<std::string>() : "?",
             d.value("driver_cuda", ""), d.value("runtime", ""), d.value("cublaslt", ""), d.value("cudnn", ""),
             d.value("nccl", ""));
-#else
-    problem = "this anvil binary was built without the CUDA backend (nvcc was not found when it was built)";
-#endif
     if (!cuda_ok) {
         std::string what = problem;
         if (!nvml.available()) what += "; no NVIDIA driver was found (" + nvml.why_not() + ")";

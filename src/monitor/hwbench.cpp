@@ -8,11 +8,12 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/host_info.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/fs.h"
 #include "io/json_text.h"
-#include "backend/cpu/host_info.h"
 
 namespace anvil {
 
@@ -74,6 +75,22 @@ const GpuDatasheet* find_datasheet(const std::string& name) {
     for (const auto& d : table)
         if (name.find(d.match) != std::string::npos) return &d;
     return nullptr;
+}
+
+HwBenchReport gpu_hw_bench(int device, bool quick) {
+    const GpuRates g = gpu_measure(device, quick);
+    HwBenchReport r;
+    r.device_kind = "cuda";
+    r.device_name = g.device_name;
+    const GpuDatasheet* ds = find_datasheet(g.device_name);
+    for (const GpuRate& x : g.rates) {
+        double ref = 0;
+        if (ds && x.name.starts_with("matmul_")) ref = datasheet_tflops(*ds, x.name.substr(7));
+        if (ds && x.name == "copy_d2d") ref = ds->mem_gbps;
+        if (ds && x.name.starts_with("h2d_")) ref = ds->pcie_gbps;
+        r.results.push_back({x.name, x.unit, x.measured, ref, "datasheet", x.detail});
+    }
+    return r;
 }
 
 HwBenchReport cpu_hw_bench(int threads, bool quick) {

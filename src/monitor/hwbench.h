@@ -26,6 +26,8 @@ struct HwBenchReport {
 };
 
 HwBenchReport cpu_hw_bench(int threads, bool quick);
+// The GPU's (backend.h's gpu_measure), each rate beside its datasheet figure where the card is in the table.
+HwBenchReport gpu_hw_bench(int device, bool quick);
 
 // Published dense figures for common NVIDIA cards (TFLOP/s without sparsity; GB/s).
 struct GpuDatasheet {

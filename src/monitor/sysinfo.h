@@ -1,4 +1,4 @@
-// The process's CPU use and memory over time (the host's description is backend/cpu/host_info.h).
+// The process's CPU use and memory over time (the host's description is backend/host_info.h).
 #pragma once
 
 #include <cstdint>

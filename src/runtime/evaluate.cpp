@@ -13,12 +13,9 @@ namespace {
 // One forward of (B, T) tokens against targets (-1: none): each position's loss, into losses (B * T).
 void token_losses(Model& model, int B, int T, const int32_t* tokens, const int32_t* targets, float* losses) {
     Backend& be = model.backend();
-    be.upload(model.tokens(B, T), tokens);
-    be.upload(model.targets(B, T), targets);
-    ForwardPass f;
-    f.B = B;
-    f.T = T;
-    f.targets = true;
+    const ForwardPass f{.tokens = model.tokens(B, T), .targets = model.targets(B, T)};
+    be.upload(f.tokens, tokens);
+    be.upload(f.targets, targets);
     model.forward(f);
     be.download(losses, model.losses(B, T));
 }

@@ -43,14 +43,20 @@ InferenceSetup setup_inference(const InferenceOptions& o) {
     }
     nlohmann::json raw;
     const ModelConfig cfg = read_model_config(dir, &raw);
-    l.tok = o.tokenizer.empty() ? tokenizer_for_checkpoint(dir, raw) : make_tokenizer(o.tokenizer);
+    if (!o.tokenizer.empty())
+        l.tok = make_tokenizer(o.tokenizer);
+    else if (!o.weights_only || checkpoint_names_tokenizer(dir, raw))
+        l.tok = tokenizer_for_checkpoint(dir, raw);
     std::string tmpl = raw.value("anvil_template", std::string("auto"));
     if (!adapter.empty() && file_exists(adapter + "/trainer_state.json"))  // the template it was tuned with
         tmpl = read_json_file(adapter + "/trainer_state.json")["options"].value("prompt_template", tmpl);
-    l.prompt = choose_template(!o.prompt_template.empty() ? o.prompt_template : tmpl, *l.tok);
-    ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
-                "--tokenizer: {} ids do not fit the model's vocabulary of {}", l.tok->vocab_size(),
-                cfg.vocab_size);
+    l.template_setting = !o.prompt_template.empty() ? o.prompt_template : tmpl;
+    if (l.tok) {
+        l.prompt = choose_template(l.template_setting, *l.tok);
+        ANVIL_CHECK(l.tok->vocab_size() <= cfg.vocab_size,
+                    "--tokenizer: {} ids do not fit the model's vocabulary of {}", l.tok->vocab_size(),
+                    cfg.vocab_size);
+    }
     l.backend = make_run_backend(o.device, o.threads, "auto");
     ModelOptions mo;
     if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;

@@ -30,13 +30,17 @@ struct InferenceOptions {
     std::string prompt_template;  // override the one the model was trained with
     std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     int threads = 0;
+    // A command that only moves weights (quantize, merge, convert): a model saved without tokenizer files
+    // loads with no tokenizer (InferenceSetup::tok null) instead of an error.
+    bool weights_only = false;
 };
 struct InferenceSetup {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<Model> model;
-    PromptTemplate prompt = PromptTemplate::Alpaca;
-    std::string base_dir, adapter_dir;  // where the weights came from
+    PromptTemplate prompt = PromptTemplate::Alpaca;  // (with a tokenizer)
+    std::string template_setting;                    // the template as configured: a name, or "auto"
+    std::string base_dir, adapter_dir;               // where the weights came from
 };
 InferenceSetup setup_inference(const InferenceOptions& o);
 

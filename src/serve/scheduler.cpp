@@ -411,10 +411,11 @@ bool Scheduler::pass(bool decode) {
     const int B = int(r.tok.size()), n = int(r.uses.size());
     try {
         cache_->sync();
-        be.upload(acts_->get("tokens", B, 1), r.tok.data());
+        const Tensor tokens = acts_->get(act::tokens, B, 1);
+        be.upload(tokens, r.tok.data());
         model_.forward(*acts_,
-                       rows_pass(B, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
-        const Tensor logits = acts_->get("logits", n, 1);
+                       rows_pass(tokens, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
+        const Tensor logits = acts_->get(act::logits, n, 1);
         const size_t V = n > 0 ? size_t(logits.numel() / n) : 0;
         // the rows that sample come back whole, a run of them at a time, one after another in `sampled`
         // (row k at at[k]); the scored ones as a few values each

@@ -384,6 +384,20 @@ void Server::routes() {
     const size_t threads = size_t(so.slots + so.max_queue + 16);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(size_t(s.opt.max_body_mb * 1024.0 * 1024.0));
+    // API keys: checked before routing, so an unknown path says 401 too and tells nothing of the routes
+    if (s.opt.keys.on())
+        http.set_pre_routing_handler([&s](const httplib::Request& q, httplib::Response& r) {
+            if (q.path == "/health" || (q.path == "/metrics" && s.opt.public_metrics) ||
+                s.opt.keys.admits(q.get_header_value("Authorization")))
+                return httplib::Server::HandlerResponse::Unhandled;
+            const bool none = !q.has_header("Authorization");
+            r.set_header("WWW-Authenticate", "Bearer");
+            send_error(r, ApiError(401,
+                                   none ? "no API key: send it as `Authorization: Bearer KEY`"
+                                        : "incorrect API key in the Authorization header (`Bearer KEY`)",
+                                   "", "invalid_request_error", "invalid_api_key"));
+            return httplib::Server::HandlerResponse::Handled;
+        });
     http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
         s.generate(Endpoint::Completions, q, r);
     });

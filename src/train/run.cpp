@@ -526,8 +526,9 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
                  double(model.params().numel()) / 1e6,
                  cpu_bf16 ? "bf16 products through oneDNN, f32 tensors" : o.precision.c_str());
     if (model.options().fp8)
-        std::fprintf(stderr, "anvil: fp8: the blocks' matrix products take E4M3 operands (E5M2 gradients), one "
-                             "power-of-two scale per tensor; %s\n",
+        std::fprintf(stderr,
+                     "anvil: fp8: the blocks' matrix products take E4M3 operands (E5M2 gradients), one "
+                     "power-of-two scale per tensor; %s\n",
                      model.backend().device() == Device::CUDA
                          ? "bf16 elsewhere, fp32 master weights"
                          : "the CPU simulates FP8's rounding in fp32 (a check, not a speed-up)");
@@ -542,7 +543,7 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
     std::fprintf(stderr, "anvil: batch %d x %d tokens x %d accumulation%s, %d steps, out %s\n", o.batch,
                  o.seq, o.grad_accum, ranks.c_str(), o.steps, o.out.c_str());
     const auto mb = [](size_t bytes) { return double(bytes) / 1e6; };
-    const int chunk = model.activations().capacity("logits");
+    const int chunk = model.activations().capacity(act::logits);
     const std::string logits = chunk < o.batch
                                    ? fmt::format("; --logits-chunk {}: the loss {} sequence{} at a time",
                                                  o.logits_chunk, chunk, chunk == 1 ? "" : "s")

@@ -75,15 +75,12 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     // With no targets at all the gradient is zero; any nonzero dloss makes the classifier write zeros.
     const float dloss = (r.targets > 0 ? 1.0f / float(r.targets) : 1.0f) * scaler_.scale;
     model_.zero_grads();
-    ForwardPass f;
-    f.B = B;
-    f.T = T;
-    f.targets = true;
+    ForwardPass f{.tokens = model_.tokens(B, T), .targets = model_.targets(B, T)};
     f.dloss = dloss;
     for (int m = 0; m < accum; m++) {
         f.seed = pass_seed(step, m);
-        be.upload(model_.tokens(B, T), batch.tokens + size_t(m) * per);
-        be.upload(model_.targets(B, T), batch.targets + size_t(m) * per);
+        be.upload(f.tokens, batch.tokens + size_t(m) * per);
+        be.upload(f.targets, batch.targets + size_t(m) * per);
         model_.forward(f);
         if (dp_) dp_->arm(m == accum - 1);
         model_.backward(dp_);

@@ -95,6 +95,37 @@ def main():
         json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
         one_line_error(run(["eval", "--model", bad, "--data", held]), "quant_method \"bitsandbytes\"",
                        "another tool's quantization", f)
+
+        # 5. a model directory saved without tokenizer files (save_pretrained of a model alone): the commands
+        # that only move weights need none, carry over what there is, and take --tokenizer to add one
+        bare = os.path.join(d, "bare")
+        os.makedirs(bare)
+        os.symlink(os.path.join(base, "model.safetensors"), os.path.join(bare, "model.safetensors"))
+        bcfg = json.load(open(os.path.join(base, "config.json")))
+        kind = bcfg.pop("anvil_tokenizer")
+        bcfg.pop("anvil_template", None)
+        json.dump(bcfg, open(os.path.join(bare, "config.json"), "w"))
+        bq = os.path.join(d, "bare_int8")
+        r = run(["quantize", "--model", bare, "--out", bq])
+        check(r.returncode == 0 and sorted(os.listdir(bq)) == ["config.json", "model.safetensors"],
+              f"quantize of a model without tokenizer files (exit {r.returncode}: {r.stderr.strip()[-160:]})", f)
+        one_line_error(run(["eval", "--model", bq, "--data", held]), "--tokenizer",
+                       "eval of a model without a tokenizer names --tokenizer", f)
+        r = run(["eval", "--model", bq, "--tokenizer", kind, "--data", held, "--batch", "4", "--json"])
+        check(r.returncode == 0 and abs(json.loads(r.stdout)["loss"] - lq) < 1e-6 * lq,
+              f"... which it takes: the loss of the int8 model ({r.stderr.strip()[-120:]})", f)
+        r = run(["quantize", "--model", bare, "--tokenizer", kind, "--out", os.path.join(d, "bare_int8_tok")])
+        tok_cfg = json.load(open(os.path.join(d, "bare_int8_tok", "config.json"))) if r.returncode == 0 else {}
+        check(tok_cfg.get("anvil_tokenizer") == kind, f"quantize --tokenizer saves it ({r.stderr.strip()[-160:]})", f)
+        lora = os.path.join(d, "lora_f32")
+        run(["train", "--init", base, "--data", data, "--lora-rank", "2", "--steps", "2", "--batch", "2",
+             "--threads", "2", "--out", lora], check=True)
+        r = run(["lora", "merge", "--model", bare, "--adapter", os.path.join(lora, "final"), "--out",
+                 os.path.join(d, "bare_merged")])
+        check(r.returncode == 0, f"lora merge into a model without tokenizer files ({r.stderr.strip()[-160:]})", f)
+        r = run(["convert", "--model", bare, "--out", os.path.join(d, "bare.bin")])
+        check(r.returncode == 0 and os.path.getsize(os.path.join(d, "bare.bin")) > 0,
+              f"convert of a model without tokenizer files to llm.c ({r.stderr.strip()[-160:]})", f)
     return report(f)
 
 

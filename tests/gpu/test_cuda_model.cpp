@@ -399,7 +399,7 @@ TEST_F(CudaModel, ChunkedLossMatchesTheWhole) {
             const size_t one = size_t(T) * size_t(cfg.vocab_size) * dtype_size(dt);
             TrainRun whole(*be.gpu, dt, 5, B, T, Recompute::Off, {}, cfg, false, 0),
                 chunked(*be.gpu, dt, 5, B, T, Recompute::Off, {}, cfg, false, one);
-            EXPECT_EQ(chunked.model->activations().capacity("logits"), 1);
+            EXPECT_EQ(chunked.model->activations().capacity(act::logits), 1);
             const double lw = whole.grads_only(data.step(0), B, T),
                          lc = chunked.grads_only(data.step(0), B, T);
             // bf16: the head's weight gradient is rounded to bf16 once a chunk, as gradient accumulation

@@ -38,9 +38,9 @@ MAX_TOKENS = 24
 
 
 class Server:
-    def __init__(self, model, *extra):
+    def __init__(self, model, *extra, env=None):
         self.proc = subprocess.Popen([ANVIL, "serve", "--model", model, "--port", "0", "--threads", "2", *extra],
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
+                                     stderr=subprocess.PIPE, text=True, errors="replace", env=env)
         self.lines = []
         self.port = None
         ready = threading.Event()
@@ -59,10 +59,10 @@ class Server:
         if self.port is None:
             raise AssertionError("the server did not start:\n" + "".join(self.lines))
 
-    def request(self, method, path, body=None, raw=None, timeout=120):
+    def request(self, method, path, body=None, raw=None, timeout=120, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        c.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
         r = c.getresponse()
         text = r.read().decode("utf-8", "replace")
         c.close()
@@ -372,6 +372,57 @@ def queue_full(model, failures):
         srv.stop()
 
 
+def api_keys(model, d, failures):
+    """--api-key (twice), --api-key-file and ANVIL_API_KEY: no key, a wrong one and each right one; /health
+    open, /metrics behind the keys unless --public-metrics; bad key input is a one-line error."""
+    key_file = os.path.join(d, "keys.txt")
+    with open(key_file, "w") as f:
+        f.write("# the team's keys\n\nsk-file-key\n")
+    env = dict(os.environ, ANVIL_API_KEY="sk-env-key")
+    srv = Server(model, "--api-key", "sk-one", "--api-key", "sk-two", "--api-key-file", key_file, env=env)
+    try:
+        check(any("4 API keys" in x for x in srv.lines), "the server says it has 4 API keys", failures)
+        body = {"prompt": "alpha", "max_tokens": 2, "temperature": 0}
+        for name, headers in (("no key", {}), ("a wrong key", {"Authorization": "Bearer sk-onf"}),
+                              ("a key's prefix", {"Authorization": "Bearer sk-on"}),
+                              ("a key without Bearer", {"Authorization": "sk-one"})):
+            st, text = srv.request("POST", "/v1/completions", body, headers=headers)
+            err = json.loads(text).get("error", {})
+            check(st == 401 and err.get("code") == "invalid_api_key" and err.get("type") == "invalid_request_error",
+                  f"{name}: 401 in OpenAI's error shape ({st}: {err.get('message')})", failures)
+        for key in ("sk-one", "sk-two", "sk-file-key", "sk-env-key"):
+            st, text = srv.request("POST", "/v1/completions", body, headers={"Authorization": "Bearer " + key})
+            check(st == 200 and json.loads(text)["choices"], f"key {key}: 200 and an answer", failures)
+        st, _ = srv.request("GET", "/health")
+        check(st == 200, "/health needs no key", failures)
+        st, _ = srv.request("GET", "/metrics")
+        check(st == 401, "/metrics needs a key", failures)
+        st, _ = srv.request("GET", "/nowhere")
+        check(st == 401, "an unknown path without a key says 401, not 404", failures)
+        st, text = srv.request("GET", "/metrics", headers={"Authorization": "Bearer sk-two"})
+        check(st == 200 and 'status="401"' in text, "/metrics with a key counts the 401s", failures)
+    finally:
+        srv.stop()
+    srv = Server(model, "--api-key", "sk-one", "--public-metrics")
+    try:
+        st, _ = srv.request("GET", "/metrics")
+        check(st == 200, "--public-metrics: /metrics needs no key", failures)
+    finally:
+        srv.stop()
+    for args, env_key, want in ((["--api-key-file", os.path.join(d, "missing.txt")], None, "no such file"),
+                                (["--api-key", ""], None, "empty API key"),
+                                (["--api-key", "two words"], None, "one printable word"),
+                                ([], " , ", "holds no key")):
+        env = dict(os.environ)
+        if env_key is not None:
+            env["ANVIL_API_KEY"] = env_key
+        r = subprocess.run([ANVIL, "serve", "--model", model, "--port", "0", *args], capture_output=True, text=True,
+                           env=env, timeout=60)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and want in lines[0],
+              f"bad key input {args or env_key!r}: a one-line error ({r.stderr.strip()})", failures)
+
+
 def drain(model, failures):
     srv = Server(model, "--drain-seconds", "60")
     long_body = {"prompt": "alpha", "max_tokens": 200, "temperature": 0}
@@ -482,6 +533,7 @@ def main():
         check(rc == 0, f"the server exits 0 on SIGTERM (exit {rc})", failures)
         small_pool(model, refs, failures)
         queue_full(model, failures)
+        api_keys(model, d, failures)
         drain(model, failures)
     return common.report(failures)
 

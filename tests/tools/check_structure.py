@@ -22,7 +22,7 @@ ALLOWED = {
     "backend": {"core"},
     "backend/cpu": {"backend", "core"},
     "backend/cuda": {"backend", "core"},
-    "monitor": {"backend", "backend/cpu", "backend/cuda", "io", "core"},
+    "monitor": {"backend", "io", "core"},
     "data": {"backend", "io", "core"},
     "model": {"backend", "io", "core"},
     "dist": {"core"},

@@ -26,14 +26,14 @@ int main(int argc, char** argv) {
         while (std::getline(ss, tok, ',')) ids.push_back(std::atoi(tok.c_str()));
         const int T = int(ids.size()), V = l.model->config().vocab_size;
         l.model->reserve(1, T, false);
-        l.backend->upload(l.model->tokens(1, T), ids.data());
-        ForwardPass f;
-        f.T = T;
+        const ForwardPass f{.tokens = l.model->tokens(1, T)};
+        l.backend->upload(f.tokens, ids.data());
         l.model->forward(f);
         std::vector<float> logits(size_t(T) * V);
         l.backend->download(logits.data(), l.model->logits(1, T));
         nlohmann::json rows = nlohmann::json::array();
-        for (int t = 0; t < T; t++) rows.push_back(std::vector<float>(logits.begin() + t * V, logits.begin() + (t + 1) * V));
+        for (int t = 0; t < T; t++)
+            rows.push_back(std::vector<float>(logits.begin() + t * V, logits.begin() + (t + 1) * V));
         std::printf("%s\n", json_text(rows).c_str());
         return 0;
     } catch (const Error& e) {

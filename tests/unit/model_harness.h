@@ -80,16 +80,16 @@ std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vec
             pos[size_t(b)] = int(prompts[size_t(b)].size());
         }
         auto acts = m.make_activations(int(tok.size()), 1, ActMode::Decode);
-        be.upload(acts->get("tokens", int(tok.size()), 1), tok.data());
-        m.forward(*acts, rows_pass(int(tok.size()), pool.get(), slot.data(), at.data(), ends.data(), B));
+        const Tensor tokens = acts->get(act::tokens, int(tok.size()), 1);
+        be.upload(tokens, tok.data());
+        m.forward(*acts, rows_pass(tokens, pool.get(), slot.data(), at.data(), ends.data(), B));
     }
     auto prefill = m.make_activations(1, m.config().n_ctx, ActMode::Decode);
     ANVIL_ASSERT(packed || !paged);  // one sequence's prefill reads its slot's positions in a row
     for (int b = 0; b < B && !packed; b++) {
         const auto& ids = prompts[size_t(b)];
-        be.upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
-        ForwardPass f;
-        f.T = int(ids.size());
+        ForwardPass f{.tokens = prefill->get(act::tokens, 1, int(ids.size()))};
+        be.upload(f.tokens, ids.data());
         f.cache = pool.get();
         f.slot = slots[size_t(b)];
         f.last_logits = true;
@@ -100,9 +100,10 @@ std::vector<std::vector<float>> decode_rows(Model& m, const std::vector<std::vec
     for (int s = 0; s < steps; s++) {
         std::vector<int32_t> tok(static_cast<size_t>(B));
         for (int b = 0; b < B; b++) tok[size_t(b)] = feed(b, s);
-        be.upload(rows->get("tokens", B, 1), tok.data());
-        m.forward(*rows, rows_pass(B, pool.get(), slots.data(), pos.data()));
-        const Tensor l = rows->get("logits", B, 1);  // in the model's dtype
+        const Tensor tokens = rows->get(act::tokens, B, 1);
+        be.upload(tokens, tok.data());
+        m.forward(*rows, rows_pass(tokens, pool.get(), slots.data(), pos.data()));
+        const Tensor l = rows->get(act::logits, B, 1);  // in the model's dtype
         std::vector<uint8_t> raw(l.nbytes());
         be.download(raw.data(), l);
         out.emplace_back(size_t(l.numel()));
@@ -137,13 +138,10 @@ struct TinyRun {
     // backward (the loss a finite difference needs, masks and all).
     double loss(bool grad, BackwardHooks* hooks = nullptr, std::optional<bool> train = {},
                 uint64_t seed = 0) {
-        be->upload(model->tokens(B, T), tok.data());
-        be->upload(model->targets(B, T), tgt.data());
+        ForwardPass f{.tokens = model->tokens(B, T), .targets = model->targets(B, T)};
+        be->upload(f.tokens, tok.data());
+        be->upload(f.targets, tgt.data());
         if (grad) model->zero_grads();
-        ForwardPass f;
-        f.B = B;
-        f.T = T;
-        f.targets = true;
         f.dloss = train.value_or(grad) ? 1.0f / float(valid()) : 0.0f;
         f.seed = seed;
         model->forward(f);
@@ -153,7 +151,8 @@ struct TinyRun {
         for (float x : l) s += x;
         return s / valid();
     }
-    // `steps` AdamW steps (learning rate lr, weight decay wd) on this batch through Trainer::step: the losses.
+    // `steps` AdamW steps (learning rate lr, weight decay wd) on this batch through Trainer::step: the
+    // losses.
     std::vector<double> train(int steps, float lr, float wd) {
         AdamW opt(model->params(), wd);
         Trainer trainer(*model, opt);

@@ -105,9 +105,8 @@ double row_logprob_alone(Model& m, const ChoiceRow& r) {
     const int first = std::max(0, int(r.tokens.size()) - 1 - Tm);
     const std::vector<int32_t> w(r.tokens.begin() + first, r.tokens.end());
     const int T = int(w.size()) - 1;
-    be.upload(m.tokens(1, T), w.data());
-    ForwardPass f;
-    f.T = T;
+    const ForwardPass f{.tokens = m.tokens(1, T)};
+    be.upload(f.tokens, w.data());
     m.forward(f);
     const std::vector<float> logits = download(be, m.logits(1, T));
     double sum = 0.0;

@@ -249,26 +249,30 @@ TEST(Model, LayerHooksFireOncePerLayerInBackwardOrder) {
 // r); the backward adds its share to the input gradient. The model's gradients stay exact.
 class LowRankAdapter final : public LinearAdapter {
 public:
-    LowRankAdapter(Backend& be, int in, int out, int r, uint64_t seed)
-        : a_(upload(be, randn_seeded(seed, size_t(r) * in), {r, in})),
-          b_(upload(be, randn_seeded(seed + 1, size_t(out) * r), {out, r})),
-          in_(in),
-          r_(r) {}
-    void plan(ActPlan& plan, const std::string& prefix, int out) const override {
-        plan.add(prefix + ".lora_h", {r_}, DType::F32, Keep::Saved);
-        plan.add(prefix + ".lora_tmp", {std::max(in_, out)}, DType::F32, Keep::Scratch);
-        plan.add(prefix + ".lora_dh", {r_}, DType::F32, Keep::Backward);
+    // on the linear layer `layer` of a model whose buffer names are `names`
+    LowRankAdapter(Backend& be, ActNames& names, const Linear& layer, int r, uint64_t seed)
+        : a_(upload(be, randn_seeded(seed, size_t(r) * layer.in_features()), {r, layer.in_features()})),
+          b_(upload(be, randn_seeded(seed + 1, size_t(layer.out_features()) * r), {layer.out_features(), r})),
+          in_(layer.in_features()),
+          out_(layer.out_features()),
+          r_(r),
+          h_(names.id(layer.name() + ".lora_h")),
+          tmp_(names.id(layer.name() + ".lora_tmp")),
+          dh_(names.id(layer.name() + ".lora_dh")) {}
+    void plan(ActPlan& plan) const override {
+        plan.add(h_, {r_}, DType::F32, Keep::Saved);
+        plan.add(tmp_, {std::max(in_, out_)}, DType::F32, Keep::Scratch);
+        plan.add(dh_, {r_}, DType::F32, Keep::Backward);
     }
-    void forward(const Pass& p, const std::string& prefix, Tensor out, Tensor in) const override {
-        const Tensor h = p.act(prefix + ".lora_h"), tmp = first(p.act(prefix + ".lora_tmp"), out.shape);
+    void forward(const Pass& p, Tensor out, Tensor in) const override {
+        const Tensor h = p.act(h_), tmp = first(p.act(tmp_), out.shape);
         p.be.matmul_fwd(h, in, a_, WLayout::OutIn, {}, {});
         p.be.matmul_fwd(tmp, h, b_, WLayout::OutIn, {}, {});
         p.be.residual_fwd(out, out, tmp);
     }
-    void backward(const Pass& p, const std::string& prefix, Tensor din, Tensor dout,
-                  Tensor in) const override {
-        const Tensor h = p.act(prefix + ".lora_h"), dh = p.act(prefix + ".lora_dh");
-        const Tensor tmp = first(p.act(prefix + ".lora_tmp"), din.shape);
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const override {
+        const Tensor h = p.act(h_), dh = p.act(dh_);
+        const Tensor tmp = first(p.act(tmp_), din.shape);
         p.be.matmul_bwd(dh, {}, {}, dout, h, b_, WLayout::OutIn, {});  // dh (N, r) = dout B
         p.be.matmul_bwd(tmp, {}, {}, dh, in, a_, WLayout::OutIn, {});  // (N, in) = dh A
         p.be.residual_fwd(din, din, tmp);
@@ -286,7 +290,8 @@ private:
         return buf;
     }
     DevTensor a_, b_;
-    int in_, r_;
+    int in_, out_, r_;
+    ActId h_, tmp_, dh_;
 };
 
 TEST(Model, LinearAdapterJoinsForwardAndBackward) {
@@ -295,9 +300,13 @@ TEST(Model, LinearAdapterJoinsForwardAndBackward) {
     ASSERT_TRUE(gpt2);
     const double before = run.loss(false);
     // on the MLP's down projection (in 32, out 8): its input gradient is taken through the GELU too
-    gpt2->block(1).ffn.down().set_adapter(std::make_shared<LowRankAdapter>(*run.be, 32, 8, 3, test_seed()));
-    gpt2->block(0).mixer.qkv().set_adapter(
-        std::make_shared<LowRankAdapter>(*run.be, 8, 24, 2, test_seed() + 5));
+    Linear& down = gpt2->block(1).ffn.down();
+    ASSERT_EQ(down.in_features(), 32);
+    ASSERT_EQ(down.out_features(), 8);
+    down.set_adapter(std::make_shared<LowRankAdapter>(*run.be, run.model->act_names(), down, 3, test_seed()));
+    Linear& qkv = gpt2->block(0).mixer.qkv();
+    qkv.set_adapter(
+        std::make_shared<LowRankAdapter>(*run.be, run.model->act_names(), qkv, 2, test_seed() + 5));
     run.model->release();
     run.model->reserve(run.B, run.T, true);  // plan again: the adapters add buffers
     EXPECT_NE(run.loss(false), before) << "the adapters change the output";
@@ -329,9 +338,8 @@ void cached_generation_matches_full_forward(ModelConfig c) {
     int rebuilt = 0;
     for (int32_t next : out) {
         const int T = int(window.size());
-        be->upload(m->tokens(1, T), window.data());
-        ForwardPass f;
-        f.T = T;
+        const ForwardPass f{.tokens = m->tokens(1, T)};
+        be->upload(f.tokens, window.data());
         m->forward(f);
         const std::vector<float> logits = download(*be, m->logits(1, T));
         const float* last = logits.data() + size_t(T - 1) * c.vocab_size;
@@ -854,7 +862,7 @@ TEST(Model, ChunkedLossMatchesTheWhole) {
             TinyRun run(seed, mo, c);
             run.shake(seed + 1, 0.1f);
             bytes[chunked] = run.model->activations().bytes();
-            EXPECT_EQ(run.model->activations().capacity("logits"), chunked ? 1 : run.B);
+            EXPECT_EQ(run.model->activations().capacity(act::logits), chunked ? 1 : run.B);
             run.loss(true);
             losses[chunked] = download(*run.be, run.model->losses(run.B, run.T));
             const ParamStore& s = run.model->params();
@@ -863,9 +871,7 @@ TEST(Model, ChunkedLossMatchesTheWhole) {
             eval_losses[chunked] = download(*run.be, run.model->losses(run.B, run.T));
             if (chunked) {
                 expect_error([&] { run.model->logits(run.B, run.T); }, "chunks");
-                ForwardPass f;
-                f.B = run.B;
-                f.T = run.T;
+                const ForwardPass f{.tokens = run.model->tokens(run.B, run.T)};
                 expect_error([&] { run.model->forward(f); }, "--logits-chunk");
             }
         }

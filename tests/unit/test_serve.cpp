@@ -1,10 +1,13 @@
 // Serving: batched decoding over cache slots against one sequence at a time, the continuous-batching
-// scheduler against the plain generator, the OpenAI request checks and the streamed text's stop strings.
+// scheduler against the plain generator, the OpenAI request checks, the streamed text's stop strings and the
+// API keys.
 #include <thread>
 
 #include "data/text_stream.h"
+#include "io/fs.h"
 #include "model/generate.h"
 #include "model_harness.h"
+#include "serve/auth.h"
 #include "serve/openai.h"
 #include "serve/scheduler.h"
 
@@ -35,15 +38,14 @@ void batched_rows_equal_single(const ModelConfig& c) {
 
     auto prefill = m->make_activations(1, m->config().n_ctx, ActMode::Decode);
     auto run_one = [&](KvCache& cache, int slot, const std::vector<int32_t>& ids, int pos0) {
-        be->upload(prefill->get("tokens", 1, int(ids.size())), ids.data());
-        ForwardPass f;
-        f.T = int(ids.size());
+        ForwardPass f{.tokens = prefill->get(act::tokens, 1, int(ids.size()))};
+        be->upload(f.tokens, ids.data());
         f.pos0 = pos0;
         f.cache = &cache;
         f.slot = slot;
         f.last_logits = true;
         m->forward(*prefill, f);
-        return download(*be, prefill->get("logits", 1, 1));
+        return download(*be, prefill->get(act::logits, 1, 1));
     };
     // alone: each sequence greedy for `steps` tokens, its logits at every step
     std::vector<std::vector<std::vector<float>>> alone(static_cast<size_t>(B));
@@ -722,6 +724,38 @@ TEST(TextStream, HoldsBackStopPrefixesAndHalfCharacters) {
     EXPECT_EQ(u.push({0xE2}), "");
     EXPECT_EQ(u.finish(), "\xE2") << "at the end the rest comes out as it is";
     EXPECT_EQ(u.tokens(), 4);
+}
+
+// API keys: only "Bearer KEY" with a whole key lets in; keys come from the flags, a file and the
+// environment; bad ones are errors naming where they came from.
+TEST(ApiKeys, AdmitOnlyAWholeKey) {
+    const serve::ApiKeys none;
+    EXPECT_FALSE(none.on());
+    const serve::ApiKeys keys({"sk-alpha", "sk-b"});
+    EXPECT_TRUE(keys.admits("Bearer sk-alpha"));
+    EXPECT_TRUE(keys.admits("Bearer sk-b"));
+    for (const char* bad : {"", "Bearer ", "Bearer sk-alph", "Bearer sk-alphaa", "Bearer sk-a", "sk-alpha",
+                            "bearer sk-alpha", "Bearer  sk-alpha", "Basic sk-alpha", "Bearer sk-b\n"})
+        EXPECT_FALSE(keys.admits(bad)) << bad;
+}
+
+TEST(ApiKeys, LoadFromFlagsFileAndEnvironment) {
+    const std::string dir = fresh_dir("api_keys"), file = dir + "/keys";
+    write_file_atomic(file, "# keys\n\n  sk-file  \r\nsk-file2\n");
+    const serve::ApiKeys k = serve::load_api_keys({"sk-flag"}, file, " sk-env1 ,sk-env2");
+    EXPECT_EQ(k.size(), 5u);
+    for (const char* key : {"sk-flag", "sk-file", "sk-file2", "sk-env1", "sk-env2"})
+        EXPECT_TRUE(k.admits(std::string("Bearer ") + key)) << key;
+    EXPECT_FALSE(serve::load_api_keys({}, "", nullptr).on());
+    expect_error([] { serve::load_api_keys({""}, "", nullptr); }, "--api-key: an empty API key");
+    expect_error([] { serve::load_api_keys({"a b"}, "", nullptr); }, "one printable word");
+    expect_error([&] { serve::load_api_keys({}, dir + "/none", nullptr); }, "no such file");
+    write_file_atomic(file, "# only a comment\n");
+    expect_error([&] { serve::load_api_keys({}, file, nullptr); }, "holds no key");
+    write_file_atomic(file, "sk-ok\nsk bad\n");
+    expect_error([&] { serve::load_api_keys({}, file, nullptr); }, "line 2");
+    expect_error([] { serve::load_api_keys({}, "", ","); }, "ANVIL_API_KEY");
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace

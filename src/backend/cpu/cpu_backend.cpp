@@ -16,7 +16,7 @@
 #include "backend/logprobs.h"
 #include "backend/op_checks.h"
 #include "core/fp8.h"
-#include "backend/cpu/host_info.h"
+#include "backend/host_info.h"
 
 extern "C" {
 // OpenBLAS extensions (declared in its cblas.h on Debian, repeated here for other BLAS headers).

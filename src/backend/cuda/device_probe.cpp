@@ -1,5 +1,6 @@
-// The CUDA side of `anvil doctor` and `anvil bench`.
-#include "monitor/cuda_probe.h"
+// The CUDA side of `anvil doctor` and `anvil bench`: the devices, and the measured ceilings (the layers above
+// reach these through the backend factory, backend.h, and add the datasheets' figures themselves).
+#include "backend/cuda/device_probe.h"
 
 #include <dlfcn.h>
 
@@ -175,14 +176,12 @@ double matmul_rate(cublasLtHandle_t lt, cudaStream_t s, int n, cudaDataType_t ab
 
 }  // namespace
 
-HwBenchReport cuda_hw_bench(int device, bool quick) {
+GpuRates cuda_measure(int device, bool quick) {
     CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device));
-    HwBenchReport r;
-    r.device_kind = "cuda";
+    GpuRates r;
     r.device_name = p.name;
-    const GpuDatasheet* ds = find_datasheet(p.name);
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     cublasLtHandle_t lt;
@@ -196,23 +195,20 @@ HwBenchReport cuda_hw_bench(int device, bool quick) {
         cudaDataType_t ab, d;
         cublasComputeType_t compute;
         bool fp8;
-        double ref;
     };
     std::vector<Case> cases = {
-        {"matmul_fp32", CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, false, ds ? ds->fp32 : 0},
-        {"matmul_tf32", CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, false, ds ? ds->tf32 : 0},
-        {"matmul_bf16", CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, false, ds ? ds->bf16 : 0},
-        {"matmul_fp16", CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, false, ds ? ds->fp16 : 0},
+        {"matmul_fp32", CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, false},
+        {"matmul_tf32", CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, false},
+        {"matmul_bf16", CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, false},
+        {"matmul_fp16", CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, false},
     };
     if (p.major * 10 + p.minor >= 89)
-        cases.push_back(
-            {"matmul_fp8", CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, true, ds ? ds->fp8 : 0});
+        cases.push_back({"matmul_fp8", CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, true});
     for (const Case& c : cases) {
         const double rate = matmul_rate(lt, s, n, c.ab, c.d, c.compute, c.fp8, ws, ws_bytes, reps);
         if (rate > 0)
-            r.results.push_back(
-                {c.name, "TFLOP/s", rate, c.ref, "datasheet",
-                 fmt::format("cuBLASLt {}x{}x{}, random inputs, median of {}", n, n, n, reps)});
+            r.rates.push_back({c.name, "TFLOP/s", rate,
+                               fmt::format("cuBLASLt {}x{}x{}, random inputs, median of {}", n, n, n, reps)});
     }
     // bandwidths
     const size_t bytes = size_t(quick ? 256 : 1024) << 20;
@@ -222,22 +218,21 @@ HwBenchReport cuda_hw_bench(int device, bool quick) {
     Timer timer;
     double sec =
         timer.median([&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); }, reps, s);
-    r.results.push_back({"copy_d2d", "GB/s", 2.0 * double(bytes) / sec / 1e9, ds ? ds->mem_gbps : 0,
-                         "datasheet",
-                         fmt::format("cudaMemcpy of {} MiB, bytes read + written", bytes >> 20)});
+    r.rates.push_back({"copy_d2d", "GB/s", 2.0 * double(bytes) / sec / 1e9,
+                       fmt::format("cudaMemcpy of {} MiB, bytes read + written", bytes >> 20)});
     const size_t hbytes = size_t(256) << 20;
     void* pinned;
     CUDA_CHECK(cudaHostAlloc(&pinned, hbytes, cudaHostAllocDefault));
     std::memset(pinned, 1, hbytes);
     sec = timer.median([&] { CUDA_CHECK(cudaMemcpyAsync(a, pinned, hbytes, cudaMemcpyHostToDevice, s)); },
                        reps, s);
-    r.results.push_back({"h2d_pinned", "GB/s", double(hbytes) / sec / 1e9, ds ? ds->pcie_gbps : 0,
-                         "datasheet", "256 MiB from page-locked host memory"});
+    r.rates.push_back(
+        {"h2d_pinned", "GB/s", double(hbytes) / sec / 1e9, "256 MiB from page-locked host memory"});
     std::vector<char> pageable(hbytes, 1);
     sec = timer.median(
         [&] { CUDA_CHECK(cudaMemcpyAsync(a, pageable.data(), hbytes, cudaMemcpyHostToDevice, s)); }, reps, s);
-    r.results.push_back({"h2d_pageable", "GB/s", double(hbytes) / sec / 1e9, ds ? ds->pcie_gbps : 0,
-                         "datasheet", "256 MiB from ordinary host memory"});
+    r.rates.push_back(
+        {"h2d_pageable", "GB/s", double(hbytes) / sec / 1e9, "256 MiB from ordinary host memory"});
     (void)cudaFreeHost(pinned);
     (void)cudaFree(a);
     (void)cudaFree(b);

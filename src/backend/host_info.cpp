@@ -1,4 +1,4 @@
-#include "backend/cpu/host_info.h"
+#include "backend/host_info.h"
 
 #include <cstdlib>
 #include <fstream>
