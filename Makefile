@@ -31,7 +31,7 @@ build: configure
 GPU_VISIBLE := $(shell (nvidia-smi -L 2>/dev/null | grep -q '^GPU') && echo yes)
 run:
 	@if [ ! -x $(BUILD)/anvil ]; then \
-	  echo "make run: installs what the anvil binary needs (if missing), builds it (about 3 minutes on 2 cores$(if $(GPU_VISIBLE),, without a GPU)), then trains the embedded demo (about 1 minute)"; fi
+	  echo "make run: installs what the anvil binary needs (if missing), builds it (about 2 minutes on 2 cores$(if $(GPU_VISIBLE),; more with the CUDA backend)), then trains the embedded demo (about 2 minutes on 2 cores)"; fi
 	@scripts/deps.sh --run
 	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$(origin CUDA)" = "command line" ]; then \
 	  cuda=$(CUDA); if [ "$(origin CUDA)" != "command line" ] && [ -z "$(GPU_VISIBLE)" ]; then cuda=OFF; fi; \

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -41,6 +42,8 @@ struct Shape {
         return true;
     }
     std::string str() const;  // "(768, 2304)"
+    // The dimensions as a file header lists them (safetensors).
+    std::vector<int64_t> vec() const { return {dims.begin(), dims.begin() + ndim}; }
 };
 
 struct Tensor {

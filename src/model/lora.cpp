@@ -25,9 +25,6 @@ std::string layer_list(const std::vector<Linear*>& linears) {
     return s + (linears.size() > 8 ? ", ..." : "");
 }
 
-std::vector<int64_t> dims(const Shape& s) {
-    return {s.dims.begin(), s.dims.begin() + s.ndim};
-}
 
 }  // namespace
 
@@ -172,7 +169,7 @@ void write_peft_adapter(const std::string& dir, const Model& model, const std::s
     std::vector<size_t> idx;
     for (size_t i = 0; i < store.size(); i++)
         if (store.spec(i).adapter) {
-            metas.push_back({kPeftPrefix + store.spec(i).name, DType::F32, dims(store.spec(i).shape)});
+            metas.push_back({kPeftPrefix + store.spec(i).name, DType::F32, store.spec(i).shape.vec()});
             idx.push_back(i);
         }
     write_safetensors_streamed(dir + "/adapter_model.safetensors", metas,
@@ -243,7 +240,7 @@ void load_peft_weights(const std::string& dir, Model& model,
                     "{}: tensor \"{}{}\" is missing; the adapter does not target this layer with this rank",
                     path, kPeftPrefix, s.name);
         ANVIL_CHECK(
-            e->shape == dims(s.shape),
+            e->shape == s.shape.vec(),
             "{}: tensor \"{}\" has shape ({}, {}) but the base model's layer needs {}; the adapter was "
             "trained on another base model",
             path, e->name, e->shape.size() > 0 ? e->shape[0] : 0, e->shape.size() > 1 ? e->shape[1] : 0,

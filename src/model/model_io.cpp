@@ -25,10 +25,6 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw) {
 
 namespace {
 
-std::vector<int64_t> dims(const Shape& s) {
-    return {s.dims.begin(), s.dims.begin() + s.ndim};
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "(";
     for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -108,8 +104,8 @@ void load_model_weights(const std::string& dir, Model& model,
         ANVIL_CHECK(found[i], "{}: tensor \"{}\" is missing; the weights do not match a model of {}", dir, s.name,
                     model.config().str());
         const StEntry& e = *found[i];
-        ANVIL_CHECK(e.shape == dims(s.full_shape()), "{}: tensor \"{}\" has shape {} but config.json implies {}",
-                    from[i]->path(), e.name, shape_str(e.shape), shape_str(dims(s.full_shape())));
+        ANVIL_CHECK(e.shape == s.full_shape().vec(), "{}: tensor \"{}\" has shape {} but config.json implies {}",
+                    from[i]->path(), e.name, shape_str(e.shape), shape_str(s.full_shape().vec()));
         if (s.dtype == DType::I8 || (e.known && e.dtype == DType::I8)) {  // int8 weights (anvil quantize)
             check_int8_config(true, from[i], e.name);
             ANVIL_CHECK(e.known && e.dtype == DType::I8,
@@ -162,7 +158,7 @@ void write_model_dir(const std::string& dir, const Model& model, const nlohmann:
             n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n);
         std::vector<StMeta> metas;
         for (size_t i : shards[k]) {
-            metas.push_back({store.spec(i).name, file_dtype(i), dims(store.spec(i).full_shape())});
+            metas.push_back({store.spec(i).name, file_dtype(i), store.spec(i).full_shape().vec()});
             weight_map[store.spec(i).name] = file;
         }
         write_safetensors_streamed(

@@ -13,17 +13,13 @@ namespace anvil {
 
 namespace {
 
-std::vector<int64_t> dims(const Shape& s) {
-    return {s.dims.begin(), s.dims.begin() + s.ndim};
-}
-
 // optimizer.safetensors: every trainable entry's moments, whole
 void write_optimizer_state(const std::string& dir, const ParamStore& store,
                            const std::function<void(size_t, float*, float*)>& moments) {
     std::vector<StMeta> metas;
     for (size_t i : store.trainable()) {
-        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
-        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, dims(store.spec(i).full_shape())});
+        metas.push_back({"exp_avg." + store.spec(i).name, DType::F32, store.spec(i).full_shape().vec()});
+        metas.push_back({"exp_avg_sq." + store.spec(i).name, DType::F32, store.spec(i).full_shape().vec()});
     }
     const std::vector<size_t>& tr = store.trainable();
     std::vector<float> other;
@@ -85,7 +81,7 @@ void read_optimizer_state(const std::string& dir, const ParamStore& store,
             const StEntry* e = st.find(name);
             ANVIL_CHECK(e, "{}: tensor \"{}\" is missing", path, name);
             const ParamSpec& spec = store.spec(i);
-            ANVIL_CHECK(e->shape == dims(spec.full_shape()) && e->known && e->dtype == DType::F32,
+            ANVIL_CHECK(e->shape == spec.full_shape().vec() && e->known && e->dtype == DType::F32,
                         "{}: tensor \"{}\" must be F32 of shape {}", path, name, spec.full_shape().str());
             mv[k].resize(size_t(spec.full_shape().numel()));
             std::memcpy(mv[k].data(), st.raw(*e), mv[k].size() * sizeof(float));
