@@ -62,6 +62,11 @@ struct OutputFlags {
     // weights-only load of a directory without tokenizer files), whatever tokenizer files its directory holds
     // and its template setting.
     void save(const Model& model, const InferenceSetup& from, DType dtype) const;
+
+private:
+    // Both: the model directory with config.json's `extra` keys, then write_tokenizer(tmp), then the rename.
+    void write(const Model& model, const nlohmann::json& extra, DType dtype,
+               const std::function<void(const std::string&)>& write_tokenizer) const;
 };
 // --dtype f32|bf16|f16 of the written weights.
 DType weight_dtype(const std::string& name);

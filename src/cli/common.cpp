@@ -101,26 +101,28 @@ void OutputFlags::check_out() const {
                 "--out {}: already exists; choose another path or pass --overwrite", out);
 }
 
-void OutputFlags::save(const Model& model, const Tokenizer& tok, const std::string& template_name,
-                       DType dtype) const {
+void OutputFlags::write(const Model& model, const nlohmann::json& extra, DType dtype,
+                        const std::function<void(const std::string&)>& write_tokenizer) const {
     const SaveFormat format{dtype, parse_bytes(max_shard, "--max-shard-size")};
     const std::string tmp = temp_dir_for(out);
     make_dirs(tmp);
-    write_model_dir(tmp, model, {{"anvil_tokenizer", tok.kind()}, {"anvil_template", template_name}}, {},
-                    format);
-    tok.save(tmp);
+    write_model_dir(tmp, model, extra, {}, format);
+    write_tokenizer(tmp);
     replace_dir(tmp, out);
+}
+
+void OutputFlags::save(const Model& model, const Tokenizer& tok, const std::string& template_name,
+                       DType dtype) const {
+    write(model, {{"anvil_tokenizer", tok.kind()}, {"anvil_template", template_name}}, dtype,
+          [&](const std::string& dir) { tok.save(dir); });
 }
 
 void OutputFlags::save(const Model& model, const InferenceSetup& from, DType dtype) const {
     if (from.tok) return save(model, *from.tok, template_name(from.prompt), dtype);
-    const SaveFormat format{dtype, parse_bytes(max_shard, "--max-shard-size")};
-    const std::string tmp = temp_dir_for(out);
-    make_dirs(tmp);
-    write_model_dir(tmp, model, {{"anvil_template", from.template_setting}}, {}, format);
-    for (const std::string& f : tokenizer_files_in(from.base_dir))
-        write_file_atomic(tmp + "/" + f, read_file(from.base_dir + "/" + f));
-    replace_dir(tmp, out);
+    write(model, {{"anvil_template", from.template_setting}}, dtype, [&](const std::string& dir) {
+        for (const std::string& f : tokenizer_files_in(from.base_dir))
+            write_file_atomic(dir + "/" + f, read_file(from.base_dir + "/" + f));
+    });
 }
 
 CLI::Option* add_config_flag(CLI::App* sub, std::string& dest) {

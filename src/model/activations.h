@@ -35,7 +35,6 @@ class ActId {
 public:
     constexpr ActId() = default;
     constexpr explicit ActId(uint32_t i) : i_(i) {}
-    constexpr bool valid() const { return i_ != kNone; }
     constexpr uint32_t index() const { return i_; }
 
 private:
@@ -135,8 +134,8 @@ private:
 // and randomness, and where its loss left off. The activations own it, so a model holds weights and
 // configuration only, and passes on separate activations do not meet.
 struct Tape {
-    Tensor tokens;  // the batch (B, T): the embeddings' backward reads it
-    int B = 0, T = 0, pos0 = 0;
+    Tensor tokens;  // the batch (B, T): the embeddings' backward reads it, and its shape is the pass's
+    int pos0 = 0;
     uint64_t seed = 0;  // the pass's randomness (dropout masks), drawn again by its backward
     bool grad_logits =
         false;  // the logits hold d(loss)/d(logits) (a forward with dloss != 0): backward may run

@@ -87,8 +87,7 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         x = b->out(p);
     }
     Tape& tape = acts.tape();
-    tape = Tape{
-        .tokens = f.tokens, .B = B, .T = T, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
+    tape = Tape{.tokens = f.tokens, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
     if (const int chunk = acts.capacity(act::logits); B > chunk && !f.last_logits && f.n_logit_rows < 0) {
         ANVIL_CHECK(
             targets,
@@ -154,8 +153,8 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
     ANVIL_CHECK(tape.grad_logits, "backward: call forward with a nonzero dloss first");
     const Pass p{.be = be_,
                  .acts = acts,
-                 .B = tape.B,
-                 .T = tape.T,
+                 .B = int(tape.tokens.shape[0]),
+                 .T = int(tape.tokens.shape[1]),
                  .pos0 = tape.pos0,
                  .seed = tape.seed,
                  .train = true,
