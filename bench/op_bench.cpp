@@ -2,7 +2,8 @@
 // GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
 // CUDA, attention is timed in each implementation (gemm, flash with its forward at 64 and at 128 query rows a
 // block, flash-simt, cuDNN's fused attention where it applies). --only times the ops whose name contains the
-// text (e.g. "attention B=").
+// text (e.g. "attention B="), or any of several texts separated by '|' (a fused op beside the ops it
+// replaces: "residual|layernorm C=768").
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
 //                  [--only TEXT]
 // `make bench` runs it on the CPU at `make bench`'s model (4 layers, width 256, context 128, batch 8).
@@ -13,6 +14,17 @@
 #include <utility>
 
 #include "../tests/ops/op_cases.h"
+
+// Whether `name` contains one of the '|'-separated texts of `only`.
+static bool matches(const std::string& name, const std::string& only) {
+    for (size_t from = 0;;) {
+        const size_t bar = only.find('|', from);
+        const std::string text = only.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
+        if (!text.empty() && name.find(text) != std::string::npos) return true;
+        if (bar == std::string::npos) return false;
+        from = bar + 1;
+    }
+}
 
 int main(int argc, char** argv) {
     using namespace anvil;
@@ -61,7 +73,7 @@ int main(int argc, char** argv) {
         int failed = 0;
         for (const OpCase& c : op_cases(sizes == "gpt2" ? OpSizes::gpt2() : OpSizes::perf())) {
             if (dt != DType::F32 && !c.low_precision) continue;
-            if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+            if (!only.empty() && !matches(c.name, only)) continue;
             // an op that fails is reported on its line, and the others still run (exit status 1 at the end)
             auto report = [&](Backend& b, const std::string& name) {
                 try {

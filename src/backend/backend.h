@@ -1,15 +1,18 @@
 // The backend seam: every op the model families need (GPT-2, Llama), forward and backward, behind one
 // interface.
 //
-// The CPU backend (src/backend/cpu) is the specification: plain loops plus BLAS, f32 only. The CUDA
-// backend (src/backend/cuda) implements the same contract with its own kernels and libraries and is
-// tested against the CPU one. Model and trainer code talk only to this interface.
+// The ops are listed once, with their contracts, in ops.def; this class, both backends' declarations and the
+// profiling backend are generated from that list. The CPU backend (src/backend/cpu) is the specification:
+// plain loops plus BLAS, f32 only. The CUDA backend (src/backend/cuda) implements the same contract with its
+// own kernels and libraries and is tested against the CPU one. Model and trainer code talk only to this
+// interface.
 //
 // Conventions shared by all ops:
 //  - N = B*T rows; C channels; V vocabulary; NH heads, HS = C/NH head size.
 //  - Forward ops overwrite their outputs.
 //  - Backward ops ACCUMULATE (+=) into parameter gradients. Activation gradients are overwritten, except
-//    layernorm_bwd's din, which is accumulated because it is the residual stream's gradient.
+//    the norms' din (layernorm_bwd, rmsnorm_bwd), which is accumulated because it is the residual stream's
+//    gradient.
 //  - A frozen parameter has no gradient: its gradient tensor is passed empty and the op skips that part of
 //    the work (no weight-gradient product for a frozen matrix).
 //  - Statistics (layernorm mean/rstd, per-row losses, the grad-norm scalar) are f32 whatever the
@@ -81,27 +84,6 @@ public:
     // Pretend the device has only this many bytes (0 = its real size): --memory-limit, and tests.
     virtual void set_memory_limit(size_t bytes) = 0;
 
-    // ---- ops ------------------------------------------------------------------------------------
-    // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) i32; wte (V,C); wpe (maxT,C) or empty (no positions)
-    virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-    // out (B,C) += table[rows[b]] for each b: a decode step's learned positions, each row at its own (rows: B
-    // host integers within the table). With a token-only embedding_fwd before it, out equals embedding_fwd's
-    // with wpe[rows[b]].
-    virtual void embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) = 0;
-    // dwte += scatter(dout by tokens); dwpe += sum over B of dout. Deterministic.
-    virtual void embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
-
-    // out (N,C) = (in - mean) * rstd * w + b; mean, rstd (N) f32; eps 1e-5
-    virtual void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) = 0;
-    // din += ..., dw += ..., db += ...
-    virtual void layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                               Tensor mean, Tensor rstd) = 0;
-
-    // RMSNorm: out (N,C) = in * rstd * w, rstd (N) f32 = 1 / sqrt(mean(in^2) + eps)
-    virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) = 0;
-    // din += ..., dw += ... (skipped when empty)
-    virtual void rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) = 0;
-
     // Matrix products in a lower precision than the tensors' (autocast): `products` BF16 makes the CPU
     // backend round both operands of every matmul_fwd/matmul_bwd product to bf16 and multiply them on the
     // cores' bf16 instructions (oneDNN), accumulating and storing f32, as PyTorch's CPU autocast does; F32
@@ -111,119 +93,15 @@ public:
         (void)products;
         return false;
     }
-    // out (N,OC) = in (N,C) @ W + bias, W (C,OC) for InOut or (OC,C) for OutIn; bias may be empty.
-    // If pre_gelu is given, pre_gelu = in @ W + bias and out = gelu(pre_gelu) (fused epilogue).
-    virtual void matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                            Tensor pre_gelu) = 0;
-    // din (N,C) = dout @ W^T (overwritten; skipped when empty); if in_pre_gelu is given the input was
-    // gelu(in_pre_gelu) and din is taken through the GELU: din = (dout @ W^T) * gelu'(in_pre_gelu).
-    // dw += in^T @ dout (in its layout); dbias += column sums of dout (skipped when empty).
-    virtual void matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                            WLayout layout, Tensor in_pre_gelu) = 0;
-
-    // FP8 products (--precision fp8; core/fp8.h): matmul_fwd and matmul_bwd with each operand rounded to
-    // 8-bit floats under its own power-of-two scale first, the scale picked from the tensor's amax
-    // (fp8_fake_quantize). Forward: in and W in E4M3. Backward: dout in E5M2 (gradients need the range),
-    // against W in E4M3 for din and against in (E4M3) for dw. Products accumulate in f32 and come out in the
-    // activations' dtype; the bias, the GELU and dbias (from the unrounded dout) are as in matmul_fwd/_bwd.
-    virtual void matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                                Tensor pre_gelu) = 0;
-    virtual void matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                                WLayout layout, Tensor in_pre_gelu) = 0;
-
-    // Weight-only int8 (anvil quantize): W = q * scale, q (I8) in `layout` as matmul_fwd's W, scale (OC) f32,
-    // one per output channel. out (N,OC) = in @ W + bias, pre_gelu as matmul_fwd. The activations stay float.
-    virtual void matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
-                               Tensor pre_gelu) = 0;
-    // din (N,C) = dout @ W^T (overwritten), through the GELU when in_pre_gelu is given. An int8 weight is a
-    // frozen base (QLoRA-style fine-tuning): it has no gradient.
-    virtual void matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout,
-                               Tensor in_pre_gelu) = 0;
-    // embedding_fwd over an int8 token table: out (B,T,C) = q[tokens] * scale[tokens] + wpe[t]; q (V,C) I8,
-    // scale (V) f32 (a row of the table is an output channel of the tied head).
-    virtual void embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) = 0;
-
-    // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    virtual void gelu_fwd(Tensor out, Tensor in) = 0;
-    virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;  // din = dout * gelu'(in); may alias
-
-    // Rotary position embedding (Hugging Face's rotate_half layout), in place on x (B,T,H*HS): for i < HS/2
-    // the pair (x_i, x_{i+HS/2}) of every head turns by the angle (pos0 + t) * inv_freq[i], inv_freq (HS/2)
-    // f32. inverse turns it back: the backward, applied to the gradient.
-    virtual void rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) = 0;
-    // The same for B sequences at their own positions: row b of x (B,T,H*HS) starts at pos[b] (B host
-    // integers), in one call (a decode step of continuous batching).
-    virtual void rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) = 0;
-    // SwiGLU: out = silu(gate) * up, elementwise; the backward overwrites dgate and dup.
-    virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
-    virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
-    // Grouped-query heads into the packed layout: qkv (N, (NH + 2 KH) HS) = [q | k | v] from q (N, NH HS) and
-    // k, v (N, KVH HS). KH is the width of qkv: KVH (what attention and the cache take) or NH, every
-    // key/value head repeated NH/KVH times. The backward overwrites dq, dk, dv from dqkv (N, (NH + 2 KH) HS),
-    // summing the repeats (attention_bwd's dqkv has KH = NH).
-    virtual void qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) = 0;
-    virtual void qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) = 0;
-
-    // Causal self-attention. qkv (B,T,(NH + 2 KVH) HS) packs q (B,T,NH,HS), k and v (B,T,KVH,HS); query head
-    // h attends with key/value head h / (NH/KVH) (grouped-query attention; GPT-2: KVH = NH, qkv (B,T,3C)).
-    // out (B,T,C), C = NH HS. `saved` keeps what the backward needs (its size is backend-defined, see
-    // attention_saved_elems). `drop`: dropout on the probabilities (dropout_mask.h's AttnDropout), the
-    // backward given the forward's.
+    // The sizes of attention_fwd's `saved` and attention_bwd's `scratch`, in elements of the activations'
+    // dtype: backend-defined (what its implementation keeps).
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
     virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
-    virtual void attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) = 0;
-    // dqkv (B,T,3C) overwritten: dq, then shares of each key/value head's dk and dv, one per query head of
-    // its group, which qkv_unpack sums (with KVH = NH they are the gradients themselves). How the shares
-    // split a group's sum is the implementation's: anvil's kernels give each query head its own term, cuDNN's
-    // fused attention the whole sum to the group's first head and zero to the rest.
-    virtual void attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                               int NH, const AttnDropout& drop) = 0;
-    // Incremental attention for generation (one sequence). qkv (Tq, (NH + 2 KVH) HS) holds the new positions
-    // pos0..pos0+Tq-1; their k and v are appended to kcache/vcache (maxT, KVH HS), then each new query
-    // attends causally over positions 0..its own, query head h reading key/value head h / (NH/KVH) (KVH = NH
-    // for GPT-2: qkv (Tq, 3C)). out (Tq, NH HS).
-    virtual void attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) = 0;
-    // attention_cached for B rows of one token each (continuous batching), over a paged cache.
-    //   kcache, vcache (P, page, KVH HS): P pages of `page` positions
-    //   pages (S, PPS) i32 on this backend: slot s's page table; position p of slot s is row p % page of
-    //       page pages[s, p / page] (a slot holds up to PPS pages)
-    //   qkv (B, (NH + 2 KVH) HS): row b is position pos[b] of slot slot[b]; out (B, NH HS)
-    // Every row's k and v are written first, then each row's query attends over its slot's positions
-    // 0..pos[b]: rows of one slot at consecutive positions attend over each other (a packed prefill), and
-    // a decode step's rows each continue their own slot. slot, pos: B host integers; no (slot, position)
-    // pair twice, a slot's rows in ascending positions, no page in two slots' tables (the caller keeps
-    // them apart).
-    virtual void attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                                       std::span<const int> slot, std::span<const int> pos, int NH) = 0;
 
-    // out = a + b, elementwise (out may alias a)
-    virtual void residual_fwd(Tensor out, Tensor a, Tensor b) = 0;
-    // x *= s, elementwise, in place
-    virtual void scale(Tensor x, float s) = 0;
-    // out = in * keep / (1 - p), keep from dropout_mask.h's hash of (seed, element): one seed, one mask, on
-    // every backend. Its own backward: the same call on the gradient. out may alias in; p in [0, 1).
-    virtual void dropout(Tensor out, Tensor in, float p, uint64_t seed) = 0;
-
-    // Fused softmax + cross-entropy over logits (N,V) against targets (N) i32 (-1 = ignored row).
-    // losses (N) f32 gets -log p[target] (0 for ignored rows). If dloss != 0, logits is overwritten with
-    // the gradient dloss * (softmax - onehot) (zero rows for ignored targets); the probabilities are
-    // never stored. Only the first `vocab_real` columns are real tokens; padded columns get
-    // probability 0 and gradient 0.
-    virtual void classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) = 0;
-    // Log-probabilities of rows of logits (N,Vp) over their first V columns (backend/logprobs.h is the spec):
-    // lp (N) f32 = log_softmax(row)[target], targets (N) i32 in [0, V); top_ids (N,K) i32 and top_lp (N,K)
-    // f32 the K likeliest ids and theirs, most likely first, ties to the lower id (K = 0: both empty). For a
-    // server's scored prompt rows: N * (2K + 1) values come back instead of N * V.
-    virtual void token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
-                                int V) = 0;
-
-    // out (1) f32 = sum of squares of every element of every tensor in `grads`.
-    virtual void global_norm_sq(Tensor out, const std::vector<Tensor>& grads) = 0;
-    // AdamW on every slot, PyTorch's formulation (decoupled decay: p -= lr*wd*p before the Adam step).
-    // Gradients are scaled by args.grad_scale and, if max_grad_norm > 0 and the norm (sqrt of
-    // norm_sq[0]) exceeds it, by max_grad_norm / (norm + 1e-6). If norm_sq is not finite the update
-    // is skipped entirely (nothing is written).
-    virtual void adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) = 0;
+    // ---- ops: one pure virtual member each, from the op list (ops.def has each op's contract) -----------
+#define ANVIL_OP(name, params, args, rule, label, bytes) virtual void name params = 0;
+#define ANVIL_OP_CUSTOM(name, params, args, label, bytes) virtual void name params = 0;
+#include "backend/ops.def"
 
     // ---- a job of several processes -------------------------------------------------------------
     // Collectives on this backend's memory among the job's ranks (NCCL on CUDA); null where the host's
@@ -231,6 +109,13 @@ public:
     virtual std::unique_ptr<DeviceCollectives> make_collectives(const CollectiveSetup& /*setup*/) {
         return nullptr;
     }
+};
+
+// Every op's name, in the op list's order (the op table is checked against it).
+inline constexpr const char* kBackendOps[] = {
+#define ANVIL_OP(name, params, args, rule, label, bytes) #name,
+#define ANVIL_OP_CUSTOM(name, params, args, label, bytes) #name,
+#include "backend/ops.def"
 };
 
 // How the CUDA backend computes attention: Gemm (cuBLASLt products on the tensor cores, keeping the (T,T)

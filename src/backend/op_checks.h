@@ -100,4 +100,15 @@ struct LogprobDims {
 LogprobDims check_token_logprobs(const Tensor& lp, const Tensor& top_ids, const Tensor& top_lp,
                                  const Tensor& logits, const Tensor& targets, int V);
 
+// Each listed op's rule (ops.def) as a function, check_op_<name>(its parameters): the CUDA backend's
+// generated members call it, and a CPU member may. A rule need not read every parameter.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define ANVIL_OP(name, params, args, rule, label, bytes) \
+    inline void check_op_##name params {                 \
+        rule;                                            \
+    }
+#include "backend/ops.def"
+#pragma GCC diagnostic pop
+
 }  // namespace anvil

@@ -66,8 +66,7 @@ public:
         mixer.forward(p, proj, norm1.out(p));
         p.tp_sum(proj, what_[0].c_str());
         p.drop(proj, proj, site_);
-        p.be.residual_fwd(res2, in, proj);
-        norm2.forward(p, res2);
+        norm2.forward_add(p, res2, in, proj);  // res2 = in + proj, then norm2(res2)
         ffn.forward(p, proj, norm2.out(p));
         p.tp_sum(proj, what_[1].c_str());
         p.drop(proj, proj, site_ + 1);

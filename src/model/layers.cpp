@@ -166,6 +166,13 @@ void Norm::forward(const Pass& p, Tensor in) const {
     p.be.layernorm_fwd(out(p), p.act(mean_), p.act(rstd_), in, s.param(w_), s.param(b_));
 }
 
+void Norm::forward_add(const Pass& p, Tensor sum, Tensor a, Tensor b) const {
+    const ParamStore& s = *reg_->store;
+    const bool layer = kind_ == NormKind::Layer;
+    p.be.add_norm_fwd(sum, out(p), layer ? p.act(mean_) : Tensor{}, p.act(rstd_), a, b, s.param(w_),
+                      layer ? s.param(b_) : Tensor{}, eps_);
+}
+
 void Norm::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const ParamStore& s = *reg_->store;
     if (kind_ == NormKind::Rms) return p.be.rmsnorm_bwd(din, s.grad(w_), dout, in, s.param(w_), p.act(rstd_));

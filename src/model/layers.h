@@ -154,6 +154,9 @@ public:
     void plan(ActPlan& plan) const;
     Tensor out(const Pass& p) const { return p.act(out_); }
     void forward(const Pass& p, Tensor in) const;
+    // sum = a + b (sum may alias a), then the norm of sum, in one op (add_norm_fwd); the backward is
+    // backward(p, din, dout, sum), din being both a's and b's gradient
+    void forward_add(const Pass& p, Tensor sum, Tensor a, Tensor b) const;
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const;  // din accumulates
 
 private:

@@ -186,6 +186,62 @@ OpCase layernorm(const OpSizes& s, int C, bool frozen, int rows = 0) {
     return c;
 }
 
+// The residual add fused into the norm after it: sum = a + b, out = norm(sum) (LayerNorm, or RMSNorm without
+// mean and bias). Its backward is the norm's on the stored sum, accumulated into d(sum): the gradient of a and of b.
+OpCase add_norm(const OpSizes& s, int C, bool rms) {
+    OpCase c;
+    const int N = s.B * s.T;
+    constexpr float kRmsEps = 1e-6f;
+    c.name = fmt::format("add+{} C={}", rms ? "rmsnorm" : "layernorm", C);
+    Arg x = in("a", {N, C}, 2.0f);
+    x.offset = 0.5f;  // rows with a nonzero mean
+    Arg w = in("w", {C}, 0.5f);
+    w.offset = 1.0f;
+    // the statistics are the stored (rounded) sum's
+    const auto stat = [](const char* name, int n) {
+        Arg a = f32(out(name, {n}, false));
+        a.of_rounded = true;
+        return a;
+    };
+    c.args = {x, in("b", {N, C}), w, out("sum", {N, C}), out("out", {N, C}), stat("rstd", N),
+              grad("da", {N, C}, false), grad("db", {N, C}, false), grad("dw", {C}, true)};
+    if (!rms) c.args.insert(c.args.end(), {in("bias", {C}), stat("mean", N), grad("dbias", {C}, true)});
+    const float eps = rms ? kRmsEps : 1e-5f;
+    c.forward = [rms, eps](Backend& be, const Args& a) {
+        be.add_norm_fwd(a["sum"], a["out"], rms ? Tensor{} : a["mean"], a["rstd"], a["a"], a["b"], a["w"],
+                        rms ? Tensor{} : a["bias"], eps);
+    };
+    c.backward = [rms](Backend& be, const Args& a) {
+        be.convert(a["da"], a["dsum"]);  // d(sum) from above, plus the norm's
+        if (rms)
+            be.rmsnorm_bwd(a["da"], a["dw"], a["dout"], a["sum"], a["w"], a["rstd"]);
+        else
+            be.layernorm_bwd(a["da"], a["dw"], a["dbias"], a["dout"], a["sum"], a["w"], a["mean"], a["rstd"]);
+        be.convert(a["db"], a["da"]);
+    };
+    c.reference = [N, C, rms, eps](const HostArgs& h, HostArgs& want) {
+        Vec sum(size_t(N) * C), o(size_t(N) * C);
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = h.at("a")[i] + h.at("b")[i];
+        for (int n = 0; n < N; n++) {
+            const float* x = sum.data() + size_t(n) * C;
+            double m = 0, v = 0;
+            if (!rms) {
+                for (int k = 0; k < C; k++) m += x[k];
+                m /= C;
+            }
+            for (int k = 0; k < C; k++) v += std::pow(x[k] - m, 2);
+            const double r = 1.0 / std::sqrt(v / C + eps);
+            for (int k = 0; k < C; k++)
+                o[size_t(n) * C + k] =
+                    float((x[k] - m) * r * h.at("w")[size_t(k)] + (rms ? 0.0 : h.at("bias")[size_t(k)]));
+        }
+        want["sum"] = sum;
+        want["out"] = o;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
 OpCase gelu_case(const OpSizes& s, int n, bool in_place) {
     OpCase c;
     c.name = fmt::format("gelu n={}{}", n, in_place ? " (backward in place)" : "");
@@ -481,6 +537,10 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         rmsnorm(s, s.C, false),
         rmsnorm(s, s.C + 1, false),
         rmsnorm(s, s.C, true),
+        add_norm(s, s.C, false),
+        add_norm(s, s.C + 1, false),  // not whole 16-byte packs: the kernel's element-wise walk
+        add_norm(s, s.C, true),
+        add_norm(s, s.C + 1, true),
         rope_case(s, s.NH, s.C / s.NH, 0),
         rope_case(s, 2, 16, 7),
         rope_case(s, 2, 16, 7, true),

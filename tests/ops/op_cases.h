@@ -38,6 +38,8 @@ struct Arg {
     std::vector<int> fixed_ints;   // Int: these values instead of random ones (a page table)
     DType int_dtype = DType::I32;  // Int: I32 (ids) or I8 (int8 weights)
     bool f32 = false;              // f32 whatever dtype is under test (statistics, losses, the norm, ids)
+    bool of_rounded = false;       // f32, but computed from values the op first rounds to the dtype under test
+                                   // (add_norm's statistics of its stored sum): compared at that dtype's tolerance
     bool ints = false;             // Out: i32 values (token ids), compared exactly
     bool diff = false;             // In: checked against finite differences (its GradIn is "d" + name)
     bool accumulates = false;      // GradIn: the op adds into it; it starts from random values

@@ -209,7 +209,7 @@ std::string compare_backends(const OpCase& c, Backend& cpu, Backend& gpu, DType 
             if (a.role == Role::In || a.role == Role::Int || !a.compare) continue;
             const Tensor t = got.args[a.name];
             if (pass == 0) {
-                Tol tol = a.ints ? Tol{0.0, 0.0} : tol_for(a.f32 ? DType::F32 : dt);
+                Tol tol = a.ints ? Tol{0.0, 0.0} : tol_for(a.f32 && !a.of_rounded ? DType::F32 : dt);
                 if (!a.f32 && dt != DType::F32)
                     tol.rtol *= c.low_precision_tol, tol.atol_frac *= c.low_precision_tol;
                 err += failure(close(get(gpu, t), get(cpu, ref.args[a.name]), tol, where + a.name));

@@ -8,6 +8,7 @@
 
 #include "../ops/op_cases.h"
 #include "backend/cpu/vec_math.h"
+#include "backend/profiling_backend.h"
 #include "harness.h"
 
 namespace anvil::test {
@@ -30,6 +31,17 @@ INSTANTIATE_TEST_SUITE_P(Table, OpGradients, ::testing::Range(size_t(0), op_case
                                  if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              return std::to_string(p.param) + "_" + n;
                          });
+
+// The op list (backend/ops.def) and the op table agree: every listed op is called by some case's forward or
+// backward (counted by the profiling backend, which forwards every op under its listed name).
+TEST(OpTable, CoversEveryListedOp) {
+    auto cpu = make_backend({Device::CPU, 2, 0});
+    ProfilingBackend prof(*cpu);
+    for (const OpCase& c : op_cases()) time_case(c, prof, DType::F32, 1);
+    for (const char* op : kBackendOps)
+        EXPECT_GT(prof.op_calls().count(op), 0u)
+            << op << " is in backend/ops.def but no case in tests/ops calls it";
+}
 
 TEST(CpuMath, ExpApprox) {
     for (float x = -87.0f; x < 88.0f; x += 0.37f) {

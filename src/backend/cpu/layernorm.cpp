@@ -2,31 +2,35 @@
 // gradients channel block by channel block, so the result does not depend on the thread count.
 #include <cmath>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/op_checks.h"
 
 namespace anvil::cpu {
 
 constexpr float kLnEps = 1e-5f;
 
+void layernorm_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b, int C,
+                   float eps) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    const float m = s / float(C);
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    const float r = 1.0f / std::sqrt(v / float(C) + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m;
+    *rstd = r;
+}
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b,
                        int N, int C) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* x = in + size_t(n) * C;
-        float* o = out + size_t(n) * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        const float m = s / float(C);
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        const float r = 1.0f / std::sqrt(v / float(C) + kLnEps);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = r;
-    }
+    for (int n = 0; n < N; n++)
+        layernorm_row(out + size_t(n) * C, mean + n, rstd + n, in + size_t(n) * C, w, b, C, kLnEps);
 }
 
 void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
@@ -77,3 +81,33 @@ void layernorm_backward(float* din, float* dw, float* db, const float* dout, con
 }
 
 }  // namespace anvil::cpu
+
+namespace anvil {
+
+// The residual add fused into the norm after it (ops.def): a block of rows is summed, then normed while it
+// is in cache. The sum and the norm are the same f32 operations as residual_fwd's and the norm's alone, so
+// the results are theirs to the bit.
+void CpuBackend::add_norm_fwd(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
+                              Tensor bias, float eps) {
+    check_op_add_norm_fwd(sum, out, mean, rstd, a, b, w, bias, eps);
+    const int C = int(cols(sum)), N = int(rows(sum));
+    float* s = sum.f32();
+    const float *x = a.f32(), *y = b.f32();
+    constexpr int kRows = 8;  // a block's sums are still in cache when its rows are normed
+#pragma omp parallel for schedule(static)
+    for (int n0 = 0; n0 < N; n0 += kRows) {
+        const int n1 = n0 + kRows < N ? n0 + kRows : N;
+#pragma omp simd
+        for (size_t i = size_t(n0) * C; i < size_t(n1) * C; i++) s[i] = x[i] + y[i];
+        for (int n = n0; n < n1; n++) {
+            const size_t o = size_t(n) * C;
+            if (mean.empty())
+                cpu::rmsnorm_row(out.f32() + o, rstd.f32() + n, s + o, w.f32(), C, eps);
+            else
+                cpu::layernorm_row(out.f32() + o, mean.f32() + n, rstd.f32() + n, s + o, w.f32(), bias.f32(),
+                                   C, eps);
+        }
+    }
+}
+
+}  // namespace anvil

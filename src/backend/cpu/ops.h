@@ -24,6 +24,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
                        int N, int C);
 void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                         const float* mean, const float* rstd, int N, int C);
+// One row (C) of each norm's forward, the loops the whole-tensor forwards run: the residual add fused into a
+// norm (CpuBackend::add_norm_fwd) normalises the rows it has just summed with them.
+void layernorm_row(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b, int C,
+                   float eps);
+void rmsnorm_row(float* out, float* rstd, const float* in, const float* w, int C, float eps);
 
 // A row-major product with CBLAS's arguments (alpha 1): C (M,N) = op(A) op(B), plus C when `accumulate`;
 // op(A) (M,K) from A stored (M,lda) or, transposed, (K,lda); op(B) (K,N) from B stored (K,ldb) or,

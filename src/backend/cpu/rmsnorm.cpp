@@ -7,19 +7,19 @@
 
 namespace anvil::cpu {
 
+void rmsnorm_row(float* o, float* rstd, const float* x, const float* w, int C, float eps) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(s / float(C) + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+    *rstd = r;
+}
+
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* w, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* x = in + size_t(n) * C;
-        float* o = out + size_t(n) * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c] * x[c];
-        const float r = 1.0f / std::sqrt(s / float(C) + eps);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
-        rstd[n] = r;
-    }
+    for (int n = 0; n < N; n++) rmsnorm_row(out + size_t(n) * C, rstd + n, in + size_t(n) * C, w, C, eps);
 }
 
 // d(x_c) = r * (w_c d_c - x_c r^2 mean_k(w_k d_k x_k))

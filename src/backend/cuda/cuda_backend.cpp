@@ -169,37 +169,6 @@ void CudaBackend::synchronize() {
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
-void CudaBackend::embedding_fwd(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
-    check_embedding(out, tokens, wte, wpe);
-    cuda::embedding_fwd(ctx_, out, tokens, wte, wpe);
-}
-
-void CudaBackend::embedding_bwd(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-    check_embedding_bwd(dwte, dwpe, dout, tokens);
-    cuda::embedding_bwd(ctx_, dwte, dwpe, dout, tokens);
-}
-
-void CudaBackend::layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
-    check_layernorm(out, mean, rstd, in, w, b);
-    cuda::layernorm_fwd(ctx_, out, mean, rstd, in, w, b);
-}
-
-void CudaBackend::layernorm_bwd(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                                Tensor mean, Tensor rstd) {
-    check_layernorm_bwd(din, dw, db, dout, in);
-    cuda::layernorm_bwd(ctx_, din, dw, db, dout, in, w, mean, rstd);
-}
-
-void CudaBackend::rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) {
-    check_rmsnorm(out, rstd, in, w);
-    cuda::rmsnorm_fwd(ctx_, out, rstd, in, w, eps);
-}
-
-void CudaBackend::rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
-    check_rmsnorm_bwd(din, dw, dout, in, rstd);
-    cuda::rmsnorm_bwd(ctx_, din, dw, dout, in, w, rstd);
-}
-
 void CudaBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) {
     const RopeDims d = check_rope(x, inv_freq, H);
     cuda::rope(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos0, inverse);
@@ -210,17 +179,6 @@ void CudaBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const in
     cuda::rope_rows(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos, inverse);
 }
 
-void CudaBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
-    expect_same_numel(out, gate, "swiglu");
-    expect_same_numel(gate, up, "swiglu");
-    cuda::swiglu_fwd(ctx_, out, gate, up);
-}
-
-void CudaBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
-    for (const Tensor* t : {&dgate, &dup, &dout, &up}) expect_same_numel(*t, gate, "swiglu backward");
-    cuda::swiglu_bwd(ctx_, dgate, dup, dout, gate, up);
-}
-
 void CudaBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
     const HeadDims d = check_qkv_pack(qkv, q, k, v, NH);
     cuda::qkv_pack(ctx_, qkv, q, k, v, d.N, d.NH, d.KVH, d.KH, d.HS);
@@ -229,17 +187,6 @@ void CudaBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
 void CudaBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
     const HeadDims d = check_qkv_pack(dqkv, dq, dk, dv, NH);
     cuda::qkv_unpack(ctx_, dq, dk, dv, dqkv, d.N, d.NH, d.KVH, d.KH, d.HS);
-}
-
-void CudaBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
-    check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
-    cuda::matmul_fwd(ctx_, out, in, w, layout, bias, pre_gelu);
-}
-
-void CudaBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                             WLayout layout, Tensor in_pre_gelu) {
-    check_matmul_bwd(din, dw, dout, in, w, layout);
-    cuda::matmul_bwd(ctx_, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
 }
 
 void* CudaBackend::grown(Buffer& b, size_t bytes) {
@@ -295,27 +242,6 @@ void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale,
     ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == d.OC, "int8 matmul backward: weight {} {}, {} scales",
                 q.shape.str(), dtype_name(q.dtype), scale.numel());
     cuda::matmul_bwd(ctx_, din, {}, {}, dout, din, dequantized(q, scale, layout, din.dtype), layout, in_pre_gelu);
-}
-
-void CudaBackend::embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) {
-    check_embedding_rows_add(out, table, rows);
-    cuda::embedding_rows_add(ctx_, out, table, rows);
-}
-
-void CudaBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
-    check_embedding_q8(out, tokens, q, scale, wpe);
-    cuda::embedding_q8_fwd(ctx_, out, tokens, q, scale, wpe);
-}
-
-void CudaBackend::gelu_fwd(Tensor out, Tensor in) {
-    expect_same_numel(out, in, "gelu");
-    cuda::gelu_fwd(ctx_, out, in);
-}
-
-void CudaBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
-    expect_same_numel(din, in, "gelu backward");
-    expect_same_numel(dout, in, "gelu backward");
-    cuda::gelu_bwd(ctx_, din, dout, in);
 }
 
 // Three implementations: anvil's flash-style kernels (keep only the log-sum-exp), the cuBLASLt one (tensor
@@ -380,50 +306,20 @@ void CudaBackend::attention_bwd(Tensor dqkv, Tensor scratch, Tensor dout, Tensor
                               attention_ != AttentionImpl::FlashSimt, drop);
 }
 
-void CudaBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH) {
-    check_attention_cached(out, qkv, kcache, vcache, pos0, NH);
-    cuda::attention_cached(ctx_, out, qkv, kcache, vcache, pos0, NH);
-}
-
-void CudaBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                                        std::span<const int> slot, std::span<const int> pos, int NH) {
-    check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot, pos, NH);
-    cuda::attention_cached_rows(ctx_, out, qkv, kcache, vcache, pages, slot, pos, NH);
-}
-
-void CudaBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
-    expect_same_numel(out, a, "residual");
-    expect_same_numel(a, b, "residual");
-    cuda::residual(ctx_, out, a, b);
-}
-
-void CudaBackend::scale(Tensor x, float s) {
-    cuda::scale(ctx_, x, s);
-}
-
-void CudaBackend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
-    expect_same_numel(out, in, "dropout");
-    ANVIL_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got {}", p);
-    cuda::dropout(ctx_, out, in, p, seed);
-}
-
-void CudaBackend::classifier(Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real) {
-    check_classifier(losses, logits, targets, vocab_real);
-    cuda::classifier(ctx_, losses, logits, targets, dloss, vocab_real);
-}
-
 void CudaBackend::token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
                                  int V) {
     const LogprobDims d = check_token_logprobs(lp, top_ids, top_lp, logits, targets, V);
     if (d.N > 0) cuda::token_logprobs(ctx_, lp, top_ids, top_lp, logits, targets, V, d.K);
 }
 
-void CudaBackend::global_norm_sq(Tensor out, const std::vector<Tensor>& grads) {
-    cuda::global_norm_sq(ctx_, out, grads);
-}
-
-void CudaBackend::adamw(const std::vector<ParamSlot>& slots, const AdamWArgs& args, Tensor norm_sq) {
-    cuda::adamw(ctx_, slots, args, norm_sq);
-}
+// The listed ops' members (ops.def's ANVIL_OP): the op's rule, then its kernel.
+#define ANVIL_CTX_ARGS(...) (ctx_, __VA_ARGS__)
+#define ANVIL_OP(name, params, args, rule, label, bytes) \
+    void CudaBackend::name params {                      \
+        check_op_##name args;                            \
+        cuda::name ANVIL_CTX_ARGS args;                  \
+    }
+#include "backend/ops.def"
+#undef ANVIL_CTX_ARGS
 
 }  // namespace anvil

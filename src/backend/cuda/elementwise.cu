@@ -165,7 +165,7 @@ void convert(const Ctx& c, Tensor dst, Tensor src) {
     });
 }
 
-void residual(const Ctx& c, Tensor out, Tensor a, Tensor b) {
+void residual_fwd(const Ctx& c, Tensor out, Tensor a, Tensor b) {
     const size_t n = size_t(out.numel());
     if (n == 0) return;
     dispatch(out.dtype, [&](auto tag) {

@@ -1,4 +1,5 @@
-// LayerNorm over the last dimension, eps 1e-5, statistics in f32. One warp per row with 16-byte accesses; the
+// LayerNorm over the last dimension, eps 1e-5, statistics in f32; and the residual add fused into a norm
+// (add_norm_fwd, LayerNorm or RMSNorm). One warp per row with 16-byte accesses; the
 // weight and bias gradients are reduced over rows in two fixed-order stages (no atomics: deterministic).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -194,6 +195,64 @@ struct LnParamTerm {
     }
 };
 
+// add_norm_fwd: sum = a + b rounded to T and stored, then LayerNorm (layer) or RMSNorm of the stored sum, one
+// warp a row. Each lane reads back only the columns it wrote (warp_row's walk is the same every pass), so no
+// barrier is needed; the statistics' sums run in layernorm_fwd_kernel's and rmsnorm_fwd_kernel's order.
+template <typename T>
+__global__ void add_norm_fwd_kernel(T* sum, T* out, float* mean, float* rstd, const T* a, const T* b, const T* w,
+                                    const T* bias, int N, int C, float eps, bool layer) {
+    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const size_t o = size_t(row) * C;
+    float s = 0.0f, sq = 0.0f;
+    warp_row<T>(C, lane, [&](int c, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> fa = load_floats<L>(a + o + c), fb = load_floats<L>(b + o + c);
+        Floats<L> y;
+#pragma unroll
+        for (int k = 0; k < L; k++) y.v[k] = fa.v[k] + fb.v[k];
+        store_floats<L>(sum + o + c, y);
+        const Floats<L> r = load_floats<L>(sum + o + c);  // the stored, rounded sum
+#pragma unroll
+        for (int k = 0; k < L; k++) {
+            s += r.v[k];
+            sq += r.v[k] * r.v[k];
+        }
+    });
+    float m = 0.0f, r;
+    if (layer) {
+        m = warp_sum(s) / float(C);
+        float v = 0.0f;
+        warp_row<T>(C, lane, [&](int c, auto len) {
+            constexpr int L = decltype(len)::value;
+            const Floats<L> f = load_floats<L>(sum + o + c);
+#pragma unroll
+            for (int k = 0; k < L; k++) v += (f.v[k] - m) * (f.v[k] - m);
+        });
+        r = rsqrtf(warp_sum(v) / float(C) + eps);
+    } else {
+        r = rsqrtf(warp_sum(sq) / float(C) + eps);
+    }
+    warp_row<T>(C, lane, [&](int c, auto len) {
+        constexpr int L = decltype(len)::value;
+        const Floats<L> f = load_floats<L>(sum + o + c), fw = load_floats<L>(w + c);
+        Floats<L> y;
+        if (layer) {
+            const Floats<L> fb = load_floats<L>(bias + c);
+#pragma unroll
+            for (int k = 0; k < L; k++) y.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
+        } else {
+#pragma unroll
+            for (int k = 0; k < L; k++) y.v[k] = f.v[k] * r * fw.v[k];
+        }
+        store_floats<L>(out + o + c, y);
+    });
+    if (lane == 0) {
+        if (layer) mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 }  // namespace
 
 void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
@@ -238,6 +297,18 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
         if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
         col_sums<T, 2>(c, params, N, C, whole_packs<T>(C, dout.data, in.data),
                        LnParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), C});
+    });
+}
+
+void add_norm_fwd(const Ctx& c, Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
+                  Tensor bias, float eps) {
+    const int C = int(sum.shape[sum.shape.ndim - 1]), N = int(sum.numel() / C);
+    dispatch(sum.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        add_norm_fwd_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
+            sum.ptr<T>(), out.ptr<T>(), mean.empty() ? nullptr : mean.ptr<float>(), rstd.ptr<float>(), a.ptr<T>(),
+            b.ptr<T>(), w.ptr<T>(), bias.empty() ? nullptr : bias.ptr<T>(), N, C, eps, !mean.empty());
+        CUDA_LAUNCH_CHECK();
     });
 }
 

@@ -69,23 +69,10 @@ struct Ctx {
 
 // elementwise.cu
 void convert(const Ctx& c, Tensor dst, Tensor src);
-void residual(const Ctx& c, Tensor out, Tensor a, Tensor b);
-void gelu_fwd(const Ctx& c, Tensor out, Tensor in);
-void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in);
-void scale(const Ctx& c, Tensor x, float s);
-void swiglu_fwd(const Ctx& c, Tensor out, Tensor gate, Tensor up);
-void swiglu_bwd(const Ctx& c, Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up);
-void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed);
 // out (C) += column sums of in (rows, C); deterministic (fixed partial order)
 void colsum_accumulate(const Ctx& c, Tensor out, Tensor in);
 // n values of `type` (f32, bf16, f16, fp8 e4m3) in [-1, 1) from a hash of (index, seed): benchmark inputs
 void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32_t seed);
-
-// embedding.cu
-void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
-// out (B, C) += table[rows[b]]: one launch per kDecodeRows rows
-void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, std::span<const int> rows);
-void embedding_bwd(const Ctx& c, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
 
 // quant.cu: int8 weights, W = q * scale[o]. matmul_q8_direct reads q directly for up to kQ8DirectRows rows of
 // `in` (decoding); dequant_q8 writes W in w's dtype and q's layout for a cuBLASLt product; the int8 token
@@ -94,16 +81,6 @@ constexpr int kQ8DirectRows = 8;
 void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout,
                       Tensor bias);
 void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
-void embedding_q8_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe);
-
-// layernorm.cu
-void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
-void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                   Tensor mean, Tensor rstd);
-
-// rmsnorm.cu
-void rmsnorm_fwd(const Ctx& c, Tensor out, Tensor rstd, Tensor in, Tensor w, float eps);
-void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd);
 
 // rope.cu: rotary embeddings on x (B, T, H*HS) in place; grouped-query head packing (KH = KVH or NH)
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
@@ -115,9 +92,6 @@ void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int 
                 int HS);
 
 // matmul.cu (cuBLASLt)
-void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu);
-void matmul_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                WLayout layout, Tensor in_pre_gelu);
 void bias_add(const Ctx& c, Tensor out, Tensor bias);  // out (N,OC) += bias (OC), every row
 
 // fp8.cu: FP8 products (Backend::matmul_fp8_fwd/_bwd) in a scratch of matmul_fp8_scratch_bytes for the
@@ -141,11 +115,6 @@ void attention_flash_fwd(const Ctx& c, const AttnShape& s, Tensor out, Tensor sa
                          bool tensor_cores, const AttnDropout& drop);
 void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor scratch, Tensor dout,
                          Tensor qkv, Tensor out, Tensor saved, bool tensor_cores, const AttnDropout& drop);
-void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, int pos0, int NH);
-// a decode step's rows in their slots of the paged caches (P, page, KC), pages (S, PPS) i32 on the device:
-// one launch of each kernel per kDecodeRows rows
-void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                           std::span<const int> slot, std::span<const int> pos, int NH);
 // attention_cudnn.cpp: cuDNN's fused flash attention (--attention cudnn). The same saved statistics as the
 // flash kernels' (the log-sum-exp, (B, NH, T) f32) and scratch (`dsum`, (B, NH, T) f32). A call cuDNN cannot
 // take (f32, dropout, a head size that is not a multiple of 8, no library or engine) throws, saying why.
@@ -165,13 +134,17 @@ void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor do
                         const AttnDropout& drop);
 
 // classifier.cu
-void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, float dloss, int vocab_real);
 // rows (N, Vp) -> lp (N), the K likeliest (N, K); a target outside [0, V) gets a NaN lp
 void token_logprobs(const Ctx& c, Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
                     int V, int K);
 
-// optimizer.cu
-void global_norm_sq(const Ctx& c, Tensor out, const std::vector<Tensor>& grads);
-void adamw(const Ctx& c, const std::vector<ParamSlot>& slots, const AdamWArgs& a, Tensor norm_sq);
+// The kernels of the listed ops (ops.def's ANVIL_OP): cuda::name(ctx, the op's parameters), one family per
+// .cu file (layernorm.cu has the norms and add_norm_fwd, elementwise.cu residual_fwd, ...). CudaBackend's
+// member for each is generated in cuda_backend.cpp: the op's rule, then this. A decode step's per-row ops
+// (embedding_rows_add, attention_cached_rows) launch once per kDecodeRows rows.
+#define ANVIL_CTX_PARAMS(...) (const Ctx& c, __VA_ARGS__)
+#define ANVIL_OP(name, params, args, rule, label, bytes) void name ANVIL_CTX_PARAMS params;
+#include "backend/ops.def"
+#undef ANVIL_CTX_PARAMS
 
 }  // namespace anvil::cuda
