@@ -2,6 +2,7 @@
 // defaults and only flags given on this command line override them.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "cli/commands.h"
@@ -11,6 +12,7 @@
 #include "monitor/cost.h"
 #include "train/run.h"
 #include "train/run_setup.h"
+#include "train/supervisor.h"
 
 namespace anvil::cli {
 
@@ -193,7 +195,10 @@ void add_source_flags(CLI::App* sub, TrainOptions& o) {
         "--adapter", o.adapter,
         "continue training this PEFT LoRA adapter directory (its base: --init, else the adapter's "
         "base_model_name_or_path)");
-    sub->add_option("--resume", o.resume, "continue a run from its checkpoint (or run) directory");
+    sub->add_option("--resume", o.resume,
+                    "continue a run from its checkpoint (or run) directory; auto: the newest undamaged "
+                    "checkpoint in --out, or start the run there when it has none (a job that may be "
+                    "requeued)");
     sub->add_option("--out", o.out, "run directory (default runs/<date>-<time>)");
     sub->add_option("--val-fraction", o.val_fraction, "hold out this fraction from the end of the data")
         ->capture_default_str()
@@ -366,6 +371,11 @@ void add_eval_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
     sub->add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoint-N directories to keep (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
+    sub->add_option("--max-restarts", o.max_restarts,
+                    "restart the training process up to N times after a crash, an out-of-memory kill or "
+                    "kill -9, from its newest checkpoint (as torchrun's --max-restarts)")
+        ->capture_default_str()
+        ->check(nonneg);
     sub->add_option("--keep-best", t.keep_best,
                     "with --eval-every: keep a checkpoint of the lowest validation loss so far in OUT/best")
         ->capture_default_str()
@@ -481,19 +491,61 @@ void add_instrument_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
 
 // The command: the text flags read, --resume's stored options under the flags given, the embedded default
 // when no data is named, then the run.
+// --max-restarts: this process supervises one that trains (train/supervisor.h), started with this command
+// line less --max-restarts; restarts take --resume auto in the same run directory.
+int supervise_train(const TrainOptions& o) {
+    ANVIL_CHECK(launched_world_size() <= 1,
+                "--max-restarts supervises one process; restart a job of several through its launcher "
+                "(Slurm's --requeue with --resume auto, or torchrun-style elastic launchers)");
+    const bool out_given = !o.out.empty();
+    ANVIL_CHECK(out_given || o.resume.empty(),
+                "--max-restarts with --resume: give --out too, the run directory the restarts continue in");
+    const std::string out = out_given ? o.out : default_out_dir();
+    std::vector<std::string> first, again;
+    const std::vector<std::string> args = own_arguments();
+    for (size_t i = 0; i < args.size(); i++) {
+        const std::string& a = args[i];
+        const bool restarts = a == "--max-restarts" || a.starts_with("--max-restarts=");
+        const bool resume = a == "--resume" || a.starts_with("--resume=");
+        const size_t n = (a == "--max-restarts" || a == "--resume") && i + 1 < args.size() ? 2 : 1;
+        if (!restarts)
+            for (size_t k = 0; k < n; k++) first.push_back(args[i + k]);
+        if (!restarts && !resume)
+            for (size_t k = 0; k < n; k++) again.push_back(args[i + k]);
+        i += n - 1;
+    }
+    if (!out_given) first.insert(first.end(), {"--out", out}), again.insert(again.end(), {"--out", out});
+    again.insert(again.end(), {"--resume", "auto"});
+    return supervise({first, again, out, o.max_restarts});
+}
+
 int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
+    if (o.max_restarts > 0 && !supervised_worker()) return supervise_train(o);
     o.shuffle = t.shuffle == "on";
     o.gemm_tune = t.gemm_tune == "on";
     o.keep_best = t.keep_best == "on";
     o.tensorboard = t.tensorboard == "on";
     o.batch_auto = t.batch == "auto";
     if (!o.batch_auto) o.batch = std::atoi(t.batch.c_str());
+    std::optional<ResumePoint> resume;
+    if (o.resume == "auto") {
+        ANVIL_CHECK(sub.get_option("--out")->count() > 0,
+                    "--resume auto continues (or starts) the run in --out: give --out DIR");
+        resume = find_resume_point(o.out, true);
+        o.resume_auto = !resume;
+        o.resume = resume ? resume->dir : "";
+        if (resume)
+            std::fprintf(stderr, "anvil: --resume auto: continuing from %s\n", resume->dir.c_str());
+        else
+            std::fprintf(stderr, "anvil: --resume auto: no checkpoint in %s yet; starting the run\n",
+                         o.out.c_str());
+    } else if (!o.resume.empty()) {
+        resume = find_resume_point(o.resume, false);
+    }
     const bool any_data_flag = !o.data.empty() || !o.init.empty() || !o.resume.empty();
     TrainOptions opts = o;
-    std::unique_ptr<ResumePoint> resume;
-    if (!o.resume.empty()) {
+    if (resume) {
         // Stored options first, then every flag given on this command line.
-        resume = std::make_unique<ResumePoint>(read_resume_point(o.resume));
         nlohmann::json merged = resume->state.value("options", nlohmann::json::object());
         check_resume_flags(sub, o, *resume, merged);
         const nlohmann::json stored = merged;
@@ -518,7 +570,7 @@ int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
         apply_given_flags(merged, options_to_json(o), sub);
         options_from_json(merged, opts);
     }
-    return run_train(opts, resume.get());
+    return run_train(opts, resume ? &*resume : nullptr);
 }
 
 }  // namespace

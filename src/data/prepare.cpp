@@ -17,6 +17,7 @@
 #include "data/bpe.h"
 #include "data/records.h"
 #include "data/shard.h"
+#include "io/checksum.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 
@@ -419,6 +420,10 @@ void Preparer::publish(const nlohmann::json& report) {
         {"fingerprint", fmt::format("{:016x}", fp)},
         {"splits", report["splits"]},
     };
+    std::vector<std::string> shard_files;  // the manifest: every shard's size and CRC-32, checked when opened
+    for (const auto& [split, info] : report["splits"].items())
+        for (const auto& f : info["files"]) shard_files.push_back(f.get<std::string>());
+    meta["files"] = file_manifest(tmp_, shard_files);
     write_file_atomic(tmp_ + "/meta.json", json_text(meta, 2) + "\n");
     write_file_atomic(tmp_ + "/report.json", json_text(report, 2) + "\n");
     replace_dir(tmp_, o_.out);

@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "data/llmc.h"
 #include "data/shard.h"
+#include "io/checksum.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 
@@ -29,6 +30,9 @@ std::unique_ptr<Tokenizer> tokenizer_for_prepared(const std::string& dir) {
 
 Dataset open_prepared(const std::string& dir, const Tokenizer& tok) {
     const nlohmann::json meta = read_prepared_meta(dir);
+    if (meta.contains("files"))  // (written before shards had a manifest: unchecked)
+        if (const std::string bad = check_manifest(dir, meta["files"]); !bad.empty())
+            fail("{}: the prepared data is damaged ({}); run anvil data prepare again", dir, bad);
     const auto& t = meta["tokenizer"];
     ANVIL_CHECK(
         t.value("vocab_size", -1) == tok.vocab_size() && t.value("eot", -2) == tok.eot_id(),

@@ -1,8 +1,12 @@
 #include "runtime/checkpoint.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
+#include "io/checksum.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "io/safetensors.h"
@@ -38,20 +42,47 @@ void write_optimizer_state(const std::string& dir, const ParamStore& store,
 
 void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
     const std::string tmp = temp_dir_for(dir);
-    make_dirs(tmp);
-    if (c.model->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays where it is
-        write_peft_adapter(tmp, *c.model, c.lora_base, c.weights);
-    else
-        write_model_dir(tmp, *c.model, c.config_extra, c.weights, c.format);
-    c.tok->save(tmp);
-    write_optimizer_state(tmp, c.model->params(), c.moments);
-    write_file_atomic(tmp + "/trainer_state.json", json_text(c.state, 2) + "\n");
-    replace_dir(tmp, dir);
+    try {
+        make_dirs(tmp);
+        if (c.model->has_adapters())  // a LoRA run saves its adapter in PEFT's format; the base stays
+            write_peft_adapter(tmp, *c.model, c.lora_base, c.weights);
+        else
+            write_model_dir(tmp, *c.model, c.config_extra, c.weights, c.format);
+        c.tok->save(tmp);
+        write_optimizer_state(tmp, c.model->params(), c.moments);
+        std::vector<std::string> names;  // the manifest: every file but trainer_state.json, which holds it
+        for (const auto& e : std::filesystem::directory_iterator(tmp))
+            if (e.is_regular_file()) names.push_back(e.path().filename().string());
+        std::sort(names.begin(), names.end());
+        nlohmann::json state = c.state;
+        state["files"] = file_manifest(tmp, names);
+        write_file_atomic(tmp + "/trainer_state.json", json_text(state, 2) + "\n");
+        replace_dir(tmp, dir);
+    } catch (const Error& e) {
+        std::error_code ec;
+        std::filesystem::remove_all(tmp, ec);
+        fail("saving the checkpoint {} failed, and what it had written is removed (the run's earlier "
+             "checkpoints are untouched): {}",
+             dir, e.what());
+    }
 }
 
-ResumePoint read_resume_point(const std::string& resume_arg) {
+std::string check_checkpoint(const std::string& dir) {
+    nlohmann::json state;
+    try {
+        state = read_json_file(dir + "/trainer_state.json");
+    } catch (const Error& e) {
+        return e.what();
+    }
+    if (!state.contains("files")) return "";  // written before checkpoints kept a manifest
+    return check_manifest(dir, state["files"]);
+}
+
+namespace {
+
+ResumePoint read_checked(const std::string& dir) {
     ResumePoint r;
-    r.dir = resolve_checkpoint(resume_arg);
+    r.dir = dir;
     r.state = read_json_file(r.dir + "/trainer_state.json");
     r.adapter = is_adapter_dir(r.dir);
     if (!r.adapter) {
@@ -63,6 +94,37 @@ ResumePoint read_resume_point(const std::string& resume_arg) {
                 "--resume {}: a LoRA checkpoint whose trainer_state.json names no base (--init)", r.dir);
     r.config = read_model_config(base);
     return r;
+}
+
+}  // namespace
+
+std::optional<ResumePoint> find_resume_point(const std::string& resume_arg, bool optional) {
+    if (file_exists(resume_arg + "/trainer_state.json")) {
+        const std::string bad = check_checkpoint(resume_arg);
+        ANVIL_CHECK(bad.empty(),
+                    "--resume {}: the checkpoint is damaged ({}); resume from the run directory to take its "
+                    "newest undamaged checkpoint, or name an earlier checkpoint-N",
+                    resume_arg, bad);
+        return read_checked(resume_arg);
+    }
+    const std::vector<std::string> all = list_checkpoints(resume_arg);
+    if (all.empty() && optional) return std::nullopt;
+    ANVIL_CHECK(dir_exists(resume_arg), "--resume {}: no such directory", resume_arg);
+    ANVIL_CHECK(!all.empty(),
+                "--resume {}: no training checkpoint here (a directory with trainer_state.json, or a run "
+                "directory holding checkpoint-N or final)",
+                resume_arg);
+    for (const std::string& dir : all) {
+        const std::string bad = check_checkpoint(dir);
+        if (bad.empty()) return read_checked(dir);
+        std::fprintf(stderr, "anvil: --resume: skipping %s, which is damaged (%s)\n", dir.c_str(),
+                     bad.c_str());
+    }
+    fail("--resume {}: every checkpoint in it is damaged (named above); start the run again", resume_arg);
+}
+
+ResumePoint read_resume_point(const std::string& resume_arg) {
+    return *find_resume_point(resume_arg, false);
 }
 
 void read_optimizer_state(const std::string& dir, const ParamStore& store,

@@ -2,12 +2,16 @@
 // (model/model_io.h: config.json, model.safetensors, the tokenizer's files; a LoRA run's: its PEFT adapter,
 // whose base stays where it is) plus the training state: optimizer.safetensors (AdamW moments of the
 // trainable parameters as "exp_avg.NAME" and "exp_avg_sq.NAME", F32, whole) and trainer_state.json (the step,
-// every option, the data's path and fingerprint, the fp16 loss scale, ...: what train/ puts there).
-// Directories are written under a temporary name and renamed into place whole.
+// every option, the data's path and fingerprint, the fp16 loss scale, ...: what train/ puts there), which
+// also keeps the checkpoint's manifest under "files": every other file's size and CRC-32 (io/checksum.h), so
+// a truncated or damaged checkpoint is found before it is read. Directories are written under a temporary
+// name and renamed into place whole; a save that fails (a full disk) removes what it wrote and leaves the
+// previous checkpoints as they were.
 #pragma once
 
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "data/tokenizer.h"
@@ -28,8 +32,12 @@ struct CheckpointContents {
     std::function<void(size_t, float*, float*)> moments;  // trainable entry i's AdamW m and v
     nlohmann::json state;                                 // trainer_state.json
 };
-// Writes `dir` whole: under a temporary name, renamed into place (an older `dir` replaced).
+// Writes `dir` whole: under a temporary name, renamed into place (an older `dir` replaced). On failure the
+// temporary directory is removed and the error says the checkpoints already written are untouched.
 void write_checkpoint(const std::string& dir, const CheckpointContents& c);
+// "" when the checkpoint's files match its manifest (one written before manifests were kept passes
+// unchecked), else what is wrong: an unreadable trainer_state.json, a missing, truncated or changed file.
+std::string check_checkpoint(const std::string& dir);
 
 // What --resume reads, once: the checkpoint directory, its trainer_state.json and its model config.
 struct ResumePoint {
@@ -38,6 +46,11 @@ struct ResumePoint {
     ModelConfig config;    // of the model being trained (a LoRA run's: its base's)
     bool adapter = false;  // the checkpoint holds a LoRA adapter; the base is the run's --init
 };
+// `resume_arg` itself when it holds trainer_state.json (an error if it is damaged), else the newest undamaged
+// checkpoint of the run directory `resume_arg`: a damaged newer one is named on stderr and skipped for the
+// one before it. When there is no checkpoint at all: nullopt if `optional` (--resume auto starts the run),
+// else an error.
+std::optional<ResumePoint> find_resume_point(const std::string& resume_arg, bool optional);
 ResumePoint read_resume_point(const std::string& resume_arg);
 
 // Reads the moments of every trainable entry into `set(i, m, v)`: entry i's tensor-parallel piece

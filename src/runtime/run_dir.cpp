@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -153,35 +154,49 @@ bool is_adapter_dir(const std::string& dir) {
 
 namespace {
 
-int checkpoint_step(const std::string& dir) {
-    const std::string p = dir + "/trainer_state.json";
-    if (!file_exists(p)) return -1;
-    return read_json_file(p).value("step", -1);
+// The step a checkpoint directory holds: trainer_state.json's, else (missing or unreadable: a damaged
+// checkpoint, which its reader names) the N of checkpoint-N; -1 for neither.
+int64_t checkpoint_step(const fsys::path& dir) {
+    try {
+        return read_json_file((dir / "trainer_state.json").string()).value("step", int64_t(-1));
+    } catch (const Error&) {
+        const std::string name = dir.filename().string();
+        if (!name.starts_with("checkpoint-")) return -1;
+        try {
+            return std::stoll(name.substr(11));
+        } catch (const std::exception&) {
+            return -1;
+        }
+    }
 }
 
 }  // namespace
 
-std::string resolve_checkpoint(const std::string& dir, const char* flag) {
-    ANVIL_CHECK(dir_exists(dir), "{} {}: no such directory", flag, dir);
-    if (file_exists(dir + "/trainer_state.json")) return dir;
-    std::string best;
-    int best_step = -1;
-    for (const auto& e : fsys::directory_iterator(dir)) {
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+    std::vector<std::pair<int64_t, std::string>> found;
+    if (!dir_exists(run_dir)) return {};
+    for (const auto& e : fsys::directory_iterator(run_dir)) {
         if (!e.is_directory()) continue;
         const std::string name = e.path().filename().string();
         if (name != "final" && !name.starts_with("checkpoint-")) continue;
         if (name.find(".tmp.") != std::string::npos || name.find(".old.") != std::string::npos) continue;
-        const int s = checkpoint_step(e.path().string());
-        if (s > best_step) {
-            best_step = s;
-            best = e.path().string();
-        }
+        found.emplace_back(checkpoint_step(e.path()), e.path().string());
     }
-    ANVIL_CHECK(!best.empty(),
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+    std::vector<std::string> dirs;
+    for (auto& f : found) dirs.push_back(std::move(f.second));
+    return dirs;
+}
+
+std::string resolve_checkpoint(const std::string& dir, const char* flag) {
+    ANVIL_CHECK(dir_exists(dir), "{} {}: no such directory", flag, dir);
+    if (file_exists(dir + "/trainer_state.json")) return dir;
+    const std::vector<std::string> all = list_checkpoints(dir);
+    ANVIL_CHECK(!all.empty(),
                 "{} {}: no training checkpoint here (a directory with trainer_state.json, or a run directory "
                 "holding checkpoint-N or final)",
                 flag, dir);
-    return best;
+    return all.front();
 }
 
 }  // namespace anvil

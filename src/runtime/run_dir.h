@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace anvil {
 
@@ -41,5 +42,8 @@ bool is_adapter_dir(const std::string& dir);
 // The checkpoint directory to resume from: DIR itself if it holds trainer_state.json, else the newest
 // checkpoint-N or final inside it. `flag` names the option in errors.
 std::string resolve_checkpoint(const std::string& dir, const char* flag = "--resume");
+// The checkpoints of a run directory (final and checkpoint-N, not a save in progress), newest first: by the
+// step trainer_state.json records, or, where it cannot be read, the N of the name. Empty when there is none.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
 
 }  // namespace anvil

@@ -114,7 +114,7 @@ private:
 };
 }  // namespace
 
-void save_checkpoint(const RunSetup& run, int step, const std::string& name) {
+void save_checkpoint(const RunSetup& run, int64_t step, const std::string& name) {
     Comm& comm = *run.comm;
     const SavedState saved(run);
     if (comm.size() > 1) {  // the replicas must not have drifted apart; rank 0 then writes for all

@@ -16,6 +16,12 @@ struct TrainOptions {
     std::string prompt_template = "auto";
     std::string init;                      // start from this HF GPT-2 model directory (the base, with LoRA)
     std::string resume;                    // continue this training checkpoint (or run directory)
+    // --resume auto found no checkpoint in --out: this run starts it (not kept with the options; a failed
+    // attempt's metrics.jsonl is moved aside instead of refusing the directory)
+    bool resume_auto = false;
+    // --max-restarts: a supervising process restarts the training process this many times
+    // (train/supervisor.h; not kept with the options: a process question, not the run's)
+    int max_restarts = 0;
     std::string out;                       // run directory (default runs/<timestamp>)
     double val_fraction = 0.1;
     // model shape (new models only)

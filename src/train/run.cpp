@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "train/instruments.h"
 #include "train/run_setup.h"
 #include "train/schedule.h"
+#include "train/supervisor.h"
 
 namespace anvil {
 
@@ -33,13 +35,21 @@ namespace {
 // cleanly. Under mpirun, Ctrl-C reaches the ranks as SIGTERM (after odls_base_sigkill_timeout seconds, and
 // SIGKILL as long again later); mpirun forwards SIGUSR1 at once, as Slurm's --signal=USR1@SECONDS sends it.
 std::atomic<bool> g_stop{false};
-// A second signal exits at once: a step that never ends must still be stoppable.
+std::atomic<int64_t> g_stop_ns{0};  // when the first one came (CLOCK_MONOTONIC)
+bool g_supervised = false;          // a --max-restarts worker (train/supervisor.h)
+// A second signal exits at once: a step that never ends must still be stoppable. A supervised worker takes a
+// second one within 2 s as the first's copy (its supervisor passes on what may have reached it directly too).
 extern "C" void on_stop_signal(int) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+    const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
     if (g_stop) {
+        if (g_supervised && now - g_stop_ns.load() < 2000000000) return;
         static const char msg[] = "\nanvil: a second stop signal: exiting now, without a checkpoint\n";
         [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);  // async-signal-safe
         std::_Exit(130);
     }
+    g_stop_ns = now;
     g_stop = true;
 }
 
@@ -63,7 +73,7 @@ private:
 };
 
 // Every numeric field of a metrics record as a TensorBoard scalar, grouped by what it measures.
-void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int step) {
+void write_scalars(TensorBoardWriter& tb, const nlohmann::json& rec, int64_t step) {
     for (const auto& [key, value] : rec.items()) {
         if (!value.is_number() || key == "step") continue;
         std::string group = "train";
@@ -102,23 +112,24 @@ public:
     int run();
 
 private:
-    void one_step(int step);
-    void note_skip(int step, const StepStats& st);
-    void note_loss(int step, const StepStats& st);
-    nlohmann::json step_record(int done, const StepStats& st, double lr, double dt, double waited,
+    // Every function here names a step by its number (Step, train/schedule.h).
+    void one_step(Step s);
+    void note_skip(int64_t step, const StepStats& st);
+    void note_loss(int64_t step, const StepStats& st);
+    nlohmann::json step_record(int64_t step, const StepStats& st, double lr, double dt, double waited,
                                double tok_s, double elapsed) const;
-    void log(const nlohmann::json& rec, int done, bool force);
-    int finish(int steps_done, bool interrupted);
-    void print_profile(int steps_done);  // --profile's table and profile.json (rank 0)
+    void log(const nlohmann::json& rec, int64_t step, bool force);
+    int finish(int64_t steps_done, bool interrupted);
+    void print_profile(int64_t steps_done);  // --profile's table and profile.json (rank 0)
     void report(nlohmann::json& summary, double tokens_per_s);
-    // --sample-every's text at step `done`: --sample-prompt's continuation, else the first held-out
+    // --sample-every's text at step `step`: --sample-prompt's continuation, else the first held-out
     // instruction or chat example's answer, both ending at the template's stop tokens; else (plain text) from
     // the end-of-text token (BOS where the tokenizer has one), as llm.c samples during training.
-    std::string sample(int done) const;
-    // --eval-every's validation loss at step `done`: OUT/best when it is the lowest so far (--keep-best), and
+    std::string sample(int64_t step) const;
+    // --eval-every's validation loss at step `step`: OUT/best when it is the lowest so far (--keep-best), and
     // --early-stop's count of evaluations without improvement
-    void track_best(double val_loss, int done);
-    std::string eval_line(int done, const std::optional<LossResult>& val,
+    void track_best(double val_loss, int64_t step);
+    std::string eval_line(int64_t step, const std::optional<LossResult>& val,
                           const std::optional<ChoiceResult>& mc) const;
 
     // Stop after this step: a signal reached this process or, in a job, any rank before the step (the votes
@@ -140,38 +151,35 @@ private:
     double train_time_ = 0.0, wait_time_ = 0.0, comm_time_ = 0.0, last_loss_ = NAN, step_s_ = 0.0;
     int64_t trained_tokens_ = 0;
     int skipped_ = 0;
-    int profiled_from_ = 0;    // --profile: the first step the table covers (0-based)
-    int no_target_steps_ = 0;  // steps whose rows had no loss targets (all masked, or past --seq)
-    bool had_loss_ = false;    // a step of this process had targets (last_loss_ is its loss)
+    int64_t profiled_from_ = 0;  // --profile: the first step the table covers
+    int no_target_steps_ = 0;    // steps whose rows had no loss targets (all masked, or past --seq)
+    bool had_loss_ = false;      // a step of this process had targets (last_loss_ is its loss)
     bool early_stopped_ = false;
 };
 
 int TrainingLoop::run() {
+    g_supervised = supervised_worker();
     for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
-    int step = run_.start_step;
-    profiled_from_ = step;
+    int64_t done = run_.start_step;  // the steps completed: the last one's number
+    profiled_from_ = done + 1;
     bool interrupted = false;
-    for (; step < o_.steps; step++) {
-        one_step(step);
-        const int done = step + 1;
+    for (Step s{done + 1}; s.number <= o_.steps; s.number++) {
+        one_step(s);
+        done = s.number;
         // --profile: the table leaves out the first step (cuBLASLt's plans, first allocations) when more
         // follow
-        if (run_.profiler && step == run_.start_step && done < o_.steps)
-            run_.profiler->reset(), profiled_from_ = done;
+        if (run_.profiler && done == run_.start_step + 1 && done < o_.steps)
+            run_.profiler->reset(), profiled_from_ = done + 1;
         if (o_.save_every > 0 && done % o_.save_every == 0 && done < o_.steps)
             save_checkpoint(run_, done, fmt::format("checkpoint-{}", done));
         if (stop_requested()) {
             interrupted = true;
-            step++;
             break;
         }
-        if (early_stopped_) {
-            step++;
-            break;
-        }
+        if (early_stopped_) break;
     }
     for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_DFL);
-    return finish(step, interrupted);
+    return finish(done, interrupted);
 }
 
 bool TrainingLoop::stop_requested() {
@@ -179,18 +187,19 @@ bool TrainingLoop::stop_requested() {
 }
 
 // One optimizer step, its metrics record, the progress line, and --eval-every's validation.
-void TrainingLoop::one_step(int step) {
+void TrainingLoop::one_step(Step s) {
+    const int64_t step = s.number;
     const int B = o_.batch, T = o_.seq, accum = o_.grad_accum;
     const auto t0 = Clock::now();
     double waited = 0.0;
-    const StepBatch batch = loader_.acquire(step, &waited);
+    const StepBatch batch = loader_.acquire(s.index(), &waited);
     if (run_.dp) run_.dp->vote_stop(g_stop);
     AdamWArgs args;
-    args.lr = sched_.at(step);
+    args.lr = sched_.at(s.index());
     args.beta1 = o_.beta1;
     args.beta2 = o_.beta2;
     args.eps = o_.eps;
-    args.step = step + 1;
+    args.step = int(step);
     args.max_grad_norm = o_.grad_clip;
     const StepStats st = run_.trainer->step(batch, accum, B, T, args);
     loader_.release();
@@ -206,24 +215,24 @@ void TrainingLoop::one_step(int step) {
     if (skipped) note_skip(step, st);
     const bool has_loss = st.targets > 0;
     note_loss(step, st);
-    const int done = step + 1;
-    nlohmann::json rec = step_record(done, st, args.lr, dt, waited, tok_s, elapsed);
+    nlohmann::json rec = step_record(step, st, args.lr, dt, waited, tok_s, elapsed);
     if (skipped) rec["skipped"] = true;
-    instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done);
-    const bool eval_due = o_.eval_every > 0 && done % o_.eval_every == 0 && done < o_.steps;
+    const int left = int(o_.steps - step);
+    instruments_.add_step(rec, tok_s, elapsed, double(trained_tokens_), step_s_, left);
+    const bool eval_due = o_.eval_every > 0 && step % o_.eval_every == 0 && step < o_.steps;
     std::optional<LossResult> val;
     std::optional<ChoiceResult> mc;
     if (eval_due && run_.data.val.size() > 1) {
         const LossResult v = evaluate_loss(*run_.model, run_.data.val, B, T, o_.eval_batches, &replicas_);
         if (v.targets > 0) {
             rec["val_loss"] = v.loss;
-            track_best(v.loss, done);
+            track_best(v.loss, step);
             val = v;
         }
     }
-    if (o_.sample_every > 0 && done % o_.sample_every == 0) {
-        rec["sample"] = sample(done);
-        bar_.note(fmt::format("sample at step {}:\n---\n{}\n---", done, rec["sample"].get<std::string>()));
+    if (o_.sample_every > 0 && step % o_.sample_every == 0) {
+        rec["sample"] = sample(step);
+        bar_.note(fmt::format("sample at step {}:\n---\n{}\n---", step, rec["sample"].get<std::string>()));
     }
     if (eval_due && !run_.choices.empty()) {
         mc = multiple_choice(*run_.model, *run_.tok, run_.choices, o_.eval_choices_limit, &replicas_);
@@ -232,22 +241,22 @@ void TrainingLoop::one_step(int step) {
     }
     // A held-out split with no loss targets (every row masked) gives no validation line of its own.
     const bool eval_now = val || mc;
-    if (eval_now) bar_.note(eval_line(done, val, mc));
+    if (eval_now) bar_.note(eval_line(step, val, mc));
     if (early_stopped_)
         bar_.note(
             fmt::format("early stop at step {}: the validation loss has not improved on {:.4f} (step {}) "
                         "in {} evaluations",
-                        done, run_.best.loss, run_.best.step, run_.best.evals_since));
-    log(rec, done, eval_now || skipped || rec.contains("sample"));
-    bar_.update(done,
+                        step, run_.best.loss, run_.best.step, run_.best.evals_since));
+    log(rec, step, eval_now || skipped || rec.contains("sample"));
+    bar_.update(int(step),
                 fmt::format("loss {} | lr {:.2e} | {:.0f} tok/s",
                             has_loss ? fmt::format("{:.4f}", st.loss) : "n/a (no targets)", args.lr, tok_s) +
-                    instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, o_.steps - done));
+                    instruments_.progress(tok_s, elapsed, double(trained_tokens_), step_s_, left));
 }
 
 // The step's loss for the end-of-run line; a step whose rows have no targets has none (its gradient is
 // zero), and the first one says why.
-void TrainingLoop::note_loss(int step, const StepStats& st) {
+void TrainingLoop::note_loss(int64_t step, const StepStats& st) {
     if (st.targets > 0) {
         last_loss_ = st.loss, had_loss_ = true;
     } else if (no_target_steps_++ == 0) {
@@ -255,14 +264,14 @@ void TrainingLoop::note_loss(int step, const StepStats& st) {
             fmt::format("step {} has no loss targets: every row's targets are masked (or, for instruction "
                         "and chat data, start past --seq {}); such steps log no loss. A longer --seq "
                         "or a larger --batch may help",
-                        step + 1, o_.seq));
+                        step, o_.seq));
     }
 }
 
-// metrics.jsonl's record of step `done` (null loss without targets, never 0), before the evaluations.
-nlohmann::json TrainingLoop::step_record(int done, const StepStats& st, double lr, double dt, double waited,
-                                         double tok_s, double elapsed) const {
-    nlohmann::json rec = {{"step", done},
+// metrics.jsonl's record of a step (null loss without targets, never 0), before the evaluations.
+nlohmann::json TrainingLoop::step_record(int64_t step, const StepStats& st, double lr, double dt,
+                                         double waited, double tok_s, double elapsed) const {
+    nlohmann::json rec = {{"step", step},
                           {"loss", st.targets > 0 ? nlohmann::json(st.loss) : nlohmann::json(nullptr)},
                           {"lr", lr},
                           {"grad_norm", st.grad_norm},
@@ -281,31 +290,31 @@ nlohmann::json TrainingLoop::step_record(int done, const StepStats& st, double l
 }
 
 // The line on stderr for a step whose update was skipped (non-finite, or an outlier), and its count.
-void TrainingLoop::note_skip(int step, const StepStats& st) {
+void TrainingLoop::note_skip(int64_t step, const StepStats& st) {
     const LossScaler& scaler = run_.trainer->scaler();
     skipped_++;
     if (!st.finite) {
         std::fprintf(
-            stderr, "\nanvil: step %d: non-finite %s; update skipped (%d so far)%s\n", step + 1,
+            stderr, "\nanvil: step %lld: non-finite %s; update skipped (%d so far)%s\n", (long long)step,
             std::isfinite(st.loss) ? "gradient" : "loss", skipped_,
             scaler.enabled ? fmt::format(", loss scale {} -> {}", st.loss_scale, scaler.scale).c_str() : "");
         return;
     }
     const bool by_loss = std::string_view(st.outlier) == "loss";
     std::fprintf(stderr,
-                 "\nanvil: step %d: %s z-score %.2f above --skip-%s-z %g; update skipped (%d so far)\n",
-                 step + 1, by_loss ? "loss" : "gradient norm", by_loss ? st.loss_z : st.grad_z,
+                 "\nanvil: step %lld: %s z-score %.2f above --skip-%s-z %g; update skipped (%d so far)\n",
+                 (long long)step, by_loss ? "loss" : "gradient norm", by_loss ? st.loss_z : st.grad_z,
                  by_loss ? "loss" : "grad", by_loss ? o_.skip_loss_z : o_.skip_grad_z, skipped_);
 }
 
 // One line per evaluation, as llm.c and nanoGPT print theirs: validation loss and perplexity, whether it is
 // the best so far (--keep-best wrote best/), multiple-choice accuracy.
-std::string TrainingLoop::eval_line(int done, const std::optional<LossResult>& val,
+std::string TrainingLoop::eval_line(int64_t step, const std::optional<LossResult>& val,
                                     const std::optional<ChoiceResult>& mc) const {
-    std::string line = fmt::format("eval at step {}:", done);
+    std::string line = fmt::format("eval at step {}:", step);
     if (val) {
         line += fmt::format(" val loss {:.4f}, perplexity {:.3f}", val->loss, val->ppl);
-        if (run_.best.step == done)
+        if (run_.best.step == step)
             line += o_.keep_best ? " (best so far: saved best/)" : " (best so far)";
         else
             line += fmt::format(" (best {:.4f} at step {})", run_.best.loss, run_.best.step);
@@ -316,21 +325,21 @@ std::string TrainingLoop::eval_line(int done, const std::optional<LossResult>& v
     return line;
 }
 
-void TrainingLoop::track_best(double val_loss, int done) {
+void TrainingLoop::track_best(double val_loss, int64_t step) {
     RunSetup::Best& b = run_.best;
     if (b.step == 0 || val_loss < b.loss) {
-        b = {val_loss, done, 0, o_.keep_best ? std::filesystem::absolute(o_.out + "/best").string() : ""};
-        if (o_.keep_best) save_checkpoint(run_, done, "best");  // every rank: the loss is the replicas' own
+        b = {val_loss, step, 0, o_.keep_best ? std::filesystem::absolute(o_.out + "/best").string() : ""};
+        if (o_.keep_best) save_checkpoint(run_, step, "best");  // every rank: the loss is the replicas' own
         return;
     }
     b.evals_since++;
     early_stopped_ = o_.early_stop > 0 && b.evals_since >= o_.early_stop;
 }
 
-std::string TrainingLoop::sample(int done) const {
+std::string TrainingLoop::sample(int64_t step) const {
     const Tokenizer& tok = *run_.tok;
     const PromptTemplate tmpl = choose_template(o_.prompt_template, tok);
-    const uint64_t seed = o_.seed + uint64_t(done);
+    const uint64_t seed = o_.seed + uint64_t(step);
     if (!o_.sample_prompt.empty())
         return sample_text(*run_.model, tok, tok.encode_prompt(o_.sample_prompt), o_.sample_tokens, seed,
                            stop_tokens(tmpl, tok));
@@ -341,18 +350,18 @@ std::string TrainingLoop::sample(int done) const {
                        seed);  // past the ends of documents, as llm.c samples
 }
 
-void TrainingLoop::log(const nlohmann::json& rec, int done, bool force) {
-    if (!metrics_ || !(force || done % o_.log_every == 0 || done == o_.steps)) return;
+void TrainingLoop::log(const nlohmann::json& rec, int64_t step, bool force) {
+    if (!metrics_ || !(force || step % o_.log_every == 0 || step == o_.steps)) return;
     metrics_->write(rec);
-    if (tensorboard_) write_scalars(*tensorboard_, rec, done);
+    if (tensorboard_) write_scalars(*tensorboard_, rec, step);
 }
 
-void TrainingLoop::print_profile(int step) {
+void TrainingLoop::print_profile(int64_t steps_done) {
     if (!run_.profiler || comm_.rank() != 0) return;
-    const int steps_run = step - run_.start_step;
-    std::fprintf(stderr, "per-op time over steps %d to %d (synchronised after each op%s):\n%s",
-                 profiled_from_ + 1, step,
-                 profiled_from_ > run_.start_step ? "; the first step, the warm-up, left out" : "",
+    const int64_t steps_run = steps_done - run_.start_step;
+    std::fprintf(stderr, "per-op time over steps %lld to %lld (synchronised after each op%s):\n%s",
+                 (long long)profiled_from_, (long long)steps_done,
+                 profiled_from_ > run_.start_step + 1 ? "; the first step, the warm-up, left out" : "",
                  run_.profiler->report().c_str());
     nlohmann::json prof = run_.profiler->report_json();
     if (W_ > 1 && steps_run > 0) {  // not a backend op: the wait for the collectives after the backward
@@ -369,7 +378,7 @@ void TrainingLoop::print_profile(int step) {
     write_file_atomic(o_.out + "/profile.json", json_text(prof, 1) + "\n");
 }
 
-int TrainingLoop::finish(int step, bool interrupted) {
+int TrainingLoop::finish(int64_t step, bool interrupted) {
     const std::string final_dir = interrupted ? fmt::format("checkpoint-{}", step) : "final";
     if (run_.profiler) run_.profiler->stop();  // the checkpoint's downloads are not a step's
     save_checkpoint(run_, step, final_dir);

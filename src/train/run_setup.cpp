@@ -17,6 +17,13 @@ namespace anvil {
 
 namespace fsys = std::filesystem;
 
+std::string default_out_dir() {
+    const std::time_t now = std::time(nullptr);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
+    return buf;
+}
+
 namespace {
 
 constexpr int kEmbeddedExamples = 20000;
@@ -48,13 +55,6 @@ std::string join_list(const std::vector<std::string>& v) {
 // trained. The extra rows are never sampled and learn to stay unlikely. Small vocabularies (bytes) are kept
 // as they are: their classifier costs little, and the extra rows would only change the initialisation.
 constexpr int kVocabMultiple = 64, kPadFrom = 1024;
-
-std::string default_out_dir() {
-    const std::time_t now = std::time(nullptr);
-    char buf[40];
-    std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
-    return buf;
-}
 
 std::string hex(uint64_t x) {
     return fmt::format("{:016x}", x);
@@ -103,6 +103,15 @@ bool open_out_dir(TrainOptions& o, const ResumePoint* resume, RunSetup& r) {
     make_dirs(o.out);
     // From here on this process owns the directory: a second one is refused before it writes anything.
     r.lock = RunDirLock(o.out, resume ? "--resume" : "--out");
+    if (!resume && o.resume_auto && file_exists(o.out + "/metrics.jsonl")) {
+        // an attempt that ended before its first checkpoint: its log is kept, the run starts over
+        std::string aside = o.out + "/metrics.before-restart.jsonl";
+        for (int i = 2; file_exists(aside); i++)
+            aside = fmt::format("{}/metrics.before-restart-{}.jsonl", o.out, i);
+        fsys::rename(o.out + "/metrics.jsonl", aside);
+        std::fprintf(stderr, "anvil: --resume auto: %s held no checkpoint; its metrics.jsonl is now %s\n",
+                     o.out.c_str(), aside.c_str());
+    }
     ANVIL_CHECK(resume || !file_exists(o.out + "/metrics.jsonl"),
                 "--out {}: already holds a run; continue it with --resume {} or choose another --out", o.out,
                 o.out);
@@ -408,7 +417,7 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
         rp.dir, hex(r.data.fingerprint), fp, rp.state["data"].value("path", std::string("?")));
     ANVIL_CHECK(r.start_step <= o.steps, "--resume {}: the checkpoint is at step {}, past --steps {}", rp.dir,
                 r.start_step, o.steps);
-    std::fprintf(stderr, "anvil: resuming %s at step %d\n", rp.dir.c_str(), r.start_step);
+    std::fprintf(stderr, "anvil: resuming %s at step %lld\n", rp.dir.c_str(), (long long)r.start_step);
 }
 
 }  // namespace

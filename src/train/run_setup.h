@@ -38,16 +38,20 @@ struct RunSetup {
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<DataParallel> dp;  // with more than one rank
     std::unique_ptr<Trainer> trainer;
-    int start_step = 0;
+    int64_t start_step = 0;
     std::vector<std::string> batch_search;  // what --batch auto tried
     // --eval-every's lowest validation loss so far, its step (0: none yet), the evaluations since and the
     // checkpoint that holds it (--keep-best); kept in trainer_state.json, so a resumed run goes on from it
     struct Best {
         double loss = 0.0;
-        int step = 0, evals_since = 0;
+        int64_t step = 0;
+        int evals_since = 0;
         std::string dir;
     } best;
 };
+
+// runs/YYYYmmdd-HHMMSS: the run directory when --out does not name one.
+std::string default_out_dir();
 
 // Resolves and loads; `o` is updated in place with the resolved values. `resume` is the checkpoint to
 // continue (read once by the caller), or null. Every rank of `comm` calls it: rank 0 alone owns the run

@@ -26,6 +26,15 @@ inline LrShape parse_lr_shape(const std::string& name) {
     fail("--lr-schedule {}: use cosine, linear, constant or wsd", name);
 }
 
+// A step of a run, named by its number: steps count from 1, as metrics.jsonl, the progress line,
+// checkpoint-N, trainer_state.json's "step" (the steps completed) and AdamW's bias correction count them.
+// index() is how many steps came before it: the batch the data order gives it (data/batcher.h, the
+// prefetcher) and its place in the learning-rate schedule (LrSchedule::at).
+struct Step {
+    int64_t number = 1;
+    int64_t index() const { return number - 1; }
+};
+
 struct LrSchedule {
     float lr = 3e-4f;
     float min_lr_frac = 0.1f;
@@ -34,7 +43,8 @@ struct LrSchedule {
     LrShape shape = LrShape::Cosine;
     float decay_frac = 0.2f;  // wsd: the share of the steps that decays
 
-    float at(int step) const {
+    // the learning rate of the step with this index (Step::index)
+    float at(int64_t step) const {
         if (step < warmup) return lr * float(step + 1) / float(warmup);
         if (shape == LrShape::Constant) return lr;
         // the first decaying step: after warmup (and, for wsd, after the stable part)

@@ -98,12 +98,14 @@ public:
     // Gradients of the step's `accum` micro-batches of (B, T) into the model's gradients; returns the loss.
     // The per-token losses are copied to the host as the device gets to them; the host waits once, at the
     // end.
+    // `step`: the step's number (Step::number), which the passes' seeds derive from.
     StepStats gradients(const StepBatch& batch, int accum, int B, int T, int64_t step = 0);
     // gradients(), then the norm, clipping and the AdamW update with `args` (lr, betas, eps, step, clip;
     // its grad_scale is the loss scale's inverse), skipping it when the loss or the norm is not finite, or
     // (set_outlier_skip) an outlier; the host then reads the norm before the update.
     StepStats step(const StepBatch& batch, int accum, int B, int T, AdamWArgs args);
-    // The randomness of micro-batch m of a step on this rank (ForwardPass::seed: the dropout masks).
+    // The randomness of micro-batch m of step number `step` on this rank (ForwardPass::seed: the dropout
+    // masks).
     uint64_t pass_seed(int64_t step, int m) const;
 
 private:
