@@ -194,10 +194,13 @@ def main():
         "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
         "rss_mb_max": max(m for _, m in rss) if rss else None,
         "server_alive_at_end": alive, "max_growth_mb": a.max_growth_mb,
+        "rss_mb_samples": [[round(t, 1), round(m, 2)] for t, m in rss],
+        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
+        "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
     }
     growth = (res["rss_mb_end"] - res["rss_mb_after_warmup"]) if warm else 0.0
     res["rss_growth_mb"] = growth
-    print(json.dumps(res, indent=2))
+    print(json.dumps({k: v for k, v in res.items() if k != "rss_mb_samples"}, indent=2))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -489,8 +489,6 @@ void add_instrument_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
         ->check(CLI::IsMember({"on", "off"}));
 }
 
-// The command: the text flags read, --resume's stored options under the flags given, the embedded default
-// when no data is named, then the run.
 // --max-restarts: this process supervises one that trains (train/supervisor.h), started with this command
 // line less --max-restarts; restarts take --resume auto in the same run directory.
 int supervise_train(const TrainOptions& o) {
@@ -519,6 +517,8 @@ int supervise_train(const TrainOptions& o) {
     return supervise({first, again, out, o.max_restarts});
 }
 
+// The command: the text flags read, --resume's stored options under the flags given, the embedded default
+// when no data is named, then the run.
 int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
     if (o.max_restarts > 0 && !supervised_worker()) return supervise_train(o);
     o.shuffle = t.shuffle == "on";
@@ -529,8 +529,7 @@ int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
     if (!o.batch_auto) o.batch = std::atoi(t.batch.c_str());
     std::optional<ResumePoint> resume;
     if (o.resume == "auto") {
-        ANVIL_CHECK(sub.get_option("--out")->count() > 0,
-                    "--resume auto continues (or starts) the run in --out: give --out DIR");
+        ANVIL_CHECK(!o.out.empty(), "--resume auto continues (or starts) the run in --out: give --out DIR");
         resume = find_resume_point(o.out, true);
         o.resume_auto = !resume;
         o.resume = resume ? resume->dir : "";

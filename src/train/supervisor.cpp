@@ -1,6 +1,7 @@
 #include "train/supervisor.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,20 +31,30 @@ extern "C" void pass_stop_on(int sig) {
     if (g_worker > 0) ::kill(pid_t(g_worker), sig);
 }
 
-// The worker runs in a process group of its own, so a terminal's Ctrl-C reaches it once, through here.
+// The worker runs in a process group of its own, so a terminal's Ctrl-C reaches it once, through here, and it
+// is sent SIGTERM (a checkpoint, then exit) if the supervisor dies first. Everything the child needs is made
+// before fork: between fork and exec it calls only async-signal-safe functions.
 pid_t start_worker(const std::vector<std::string>& args) {
     std::vector<std::string> all{"anvil"};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::string mark = "ANVIL_SUPERVISED=1";
+    std::vector<char*> envp;
+    for (char** e = environ; *e; e++)
+        if (std::strncmp(*e, "ANVIL_SUPERVISED=", 17) != 0) envp.push_back(*e);
+    envp.push_back(mark.data());
+    envp.push_back(nullptr);
+    const pid_t parent = ::getpid();
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     ANVIL_CHECK(pid >= 0, "--max-restarts: cannot start the worker process ({})", std::strerror(errno));
     if (pid == 0) {
         ::setpgid(0, 0);
-        ::setenv("ANVIL_SUPERVISED", "1", 1);
-        ::execv("/proc/self/exe", argv.data());
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (::getppid() != parent) std::_Exit(130);  // the supervisor died before prctl took hold
+        ::execve("/proc/self/exe", argv.data(), envp.data());
         std::_Exit(127);
     }
     return pid;

@@ -4,7 +4,8 @@
 // newest undamaged checkpoint in the run directory (runtime/checkpoint.h), up to N times. A worker that
 // finishes (exit 0), was stopped on purpose (130: Ctrl-C, SIGTERM, Slurm's USR1, each passed on to it once)
 // or rejected its command line (2) is not restarted. Each restart is a line on stderr and a record in the
-// run's metrics.jsonl ({"event": "restart", ...}); summary.json gets the count and the reasons.
+// run's metrics.jsonl ({"event": "restart", ...}); summary.json gets the count and the reasons. A worker
+// whose supervisor dies gets SIGTERM: it saves a checkpoint and exits.
 #pragma once
 
 #include <string>

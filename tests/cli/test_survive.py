@@ -13,7 +13,8 @@ D: --resume auto: with no run directory it starts the run; killed with SIGKILL a
    attempt that died before its first checkpoint has its metrics.jsonl kept aside and the run starts over.
 E: --max-restarts 2: the training process (the supervisor's child) killed with SIGKILL after checkpoint-20 is
    restarted from its newest checkpoint and ends with the uninterrupted run's final weights, bit for bit; the
-   restart is a record in metrics.jsonl and in summary.json; a negative count is a one-line error.
+   restart is a record in metrics.jsonl and in summary.json; with the supervisor killed outright, the worker
+   saves a checkpoint and exits; a negative count is a one-line error.
 F: prepared data keeps its shards' sizes and CRC-32 in meta.json: a changed byte in a shard stops the run
    before it starts, with a one-line error naming the shard.
 """
@@ -188,6 +189,25 @@ def part_e(d, data, ref, failures):
     check(same, "E: the final weights equal the uninterrupted run's, bit for bit", failures)
     print(f"E: worker killed after step {events[0]['after_step'] if events else '?'}; restarted once; final "
           f"weights {'equal' if same else 'DIFFER FROM'} the uninterrupted run's")
+    # the supervisor killed outright: its worker gets SIGTERM, saves a checkpoint and exits
+    orphan = os.path.join(d, "orphan")
+    p = subprocess.Popen([ANVIL, "train", "--max-restarts", "1", "--out", orphan, "--data", data, *FLAGS_D],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(os.path.join(orphan, "checkpoint-10", "trainer_state.json"), p)
+    worker = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split() if p.poll() is None else []
+    p.kill()
+    p.wait()
+    gone = False
+    for _ in range(300):
+        gone = not worker or not os.path.exists(f"/proc/{worker[0]}") or \
+            open(f"/proc/{worker[0]}/stat").read().split()[2] == "Z"
+        if gone:
+            break
+        time.sleep(0.1)
+    last = max(json.loads(l)["step"] for l in open(os.path.join(orphan, "metrics.jsonl")))
+    saved = sorted(n for n in os.listdir(orphan) if n.startswith("checkpoint-"))
+    check(len(worker) == 1 and gone and f"checkpoint-{last}" in saved,
+          f"E: with its supervisor killed, the worker saves its last step ({last}) and exits ({saved})", failures)
     r = run(["train", "--max-restarts", "-1", "--data", data, "--steps", "2", *ARGS])
     err = last_error_line(r)
     check(r.returncode != 0 and ONE_LINE_ERROR.match(err) and "--max-restarts" in err,
