@@ -120,7 +120,7 @@ def part_c(d, data, failures):
         subprocess.run(["umount", mnt])
 
 
-FLAGS_D = ["--steps", "200", "--save-every", "10", "--keep-checkpoints", "0", *ARGS]
+FLAGS_D = ["--steps", "400", "--save-every", "10", "--keep-checkpoints", "0", *ARGS]
 
 
 def wait_for(path, p, seconds=120):
