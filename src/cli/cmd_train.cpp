@@ -533,11 +533,10 @@ int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
         resume = find_resume_point(o.out, true);
         o.resume_auto = !resume;
         o.resume = resume ? resume->dir : "";
-        if (resume)
-            std::fprintf(stderr, "anvil: --resume auto: continuing from %s\n", resume->dir.c_str());
-        else
-            std::fprintf(stderr, "anvil: --resume auto: no checkpoint in %s yet; starting the run\n",
-                         o.out.c_str());
+        if (launched_rank() == 0)  // every rank of a job resolves it; rank 0 says which
+            std::fprintf(stderr, "anvil: --resume auto: %s %s\n",
+                         resume ? "continuing from" : "no checkpoint yet; starting the run in",
+                         resume ? resume->dir.c_str() : o.out.c_str());
     } else if (!o.resume.empty()) {
         resume = find_resume_point(o.resume, false);
     }
