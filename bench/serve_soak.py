@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import random
-import re
 import socket
 import statistics
 import subprocess
@@ -35,7 +34,9 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ANVIL = os.environ.get("ANVIL_BIN", os.path.join(ROOT, "build", "anvil"))
+ANVIL = os.environ.setdefault("ANVIL_BIN", os.path.join(ROOT, "build", "anvil"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "serve"))
+from test_serve import Server  # noqa: E402  (the serving tests' server: --port 0, --threads 2)
 WORDS = "alpha beta gamma delta tensor GPU 42 the model reads every weight once per step".split()
 MIX = [("complete", 30), ("stream", 25), ("chat", 15), ("cancel", 10), ("long", 10), ("bad", 10)]
 
@@ -45,7 +46,6 @@ def parse():
     p.add_argument("--model", help="model directory (default: train a small one first)")
     p.add_argument("--seconds", type=float, default=600, help="how long the load runs")
     p.add_argument("--clients", type=int, default=8, help="threads sending requests back to back")
-    p.add_argument("--threads", type=int, default=2, help="the server's --threads")
     p.add_argument("--long-words", type=int, default=120, help="words in a long prompt (the made model reads 1024 "
                    "bytes)")
     p.add_argument("--max-growth-mb", type=float, default=64, help="allowed VmRSS growth after the first minute")
@@ -64,32 +64,11 @@ def small_model(d):
     return os.path.join(out, "final")
 
 
-class Server:
-    def __init__(self, model, threads):
-        self.proc = subprocess.Popen([ANVIL, "serve", "--model", model, "--port", "0", "--threads", str(threads)],
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
-        self.port, self.lines = None, []
-        ready = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        ready.wait(120)
-        if self.port is None:
-            raise SystemExit("the server did not start:\n" + "".join(self.lines))
-
-    def rss_mb(self):
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+def rss_mb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def prompt(rng, n):
@@ -142,7 +121,7 @@ def main():
     a = parse()
     with tempfile.TemporaryDirectory(prefix="anvil_soak_") as d:
         model = a.model or small_model(d)
-        srv = Server(model, a.threads)
+        srv = Server(model)
         t0 = time.time()
         stop = time.time() + a.seconds
         records, lost, rss = [], [], []
@@ -162,7 +141,7 @@ def main():
 
         def sampler():
             while time.time() < stop:
-                rss.append((time.time() - t0, srv.rss_mb()))
+                rss.append((time.time() - t0, rss_mb(srv.proc.pid)))
                 time.sleep(5)
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(a.clients)]
@@ -171,10 +150,9 @@ def main():
             t.start()
         for t in threads:
             t.join()
-        rss.append((time.time() - t0, srv.rss_mb()))
+        rss.append((time.time() - t0, rss_mb(srv.proc.pid)))
         alive = srv.proc.poll() is None
-        srv.proc.terminate()
-        srv.proc.wait(30)
+        srv.stop()
 
     def lat(lo, hi):
         xs = sorted(dt for k, s, dt in records if k == "complete" and lo <= s < hi)
@@ -186,7 +164,7 @@ def main():
     span = max(60.0, a.seconds / 10)
     warm = [m for s, m in rss if s >= min(span, a.seconds / 2)]
     res = {
-        "seconds": a.seconds, "clients": a.clients, "server_threads": a.threads,
+        "seconds": a.seconds, "clients": a.clients, "server_threads": 2,
         "requests": {k: sum(1 for r in records if r[0] == k) for k, _ in MIX},
         "total": len(records), "lost": len(lost), "lost_examples": lost[:10],
         "latency_first": lat(0, span), "latency_last": lat(a.seconds - span, a.seconds + 1),

@@ -67,6 +67,10 @@ void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
     }
 }
 
+namespace {
+
+// "" when the checkpoint's files match its manifest (one written before manifests were kept passes
+// unchecked), else what is wrong: an unreadable trainer_state.json, a missing, truncated or changed file.
 std::string check_checkpoint(const std::string& dir) {
     nlohmann::json state;
     try {
@@ -77,8 +81,6 @@ std::string check_checkpoint(const std::string& dir) {
     if (!state.contains("files")) return "";  // written before checkpoints kept a manifest
     return check_manifest(dir, state["files"]);
 }
-
-namespace {
 
 ResumePoint read_checked(const std::string& dir) {
     ResumePoint r;
@@ -121,10 +123,6 @@ std::optional<ResumePoint> find_resume_point(const std::string& resume_arg, bool
                      bad.c_str());
     }
     fail("--resume {}: every checkpoint in it is damaged (named above); start the run again", resume_arg);
-}
-
-ResumePoint read_resume_point(const std::string& resume_arg) {
-    return *find_resume_point(resume_arg, false);
 }
 
 void read_optimizer_state(const std::string& dir, const ParamStore& store,

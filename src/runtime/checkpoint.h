@@ -35,9 +35,6 @@ struct CheckpointContents {
 // Writes `dir` whole: under a temporary name, renamed into place (an older `dir` replaced). On failure the
 // temporary directory is removed and the error says the checkpoints already written are untouched.
 void write_checkpoint(const std::string& dir, const CheckpointContents& c);
-// "" when the checkpoint's files match its manifest (one written before manifests were kept passes
-// unchecked), else what is wrong: an unreadable trainer_state.json, a missing, truncated or changed file.
-std::string check_checkpoint(const std::string& dir);
 
 // What --resume reads, once: the checkpoint directory, its trainer_state.json and its model config.
 struct ResumePoint {
@@ -51,7 +48,6 @@ struct ResumePoint {
 // one before it. When there is no checkpoint at all: nullopt if `optional` (--resume auto starts the run),
 // else an error.
 std::optional<ResumePoint> find_resume_point(const std::string& resume_arg, bool optional);
-ResumePoint read_resume_point(const std::string& resume_arg);
 
 // Reads the moments of every trainable entry into `set(i, m, v)`: entry i's tensor-parallel piece
 // (ParamSpec::shape), whatever the world size, sharding or tensor parallelism of the run that wrote them.

@@ -123,6 +123,17 @@ def part_c(d, data, failures):
 FLAGS_D = ["--steps", "400", "--save-every", "10", "--keep-checkpoints", "0", *ARGS]
 
 
+def children(p):
+    """The pids of a running process's children."""
+    return open(f"/proc/{p.pid}/task/{p.pid}/children").read().split() if p.poll() is None else []
+
+
+def same_final(ref, out):
+    """Whether run directory `out` ended with `ref`'s final weights, bit for bit; and ref's md5."""
+    a, b = (os.path.join(x, "final", "model.safetensors") for x in (ref, out))
+    return os.path.exists(b) and md5(a) == md5(b), md5(a)
+
+
 def wait_for(path, p, seconds=120):
     deadline = time.time() + seconds
     while not os.path.exists(path) and time.time() < deadline and p.poll() is None:
@@ -145,11 +156,10 @@ def part_d(d, data, ref, failures):
     check(r.returncode == 0, f"D: the same command again finishes the run (exit {r.returncode})", failures)
     m = re.search(r"continuing from \S*checkpoint-(\d+)", r.stderr)
     check(m and int(m.group(1)) >= 20, "D: it continues from the newest checkpoint", failures)
-    a, b = (os.path.join(x, "final", "model.safetensors") for x in (ref, r_dir))
-    same = os.path.exists(b) and md5(a) == md5(b)
+    same, digest = same_final(ref, r_dir)
     check(same, "D: its final weights equal the uninterrupted run's, bit for bit", failures)
     print(f"D: killed after checkpoint-{m.group(1) if m else '?'}; the requeued run's final weights "
-          f"{'equal' if same else 'DIFFER FROM'} the uninterrupted run's (md5 {md5(a)})")
+          f"{'equal' if same else 'DIFFER FROM'} the uninterrupted run's (md5 {digest})")
 
     early = os.path.join(d, "early")
     os.makedirs(early)
@@ -170,7 +180,7 @@ def part_e(d, data, ref, failures):
     p = subprocess.Popen([ANVIL, "train", "--max-restarts", "2", "--out", out, "--data", data, *FLAGS_D],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for(os.path.join(out, "checkpoint-20", "trainer_state.json"), p)
-    kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split() if p.poll() is None else []
+    kids = children(p)
     check(len(kids) == 1, f"E: the supervisor has one child, the worker ({len(kids)})", failures)
     for k in kids:
         os.kill(int(k), signal.SIGKILL)
@@ -184,8 +194,7 @@ def part_e(d, data, ref, failures):
     check(len(events) == 1 and events[0]["event"] == "restart" and events[0]["after_step"] >= 20,
           f"E: metrics.jsonl records the restart ({events})", failures)
     check(summary.get("restarts") == 1, f"E: summary.json counts it ({summary.get('restarts')})", failures)
-    a, b = (os.path.join(x, "final", "model.safetensors") for x in (ref, out))
-    same = os.path.exists(b) and md5(a) == md5(b)
+    same, _ = same_final(ref, out)
     check(same, "E: the final weights equal the uninterrupted run's, bit for bit", failures)
     print(f"E: worker killed after step {events[0]['after_step'] if events else '?'}; restarted once; final "
           f"weights {'equal' if same else 'DIFFER FROM'} the uninterrupted run's")
@@ -194,7 +203,7 @@ def part_e(d, data, ref, failures):
     p = subprocess.Popen([ANVIL, "train", "--max-restarts", "1", "--out", orphan, "--data", data, *FLAGS_D],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(os.path.join(orphan, "checkpoint-10", "trainer_state.json"), p)
-    worker = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split() if p.poll() is None else []
+    worker = children(p)
     p.kill()
     p.wait()
     gone = False

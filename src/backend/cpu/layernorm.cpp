@@ -91,8 +91,9 @@ void CpuBackend::add_norm_fwd(Tensor sum, Tensor out, Tensor mean, Tensor rstd, 
                               Tensor bias, float eps) {
     check_op_add_norm_fwd(sum, out, mean, rstd, a, b, w, bias, eps);
     const int C = int(cols(sum)), N = int(rows(sum));
-    float* s = sum.f32();
-    const float *x = a.f32(), *y = b.f32();
+    float *s = sum.f32(), *o = out.f32(), *r = rstd.f32();
+    float* m = mean.empty() ? nullptr : mean.f32();
+    const float *x = a.f32(), *y = b.f32(), *g = w.f32(), *beta = bias.empty() ? nullptr : bias.f32();
     constexpr int kRows = 8;  // a block's sums are still in cache when its rows are normed
 #pragma omp parallel for schedule(static)
     for (int n0 = 0; n0 < N; n0 += kRows) {
@@ -100,12 +101,11 @@ void CpuBackend::add_norm_fwd(Tensor sum, Tensor out, Tensor mean, Tensor rstd, 
 #pragma omp simd
         for (size_t i = size_t(n0) * C; i < size_t(n1) * C; i++) s[i] = x[i] + y[i];
         for (int n = n0; n < n1; n++) {
-            const size_t o = size_t(n) * C;
-            if (mean.empty())
-                cpu::rmsnorm_row(out.f32() + o, rstd.f32() + n, s + o, w.f32(), C, eps);
+            const size_t at = size_t(n) * C;
+            if (m)
+                cpu::layernorm_row(o + at, m + n, r + n, s + at, g, beta, C, eps);
             else
-                cpu::layernorm_row(out.f32() + o, mean.f32() + n, rstd.f32() + n, s + o, w.f32(), bias.f32(),
-                                   C, eps);
+                cpu::rmsnorm_row(o + at, r + n, s + at, g, C, eps);
         }
     }
 }
