@@ -9,7 +9,7 @@ set -euo pipefail
 
 # the anvil binary: compiler, CMake, BLAS and the libraries it links
 run_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
-          libpcre2-dev libcsv-dev libcpp-httplib-dev libprotobuf-dev protobuf-compiler libboost-dev zlib1g-dev)
+          libpcre2-dev libcsv-dev libprotobuf-dev protobuf-compiler libboost-dev zlib1g-dev)
 # everything else the build makes: oneDNN (bf16 on the CPU; its CMake config needs OpenCL's), the MPI plugin,
 # the test programs (GoogleTest), the fuzzers (clang), `anvil plot` (gnuplot)
 build_pkgs=("${run_pkgs[@]}" libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev libgtest-dev libbenchmark-dev clang

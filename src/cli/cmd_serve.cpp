@@ -76,7 +76,21 @@ void add_serve_flags(CLI::App* sub, ServeOpts& o) {
                     "requests that may wait for a free sequence; past it the server answers 429")
         ->capture_default_str()
         ->check(kNonNegative);
-    sub->add_option("--max-body-mb", o.http.max_body_mb, "larger request bodies get 413")
+    sub->add_option("--max-body-mb", o.http.limits.max_body_mb, "larger request bodies get 413")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--max-connections", o.http.limits.max_connections,
+                    "HTTP connections open at once; past it a new one gets 503 and is closed")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--idle-timeout", o.http.limits.idle_timeout_s,
+                    "seconds a kept-alive connection may wait for its next request before it is closed")
+        ->capture_default_str()
+        ->check(kPositive);
+    sub->add_option("--request-timeout", o.http.limits.request_timeout_s,
+                    "seconds a request's header and body have, from its first byte, to arrive (408 past "
+                    "it: a client that sends a byte a second is cut off); each write of an answer must "
+                    "progress within it too")
         ->capture_default_str()
         ->check(kPositive);
     sub->add_option(

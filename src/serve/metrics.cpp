@@ -73,7 +73,7 @@ std::string scalar(const char* name, const char* type, const char* help, double 
 
 }  // namespace
 
-std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) const {
+std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes, int connections) const {
     std::lock_guard<std::mutex> lk(m_);
     std::string out =
         "# HELP anvil_requests_total HTTP requests by endpoint and status code.\n"
@@ -124,6 +124,8 @@ std::string Metrics::text(const Scheduler::Load& load, double kv_cache_bytes) co
                "when needed).",
                load.pages_cached);
     out += scalar("anvil_kv_cache_bytes", "gauge", "Size of the KV-cache pool.", kv_cache_bytes);
+    out += scalar("anvil_open_connections", "gauge", "HTTP connections open (--max-connections at most).",
+                  connections);
     return out;
 }
 

@@ -1,7 +1,7 @@
 // The server's /metrics in Prometheus' text format (version 0.0.4): requests by endpoint and status, prompt
 // and generated tokens, generations by how they ended, time-to-first-token and inter-token latency
 // histograms, forwards, those that decoded and the rows they carried; queue length, running sequences and
-// KV-cache use are read from the scheduler when scraped.
+// KV-cache use are read from the scheduler when scraped, open connections from the transport.
 #pragma once
 
 #include <array>
@@ -42,8 +42,8 @@ public:
     // A generation over, for its client: how it ended (stop, length, abandoned: the client left, cancelled,
     // error), its prompt's tokens and those it produced.
     void on_generation(const std::string& reason, int64_t prompt_tokens, int64_t generated);
-    // Everything, with the scheduler's load and the cache's size.
-    std::string text(const Scheduler::Load& load, double kv_cache_bytes) const;
+    // Everything, with the scheduler's load, the cache's size and the open HTTP connections.
+    std::string text(const Scheduler::Load& load, double kv_cache_bytes, int connections) const;
 
 private:
     mutable std::mutex m_;

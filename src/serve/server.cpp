@@ -1,17 +1,8 @@
 #include "serve/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
-#include <dirent.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-
-#include <cstdlib>
 #include <random>
-#include <thread>
 
 #include "core/error.h"
 #include "data/text_stream.h"
@@ -25,13 +16,12 @@ constexpr auto kPoll = std::chrono::milliseconds(100);  // how often a waiting h
 
 const char* kJson = "application/json";
 
-void send_json(httplib::Response& res, int status, const nlohmann::json& j) {
-    res.status = status;
-    res.set_content(json_text(j), kJson);
+void send_json(HttpExchange& ex, int status, const nlohmann::json& j, const HttpHeaders& extra = {}) {
+    ex.reply(status, kJson, json_text(j), extra);
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-    send_json(res, e.status, error_body(e));
+void send_error(HttpExchange& ex, const ApiError& e, const HttpHeaders& extra = {}) {
+    send_json(ex, e.status, error_body(e), extra);
 }
 
 std::string sse(const nlohmann::json& j) {
@@ -96,59 +86,6 @@ struct Follower {
     }
 };
 
-// The numeric host and port of a socket's own end (peer = false) or its peer's, as the HTTP library writes
-// them.
-bool socket_end(int fd, bool peer, std::string& host, int& port) {
-    sockaddr_storage a{};
-    socklen_t n = sizeof a;
-    if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
-              : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
-        return false;
-    char h[NI_MAXHOST], p[NI_MAXSERV];
-    if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), n, h, sizeof h, p, sizeof p,
-                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return false;
-    host = h;
-    port = std::atoi(p);
-    return true;
-}
-
-// Whether the client of a request that waits for its whole answer has gone. Debian's cpp-httplib (0.11) tells
-// a handler nothing of its connection (later versions have Request::is_connection_closed), so the connection
-// is found among this process's sockets by its two ends, which identify it while the handler runs (the
-// library closes it only afterwards), and polled for the peer's hang-up. Not found: never gone, the answer
-// runs to its end as before.
-class ClientWatch {
-public:
-    explicit ClientWatch(const httplib::Request& q) {
-        DIR* d = ::opendir("/proc/self/fd");
-        if (!d) return;
-        while (const dirent* e = ::readdir(d)) {
-            char* end = nullptr;
-            const long fd = std::strtol(e->d_name, &end, 10);
-            struct stat st {};
-            if (*end != '\0' || end == e->d_name || ::fstat(int(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
-                continue;
-            std::string host;
-            int port = -1;
-            if (socket_end(int(fd), true, host, port) && port == q.remote_port && host == q.remote_addr &&
-                socket_end(int(fd), false, host, port) && port == q.local_port && host == q.local_addr) {
-                fd_ = int(fd);
-                break;
-            }
-        }
-        ::closedir(d);
-    }
-    bool gone() const {
-        if (fd_ < 0) return false;
-        pollfd p{fd_, POLLRDHUP, 0};
-        return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-    }
-
-private:
-    int fd_ = -1;
-};
-
 }  // namespace
 
 struct Server::Impl {
@@ -156,26 +93,30 @@ struct Server::Impl {
     Metrics& metrics;
     const ServedModel& model;
     ServerOptions opt;
-    httplib::Server http;
-    std::thread thread;
+    HttpServer http;
     std::atomic<bool> draining{false};
     std::atomic<uint64_t> next_id{0};
     std::mutex seed_m;
     std::mt19937_64 seeds{std::random_device{}()};
 
     Impl(Scheduler& s, Metrics& m, const ServedModel& md, const ServerOptions& o)
-        : sched(s), metrics(m), model(md), opt(o) {}
+        : sched(s), metrics(m), model(md), opt(o),
+          http(o.limits, [this](const HttpRequest& q, HttpExchange& ex) { route(q, ex); },
+               [](int status, const std::string& why) { return json_text(error_body(ApiError(status, why))); },
+               [this](const std::string& path, int status) { metrics.on_request(endpoint_label(path), status); }) {}
 
     uint64_t random_seed() {
         std::lock_guard<std::mutex> lk(seed_m);
         return seeds();
     }
-    void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+    // Every request: its key, then its endpoint.
+    void route(const HttpRequest& q, HttpExchange& ex);
+    void generate(Endpoint endpoint, const HttpRequest& q, HttpExchange& ex);
     std::vector<Follower> follow(const GenerationRequest& r, std::vector<std::shared_ptr<Sequence>> seqs);
     void reply_whole(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
-                     const httplib::Request& req, httplib::Response& res);
+                     HttpExchange& ex);
     void reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
-                      httplib::Response& res);
+                      HttpExchange& ex);
     // A stream's choices and how far each has got.
     struct StreamState {
         std::vector<Follower> fs;
@@ -190,10 +131,10 @@ struct Server::Impl {
     nlohmann::json logprobs(const GenerationRequest& r, Follower& f, size_t i, size_t from, bool echo);
 };
 
-void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::generate(Endpoint endpoint, const HttpRequest& q, HttpExchange& ex) {
     try {
         if (draining) throw shutting_down();
-        const GenerationRequest r = parse_request(endpoint, req.body, model, random_seed());
+        const GenerationRequest r = parse_request(endpoint, q.body, model, random_seed());
         // a sequence per prompt, all or none (a full queue refuses the request whole)
         std::vector<std::shared_ptr<Sequence>> seqs;
         for (const auto& prompt : r.prompts) {
@@ -213,11 +154,11 @@ void Server::Impl::generate(Endpoint endpoint, const httplib::Request& req, http
             endpoint, fmt::format("{}-{:x}", endpoint == Endpoint::Chat ? "chatcmpl" : "cmpl", next_id++),
             model.name, int64_t(std::time(nullptr))};
         if (r.stream)
-            reply_stream(r, h, follow(r, std::move(seqs)), res);
+            reply_stream(r, h, follow(r, std::move(seqs)), ex);
         else
-            reply_whole(r, h, follow(r, std::move(seqs)), req, res);
+            reply_whole(r, h, follow(r, std::move(seqs)), ex);
     } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(ex, e);
     }
 }
 
@@ -250,19 +191,18 @@ nlohmann::json Server::Impl::logprobs(const GenerationRequest& r, Follower& f, s
 }
 
 void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
-                               const httplib::Request& req, httplib::Response& res) {
-    const ClientWatch client(req);
+                               HttpExchange& ex) {
     for (Follower& f : fs)
         while (f.finish == Finish::None) {
             f.next();
             // the client left: its sequences end and free their slots
-            if (f.finish == Finish::None && client.gone()) {
+            if (f.finish == Finish::None && ex.client_gone()) {
                 for (size_t i = 0; i < fs.size(); i++) {
                     fs[i].seq->cancel();
                     metrics.on_generation("abandoned", int(r.prompts[i].size()), fs[i].text.tokens());
                 }
                 // nobody reads it; nginx's "client closed request", for the request counters
-                res.status = 499;
+                ex.abandon(499);
                 return;
             }
         }
@@ -282,7 +222,7 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
         prompt_tokens += P;
         completion_tokens += f.text.tokens();
     }
-    send_json(res, 200, completion_response(h, choices, prompt_tokens, completion_tokens));
+    send_json(ex, 200, completion_response(h, choices, prompt_tokens, completion_tokens));
 }
 
 std::string Server::Impl::stream_step(const GenerationRequest& r, const ResponseHead& h, StreamState& st,
@@ -322,152 +262,96 @@ std::string Server::Impl::stream_step(const GenerationRequest& r, const Response
 }
 
 void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& h, std::vector<Follower> fs,
-                                httplib::Response& res) {
-    auto st = std::make_shared<StreamState>(StreamState{std::move(fs), {}, false});
+                                HttpExchange& ex) {
     // One choice that fails (the model's error, a drain) ends the stream with its error; the others stop.
-    st->first.assign(st->fs.size(), true);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st, h, r](size_t, httplib::DataSink& sink) {
-            std::string out;
-            bool failed = false;
-            size_t open = 0;
-            for (const Follower& f : st->fs) open += f.finish == Finish::None;
-            // each open choice in turn, the wait shared among them
-            const auto wait = std::max(kPoll / int(std::max<size_t>(open, 1)), std::chrono::milliseconds(5));
-            for (size_t i = 0; i < st->fs.size() && !failed; i++)
-                if (st->fs[i].finish == Finish::None) out += stream_step(r, h, *st, i, wait, failed);
-            bool all = true;
-            int prompt_tokens = 0, completion_tokens = 0;
-            for (size_t i = 0; i < st->fs.size(); i++) {
-                all = all && st->fs[i].finish != Finish::None;
-                prompt_tokens += int(r.prompts[i].size());
-                completion_tokens += st->fs[i].text.tokens();
-            }
-            if (all || failed) {
-                if (r.include_usage) out += sse(usage_chunk(h, prompt_tokens, completion_tokens));
-                out += "data: [DONE]\n\n";
-                st->done = true;
-            }
-            // a client that left: its sequences end and free their slots
-            if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-            if (!sink.is_writable()) return false;
-            if (st->done) sink.done();
-            return true;
-        },
-        [this, st, r](bool success) {
-            if (success && st->done) return;
-            for (size_t i = 0; i < st->fs.size(); i++) {  // the client left before the end
-                Follower& f = st->fs[i];
-                f.seq->cancel();
-                if (f.finish == Finish::None)
-                    metrics.on_generation("abandoned", int(r.prompts[i].size()), f.text.tokens());
-            }
-        });
+    StreamState st{std::move(fs), {}, false};
+    st.first.assign(st.fs.size(), true);
+    bool gone = !ex.open_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    while (!st.done && !gone) {
+        std::string out;
+        bool failed = false;
+        size_t open = 0;
+        for (const Follower& f : st.fs) open += f.finish == Finish::None;
+        // each open choice in turn, the wait shared among them
+        const auto wait = std::max(kPoll / int(std::max<size_t>(open, 1)), std::chrono::milliseconds(5));
+        for (size_t i = 0; i < st.fs.size() && !failed; i++)
+            if (st.fs[i].finish == Finish::None) out += stream_step(r, h, st, i, wait, failed);
+        bool all = true;
+        int prompt_tokens = 0, completion_tokens = 0;
+        for (size_t i = 0; i < st.fs.size(); i++) {
+            all = all && st.fs[i].finish != Finish::None;
+            prompt_tokens += int(r.prompts[i].size());
+            completion_tokens += st.fs[i].text.tokens();
+        }
+        if (all || failed) {
+            if (r.include_usage) out += sse(usage_chunk(h, prompt_tokens, completion_tokens));
+            out += "data: [DONE]\n\n";
+            st.done = true;
+        }
+        gone = !ex.write_chunk(out) || (!st.done && ex.client_gone());
+    }
+    if (!gone) {
+        ex.close_stream();
+        return;
+    }
+    // the client left: its sequences end and free their slots
+    for (size_t i = 0; i < st.fs.size(); i++) {
+        Follower& f = st.fs[i];
+        f.seq->cancel();
+        if (f.finish == Finish::None) metrics.on_generation("abandoned", int(r.prompts[i].size()), f.text.tokens());
+    }
+    ex.abandon(499);
+}
+
+void Server::Impl::route(const HttpRequest& q, HttpExchange& ex) {
+    // API keys: checked before routing, so an unknown path says 401 too and tells nothing of the routes
+    if (opt.keys.on() && q.path != "/health" && !(q.path == "/metrics" && opt.public_metrics)) {
+        const std::string* auth = q.header("Authorization");
+        if (!opt.keys.admits(auth ? *auth : "")) {
+            send_error(ex,
+                       ApiError(401,
+                                auth == nullptr ? "no API key: send it as `Authorization: Bearer KEY`"
+                                                : "incorrect API key in the Authorization header (`Bearer KEY`)",
+                                "", "invalid_request_error", "invalid_api_key"),
+                       {{"WWW-Authenticate", "Bearer"}});
+            return;
+        }
+    }
+    const bool get = q.method == "GET", post = q.method == "POST";
+    try {
+        if (q.path == "/v1/completions" && post)
+            generate(Endpoint::Completions, q, ex);
+        else if (q.path == "/v1/chat/completions" && post)
+            generate(Endpoint::Chat, q, ex);
+        else if (q.path == "/v1/models" && get)
+            send_json(ex, 200, models_list(model));
+        else if (q.path == "/health" && get)
+            send_json(ex, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
+        else if (q.path == "/metrics" && get)
+            ex.reply(200, "text/plain; version=0.0.4",
+                     metrics.text(sched.load(), double(sched.cache_bytes()), http.open_connections()));
+        else if (endpoint_label(q.path) != "other")
+            send_error(ex, ApiError(405, fmt::format("{} does not take {}", q.path, q.method)));
+        else
+            send_error(ex, ApiError(404, fmt::format("no such endpoint: {} {}", q.method, q.path)));
+    } catch (const std::exception& e) {
+        send_error(ex, ApiError(500, e.what(), "", "server_error"));
+    }
 }
 
 Server::Server(Scheduler& sched, Metrics& metrics, const ServedModel& model, const ServerOptions& o)
-    : impl_(std::make_unique<Impl>(sched, metrics, model, o)) {
-    routes();
-}
+    : impl_(std::make_unique<Impl>(sched, metrics, model, o)) {}
 
 Server::~Server() {
     stop();
 }
 
-void Server::routes() {
-    Impl& s = *impl_;
-    httplib::Server& http = s.http;
-    // a handler per running and per queued request (each waits on its sequence), and some for the rest
-    const SchedulerOptions& so = s.sched.options();
-    const size_t threads = size_t(so.slots + so.max_queue + 16);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http.set_payload_max_length(size_t(s.opt.max_body_mb * 1024.0 * 1024.0));
-    // API keys: checked before routing, so an unknown path says 401 too and tells nothing of the routes
-    if (s.opt.keys.on())
-        http.set_pre_routing_handler([&s](const httplib::Request& q, httplib::Response& r) {
-            if (q.path == "/health" || (q.path == "/metrics" && s.opt.public_metrics) ||
-                s.opt.keys.admits(q.get_header_value("Authorization")))
-                return httplib::Server::HandlerResponse::Unhandled;
-            const bool none = !q.has_header("Authorization");
-            r.set_header("WWW-Authenticate", "Bearer");
-            send_error(r, ApiError(401,
-                                   none ? "no API key: send it as `Authorization: Bearer KEY`"
-                                        : "incorrect API key in the Authorization header (`Bearer KEY`)",
-                                   "", "invalid_request_error", "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        });
-    http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
-        s.generate(Endpoint::Completions, q, r);
-    });
-    http.Post("/v1/chat/completions",
-              [&s](const httplib::Request& q, httplib::Response& r) { s.generate(Endpoint::Chat, q, r); });
-    http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& r) {
-        send_json(r, 200, models_list(s.model));
-    });
-    http.Get("/health", [&s](const httplib::Request&, httplib::Response& r) {
-        if (s.draining)
-            send_json(r, 503, {{"status", "draining"}});
-        else
-            send_json(r, 200, {{"status", "ok"}});
-    });
-    http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) {
-        r.set_content(s.metrics.text(s.sched.load(), double(s.sched.cache_bytes())),
-                      "text/plain; version=0.0.4");
-    });
-    // what the library answers itself (unknown path, body too large, bad HTTP): OpenAI's error body
-    http.set_error_handler(
-        httplib::Server::HandlerWithResponse([](const httplib::Request& q, httplib::Response& r) {
-            if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-            std::string message = fmt::format("HTTP {}", r.status);
-            if (r.status == 404) message = fmt::format("no such endpoint: {} {}", q.method, q.path);
-            if (r.status == 405) message = fmt::format("{} does not take {}", q.path, q.method);
-            if (r.status == 413) message = "the request body is larger than the server's --max-body-mb";
-            send_json(r, r.status, error_body(ApiError(r.status, message)));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        send_json(r, 500, error_body(ApiError(500, what, "", "server_error")));
-    });
-    http.set_logger([&s](const httplib::Request& q, const httplib::Response& r) {
-        s.metrics.on_request(endpoint_label(q.path), r.status);
-    });
-}
-
 int Server::bind() {
-    Impl& s = *impl_;
-    // The library listens with a backlog of 5 (compiled into Debian's build): past it, a burst of clients
-    // waits on SYN retries. Keep the socket to listen again with the system's limit. SO_REUSEADDR only: the
-    // library's default SO_REUSEPORT would let a second server share the port instead of saying it is taken.
-    socket_t fd = INVALID_SOCKET;
-    s.http.set_socket_options([&fd](socket_t sock) {
-        int yes = 1;
-        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-        fd = sock;
-    });
-    int port = s.opt.port;
-    if (port == 0)
-        port = s.http.bind_to_any_port(s.opt.host);
-    else if (!s.http.bind_to_port(s.opt.host, port))
-        port = -1;
-    ANVIL_CHECK(port > 0,
-                "--host {} --port {}: cannot listen there (the port is in use, or the address is not this "
-                "machine's); pick another --port, or 0 for any free one",
-                s.opt.host, s.opt.port);
-    if (fd != INVALID_SOCKET) ::listen(fd, SOMAXCONN);
-    return port;
+    return impl_->http.bind(impl_->opt.host, impl_->opt.port);
 }
 
 void Server::start() {
-    impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
+    impl_->http.start();
 }
 
 void Server::refuse_new() {
@@ -475,9 +359,7 @@ void Server::refuse_new() {
 }
 
 void Server::stop() {
-    if (!impl_->thread.joinable()) return;
     impl_->http.stop();
-    impl_->thread.join();
 }
 
 }  // namespace anvil::serve

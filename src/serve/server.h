@@ -1,6 +1,6 @@
-// `anvil serve`'s HTTP side, on cpp-httplib: OpenAI's /v1/completions, /v1/chat/completions (plain or as
-// server-sent events) and /v1/models, /health and /metrics, behind API keys when it has some (auth.h).
-// Handlers run on the library's thread pool and wait on their sequence; the scheduler (scheduler.h) runs the
+// `anvil serve`'s API, on the HTTP transport (http.h): OpenAI's /v1/completions, /v1/chat/completions (plain
+// or as server-sent events) and /v1/models, /health and /metrics, behind API keys when it has some (auth.h).
+// Handlers run on their connection's thread and wait on their sequence; the scheduler (scheduler.h) runs the
 // model on the caller's thread. Shutdown drains: new requests get 503, running ones finish (up to a
 // deadline), then everything stops.
 #pragma once
@@ -10,20 +10,17 @@
 #include <string>
 
 #include "serve/auth.h"
+#include "serve/http.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/scheduler.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace anvil::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;           // 0: any free port
-    double max_body_mb = 4.0;  // larger bodies get 413
+    HttpLimits limits;         // body size, connections, timeouts
     ApiKeys keys;              // on: every path but /health (and /metrics when public_metrics) needs one
     bool public_metrics = false;
 };
@@ -41,7 +38,6 @@ public:
     void stop();  // stops listening and joins the handlers
 
 private:
-    void routes();
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -12,6 +12,8 @@
   still get generate's answers; with --prefix-cache off nothing is taken.
 - A client that drops mid-stream, or while it waits for a whole answer, frees its sequence; a full queue answers 429; SIGTERM drains (running
   requests finish, new ones get 503) and exits 0.
+- Slow clients: 160 connections sending a byte every half second do not hold up the others and are cut off
+  with 408 at --request-timeout; idle connections close at --idle-timeout; past --max-connections, 503.
 - The official OpenAI client (npm `openai`): models, completions plain and streamed, chat plain and
   streamed, usage counts; skipped with a notice when node/npm or the registry are missing.
 """
@@ -423,6 +425,82 @@ def api_keys(model, d, failures):
               f"bad key input {args or env_key!r}: a one-line error ({r.stderr.strip()})", failures)
 
 
+def slow_clients(model, refs, failures):
+    """160 connections that send their request a byte every half second (more than the handler threads
+    cpp-httplib's pool had) hold a connection each and nothing else: requests beside them get generate's
+    answers while all 160 are open; each is then cut off with 408 at --request-timeout. An idle connection is
+    closed at --idle-timeout; past --max-connections a new one gets 503, and once some close, 200 again."""
+    srv = Server(model, "--request-timeout", "4", "--idle-timeout", "2", "--max-connections", "170")
+    slow, answers, stop = [], {}, threading.Event()
+    try:
+        idle = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        for _ in range(160):
+            slow.append(socket.create_connection(("127.0.0.1", srv.port), timeout=30))
+        request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"{" * 100
+
+        def drip():
+            for k in range(len(request)):
+                if stop.wait(0.5):
+                    return
+                for c in slow:
+                    try:
+                        c.send(request[k:k + 1])
+                    except OSError:
+                        pass
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        time.sleep(0.6)  # the first bytes are in: each slow connection is inside its request
+        opened = srv.metric("anvil_open_connections")
+        started = time.time()
+        for p in PROMPTS[:4]:
+            st, r = srv.post("/v1/completions", {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0})
+            answers[p] = (st, r["choices"][0]["text"] if st == 200 else r)
+        took = time.time() - started
+        still = srv.metric("anvil_open_connections")
+        check(opened >= 161 and still >= 161,
+              f"the slow connections are open while the others are served ({opened:.0f}, then {still:.0f} open)",
+              failures)
+        check(all(answers[p] == (200, refs[p]["text"]) for p in answers),
+              f"requests beside 160 slow connections get generate's answers ({took:.1f} s for 4)", failures)
+        cut = []
+        for c in slow:
+            try:
+                c.settimeout(30)
+                cut.append(c.recv(4096).decode("utf-8", "replace"))
+            except OSError as e:
+                cut.append(repr(e))
+        ok = [x for x in cut if x.startswith("HTTP/1.1 408") and "--request-timeout" in x]
+        check(len(ok) == 160, f"each slow connection is cut off with 408 and an OpenAI error body at "
+                              f"--request-timeout ({len(ok)} of 160; {cut[0][:60]!r})", failures)
+        idle.settimeout(30)
+        check(idle.recv(10) == b"", "an idle connection is closed at --idle-timeout", failures)
+        stop.set()
+        for c in slow + [idle]:
+            c.close()
+        # --max-connections: 170 idle connections fill it; the next gets 503
+        held = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(170)]
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            st, text = srv.request("GET", "/health")
+            if st == 503:
+                break
+            time.sleep(0.05)  # the server may not have taken all 170 in yet
+        err = json.loads(text).get("error", {})
+        check(st == 503 and "--max-connections" in err.get("message", ""),
+              f"past --max-connections: 503 with an OpenAI error body ({st}: {err.get('message')})", failures)
+        for c in held:
+            c.close()
+        deadline = time.time() + 10
+        while time.time() < deadline and srv.request("GET", "/health")[0] != 200:
+            time.sleep(0.05)
+        st, _ = srv.request("GET", "/health")
+        check(st == 200, "once connections close, new ones are served again", failures)
+    finally:
+        stop.set()
+        srv.stop()
+
+
 def drain(model, failures):
     srv = Server(model, "--drain-seconds", "60")
     long_body = {"prompt": "alpha", "max_tokens": 200, "temperature": 0}
@@ -534,6 +612,7 @@ def main():
         small_pool(model, refs, failures)
         queue_full(model, failures)
         api_keys(model, d, failures)
+        slow_clients(model, refs, failures)
         drain(model, failures)
     return common.report(failures)
 
