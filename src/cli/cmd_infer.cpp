@@ -17,6 +17,7 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
+#include "runtime/compare.h"
 #include "runtime/evaluate.h"
 #include "runtime/inference.h"
 
@@ -25,7 +26,7 @@ namespace anvil::cli {
 namespace {
 
 struct EvalOpts {
-    std::string data, text_field = "text", choices, choices_log;
+    std::string data, text_field = "text", choices, choices_log, per_example;
     int batch = 8, seq = 0, max_batches = 0, max_examples = 200, choices_limit = 0;
     std::string json;
 };
@@ -52,6 +53,10 @@ void add_eval_flags(CLI::App* sub, EvalOpts& o) {
                     "instruction records to answer for exact match (0 = all)")
         ->capture_default_str()
         ->check(kNonNegative);
+    sub->add_option("--per-example", o.per_example,
+                    "write each instruction record's result here, a JSON line each (index, prompt, expected, "
+                    "output, exact, logprob: the mean log-probability of the expected answer), for `anvil "
+                    "compare`");
     add_json_flag(sub, o.json);
 }
 
@@ -71,12 +76,26 @@ void eval_data(const EvalOpts& o, const InferenceSetup& l, int T, nlohmann::json
     const std::vector<Example> ex = dir       ? d.val_examples
                                     : d.jsonl ? read_examples_jsonl(o.data)
                                               : std::vector<Example>{};
-    if (!ex.empty()) {
-        const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o.max_examples);
-        out["exact_match"] = em.accuracy();
-        out["exact_match_n"] = em.total;
-        text += fmt::format("exact match {:.1f}% of {} examples\n", 100.0 * em.accuracy(), em.total);
-    }
+    ANVIL_CHECK(!ex.empty() || o.per_example.empty(),
+                "--per-example {}: --data {} holds no instruction records to answer (JSONL records with "
+                "instruction/output or messages)",
+                o.per_example, o.data);
+    if (ex.empty()) return;
+    const int n = o.max_examples > 0 ? std::min(o.max_examples, int(ex.size())) : int(ex.size());
+    Progress bar("exact match", n, std::max(1, n / 20), "records");
+    const ExactMatchResult em = exact_match(*l.model, *l.tok, l.prompt, ex, o.max_examples, 3, nullptr,
+                                            !o.per_example.empty(), [&](int done) { bar.update(done, ""); });
+    bar.finish(fmt::format("{:.1f}%", 100.0 * em.accuracy()));
+    out["exact_match"] = em.accuracy();
+    out["exact_match_n"] = em.total;
+    text += fmt::format("exact match {:.1f}% of {} examples\n", 100.0 * em.accuracy(), em.total);
+    if (o.per_example.empty()) return;
+    write_per_example(o.per_example, em.examples);
+    double logprob = 0.0;
+    for (const ExampleResult& e : em.examples) logprob += e.logprob;
+    out["answer_logprob"] = logprob / double(em.examples.size());
+    text += fmt::format("each record's result in {} (mean answer log-probability {:.4f})\n", o.per_example,
+                        logprob / double(em.examples.size()));
 }
 
 // --choices: multiple-choice accuracy, each item's scores to --choices-log

@@ -18,6 +18,7 @@ struct Command {
 
 Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
+Command add_compare(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_tokenizer(CLI::App& app);

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
                                  add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
                                  add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
-                                 add_serve(app)};
+                                 add_serve(app),     add_compare(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));
     add_config_files(cmds, std::any_of(argv + 1, argv + argc, [](const char* a) {
                          return std::string_view(a) == "--config" ||

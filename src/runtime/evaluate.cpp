@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "data/batcher.h"
 #include "model/generate.h"
 
@@ -19,95 +21,6 @@ void token_losses(Model& model, int B, int T, const int32_t* tokens, const int32
     model.forward(f);
     be.download(losses, model.losses(B, T));
 }
-
-}  // namespace
-
-LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches, Comm* comm) {
-    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
-    const std::vector<uint64_t> starts = window_starts(s, T, true);
-    int64_t n = eval_batches(starts, B);
-    if (max_batches > 0 && n > max_batches) n = max_batches;
-    std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
-    std::vector<float> losses(size_t(B) * T);
-    double sum = 0.0;
-    int64_t count = 0;
-    for (int64_t i = rank; i < n; i += W) {
-        fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
-        token_losses(model, B, T, tokens.data(), targets.data(), losses.data());
-        for (size_t j = 0; j < losses.size(); j++)
-            if (targets[j] >= 0) {
-                sum += losses[j];
-                count++;
-            }
-    }
-    if (W > 1) {
-        double totals[2] = {sum, double(count)};
-        comm->allreduce_sum(totals, 2, "the validation loss's totals");
-        sum = totals[0];
-        count = int64_t(totals[1]);
-    }
-    LossResult r;
-    r.targets = count;
-    r.loss = count ? sum / double(count) : NAN;
-    r.ppl = std::exp(r.loss);
-    return r;
-}
-
-ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
-                             const std::vector<Example>& examples, int max_examples, int keep_samples,
-                             Comm* comm) {
-    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
-    Generator gen(model);
-    ExactMatchResult r;
-    SampleOptions opt;
-    opt.temperature = 0.0f;
-    opt.stop_tokens = stop_tokens(tmpl, tok);
-    opt.vocab_real = tok.vocab_size();
-    const int n =
-        max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
-    for (int i = rank; i < n; i += W) {
-        const Example& ex = examples[size_t(i)];
-        const std::vector<int32_t> prompt = prompt_tokens(ex, tmpl, tok);
-        const int expected = int(tok.encode(ex.answer()).size());
-        opt.max_new_tokens = expected + 16;
-        std::vector<int32_t> out = gen.generate(prompt, opt);
-        if (!out.empty() && std::count(opt.stop_tokens.begin(), opt.stop_tokens.end(), out.back()))
-            out.pop_back();
-        const std::string got = tok.decode(out);
-        const bool ok = got == ex.answer();
-        r.total++;
-        r.correct += ok;
-        // the report shows one example per instruction first, and the first misses
-        const bool new_kind = std::none_of(r.samples.begin(), r.samples.end(), [&](const AnswerSample& s) {
-            return s.example.question() == ex.question();
-        });
-        const bool first_miss = !ok && std::none_of(r.samples.begin(), r.samples.end(),
-                                                    [](const AnswerSample& s) { return !s.correct; });
-        if (int(r.samples.size()) < keep_samples && (new_kind || first_miss))
-            r.samples.push_back({ex, got, ok});
-    }
-    if (W > 1) {
-        double totals[2] = {double(r.total), double(r.correct)};
-        comm->allreduce_sum(totals, 2, "the exact-match counts");
-        r.total = int(totals[0]);
-        r.correct = int(totals[1]);
-    }
-    return r;
-}
-
-std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int tokens,
-                        uint64_t seed, std::vector<int32_t> stop) {
-    SampleOptions opt;
-    opt.stop_tokens = std::move(stop);
-    opt.max_new_tokens = tokens;
-    opt.temperature = 1.0f;
-    opt.seed = seed;
-    opt.vocab_real = tok.vocab_size();
-    Generator gen(model);
-    return tok.decode(prompt) + tok.decode(gen.generate(prompt, opt));
-}
-
-namespace {
 
 int argmax_first(const std::vector<double>& v) {
     return int(std::max_element(v.begin(), v.end()) - v.begin());  // the first of equal maxima
@@ -150,7 +63,167 @@ void score_rows(Model& model, int pad, const std::vector<ScoredRow>& rows, size_
     }
 }
 
+// Every row scored, longest first so that a batch's rows are of about one length and little of it is padding,
+// in batches of the model's reserved rows; `progress` (may be empty) gets the rows done.
+void score_all(Model& model, int pad, std::vector<ScoredRow>& rows, std::vector<ChoiceScore>& scores,
+               const std::function<void(int)>& progress) {
+    const int Bm = model.max_B();
+    ANVIL_ASSERT(Bm > 0 && model.max_T() > 0);
+    std::stable_sort(rows.begin(), rows.end(), [](const ScoredRow& a, const ScoredRow& b) {
+        return a.t.tokens.size() > b.t.tokens.size();
+    });
+    for (size_t first = 0; first < rows.size(); first += size_t(Bm)) {
+        const int B = int(std::min(rows.size() - first, size_t(Bm)));
+        score_rows(model, pad, rows, first, B, scores);
+        if (progress) progress(int(first) + B);
+    }
+}
+
+// A record as training scores its answer: the prompt, then the final answer's tokens up to its last target
+// (the end-of-turn token), those the scored ending.
+ChoiceRow answer_row(const Example& ex, PromptTemplate tmpl, const Tokenizer& tok, int index) {
+    const std::vector<int32_t> prompt = prompt_tokens(ex, tmpl, tok);
+    const TokenStream rec = record_tokens(ex, tmpl, tok);
+    size_t end = rec.size();
+    while (end > 0 && !(rec.flags[end - 1] & kInLoss)) end--;
+    ANVIL_CHECK(end > prompt.size() && std::equal(prompt.begin(), prompt.end(), rec.ids.begin()),
+                "record {}: its answer encodes to no tokens after its prompt", index);
+    return {std::vector<int32_t>(rec.ids.begin(), rec.ids.begin() + std::ptrdiff_t(end)), int(prompt.size())};
+}
+
+// Each rank's lines, every rank's in rank order, on every rank.
+std::vector<std::string> gather_lines(Comm& comm, const std::string& mine) {
+    const int W = comm.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(W));
+    const uint64_t n = mine.size();
+    comm.allgather(&n, sizeof n, sizes.data(), "the per-example results' sizes");
+    std::vector<std::string> all(static_cast<size_t>(W));
+    for (int r = 0; r < W; r++) {
+        all[size_t(r)] = r == comm.rank() ? mine : std::string(sizes[size_t(r)], '\0');
+        comm.broadcast(all[size_t(r)].data(), all[size_t(r)].size(), r, "the per-example results");
+    }
+    return all;
+}
+
+// Every rank's results, in record order, on every rank.
+std::vector<ExampleResult> gather_examples(Comm& comm, const std::vector<ExampleResult>& mine) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const ExampleResult& e : mine)
+        j.push_back({e.index, e.prompt, e.expected, e.output, e.exact, e.logprob, e.answer_tokens});
+    std::vector<ExampleResult> all;
+    for (const std::string& text : gather_lines(comm, j.dump()))
+        for (const nlohmann::json& e : nlohmann::json::parse(text))
+            all.push_back({e[0].get<int>(), e[1].get<std::string>(), e[2].get<std::string>(),
+                           e[3].get<std::string>(), e[4].get<bool>(), e[5].get<double>(), e[6].get<int>()});
+    std::sort(all.begin(), all.end(),
+              [](const ExampleResult& a, const ExampleResult& b) { return a.index < b.index; });
+    return all;
+}
+
 }  // namespace
+
+LossResult evaluate_loss(Model& model, const TokenView& s, int B, int T, int64_t max_batches, Comm* comm) {
+    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
+    const std::vector<uint64_t> starts = window_starts(s, T, true);
+    int64_t n = eval_batches(starts, B);
+    if (max_batches > 0 && n > max_batches) n = max_batches;
+    std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+    std::vector<float> losses(size_t(B) * T);
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int64_t i = rank; i < n; i += W) {
+        fill_eval_batch(s, starts, B, T, i, tokens.data(), targets.data());
+        token_losses(model, B, T, tokens.data(), targets.data(), losses.data());
+        for (size_t j = 0; j < losses.size(); j++)
+            if (targets[j] >= 0) {
+                sum += losses[j];
+                count++;
+            }
+    }
+    if (W > 1) {
+        double totals[2] = {sum, double(count)};
+        comm->allreduce_sum(totals, 2, "the validation loss's totals");
+        sum = totals[0];
+        count = int64_t(totals[1]);
+    }
+    LossResult r;
+    r.targets = count;
+    r.loss = count ? sum / double(count) : NAN;
+    r.ppl = std::exp(r.loss);
+    return r;
+}
+
+ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
+                             const std::vector<Example>& examples, int max_examples, int keep_samples,
+                             Comm* comm, bool per_example, const std::function<void(int)>& progress) {
+    const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
+    Generator gen(model);
+    ExactMatchResult r;
+    SampleOptions opt;
+    opt.temperature = 0.0f;
+    opt.stop_tokens = stop_tokens(tmpl, tok);
+    opt.vocab_real = tok.vocab_size();
+    const int n =
+        max_examples > 0 && max_examples < int(examples.size()) ? max_examples : int(examples.size());
+    for (int i = rank; i < n; i += W) {
+        const Example& ex = examples[size_t(i)];
+        const std::vector<int32_t> prompt = prompt_tokens(ex, tmpl, tok);
+        const int expected = int(tok.encode(ex.answer()).size());
+        opt.max_new_tokens = expected + 16;
+        std::vector<int32_t> out = gen.generate(prompt, opt);
+        if (!out.empty() && std::count(opt.stop_tokens.begin(), opt.stop_tokens.end(), out.back()))
+            out.pop_back();
+        const std::string got = tok.decode(out);
+        const bool ok = got == ex.answer();
+        r.total++;
+        r.correct += ok;
+        // the report shows one example per instruction first, and the first misses
+        const bool new_kind = std::none_of(r.samples.begin(), r.samples.end(), [&](const AnswerSample& s) {
+            return s.example.question() == ex.question();
+        });
+        const bool first_miss = !ok && std::none_of(r.samples.begin(), r.samples.end(),
+                                                    [](const AnswerSample& s) { return !s.correct; });
+        if (int(r.samples.size()) < keep_samples && (new_kind || first_miss))
+            r.samples.push_back({ex, got, ok});
+        if (per_example) r.examples.push_back({i, render_text(ex, tmpl, tok, true), ex.answer(), got, ok});
+        if (progress) progress(r.total);
+    }
+    if (per_example) {  // the expected answers' log-probabilities, batched
+        std::vector<ScoredRow> rows;
+        std::vector<ChoiceScore> scores(r.examples.size());
+        for (size_t k = 0; k < r.examples.size(); k++) {
+            const int i = r.examples[k].index;
+            rows.push_back({k, 0, answer_row(examples[size_t(i)], tmpl, tok, i)});
+            scores[k].logprob.assign(1, 0.0);
+            scores[k].tokens.assign(1, 0);
+        }
+        score_all(model, tok.eot_id(), rows, scores, {});
+        for (size_t k = 0; k < r.examples.size(); k++) {
+            r.examples[k].answer_tokens = scores[k].tokens[0];
+            r.examples[k].logprob = scores[k].logprob[0] / std::max(1, scores[k].tokens[0]);
+        }
+        if (W > 1) r.examples = gather_examples(*comm, r.examples);
+    }
+    if (W > 1) {
+        double totals[2] = {double(r.total), double(r.correct)};
+        comm->allreduce_sum(totals, 2, "the exact-match counts");
+        r.total = int(totals[0]);
+        r.correct = int(totals[1]);
+    }
+    return r;
+}
+
+std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int tokens,
+                        uint64_t seed, std::vector<int32_t> stop) {
+    SampleOptions opt;
+    opt.stop_tokens = std::move(stop);
+    opt.max_new_tokens = tokens;
+    opt.temperature = 1.0f;
+    opt.seed = seed;
+    opt.vocab_real = tok.vocab_size();
+    Generator gen(model);
+    return tok.decode(prompt) + tok.decode(gen.generate(prompt, opt));
+}
 
 int choice_items(const std::vector<ChoiceItem>& items, int max_items) {
     return max_items > 0 && max_items < int(items.size()) ? max_items : int(items.size());
@@ -159,8 +232,6 @@ int choice_items(const std::vector<ChoiceItem>& items, int max_items) {
 ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vector<ChoiceItem>& items,
                              int max_items, Comm* comm, const std::function<void(int)>& progress) {
     const int rank = comm ? comm->rank() : 0, W = comm ? comm->size() : 1;
-    const int Bm = model.max_B();
-    ANVIL_ASSERT(Bm > 0 && model.max_T() > 0);
     const int n = choice_items(items, max_items);
     ChoiceResult r;
     std::vector<ScoredRow> rows;  // every ending of this rank's items
@@ -179,15 +250,7 @@ ChoiceResult multiple_choice(Model& model, const Tokenizer& tok, const std::vect
         }
         r.scores.push_back(std::move(sc));
     }
-    // longest rows first, so that a batch's rows are of about one length and little of it is padding
-    std::stable_sort(rows.begin(), rows.end(), [](const ScoredRow& a, const ScoredRow& b) {
-        return a.t.tokens.size() > b.t.tokens.size();
-    });
-    for (size_t first = 0; first < rows.size(); first += size_t(Bm)) {
-        const int B = int(std::min(rows.size() - first, size_t(Bm)));
-        score_rows(model, tok.eot_id(), rows, first, B, r.scores);
-        if (progress) progress(int(first) + B);
-    }
+    score_all(model, tok.eot_id(), rows, r.scores, progress);
     for (ChoiceScore& sc : r.scores) {
         std::vector<double> norm(sc.logprob.size());
         for (size_t k = 0; k < norm.size(); k++) norm[k] = sc.logprob[k] / sc.tokens[k];

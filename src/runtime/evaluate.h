@@ -30,18 +30,36 @@ struct AnswerSample {
     bool correct = false;
 };
 
+// One instruction record as evaluated: a line of `anvil eval --per-example` and of a run's
+// eval_examples.jsonl (runtime/compare.h reads them).
+struct ExampleResult {
+    int index = 0;         // in the records given
+    std::string prompt;    // as the model saw it (render_text of the prompt)
+    std::string expected;  // the record's answer: its output, or a chat's final assistant turn
+    std::string output;    // the greedy answer
+    bool exact = false;    // output == expected, character for character
+    // Mean log-probability of the expected answer's tokens and the end-of-turn token after it, given the
+    // prompt, as training scores them (natural log); answer_tokens of them.
+    double logprob = 0.0;
+    int answer_tokens = 0;
+};
+
 struct ExactMatchResult {
     int total = 0, correct = 0;
     double accuracy() const { return total ? double(correct) / total : 0.0; }
-    std::vector<AnswerSample> samples;  // the first few, for the report
+    std::vector<AnswerSample> samples;    // the first few, for the report
+    std::vector<ExampleResult> examples;  // with per_example: every record, in order (every rank's)
 };
 
 // Greedy answers to each example's prompt (data/chat.h), compared character for character with its answer
 // (the output, or a chat's final assistant turn). With `comm`, rank r answers examples r, r+W, ...; the
-// counts are the totals, the samples rank 0's.
+// counts are the totals, the samples rank 0's. With `per_example`, every record's result too, its answer's
+// log-probability scored in batches of the model's reserved activations (as multiple_choice scores endings).
+// `progress` (may be empty) gets the number of this rank's records answered.
 ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate tmpl,
                              const std::vector<Example>& examples, int max_examples, int keep_samples = 3,
-                             Comm* comm = nullptr);
+                             Comm* comm = nullptr, bool per_example = false,
+                             const std::function<void(int)>& progress = {});
 
 // Up to `tokens` tokens sampled after `prompt` at temperature 1 from the tokenizer's ids, seeded, ending
 // after one of `stop` (where given): the prompt and the sample as text.

@@ -21,6 +21,7 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "io/tensorboard.h"
+#include "runtime/compare.h"
 #include "runtime/evaluate.h"
 #include "train/instruments.h"
 #include "train/run_setup.h"
@@ -456,7 +457,9 @@ void TrainingLoop::report(nlohmann::json& summary, double tokens_per_s) {
     if (!run_.data.val_examples.empty()) {
         const ExactMatchResult em =
             exact_match(model, *run_.tok, choose_template(o_.prompt_template, *run_.tok),
-                        run_.data.val_examples, o_.eval_examples, 5, &replicas_);
+                        run_.data.val_examples, o_.eval_examples, 5, &replicas_, true);
+        // each record's result, for `anvil compare` between runs
+        if (comm_.rank() == 0) write_per_example(o_.out + "/" + kRunExamplesFile, em.examples);
         summary["exact_match"] = em.accuracy();
         summary["exact_match_n"] = em.total;
         std::printf("exact match: %.1f%% (%d of %d held-out examples)\n", 100.0 * em.accuracy(), em.correct,
