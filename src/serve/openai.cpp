@@ -296,16 +296,24 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
         throw ApiError(404,
                        fmt::format("The model '{}' does not exist; this server serves '{}'", model, m.name),
                        "model", "invalid_request_error", "model_not_found");
-    int n = 1;
-    field(j, "n", n, is_int, "an integer");
-    if (n != 1) bad("n", fmt::format("'n' is {}; this server returns one choice per request (n = 1)", n));
-
     GenerationRequest r;
     r.endpoint = endpoint;
+    field(j, "n", r.n, is_int, "an integer");
+    if (r.n < 1) bad("n", fmt::format("'n' is {}; it must be at least 1", r.n));
     if (endpoint == Endpoint::Chat)
         r.prompts = {chat_prompt(j, m)};
     else
         r.prompts = completion_prompts(j, m);
+    if (r.n > 1) {  // each prompt n times, a choice each
+        if (int64_t(r.prompts.size()) * r.n > m.max_prompts)
+            bad("n", fmt::format("{} prompt{} with n = {} make {} choices; this server takes at most {} in one "
+                                 "request (its sequences and queue)",
+                                 r.prompts.size(), r.prompts.size() == 1 ? "" : "s", r.n,
+                                 int64_t(r.prompts.size()) * r.n, m.max_prompts));
+        std::vector<std::vector<int32_t>> each;
+        for (const auto& prompt : r.prompts) each.insert(each.end(), size_t(r.n), prompt);
+        r.prompts = std::move(each);
+    }
     int P = 0;  // the longest prompt
     for (const auto& prompt : r.prompts) {
         if (prompt.empty()) bad("prompt", "the prompt is empty; give at least one token of text");

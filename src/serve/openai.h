@@ -44,9 +44,24 @@ struct ServedModel {
 
 struct GenerationRequest {
     Endpoint endpoint = Endpoint::Completions;
-    // completions: one or several prompts, a choice each (choices[i].index = i); chat: one
+    // A choice each: completions' prompts, or chat's one, each `n` times (OpenAI's n), prompt-major: choice
+    // i * n + k is prompt i's k-th (choices[j].index = j)
     std::vector<std::vector<int32_t>> prompts;
+    int n = 1;
     SampleOptions sample;
+    // Choice j's sampling: the request's with seed + j, so the choices are independent draws and each repeats
+    // with the seed (choice 0 is `anvil generate --seed S`'s, choice j --num-samples' sample j).
+    SampleOptions choice_sample(size_t j) const {
+        SampleOptions s = sample;
+        s.seed += j;
+        return s;
+    }
+    // The request's prompt tokens as OpenAI counts them: each prompt once, whatever n.
+    int prompt_tokens() const {
+        int t = 0;
+        for (size_t j = 0; j < prompts.size(); j += size_t(n)) t += int(prompts[j].size());
+        return t;
+    }
     std::vector<std::string> stop;  // stop strings: the text ends before the first one
     bool stream = false, include_usage = false;
     LogprobRequest logprobs;  // completions' logprobs (and, with echo, the prompt's); chat's top_logprobs

@@ -137,8 +137,8 @@ void Server::Impl::generate(Endpoint endpoint, const HttpRequest& q, HttpExchang
         const GenerationRequest r = parse_request(endpoint, q.body, model, random_seed());
         // a sequence per prompt, all or none (a full queue refuses the request whole)
         std::vector<std::shared_ptr<Sequence>> seqs;
-        for (const auto& prompt : r.prompts) {
-            seqs.push_back(sched.submit(prompt, r.sample, r.logprobs));
+        for (size_t i = 0; i < r.prompts.size(); i++) {
+            seqs.push_back(sched.submit(r.prompts[i], r.choice_sample(i), r.logprobs));
             if (seqs.back()) continue;
             for (auto& s : seqs)
                 if (s) s->cancel();
@@ -207,7 +207,7 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
             }
         }
     std::vector<Choice> choices;
-    int prompt_tokens = 0, completion_tokens = 0;
+    int completion_tokens = 0;
     for (size_t i = 0; i < fs.size(); i++) {
         Follower& f = fs[i];
         const int P = int(r.prompts[i].size());
@@ -219,10 +219,9 @@ void Server::Impl::reply_whole(const GenerationRequest& r, const ResponseHead& h
         // echo: the prompt's text before the completion's (and its tokens before the completion's)
         const std::string echoed = r.echo ? model.tok->decode(r.prompts[i]) : "";
         choices.push_back({echoed + f.text.text(), finish_name(f.finish), logprobs(r, f, i, 0, r.echo)});
-        prompt_tokens += P;
         completion_tokens += f.text.tokens();
     }
-    send_json(ex, 200, completion_response(h, choices, prompt_tokens, completion_tokens));
+    send_json(ex, 200, completion_response(h, choices, r.prompt_tokens(), completion_tokens));
 }
 
 std::string Server::Impl::stream_step(const GenerationRequest& r, const ResponseHead& h, StreamState& st,
@@ -277,14 +276,13 @@ void Server::Impl::reply_stream(const GenerationRequest& r, const ResponseHead& 
         for (size_t i = 0; i < st.fs.size() && !failed; i++)
             if (st.fs[i].finish == Finish::None) out += stream_step(r, h, st, i, wait, failed);
         bool all = true;
-        int prompt_tokens = 0, completion_tokens = 0;
+        int completion_tokens = 0;
         for (size_t i = 0; i < st.fs.size(); i++) {
             all = all && st.fs[i].finish != Finish::None;
-            prompt_tokens += int(r.prompts[i].size());
             completion_tokens += st.fs[i].text.tokens();
         }
         if (all || failed) {
-            if (r.include_usage) out += sse(usage_chunk(h, prompt_tokens, completion_tokens));
+            if (r.include_usage) out += sse(usage_chunk(h, r.prompt_tokens(), completion_tokens));
             out += "data: [DONE]\n\n";
             st.done = true;
         }

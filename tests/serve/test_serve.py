@@ -7,7 +7,9 @@
   answers they get alone, and the scheduler really batched them.
 - Bad input: malformed JSON, wrong types, missing prompt, max_tokens <= 0 or past the context, a prompt
   longer than the context, an unknown model (404), a body over --max-body-mb (413), an unknown path (404),
-  n != 1: each a 4xx with OpenAI's error body, and the server keeps serving.
+  n = 0: each a 4xx with OpenAI's error body, and the server keeps serving.
+- OpenAI's n: n choices a prompt, choice j drawn with seed + j, as `anvil generate --num-samples` draws
+  sample j; the same prompt listed twice gets two draws; usage counts each prompt once.
 - Prefix caching: prompts that begin alike take the pages the first one filled (counted in /metrics) and
   still get generate's answers; with --prefix-cache off nothing is taken.
 - A client that drops mid-stream, or while it waits for a whole answer, frees its sequence; a full queue answers 429; SIGTERM drains (running
@@ -169,6 +171,7 @@ def same_answers(srv, model, refs, failures):
     g = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature", "0.9",
                             "--seed", "5", "--json"))["text"]
     check(a == b == g, f"seed 5 at temperature 0.9: the same text twice and as generate's ({a!r})", failures)
+    n_choices(srv, model, failures)
     # OpenAI's penalties: the server's answer is generate's with the same flags, and they change the answer
     body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0, "presence_penalty": 1.5,
             "frequency_penalty": 2}
@@ -243,6 +246,40 @@ def clients(srv, refs, n):
     return wrong, results
 
 
+def n_choices(srv, model, failures):
+    """OpenAI's n: independent draws, choice j with seed + j (generate --num-samples' sample j)."""
+    samples = json.loads(generate(model, "--prompt", "alpha", "--max-new-tokens", str(MAX_TOKENS), "--temperature",
+                                  "0.9", "--seed", "5", "--num-samples", "3", "--json"))["samples"]
+    want = [s["text"] for s in samples]
+    body = {"prompt": "alpha", "max_tokens": MAX_TOKENS, "temperature": 0.9, "seed": 5, "n": 3}
+    st, r = srv.post("/v1/completions", body)
+    got = [(c["index"], c["text"]) for c in r.get("choices", [])]
+    check(st == 200 and got == list(enumerate(want)) and len(set(want)) > 1,
+          f"n = 3, seed 5: three choices, generate --num-samples 3 --seed 5's samples ({got})", failures)
+    singles = [srv.post("/v1/completions", dict(body, n=1, seed=5 + j))[1] for j in range(3)]
+    check([x["choices"][0]["text"] for x in singles] == want
+          and r["usage"]["prompt_tokens"] == singles[0]["usage"]["prompt_tokens"]
+          and r["usage"]["completion_tokens"] == sum(x["usage"]["completion_tokens"] for x in singles),
+          f"n = 3: choice j is seed 5 + j's answer; the prompt counted once, the completions summed "
+          f"({r['usage']})", failures)
+    st, ev, done = srv.stream("/v1/completions", body)
+    per = {}
+    for e in ev:
+        for c in e["choices"]:
+            per[c["index"]] = per.get(c["index"], "") + c["text"]
+    check(st == 200 and done and [per.get(i) for i in range(3)] == want, "n = 3 streamed: the same three texts",
+          failures)
+    st, r = srv.post("/v1/completions", dict(body, prompt=["alpha", "alpha"], n=1))
+    texts = [c["text"] for c in r.get("choices", [])]
+    check(st == 200 and texts == want[:2], f"the same prompt listed twice: two draws, seeds 5 and 6 ({texts})",
+          failures)
+    st, r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "alpha"}], "max_tokens": 8,
+                                              "temperature": 0.9, "seed": 5, "n": 2})
+    check(st == 200 and [c["index"] for c in r["choices"]] == [0, 1]
+          and all(c["message"]["role"] == "assistant" for c in r["choices"]),
+          f"chat with n = 2: two messages ({[c['message']['content'] for c in r.get('choices', [])]})", failures)
+
+
 def concurrent(srv, refs, failures):
     steps0, rows0 = srv.metric("anvil_decode_steps_total"), srv.metric("anvil_decode_rows_total")
     passes0 = srv.metric("anvil_forward_passes_total")
@@ -270,7 +307,7 @@ def bad_input(srv, failures):
         ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 100000}), 400, "max_tokens past the context"),
         ("/v1/completions", json.dumps({"prompt": "word " * 400}), 400, "a prompt longer than the context"),
         ("/v1/completions", json.dumps({"prompt": "x", "model": "gpt-4o"}), 404, "an unknown model"),
-        ("/v1/completions", json.dumps({"prompt": "x", "n": 3}), 400, "n = 3"),
+        ("/v1/completions", json.dumps({"prompt": "x", "n": 0}), 400, "n = 0"),
         ("/v1/chat/completions", json.dumps({"messages": [{"role": "robot", "content": "x"}]}), 400,
          "an unknown role"),
         ("/v1/completions", json.dumps({"prompt": "x" * 30000}), 413, "a body over --max-body-mb"),

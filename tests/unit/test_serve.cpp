@@ -555,6 +555,29 @@ TEST(OpenAi, RequestFields) {
 }
 
 // The response objects' logprobs, as OpenAI's clients read them.
+// OpenAI's n: each prompt n times, prompt-major, choice j seeded seed + j; usage counts each prompt once.
+TEST(OpenAi, NChoicesPerPrompt) {
+    ByteTokenizer tok;
+    const serve::ServedModel m = served(tok);
+    const serve::GenerationRequest r = serve::parse_request(
+        serve::Endpoint::Completions, R"({"prompt":["ab","cde"],"n":3,"seed":40})", m, 1);
+    ASSERT_EQ(r.prompts.size(), 6u);
+    EXPECT_EQ(r.n, 3);
+    for (size_t j = 0; j < 6; j++) {
+        EXPECT_EQ(r.prompts[j], tok.encode(j < 3 ? "ab" : "cde")) << j;
+        EXPECT_EQ(r.choice_sample(j).seed, 40u + j);
+    }
+    EXPECT_EQ(r.prompt_tokens(), 5);
+    const serve::GenerationRequest one =
+        serve::parse_request(serve::Endpoint::Chat, R"({"messages":[{"role":"user","content":"hi"}]})", m, 9);
+    EXPECT_EQ(one.prompts.size(), 1u);
+    EXPECT_EQ(one.choice_sample(0).seed, 9u) << "n = 1: the request's own seed, as before";
+    const serve::GenerationRequest chat = serve::parse_request(
+        serve::Endpoint::Chat, R"({"messages":[{"role":"user","content":"hi"}],"n":2})", m, 9);
+    EXPECT_EQ(chat.prompts.size(), 2u);
+    EXPECT_EQ(chat.prompt_tokens(), int(chat.prompts[0].size()));
+}
+
 TEST(OpenAi, LogprobObjects) {
     ByteTokenizer tok;
     TokenLogprob a{'h', -0.5f, {{'h', -0.5f}, {'x', -2.0f}}}, b{0xC3, -1.0f, {{'e', -0.25f}}};
@@ -630,7 +653,9 @@ TEST(OpenAi, BadRequestsNameTheField) {
         {C, long_prompt.c_str(), 400, "prompt"},
         {C, R"({"prompt":"a","temperature":3})", 400, "temperature"},
         {C, R"({"prompt":"a","top_p":0})", 400, "top_p"},
-        {C, R"({"prompt":"a","n":2})", 400, "n"},
+        {C, R"({"prompt":"a","n":0})", 400, "n"},
+        {C, R"({"prompt":"a","n":"two"})", 400, "n"},
+        {C, R"({"prompt":["a","b"],"n":33})", 400, "n"},
         {C, R"({"prompt":"a","stop":[1]})", 400, "stop"},
         {C, R"({"prompt":"a","stream":"yes"})", 400, "stream"},
         {C, R"({"prompt":"a","model":"gpt-4"})", 404, "model"},
