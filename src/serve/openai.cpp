@@ -306,10 +306,11 @@ GenerationRequest parse_request(Endpoint endpoint, const std::string& body, cons
         r.prompts = completion_prompts(j, m);
     if (r.n > 1) {  // each prompt n times, a choice each
         if (int64_t(r.prompts.size()) * r.n > m.max_prompts)
-            bad("n", fmt::format("{} prompt{} with n = {} make {} choices; this server takes at most {} in one "
-                                 "request (its sequences and queue)",
-                                 r.prompts.size(), r.prompts.size() == 1 ? "" : "s", r.n,
-                                 int64_t(r.prompts.size()) * r.n, m.max_prompts));
+            bad("n",
+                fmt::format("{} prompt{} with n = {} make {} choices; this server takes at most {} in one "
+                            "request (its sequences and queue)",
+                            r.prompts.size(), r.prompts.size() == 1 ? "" : "s", r.n,
+                            int64_t(r.prompts.size()) * r.n, m.max_prompts));
         std::vector<std::vector<int32_t>> each;
         for (const auto& prompt : r.prompts) each.insert(each.end(), size_t(r.n), prompt);
         r.prompts = std::move(each);
