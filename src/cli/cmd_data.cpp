@@ -44,7 +44,7 @@ Command add_data(CLI::App& app) {
         ->capture_default_str()
         ->check(kPositive);
     prep->add_option("--threads", o->threads, "tokenizer threads (0 = all cores)")->check(kNonNegative);
-    return {sub, [o]() { return run_prepare(*o); }};
+    return {prep, [o]() { return run_prepare(*o); }};
 }
 
 }  // namespace anvil::cli

@@ -63,21 +63,35 @@ int parse_error(const CLI::App& app, const CLI::ParseError& e, int argc) {
 }
 
 // The parsed command, run: an error becomes its message and exit status 1
+// "data prepare": the command's path below `anvil`
+std::string command_path(const CLI::App* a) {
+    std::string p = a->get_name();
+    for (const CLI::App* up = a->get_parent(); up && up->get_parent(); up = up->get_parent())
+        p = up->get_name() + " " + p;
+    return p;
+}
+
+const CLI::App* top_command(const CLI::App* a) {
+    while (a->get_parent() && a->get_parent()->get_parent()) a = a->get_parent();
+    return a;
+}
+
 int run_command(const std::vector<Command>& cmds) {
     for (const auto& [cmd, run] : cmds) {
         if (!cmd->parsed()) continue;
+        const std::string name = command_path(cmd);
         try {
             return run();
         } catch (const anvil::Error& e) {
             std::fflush(stdout);
-            std::fprintf(stderr, "\nanvil %s: error: %s\n", cmd->get_name().c_str(), e.what());
+            std::fprintf(stderr, "\nanvil %s: error: %s\n", name.c_str(), e.what());
             return 1;
         } catch (const std::bad_alloc&) {
             std::fprintf(stderr, "\nanvil %s: error: out of memory; use a smaller model, batch or --seq\n",
-                         cmd->get_name().c_str());
+                         name.c_str());
             return 1;
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "\nanvil %s: error: %s\n", cmd->get_name().c_str(), e.what());
+            std::fprintf(stderr, "\nanvil %s: error: %s\n", name.c_str(), e.what());
             return 1;
         }
     }
@@ -99,13 +113,14 @@ int main(int argc, char** argv) {
                                  add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
                                  add_serve(app),     add_compare(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));
+    cmds.push_back(add_dedup(app.get_subcommand("data")));
     add_config_files(cmds, std::any_of(argv + 1, argv + argc, [](const char* a) {
                          return std::string_view(a) == "--config" ||
                                 std::string_view(a).starts_with("--config=");
                      }));
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
-        for (const auto& c : cmds) known = known || c.app->get_name() == argv[1];
+        for (const auto& c : cmds) known = known || top_command(c.app)->get_name() == argv[1];
         if (!known) {
             std::fprintf(stderr, "anvil: error: unknown command \"%s\"; see anvil --help for the commands\n",
                          argv[1]);
