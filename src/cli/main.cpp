@@ -62,7 +62,6 @@ int parse_error(const CLI::App& app, const CLI::ParseError& e, int argc) {
     return 2;
 }
 
-// The parsed command, run: an error becomes its message and exit status 1
 // "data prepare": the command's path below `anvil`
 std::string command_path(const CLI::App* a) {
     std::string p = a->get_name();
@@ -76,6 +75,7 @@ const CLI::App* top_command(const CLI::App* a) {
     return a;
 }
 
+// The parsed command, run: an error becomes its message and exit status 1
 int run_command(const std::vector<Command>& cmds) {
     for (const auto& [cmd, run] : cmds) {
         if (!cmd->parsed()) continue;
@@ -108,9 +108,9 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string("anvil ") + anvil::version_string(),
                          "print the version and the commit this binary was built from");
     using namespace anvil::cli;
-    std::vector<Command> cmds = {add_train(app),     add_eval(app), add_generate(app), add_tokenize(app),
-                                 add_tokenizer(app), add_data(app), add_doctor(app),   add_bench(app),
-                                 add_plot(app),      add_lora(app), add_quantize(app), add_convert(app),
+    std::vector<Command> cmds = {add_train(app),     add_eval(app),   add_generate(app), add_tokenize(app),
+                                 add_tokenizer(app), add_data(app),   add_doctor(app),   add_bench(app),
+                                 add_plot(app),      add_lora(app),   add_quantize(app), add_convert(app),
                                  add_serve(app),     add_compare(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));
     cmds.push_back(add_dedup(app.get_subcommand("data")));

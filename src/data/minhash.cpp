@@ -137,12 +137,8 @@ std::vector<uint64_t> minhash_signature(const std::vector<uint64_t>& set, const 
 }
 
 bool lsh_candidates(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b, const MinHashOptions& o) {
-    for (int band = 0; band < o.bands; band++) {
-        bool all = true;
-        for (int r = 0; r < o.rows && all; r++)
-            all = a[size_t(band * o.rows + r)] == b[size_t(band * o.rows + r)];
-        if (all) return true;
-    }
+    for (int band = 0; band < o.bands; band++)  // as LshIndex files them: by the band's key
+        if (band_key(a, band, o.rows) == band_key(b, band, o.rows)) return true;
     return false;
 }
 

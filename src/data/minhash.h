@@ -30,7 +30,8 @@ double candidate_probability(double s, int bands, int rows);
 
 // bands * rows min-hashes of a set: for hash function k, the least of k's hash over the set.
 std::vector<uint64_t> minhash_signature(const std::vector<uint64_t>& set, const MinHashOptions& o);
-// Whether two signatures agree on every row of some band.
+// Whether two signatures share a bucket: agree on every row of some band (compared by the band's key, as the
+// index near_duplicates and near_references search compares them).
 bool lsh_candidates(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b, const MinHashOptions& o);
 
 struct NearMatch {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -124,6 +125,19 @@ void check_same(Comm& c, uint64_t value, const std::string& what) {
                     "with the "
                     "same flags and see the same data",
                     r, what, all[size_t(r)], all[0]);
+}
+
+std::vector<std::string> allgather_text(Comm& c, const std::string& mine, const char* what) {
+    uint64_t n = mine.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(c.size()));
+    c.allgather(&n, sizeof n, sizes.data(), what);
+    const size_t width = *std::max_element(sizes.begin(), sizes.end());
+    std::string padded = mine, all(width * sizes.size(), '\0');
+    padded.resize(width);
+    c.allgather(padded.data(), width, all.data(), what);
+    std::vector<std::string> out;
+    for (size_t r = 0; r < sizes.size(); r++) out.push_back(all.substr(r * width, size_t(sizes[r])));
+    return out;
 }
 
 }  // namespace anvil

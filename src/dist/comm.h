@@ -89,4 +89,7 @@ std::unique_ptr<Comm> make_comm(double timeout_s);
 // 0's.
 void check_same(Comm& c, uint64_t value, const std::string& what);
 
+// Every rank's `mine` (any length), in rank order, on every rank.
+std::vector<std::string> allgather_text(Comm& c, const std::string& mine, const char* what);
+
 }  // namespace anvil

@@ -21,6 +21,17 @@ std::string example_line(const ExampleResult& r) {
                                     {"answer_tokens", r.answer_tokens}});
 }
 
+ExampleResult parse_example_line(const std::string& line) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    return {j.at("index").get<int>(),
+            j.at("prompt").get<std::string>(),
+            j.at("expected").get<std::string>(),
+            j.at("output").get<std::string>(),
+            j.at("exact").get<bool>(),
+            j.at("logprob").get<double>(),
+            j.value("answer_tokens", 0)};
+}
+
 void write_per_example(const std::string& path, const std::vector<ExampleResult>& results) {
     std::string text;
     for (const ExampleResult& r : results) text += example_line(r) + "\n";
@@ -36,23 +47,14 @@ PerExample read_per_example(const std::string& file_or_run_dir) {
                 p.path, dir_exists(file_or_run_dir) ? "file in the run directory" : "file", kRunExamplesFile);
     read_lines(p.path, [&](const std::string& line, size_t lineno) {
         if (line.empty()) return;
-        ExampleResult r;
         try {
-            const nlohmann::json j = nlohmann::json::parse(line);
-            r.index = j.at("index").get<int>();
-            r.prompt = j.at("prompt").get<std::string>();
-            r.expected = j.at("expected").get<std::string>();
-            r.output = j.at("output").get<std::string>();
-            r.exact = j.at("exact").get<bool>();
-            r.logprob = j.at("logprob").get<double>();
-            r.answer_tokens = j.value("answer_tokens", 0);
+            p.records.push_back(parse_example_line(line));
         } catch (const nlohmann::json::exception& e) {
             fail(
                 "{} line {}: not a per-example record ({}); it needs index, prompt, expected, output, "
                 "exact and logprob, as `anvil eval --per-example` writes them",
                 p.path, lineno, e.what());
         }
-        p.records.push_back(std::move(r));
     });
     ANVIL_CHECK(!p.records.empty(), "{}: no records in it", p.path);
     return p;

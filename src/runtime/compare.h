@@ -17,6 +17,8 @@ namespace anvil {
 inline constexpr const char* kRunExamplesFile = "eval_examples.jsonl";
 
 std::string example_line(const ExampleResult& r);  // one JSON line, without its newline
+// The other way; throws nlohmann::json's exception when the line is not such a record.
+ExampleResult parse_example_line(const std::string& line);
 void write_per_example(const std::string& path, const std::vector<ExampleResult>& results);  // atomically
 
 struct PerExample {

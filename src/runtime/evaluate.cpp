@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
-
 #include "data/batcher.h"
 #include "model/generate.h"
+#include "runtime/compare.h"
 
 namespace anvil {
 
@@ -91,30 +90,14 @@ ChoiceRow answer_row(const Example& ex, PromptTemplate tmpl, const Tokenizer& to
     return {std::vector<int32_t>(rec.ids.begin(), rec.ids.begin() + std::ptrdiff_t(end)), int(prompt.size())};
 }
 
-// Each rank's lines, every rank's in rank order, on every rank.
-std::vector<std::string> gather_lines(Comm& comm, const std::string& mine) {
-    const int W = comm.size();
-    std::vector<uint64_t> sizes(static_cast<size_t>(W));
-    const uint64_t n = mine.size();
-    comm.allgather(&n, sizeof n, sizes.data(), "the per-example results' sizes");
-    std::vector<std::string> all(static_cast<size_t>(W));
-    for (int r = 0; r < W; r++) {
-        all[size_t(r)] = r == comm.rank() ? mine : std::string(sizes[size_t(r)], '\0');
-        comm.broadcast(all[size_t(r)].data(), all[size_t(r)].size(), r, "the per-example results");
-    }
-    return all;
-}
-
 // Every rank's results, in record order, on every rank.
 std::vector<ExampleResult> gather_examples(Comm& comm, const std::vector<ExampleResult>& mine) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const ExampleResult& e : mine)
-        j.push_back({e.index, e.prompt, e.expected, e.output, e.exact, e.logprob, e.answer_tokens});
+    std::string lines;
+    for (const ExampleResult& e : mine) lines += example_line(e) + "\n";
     std::vector<ExampleResult> all;
-    for (const std::string& text : gather_lines(comm, j.dump()))
-        for (const nlohmann::json& e : nlohmann::json::parse(text))
-            all.push_back({e[0].get<int>(), e[1].get<std::string>(), e[2].get<std::string>(),
-                           e[3].get<std::string>(), e[4].get<bool>(), e[5].get<double>(), e[6].get<int>()});
+    for (const std::string& text : allgather_text(comm, lines, "the per-example results"))
+        for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+            all.push_back(parse_example_line(text.substr(at, end - at)));
     std::sort(all.begin(), all.end(),
               [](const ExampleResult& a, const ExampleResult& b) { return a.index < b.index; });
     return all;

@@ -132,18 +132,11 @@ void share_out_dir(Comm& comm, TrainOptions& o) {
 // Every rank must run with rank 0's options: the first rank that differs is named with the options that
 // differ, as flags, on every rank.
 void check_same_options(Comm& comm, const nlohmann::json& mine) {
-    const std::string text = json_text(mine);
-    uint64_t n = text.size();
-    std::vector<uint64_t> sizes(static_cast<size_t>(comm.size()));
-    comm.allgather(&n, sizeof n, sizes.data(), "the start-up check of the training options");
-    const size_t width = *std::max_element(sizes.begin(), sizes.end());
-    std::string padded = text;
-    padded.resize(width);
-    std::string all(width * sizes.size(), '\0');
-    comm.allgather(padded.data(), width, all.data(), "the start-up check of the training options");
-    const auto options_of = [&](size_t r) { return nlohmann::json::parse(all.substr(r * width, sizes[r])); };
+    const std::vector<std::string> all =
+        allgather_text(comm, json_text(mine), "the start-up check of the training options");
+    const auto options_of = [&](size_t r) { return nlohmann::json::parse(all[r]); };
     const nlohmann::json first = options_of(0);
-    for (size_t r = 1; r < sizes.size(); r++) {
+    for (size_t r = 1; r < all.size(); r++) {
         const nlohmann::json other = options_of(r);
         if (other == first) continue;
         std::string diff;
