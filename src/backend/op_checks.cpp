@@ -13,6 +13,23 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
     ANVIL_CHECK(a.numel() == b.numel(), "{}: {} vs {}", op, a.shape.str(), b.shape.str());
 }
 
+void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op) {
+    for (const Tensor* t : ts)
+        ANVIL_CHECK(t->contiguous(),
+                    "{}: a strided view {} (rows {} apart) where the op reads contiguous rows", op,
+                    t->shape.str(), t->stride);
+}
+
+void check_residual(const Tensor& out, const Tensor& a, const Tensor& b) {
+    if (out.contiguous() && a.contiguous() && b.contiguous()) {
+        expect_same_numel(out, a, "residual");
+        return expect_same_numel(a, b, "residual");
+    }
+    ANVIL_CHECK(rows(out) == rows(a) && rows(a) == rows(b) && cols(out) == cols(a) && cols(a) == cols(b),
+                "residual: out {} a {} b {} (strided views) must have one shape", out.shape.str(),
+                a.shape.str(), b.shape.str());
+}
+
 EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
     ANVIL_CHECK(tokens.dtype == DType::I32 && tokens.shape.ndim == 2, "embedding: tokens must be I32 (B, T)");
     const EmbDims d{int(tokens.dim(0)), int(tokens.dim(1)), int(wte.dim(1)), int(wte.dim(0))};
@@ -74,6 +91,9 @@ MatDims check_matmul_fwd(const Tensor& out, const Tensor& in, const Tensor& w, W
     const MatDims d = matmul_dims(in, w, layout);
     ANVIL_CHECK(rows(out) == d.N && cols(out) == d.OC, "matmul: output {} for ({}, {})", out.shape.str(), d.N,
                 d.OC);
+    // the output alone may be a strided view (the QKV split), and only without the GELU
+    expect_contiguous({&in, &w, &bias, &pre_gelu}, "matmul");
+    if (!pre_gelu.empty()) expect_contiguous({&out}, "matmul with GELU");
     ANVIL_CHECK(bias.empty() || bias.numel() == d.OC, "matmul: bias {} for {} outputs", bias.shape.str(),
                 d.OC);
     ANVIL_CHECK(pre_gelu.empty() || pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}",
@@ -86,6 +106,7 @@ MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout
     const MatDims d = matmul_dims(in, w, layout);
     ANVIL_CHECK(rows(dout) == d.N && cols(dout) == d.OC, "matmul backward: dout {} for ({}, {})",
                 dout.shape.str(), d.N, d.OC);
+    expect_contiguous({&din, &dw, &dout, &in, &w}, "matmul backward");
     ANVIL_CHECK(dw.empty() || dw.shape == w.shape, "matmul backward: dw {} vs w {}", dw.shape.str(),
                 w.shape.str());
     ANVIL_CHECK(din.empty() || din.numel() == in.numel(), "matmul backward: din {} vs in {}", din.shape.str(),
@@ -161,19 +182,20 @@ RopeDims check_rope(const Tensor& x, const Tensor& inv_freq, int H) {
     return {int(rows(x) / T), T, H, HS};
 }
 
-HeadDims check_qkv_pack(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int NH) {
-    ANVIL_CHECK(NH > 0 && cols(q) % NH == 0, "qkv_pack: q {} does not split into {} heads", q.shape.str(),
+HeadDims check_qkv_unpack(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dqkv, int NH) {
+    const Tensor &q = dq, &k = dk, &v = dv, &qkv = dqkv;
+    ANVIL_CHECK(NH > 0 && cols(q) % NH == 0, "qkv_unpack: q {} does not split into {} heads", q.shape.str(),
                 NH);
     const int HS = int(cols(q) / NH);
     ANVIL_CHECK(k.shape == v.shape && cols(k) % HS == 0 && rows(k) == rows(q) && rows(qkv) == rows(q),
-                "qkv_pack: q {} k {} v {} qkv {}", q.shape.str(), k.shape.str(), v.shape.str(),
+                "qkv_unpack: q {} k {} v {} qkv {}", q.shape.str(), k.shape.str(), v.shape.str(),
                 qkv.shape.str());
     const int KVH = int(cols(k) / HS);
     const int64_t rest = cols(qkv) - cols(q);
-    ANVIL_CHECK(KVH > 0 && NH % KVH == 0 && rest % (2 * HS) == 0, "qkv_pack: {} heads and {} key/value heads",
-                NH, KVH);
+    ANVIL_CHECK(KVH > 0 && NH % KVH == 0 && rest % (2 * HS) == 0,
+                "qkv_unpack: {} heads and {} key/value heads", NH, KVH);
     const int KH = int(rest / (2 * HS));
-    ANVIL_CHECK(KH == KVH || KH == NH, "qkv_pack: qkv {} holds {} key/value heads; give {} or {}",
+    ANVIL_CHECK(KH == KVH || KH == NH, "qkv_unpack: qkv {} holds {} key/value heads; give {} or {}",
                 qkv.shape.str(), KH, KVH, NH);
     return {int(rows(q)), NH, KVH, KH, HS};
 }

@@ -18,6 +18,10 @@ inline int64_t cols(const Tensor& t) {
 
 void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what);
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op);
+// Strided views (Tensor::cols) reach only the arguments ops.def says take them; the rest must be contiguous.
+void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op);
+// residual_fwd: out, a, b of one element count, or, where any is a strided view, of one shape
+void check_residual(const Tensor& out, const Tensor& a, const Tensor& b);
 
 struct EmbDims {
     int B, T, C, V;
@@ -67,9 +71,9 @@ struct RopeDims {
 RopeDims check_rope(const Tensor& x, const Tensor& inv_freq, int H);
 
 struct HeadDims {
-    int N, NH, KVH, KH, HS;  // qkv (N, (NH + 2 KH) HS), KH = KVH or NH
+    int N, NH, KVH, KH, HS;  // dqkv (N, (NH + 2 KH) HS), KH = KVH or NH
 };
-HeadDims check_qkv_pack(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int NH);
+HeadDims check_qkv_unpack(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dqkv, int NH);
 
 struct CachedDims {
     int Tq, KVH, HS;

@@ -9,11 +9,12 @@ std::string Shape::str() const {
 }
 
 Tensor Tensor::slice0(int64_t i) const {
-    ANVIL_ASSERT(shape.ndim >= 1 && i >= 0 && i < shape[0]);
+    ANVIL_ASSERT(contiguous() && shape.ndim >= 1 && i >= 0 && i < shape[0]);
     Tensor t = *this;
     t.shape.ndim = shape.ndim - 1;
     for (int d = 1; d < shape.ndim; d++) t.shape.dims[size_t(d - 1)] = shape.dims[size_t(d)];
     t.data = static_cast<char*>(data) + size_t(i) * t.nbytes();
+    t.stride = 0;
     return t;
 }
 

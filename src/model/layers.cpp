@@ -350,9 +350,6 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
                                  int kv_heads, int head_size, int layer, double std, bool qkv_bias,
                                  bool o_bias)
     : reg_(&reg),
-      q_buf_(reg.acts.id("rattn.q")),
-      k_buf_(reg.acts.id("rattn.k")),
-      v_buf_(reg.acts.id("rattn.v")),
       qkv_buf_(reg.acts.id(prefix + ".qkv")),
       y_buf_(reg.acts.id(prefix + ".y")),
       saved_buf_(reg.acts.id(prefix + ".saved")),
@@ -381,10 +378,8 @@ void RotaryAttention::plan(ActPlan& plan) const {
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_, C = q_.in_features();
     const Backend& be = reg_->store->backend();
     const AttnDims d{plan.max_B(), plan.max_T(), heads_, hs_, a};
-    plan.add(q_buf_, {QC}, a, Keep::Scratch);
-    plan.add(k_buf_, {KC}, a, Keep::Scratch);
-    plan.add(v_buf_, {KC}, a, Keep::Scratch);
-    plan.add(qkv_buf_, {QC + 2 * KC}, a, Keep::Saved, "rattn.qkv");  // the key/value heads once each
+    // [q | k | v], the key/value heads once each; the three projections write their columns (strided views)
+    plan.add(qkv_buf_, {QC + 2 * KC}, a, Keep::Saved, "rattn.qkv");
     plan.add(y_buf_, {QC}, a, Keep::Saved, "rattn.y");
     if (plan.mode() != ActMode::Decode)
         plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "rattn.saved");
@@ -399,8 +394,10 @@ void RotaryAttention::plan(ActPlan& plan) const {
 }
 
 void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
-    const Tensor q = p.act(q_buf_), k = p.act(k_buf_), v = p.act(v_buf_);
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
+    // q (B,T,QC), k and v (B,T,KC): column views of qkv, rows QC + 2 KC apart; no packing copy
+    const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_;
+    const Tensor q = qkv.cols(0, QC), k = qkv.cols(QC, KC), v = qkv.cols(QC + KC, KC);
     q_.forward(p, q, in);
     k_.forward(p, k, in);
     v_.forward(p, v, in);
@@ -411,7 +408,6 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
         p.be.rope(q, inv_freq_, heads_, p.pos0, false);
         p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);
     }
-    p.be.qkv_pack(qkv, q, k, v, heads_);
     if (p.cache) {
         cached_attention(p, y, qkv, layer_, heads_);
     } else {

@@ -245,7 +245,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    ActId q_buf_, k_buf_, v_buf_, qkv_buf_, y_buf_, saved_buf_;
+    ActId qkv_buf_, y_buf_, saved_buf_;
     ActId dy_, dqkv_, dq_, dk_, dv_, dx_, scratch_;
     int heads_ = 0, kv_heads_ = 0, hs_ = 0, layer_ = 0;
     Linear q_, k_, v_, o_;

@@ -60,7 +60,7 @@ OpCase mlp_q8(int N, int C);
 OpCase embedding_q8(const OpSizes& s, bool positions);
 
 // Attention (op_cases_attention.cpp): training's, grouped-query, generation's cached and paged forms.
-OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand);
+OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares);
 // `drop`: dropout on the probabilities (dropout_mask.h), the reference applying the mask as documented there
 OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop = {});
 OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop = {});

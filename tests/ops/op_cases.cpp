@@ -23,7 +23,9 @@ OpCase embedding(const OpSizes& s, int C, bool frozen_wte) {
     c.args = {ids("tokens", {s.B, s.T}, 0, s.V), in("wte", {s.Vp, C}, 1.0f, !frozen_wte), in("wpe", {s.T, C}),
               out("out", {s.B, s.T, C}), grad("dwpe", {s.T, C}, true)};
     if (!frozen_wte) c.args.push_back(grad("dwte", {s.Vp, C}, true));
-    c.forward = [](Backend& be, const Args& a) { be.embedding_fwd(a["out"], a["tokens"], a["wte"], a["wpe"]); };
+    c.forward = [](Backend& be, const Args& a) {
+        be.embedding_fwd(a["out"], a["tokens"], a["wte"], a["wpe"]);
+    };
     c.backward = [frozen_wte](Backend& be, const Args& a) {
         be.embedding_bwd(frozen_wte ? Tensor{} : a["dwte"], a["dwpe"], a["dout"], a["tokens"]);
     };
@@ -51,7 +53,8 @@ OpCase embedding_tokens(const OpSizes& s, int C) {
     c.reference = [N, C](const HostArgs& h, HostArgs& want) {
         Vec o(size_t(N) * C);
         for (int i = 0; i < N; i++)
-            for (int k = 0; k < C; k++) o[size_t(i) * C + k] = h.at("wte")[size_t(h.at("tokens")[size_t(i)]) * C + k];
+            for (int k = 0; k < C; k++)
+                o[size_t(i) * C + k] = h.at("wte")[size_t(h.at("tokens")[size_t(i)]) * C + k];
         want["out"] = o;
     };
     return c;
@@ -87,6 +90,23 @@ OpCase rmsnorm(const OpSizes& s, int C, bool frozen) {
     return c;
 }
 
+// x (rows, W) rotated in place by the reference's rotation: columns [first, first + H HS) of every row, row r
+// at position first_pos[r / T] + r % T.
+void ref_rope(Vec& x, const Vec& inv_freq, const std::vector<int>& first_pos, int T, int W, int first, int H,
+              int HS) {
+    const int half = HS / 2;
+    for (size_t r = 0; r < x.size() / size_t(W); r++)
+        for (int hh = 0; hh < H; hh++)
+            for (int i = 0; i < half; i++) {
+                const size_t o = r * size_t(W) + size_t(first) + size_t(hh) * HS;
+                const int pos = first_pos[r / size_t(T)] + int(r % size_t(T));
+                const double a = double(float(pos) * inv_freq[size_t(i)]);
+                const double x1 = x[o + i], x2 = x[o + i + half];
+                x[o + i] = float(x1 * std::cos(a) - x2 * std::sin(a));
+                x[o + i + half] = float(x2 * std::cos(a) + x1 * std::sin(a));
+            }
+}
+
 // Rotary embedding on (B, T, H*HS) at positions pos0..; its backward is the inverse rotation of the gradient.
 // per_row: rope_rows with row b at pos0 + 5 b (a decode step's rows at their own positions)
 OpCase rope_case(const OpSizes& s, int H, int HS, int pos0, bool per_row = false) {
@@ -94,7 +114,8 @@ OpCase rope_case(const OpSizes& s, int H, int HS, int pos0, bool per_row = false
     c.name = fmt::format("rope{} H={} HS={} pos0={}", per_row ? "_rows" : "", H, HS, pos0);
     Arg f = f32(in("inv_freq", {HS / 2}, 0.3f, false));
     f.positive = true;
-    c.args = {in("x", {s.B, s.T, H * HS}), f, out("y", {s.B, s.T, H * HS}), grad("dx", {s.B, s.T, H * HS}, false)};
+    c.args = {in("x", {s.B, s.T, H * HS}), f, out("y", {s.B, s.T, H * HS}),
+              grad("dx", {s.B, s.T, H * HS}, false)};
     std::vector<int> first(size_t(s.B), pos0);
     if (per_row)
         for (int b = 0; b < s.B; b++) first[size_t(b)] = pos0 + 5 * b;
@@ -110,21 +131,38 @@ OpCase rope_case(const OpSizes& s, int H, int HS, int pos0, bool per_row = false
         be.convert(a["dx"], a["dy"]);
         turn(be, a["dx"], a["inv_freq"], true);
     };
-    const int B = s.B, T = s.T;
+    const int T = s.T;
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         Vec y = h.at("x");
-        const int half = HS / 2;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++)
-                for (int hh = 0; hh < H; hh++)
-                    for (int i = 0; i < half; i++) {
-                        const size_t o = ((size_t(b) * T + t) * H + hh) * HS;
-                        const double a = double(float(first[size_t(b)] + t) * h.at("inv_freq")[size_t(i)]);
-                        const double x1 = h.at("x")[o + i], x2 = h.at("x")[o + i + half];
-                        y[o + i] = float(x1 * std::cos(a) - x2 * std::sin(a));
-                        y[o + i + half] = float(x2 * std::cos(a) + x1 * std::sin(a));
-                    }
+        ref_rope(y, h.at("inv_freq"), first, T, H * HS, 0, H, HS);
         want["y"] = y;
+    };
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    return c;
+}
+
+// rope on a strided view, as the model turns q and k inside the packed qkv: columns [first, first + H HS) of
+// x (B, T, W) in place, the rest untouched.
+OpCase rope_strided(const OpSizes& s, int H, int HS, int first, int W, bool per_row) {
+    OpCase c;
+    c.name =
+        fmt::format("rope{} H={} HS={} strided: columns {}.. of {}", per_row ? "_rows" : "", H, HS, first, W);
+    Arg f = f32(in("inv_freq", {HS / 2}, 0.3f, false));
+    f.positive = true;
+    c.args = {f, arg("x", {s.B, s.T, W}, Role::InOut)};
+    std::vector<int> pos(size_t(s.B), 3);
+    if (per_row)
+        for (int b = 0; b < s.B; b++) pos[size_t(b)] = 3 + 7 * b;
+    c.forward = [=](Backend& be, const Args& a) {
+        const Tensor x = a["x"].cols(first, H * HS);
+        if (per_row) return be.rope_rows(x, a["inv_freq"], H, pos, false);
+        be.rope(x, a["inv_freq"], H, pos[0], false);
+    };
+    const int T = s.T;
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec x = h.at("x");
+        ref_rope(x, h.at("inv_freq"), pos, T, W, first, H, HS);
+        want["x"] = x;
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     return c;
@@ -134,7 +172,8 @@ OpCase swiglu(const OpSizes& s) {
     OpCase c;
     const int n = s.B * s.T * 3 * s.C + 5;
     c.name = fmt::format("swiglu n={}", n);
-    c.args = {in("gate", {n}, 2.0f), in("up", {n}), out("out", {n}), grad("dgate", {n}, false), grad("dup", {n}, false)};
+    c.args = {in("gate", {n}, 2.0f), in("up", {n}), out("out", {n}), grad("dgate", {n}, false),
+              grad("dup", {n}, false)};
     c.forward = [](Backend& be, const Args& a) { be.swiglu_fwd(a["out"], a["gate"], a["up"]); };
     c.backward = [](Backend& be, const Args& a) {
         be.swiglu_bwd(a["dgate"], a["dup"], a["dout"], a["gate"], a["up"]);
@@ -158,15 +197,20 @@ OpCase layernorm(const OpSizes& s, int C, bool frozen, int rows = 0) {
                          frozen ? " (frozen gain and bias)" : "");
     Arg x = in("x", {N, C}, 2.0f);
     x.offset = 0.5f;  // rows with a nonzero mean
-    c.args = {x, in("w", {C}, 1.0f, !frozen), in("b", {C}, 1.0f, !frozen), out("out", {N, C}),
-              f32(out("mean", {N}, false)), f32(out("rstd", {N}, false)), grad("dx", {N, C}, true)};
+    c.args = {x,
+              in("w", {C}, 1.0f, !frozen),
+              in("b", {C}, 1.0f, !frozen),
+              out("out", {N, C}),
+              f32(out("mean", {N}, false)),
+              f32(out("rstd", {N}, false)),
+              grad("dx", {N, C}, true)};
     if (!frozen) c.args.insert(c.args.end(), {grad("dw", {C}, true), grad("db", {C}, true)});
     c.forward = [](Backend& be, const Args& a) {
         be.layernorm_fwd(a["out"], a["mean"], a["rstd"], a["x"], a["w"], a["b"]);
     };
     c.backward = [frozen](Backend& be, const Args& a) {
-        be.layernorm_bwd(a["dx"], frozen ? Tensor{} : a["dw"], frozen ? Tensor{} : a["db"], a["dout"], a["x"], a["w"],
-                         a["mean"], a["rstd"]);
+        be.layernorm_bwd(a["dx"], frozen ? Tensor{} : a["dw"], frozen ? Tensor{} : a["db"], a["dout"], a["x"],
+                         a["w"], a["mean"], a["rstd"]);
     };
     c.reference = [N, C](const HostArgs& h, HostArgs& want) {
         Vec o(size_t(N) * C);
@@ -187,7 +231,8 @@ OpCase layernorm(const OpSizes& s, int C, bool frozen, int rows = 0) {
 }
 
 // The residual add fused into the norm after it: sum = a + b, out = norm(sum) (LayerNorm, or RMSNorm without
-// mean and bias). Its backward is the norm's on the stored sum, accumulated into d(sum): the gradient of a and of b.
+// mean and bias). Its backward is the norm's on the stored sum, accumulated into d(sum): the gradient of a
+// and of b.
 OpCase add_norm(const OpSizes& s, int C, bool rms) {
     OpCase c;
     const int N = s.B * s.T;
@@ -203,8 +248,15 @@ OpCase add_norm(const OpSizes& s, int C, bool rms) {
         a.of_rounded = true;
         return a;
     };
-    c.args = {x, in("b", {N, C}), w, out("sum", {N, C}), out("out", {N, C}), stat("rstd", N),
-              grad("da", {N, C}, false), grad("db", {N, C}, false), grad("dw", {C}, true)};
+    c.args = {x,
+              in("b", {N, C}),
+              w,
+              out("sum", {N, C}),
+              out("out", {N, C}),
+              stat("rstd", N),
+              grad("da", {N, C}, false),
+              grad("db", {N, C}, false),
+              grad("dw", {C}, true)};
     if (!rms) c.args.insert(c.args.end(), {in("bias", {C}), stat("mean", N), grad("dbias", {C}, true)});
     const float eps = rms ? kRmsEps : 1e-5f;
     c.forward = [rms, eps](Backend& be, const Args& a) {
@@ -277,6 +329,64 @@ OpCase residual(const OpSizes& s) {
     return c;
 }
 
+// The residual add on strided views, as a LoRA adapter adds its delta into a projection's columns of the
+// packed qkv: out[:, first:first+C] += a, the rest untouched; b read through a view of its own.
+OpCase residual_strided(const OpSizes& s, int first, int W) {
+    OpCase c;
+    const int N = s.B * s.T, C = s.C + 3;
+    c.name = fmt::format("residual strided: columns {}..{} of {}", first, first + C, W);
+    c.args = {in("a", {N, C + 5}), arg("out", {N, W}, Role::InOut)};
+    c.forward = [=](Backend& be, const Args& a) {
+        const Tensor o = a["out"].cols(first, C);
+        be.residual_fwd(o, o, a["a"].cols(5, C));
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec o = h.at("out");
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < C; j++)
+                o[size_t(n) * W + first + j] += h.at("a")[size_t(n) * (C + 5) + 5 + j];
+        want["out"] = o;
+    };
+    c.reference_rtol = c.reference_atol = 0;
+    return c;
+}
+
+// A product case whose output `name` (rows, OC) is written into columns [first, first + OC) of a wider (rows,
+// W) tensor, as the QKV split's projections write the packed qkv: the rest must stay as drawn. The backward
+// (unchanged) reads its seed as an input; the gradients were checked by finite differences in the plain case.
+OpCase strided_output(OpCase c, const std::string& name, int first, int W) {
+    auto at = std::find_if(c.args.begin(), c.args.end(), [&](const Arg& a) { return a.name == name; });
+    ANVIL_CHECK(at != c.args.end() && at->role == Role::Out, "strided_output: {} is not an output", name);
+    const Shape plain = at->shape;
+    const int64_t OC = plain[plain.ndim - 1], R = plain.numel() / OC;
+    const bool seeded = bool(c.backward) && at->loss;
+    Arg wide = arg(name + "_wide", plain, Role::InOut);
+    wide.shape.dims[size_t(plain.ndim - 1)] = W;
+    *at = wide;
+    if (seeded) c.args.push_back(in("d" + name, plain, 1.0f, false));
+    for (Arg& a : c.args) a.diff = false;
+    c.name += fmt::format(" strided: columns {}.. of {}", first, W);
+    const auto forward = c.forward;
+    c.forward = [=](Backend& be, const Args& a) {
+        Args v = a;
+        v.t[name] = a[name + "_wide"].cols(first, OC);
+        forward(be, v);
+    };
+    if (c.reference) {
+        const auto reference = c.reference;
+        c.reference = [=](const HostArgs& h, HostArgs& want) {
+            reference(h, want);
+            Vec w = h.at(name + "_wide");
+            const Vec& o = want.at(name);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t j = 0; j < OC; j++) w[size_t(r * W + first + j)] = o[size_t(r * OC + j)];
+            want.erase(name);
+            want[name + "_wide"] = w;
+        };
+    }
+    return c;
+}
+
 OpCase scale_case(const OpSizes& s) {
     OpCase c;
     const int n = s.B * s.T * s.C + 3;
@@ -313,7 +423,8 @@ OpCase dropout_case(const OpSizes& s) {
             y[i] = keep ? y[i] / (1.0f - kP) : 0.0f;
             kept += keep;
         }
-        EXPECT_NEAR(double(kept) / double(y.size()), 1.0 - kP, 0.01) << "the mask keeps 1 - p of the elements";
+        EXPECT_NEAR(double(kept) / double(y.size()), 1.0 - kP, 0.01)
+            << "the mask keeps 1 - p of the elements";
         want["y"] = y;
     };
     return c;
@@ -379,9 +490,11 @@ OpCase classifier(const OpSizes& s, int V, int Vp) {
     c.name = fmt::format("classifier N={} V={} (padded to {})", N, V, Vp);
     Arg losses = f32(out("losses", {N}));
     losses.seed_const = kDloss;  // the op takes one scalar for d(sum of losses)
-    c.args = {in("logits", {N, Vp}, 3.0f), ids("targets", {N}, -1, V), losses, f32(out("losses2", {N}, false)),
-              grad("dlogits", {N, Vp}, false)};
-    c.forward = [V](Backend& be, const Args& a) { be.classifier(a["losses"], a["logits"], a["targets"], 0.0f, V); };
+    c.args = {in("logits", {N, Vp}, 3.0f), ids("targets", {N}, -1, V), losses,
+              f32(out("losses2", {N}, false)), grad("dlogits", {N, Vp}, false)};
+    c.forward = [V](Backend& be, const Args& a) {
+        be.classifier(a["losses"], a["logits"], a["targets"], 0.0f, V);
+    };
     c.backward = [V](Backend& be, const Args& a) {
         be.convert(a["dlogits"], a["logits"]);  // the op writes the gradient over the logits it is given
         be.classifier(a["losses2"], a["dlogits"], a["targets"], kDloss, V);
@@ -406,7 +519,8 @@ OpCase classifier(const OpSizes& s, int V, int Vp) {
 OpCase global_norm(const OpSizes& s) {
     OpCase c;
     c.name = "global_norm_sq";
-    c.args = {in("g1", {s.B * s.T, s.C}, 1.0f, false), in("g2", {s.C + 5}, 1.0f, false), f32(out("nsq", {1}, false))};
+    c.args = {in("g1", {s.B * s.T, s.C}, 1.0f, false), in("g2", {s.C + 5}, 1.0f, false),
+              f32(out("nsq", {1}, false))};
     c.forward = [](Backend& be, const Args& a) { be.global_norm_sq(a["nsq"], {a["g1"], a["g2"]}); };
     c.reference = [](const HostArgs& h, HostArgs& want) {
         double sum = 0;
@@ -451,7 +565,8 @@ OpCase adamw(const OpSizes& s) {
         AdamWArgs args;
         args.lr = hp.lr, args.beta1 = hp.b1, args.beta2 = hp.b2, args.eps = hp.eps, args.step = hp.step;
         args.grad_scale = hp.scale, args.max_grad_norm = hp.clip;
-        be.adamw({ParamSlot{a["p1"], a["g1"], a["m1"], a["v1"], {}, hp.wd}, ParamSlot{a["p2"], a["g2"], a["m2"], a["v2"], {}, 0.0f}},
+        be.adamw({ParamSlot{a["p1"], a["g1"], a["m1"], a["v1"], {}, hp.wd},
+                  ParamSlot{a["p2"], a["g2"], a["m2"], a["v2"], {}, 0.0f}},
                  args, a["nsq"]);
     };
     c.reference = [](const HostArgs& h, HostArgs& want) {
@@ -462,7 +577,8 @@ OpCase adamw(const OpSizes& s) {
         const double norm = std::sqrt(nsq) * hp.scale;
         const double scale = hp.scale * (norm > hp.clip ? hp.clip / (norm + 1e-6) : 1.0);
         for (const char* k : {"1", "2"}) {
-            Vec p = h.at(std::string("p") + k), m = h.at(std::string("m") + k), v = h.at(std::string("v") + k);
+            Vec p = h.at(std::string("p") + k), m = h.at(std::string("m") + k),
+                v = h.at(std::string("v") + k);
             const Vec& g = h.at(std::string("g") + k);
             const double wd = k[0] == '1' ? hp.wd : 0.0;
             for (size_t i = 0; i < p.size(); i++) {
@@ -506,15 +622,25 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         matmul(s, s.C + 8, WLayout::OutIn, false, false),
         matmul(s, s.Vp, WLayout::OutIn, false, false),  // the tied classifier's product
         matmul(s, 4 * s.C, WLayout::InOut, true, true),
+        // the QKV split: a projection's output as columns of the packed qkv
+        strided_output(matmul(s, s.C, WLayout::OutIn, true, false), "out", 0, 2 * s.C),
+        strided_output(matmul(s, s.C / 2, WLayout::OutIn, false, false), "out", s.C, 2 * s.C),
+        strided_output(matmul(s, s.C + 8, WLayout::InOut, true, false), "out", 3, 2 * s.C + 16),
         mlp(s),
         matmul_fp8(s.B * 16, s.C, 3 * s.C, WLayout::InOut, true),  // multiples of 16: the FP8 kernels
         matmul_fp8(s.B * 16, s.C, s.C + 16, WLayout::OutIn, false),
-        matmul_fp8(N, s.C, s.C + 8, WLayout::InOut, true),  // not: the same arithmetic in the activations' dtype
+        matmul_fp8(N, s.C, s.C + 8, WLayout::InOut,
+                   true),  // not: the same arithmetic in the activations' dtype
+        strided_output(matmul_fp8(s.B * 16, s.C, s.C, WLayout::OutIn, true), "out", s.C / 2, 2 * s.C),
+        strided_output(matmul_fp8(N, s.C, s.C + 8, WLayout::OutIn, false), "out", 8, 2 * s.C + 16),
         matmul_q8(3, s.C, 3 * s.C, WLayout::InOut, true),  // decoding: the direct kernels
         matmul_q8(1, s.C + 8, s.Vp, WLayout::OutIn, false),
         mlp_q8(5, s.C),
         matmul_q8(N, s.C, 3 * s.C, WLayout::InOut, true),  // many rows: dequantized panels
         matmul_q8(N, s.C, s.Vp, WLayout::OutIn, false),
+        strided_output(matmul_q8(3, s.C, s.C, WLayout::OutIn, true), "out", s.C / 2, 2 * s.C),  // direct
+        strided_output(matmul_q8(2, s.C, s.C, WLayout::InOut, false), "out", 0, 2 * s.C),
+        strided_output(matmul_q8(N, s.C, s.C, WLayout::OutIn, true), "out", s.C, 2 * s.C),  // panels
         mlp_q8(N, s.C),
         matmul_q8(N, 2048, 1100, WLayout::InOut, true),  // wide: three panels
         matmul_q8(N, 2048, 1100, WLayout::OutIn, false),
@@ -544,10 +670,13 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         rope_case(s, s.NH, s.C / s.NH, 0),
         rope_case(s, 2, 16, 7),
         rope_case(s, 2, 16, 7, true),
+        rope_strided(s, 2, 16, 0, 2 * 16 + 2 * 16, false),  // q in [q | k | v]: GQA, one key/value head
+        rope_strided(s, 1, 16, 32, 64, true),               // k, a decode step's rows
+        residual_strided(s, 7, s.C + 20),
         swiglu(s),
-        qkv_pack_case(s, s.NH, s.NH / 2, true),
-        qkv_pack_case(s, s.NH, s.NH / 2, false),
-        qkv_pack_case(s, s.NH, s.NH, true),
+        qkv_unpack_case(s, s.NH, s.NH / 2, true),
+        qkv_unpack_case(s, s.NH, s.NH / 2, false),
+        qkv_unpack_case(s, s.NH, s.NH, true),
         classifier(s, s.V, s.Vp),
         token_logprobs_case(std::min(s.B * s.T, 1024), s.V, s.Vp, 5),
         token_logprobs_case(3, s.V, s.Vp, 0),

@@ -1,5 +1,5 @@
 // The op table's attention cases (op_case_parts.h): causal self-attention, grouped-query attention through
-// qkv_pack/qkv_unpack, and generation's cached and paged forms, against a reference in double.
+// qkv_unpack, and generation's cached and paged forms, against a reference in double.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -64,32 +64,33 @@ constexpr double kAttentionLowPrecisionTol = 2.0;
 
 }  // namespace
 
-OpCase qkv_pack_case(const OpSizes& s, int NH, int KVH, bool expand) {
+// The grouped-query gradients out of the packed layout: dqkv (N, (NH + 2 KH) HS) into dq (N, NH HS), dk and
+// dv (N, KVH HS), KH = NH (attention_bwd's shares, summed per key/value head) or KVH (a plain split).
+OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares) {
     OpCase c;
-    const int N = s.B * s.T, HS = s.C / s.NH, KH = expand ? NH : KVH;
-    c.name = fmt::format("qkv_pack NH={} KVH={}{}", NH, KVH, expand ? " (repeated)" : "");
-    c.args = {in("q", {N, NH * HS}),           in("k", {N, KVH * HS}),
-              in("v", {N, KVH * HS}),          out("qkv", {N, (NH + 2 * KH) * HS}),
-              grad("dq", {N, NH * HS}, false), grad("dk", {N, KVH * HS}, false),
-              grad("dv", {N, KVH * HS}, false)};
-    c.forward = [NH](Backend& be, const Args& a) { be.qkv_pack(a["qkv"], a["q"], a["k"], a["v"], NH); };
-    c.backward = [NH](Backend& be, const Args& a) {
-        be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["dqkv"], NH);
-    };
+    const int N = s.B * s.T, HS = s.C / s.NH, KH = shares ? NH : KVH, W = (NH + 2 * KH) * HS;
+    c.name = fmt::format("qkv_unpack NH={} KVH={}{}", NH, KVH, shares ? " (a share per query head)" : "");
+    c.args = {in("dqkv", {N, W}, 1.0f, false), out("dq", {N, NH * HS}), out("dk", {N, KVH * HS}),
+              out("dv", {N, KVH * HS})};
+    c.forward = [NH](Backend& be, const Args& a) { be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["dqkv"], NH); };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
-        const int W = (NH + 2 * KH) * HS, group = KH / KVH;
-        Vec o(size_t(N) * W);
+        const int group = KH / KVH;
+        const Vec& g = h.at("dqkv");
+        Vec dq(size_t(N) * NH * HS), dk(size_t(N) * KVH * HS, 0.0f), dv = dk;
         for (int n = 0; n < N; n++)
             for (int hh = 0; hh < NH + 2 * KH; hh++)
                 for (int d = 0; d < HS; d++) {
-                    const char* src = hh < NH ? "q" : hh < NH + KH ? "k" : "v";
-                    const int sh = hh < NH ? hh : (hh < NH + KH ? hh - NH : hh - NH - KH) / group;
-                    const int sw = hh < NH ? NH : KVH;
-                    o[size_t(n) * W + size_t(hh) * HS + d] = h.at(src)[(size_t(n) * sw + sh) * HS + d];
+                    const float x = g[size_t(n) * W + size_t(hh) * HS + d];
+                    if (hh < NH)
+                        dq[(size_t(n) * NH + hh) * HS + d] = x;
+                    else if (hh < NH + KH)
+                        dk[(size_t(n) * KVH + (hh - NH) / group) * HS + d] += x;
+                    else
+                        dv[(size_t(n) * KVH + (hh - NH - KH) / group) * HS + d] += x;
                 }
-        want["qkv"] = o;
+        want["dq"] = dq, want["dk"] = dk, want["dv"] = dv;
     };
-    c.reference_rtol = c.reference_atol = 0;
+    c.reference_rtol = 1e-6, c.reference_atol = 1e-6;  // the shares summed in another order
     return c;
 }
 
@@ -127,9 +128,10 @@ OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropo
     return c;
 }
 
-// Grouped-query attention as Llama runs it: q (NH heads), k and v (KVH heads) packed once each
-// (qkv_pack), attention over the packed qkv, then the backward's per-query-head shares (B, T, 3C) summed back
-// into dk and dv (qkv_unpack). Checked against multi-head attention on the key/value heads repeated.
+// Grouped-query attention as Llama runs it: q (NH heads), k and v (KVH heads) once each in the packed qkv
+// (here added into its zeroed column views, where the model's projections write them), attention over the
+// packed qkv, then the backward's per-query-head shares (B, T, 3C) summed back into dk and dv (qkv_unpack).
+// Checked against multi-head attention on the key/value heads repeated.
 OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop) {
     OpCase c;
     const int C = NH * HS, KC = KVH * HS, group = NH / KVH;
@@ -154,9 +156,14 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& d
               grad("dq", {B, T, C}, false),
               grad("dk", {B, T, KC}, false),
               grad("dv", {B, T, KC}, false)};
-    c.forward = [NH, drop](Backend& be, const Args& a) {
-        be.qkv_pack(a["qkv"], a["q"], a["k"], a["v"], NH);
-        be.attention_fwd(a["out"], a["saved"], a["qkv"], NH, drop);
+    c.forward = [NH, C, KC, drop](Backend& be, const Args& a) {
+        const Tensor qkv = a["qkv"];
+        be.zero(qkv);
+        const Tensor q = qkv.cols(0, C), k = qkv.cols(C, KC), v = qkv.cols(C + KC, KC);
+        be.residual_fwd(q, q, a["q"]);
+        be.residual_fwd(k, k, a["k"]);
+        be.residual_fwd(v, v, a["v"]);
+        be.attention_fwd(a["out"], a["saved"], qkv, NH, drop);
     };
     c.backward = [NH, drop](Backend& be, const Args& a) {
         be.attention_bwd(a["shares"], a["scratch"], a["dout"], a["qkv"], a["out"], a["saved"], NH, drop);

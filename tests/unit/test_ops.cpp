@@ -43,6 +43,27 @@ TEST(OpTable, CoversEveryListedOp) {
             << op << " is in backend/ops.def but no case in tests/ops calls it";
 }
 
+// A strided view (Tensor::cols) reaches only the arguments ops.def marks [strided]; anywhere else it is an
+// error naming the op, never a silent misread of its rows.
+TEST(StridedViews, RefusedWhereAnOpReadsContiguousRows) {
+    auto cpu = make_backend({Device::CPU, 2, 0});
+    const int N = 6, C = 8;
+    DevTensor wide(*cpu, {N, 3 * C}), x(*cpu, {N, C}), w(*cpu, {C, C}), dx(*cpu, {N, C}), dw(*cpu, {C, C});
+    const Tensor view = wide.t.cols(C, C);
+    EXPECT_FALSE(view.contiguous());
+    EXPECT_EQ(view.ld(), 3 * C);
+    EXPECT_NO_THROW(cpu->matmul_fwd(view, x.t, w.t, WLayout::InOut, {}, {}));       // [strided: out]
+    EXPECT_THROW(cpu->matmul_fwd(x.t, view, w.t, WLayout::InOut, {}, {}), Error);   // the input
+    EXPECT_THROW(cpu->matmul_fwd(view, x.t, w.t, WLayout::InOut, {}, x.t), Error);  // out with the GELU
+    EXPECT_THROW(cpu->matmul_bwd(dx.t, dw.t, {}, view, x.t, w.t, WLayout::InOut, {}), Error);
+    EXPECT_THROW(cpu->gelu_fwd(view, x.t), Error);
+    EXPECT_THROW(cpu->convert(view, x.t), Error);
+    EXPECT_THROW((void)view.view(Shape{N * C}), Error);
+    // a single row, or every column, is contiguous
+    EXPECT_TRUE(wide.t.cols(0, 3 * C).contiguous());
+    EXPECT_TRUE(wide.t.slice0(0).view(Shape{1, 3 * C}).cols(C, C).contiguous());
+}
+
 TEST(CpuMath, ExpApprox) {
     for (float x = -87.0f; x < 88.0f; x += 0.37f) {
         const double want = std::exp(double(x));

@@ -13,10 +13,10 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/dropout_mask.h"
+#include "backend/host_info.h"
 #include "backend/logprobs.h"
 #include "backend/op_checks.h"
 #include "core/fp8.h"
-#include "backend/host_info.h"
 
 extern "C" {
 // OpenBLAS extensions (declared in its cblas.h on Debian, repeated here for other BLAS headers).
@@ -32,6 +32,12 @@ void expect_f32(const Tensor& t, const char* what) {
                 dtype_name(t.dtype));
     ANVIL_CHECK(t.device == Device::CPU, "cpu backend: {} lives on {}, not the host", what,
                 device_name(t.device));
+}
+
+// The first row of an f32 tensor that may be a strided view (its rows t.ld() apart).
+float* rows_f32(const Tensor& t) {
+    ANVIL_ASSERT(t.dtype == DType::F32);
+    return t.row0<float>();
 }
 
 }  // namespace
@@ -71,25 +77,25 @@ Buffer CpuBackend::alloc(size_t bytes) {
 }
 
 void CpuBackend::zero(Tensor t) {
-    std::memset(t.data, 0, t.nbytes());
+    std::memset(t.ptr<void>(), 0, t.nbytes());  // (ptr: contiguous tensors only, here and below)
 }
 void CpuBackend::upload(Tensor dst, const void* host) {
-    std::memcpy(dst.data, host, dst.nbytes());
+    std::memcpy(dst.ptr<void>(), host, dst.nbytes());
 }
 void CpuBackend::download(void* host, Tensor src) {
-    std::memcpy(host, src.data, src.nbytes());
+    std::memcpy(host, src.ptr<void>(), src.nbytes());
 }
 
 void CpuBackend::convert(Tensor dst, Tensor src) {
     ANVIL_CHECK(dst.numel() == src.numel(), "convert: {} elements into {}", src.numel(), dst.numel());
     if (dst.dtype == src.dtype) {
-        std::memcpy(dst.data, src.data, src.nbytes());
+        std::memcpy(dst.ptr<void>(), src.ptr<void>(), src.nbytes());
     } else if (src.dtype == DType::F32) {
-        convert_from_f32(dst.data, dst.dtype, src.f32(), size_t(src.numel()));
+        convert_from_f32(dst.ptr<void>(), dst.dtype, src.f32(), size_t(src.numel()));
     } else {
         ANVIL_CHECK(dst.dtype == DType::F32, "convert: {} to {} is not supported", dtype_name(src.dtype),
                     dtype_name(dst.dtype));
-        convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
+        convert_to_f32(dst.f32(), src.ptr<void>(), src.dtype, size_t(src.numel()));
     }
 }
 
@@ -130,18 +136,18 @@ void CpuBackend::rmsnorm_fwd(Tensor out, Tensor rstd, Tensor in, Tensor w, float
 
 void CpuBackend::rmsnorm_bwd(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
     const auto [N, C] = check_rmsnorm_bwd(din, dw, dout, in, rstd);
-    cpu::rmsnorm_backward(din.f32(), dw.empty() ? nullptr : dw.f32(), dout.f32(), in.f32(), w.f32(), rstd.f32(), N,
-                          C);
+    cpu::rmsnorm_backward(din.f32(), dw.empty() ? nullptr : dw.f32(), dout.f32(), in.f32(), w.f32(),
+                          rstd.f32(), N, C);
 }
 
 void CpuBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) {
     const auto [B, T, h, HS] = check_rope(x, inv_freq, H);
-    cpu::rope(x.f32(), inv_freq.f32(), B, T, h, HS, pos0, inverse);
+    cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, pos0, inverse);
 }
 
 void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) {
     const auto [B, T, h, HS] = check_rope_rows(x, inv_freq, H, pos);
-    cpu::rope(x.f32(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.data());
+    cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.data());
 }
 
 void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
@@ -155,13 +161,8 @@ void CpuBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, 
     cpu::swiglu_backward(dgate.f32(), dup.f32(), dout.f32(), gate.f32(), up.f32(), size_t(gate.numel()));
 }
 
-void CpuBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
-    const HeadDims d = check_qkv_pack(qkv, q, k, v, NH);
-    cpu::qkv_pack(qkv.f32(), q.f32(), k.f32(), v.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
-}
-
 void CpuBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
-    const HeadDims d = check_qkv_pack(dqkv, dq, dk, dv, NH);
+    const HeadDims d = check_qkv_unpack(dq, dk, dv, dqkv, NH);
     cpu::qkv_unpack(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
 }
 
@@ -189,12 +190,12 @@ void CpuBackend::matmul_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Ten
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     const float* b = bias.empty() ? nullptr : bias.f32();
     if (pre_gelu.empty()) {
-        cpu::matmul_forward(out.f32(), in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
+        cpu::matmul_forward(rows_f32(out), int(out.ld()), in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
     } else {
         // A row-blocked fusion (each block's product and GELU on one core, in cache) measured 0-11% slower
         // than BLAS over all rows followed by one GELU pass: the small products lose more than the pass
         // costs.
-        cpu::matmul_forward(pre_gelu.f32(), in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
+        cpu::matmul_forward(pre_gelu.f32(), OC, in.f32(), w.f32(), b, N, C, OC, layout, gemm_);
         cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
     }
 }
@@ -211,14 +212,16 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 
 // FP8: the operands rounded as the FP8 product sees them (f32 values on the format's grid, scaled back), then
 // the f32 product: the specification of CUDA's FP8 tensor-core products, not a fast path.
-void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                                Tensor pre_gelu) {
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     fp8_scratch_.resize(size_t(in.numel() + w.numel()));
     float *qin = fp8_scratch_.data(), *qw = qin + in.numel();
     fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
     fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
-    cpu::matmul_forward(y.f32(), qin, qw, bias.empty() ? nullptr : bias.f32(), N, C, OC, layout);
+    cpu::matmul_forward(rows_f32(y), int(y.ld()), qin, qw, bias.empty() ? nullptr : bias.f32(), N, C, OC,
+                        layout);
     if (!pre_gelu.empty()) cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
 }
 
@@ -230,8 +233,8 @@ void CpuBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout
     fp8_fake_quantize(qdout, dout.f32(), size_t(dout.numel()), DType::F8E5M2);
     if (!dw.empty()) fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
     if (!din.empty()) fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
-    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(), nullptr, qdout, qin,
-                         qw, N, C, OC, layout);
+    cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(), nullptr, qdout,
+                         qin, qw, N, C, OC, layout);
     if (!dbias.empty())  // from the unrounded gradient
         cpu::matmul_backward(nullptr, nullptr, dbias.f32(), dout.f32(), nullptr, nullptr, N, C, OC, layout);
     if (!in_pre_gelu.empty() && !din.empty())
@@ -242,17 +245,19 @@ void CpuBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WL
                                Tensor pre_gelu) {
     const auto [N, C, OC] = check_matmul_q8(out, in, q, scale, layout, bias, pre_gelu);
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
-    cpu::matmul_q8_forward(y.f32(), in.f32(), q.ptr<int8_t>(), scale.f32(), bias.empty() ? nullptr : bias.f32(), N,
-                           C, OC, layout, q8_panel_);
+    cpu::matmul_q8_forward(rows_f32(y), int(y.ld()), in.f32(), q.ptr<int8_t>(), scale.f32(),
+                           bias.empty() ? nullptr : bias.f32(), N, C, OC, layout, q8_panel_);
     if (!pre_gelu.empty()) cpu::gelu_forward(out.f32(), pre_gelu.f32(), size_t(out.numel()));
 }
 
-void CpuBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) {
+void CpuBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout,
+                               Tensor in_pre_gelu) {
     const auto [N, C, OC] = check_matmul_bwd(din, {}, dout, din, q, layout);
     ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == OC, "int8 matmul backward: weight {} {}, {} scales",
                 q.shape.str(), dtype_name(q.dtype), scale.numel());
     cpu::matmul_q8_backward(din.f32(), dout.f32(), q.ptr<int8_t>(), scale.f32(), N, C, OC, layout, q8_panel_);
-    if (!in_pre_gelu.empty()) cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
+    if (!in_pre_gelu.empty())
+        cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }
 
 void CpuBackend::embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) {
@@ -265,10 +270,11 @@ void CpuBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor sc
     const auto [B, T, C, V] = check_embedding_q8(out, tokens, q, scale, wpe);
     const int32_t* tok = tokens.ptr<int32_t>();
     for (int64_t i = 0; i < tokens.numel(); i++)
-        ANVIL_CHECK(tok[i] >= 0 && tok[i] < V, "embedding: token id {} at position {} is outside the vocabulary (0..{})",
-                    tok[i], i, V - 1);
-    cpu::embedding_q8_forward(out.f32(), tok, q.ptr<int8_t>(), scale.f32(), wpe.empty() ? nullptr : wpe.f32(), B, T, C,
-                              V);
+        ANVIL_CHECK(tok[i] >= 0 && tok[i] < V,
+                    "embedding: token id {} at position {} is outside the vocabulary (0..{})", tok[i], i,
+                    V - 1);
+    cpu::embedding_q8_forward(out.f32(), tok, q.ptr<int8_t>(), scale.f32(), wpe.empty() ? nullptr : wpe.f32(),
+                              B, T, C, V);
 }
 
 void CpuBackend::gelu_fwd(Tensor out, Tensor in) {
@@ -328,8 +334,17 @@ void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Te
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
-    expect_same_numel(out, a, "residual");
-    expect_same_numel(a, b, "residual");
+    check_residual(out, a, b);
+    if (!out.contiguous() || !a.contiguous() || !b.contiguous()) {  // strided views: row by row
+        const int64_t R = out.rows(), C = out.cols();
+        float* o = rows_f32(out);
+        const float *x = rows_f32(a), *y = rows_f32(b);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < R; r++)
+#pragma omp simd
+            for (int64_t j = 0; j < C; j++) o[r * out.ld() + j] = x[r * a.ld() + j] + y[r * b.ld() + j];
+        return;
+    }
     float* o = out.f32();
     const float* x = a.f32();
     const float* y = b.f32();

@@ -19,20 +19,20 @@ void product(Gemm* gemm, bool ta, bool tb, int M, int N, int K, const float* A, 
 
 }  // namespace
 
-void matmul_forward(float* out, const float* in, const float* w, const float* bias, int N, int C, int OC,
-                    WLayout layout, Gemm* gemm) {
+void matmul_forward(float* out, int ldo, const float* in, const float* w, const float* bias, int N, int C,
+                    int OC, WLayout layout, Gemm* gemm) {
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
-            float* o = out + size_t(n) * OC;
+            float* o = out + size_t(n) * ldo;
 #pragma omp simd
             for (int j = 0; j < OC; j++) o[j] = bias[j];
         }
     }
     if (layout == WLayout::InOut)  // W (C,OC)
-        product(gemm, false, false, N, OC, C, in, C, w, OC, bias != nullptr, out, OC);
+        product(gemm, false, false, N, OC, C, in, C, w, OC, bias != nullptr, out, ldo);
     else  // W (OC,C)
-        product(gemm, false, true, N, OC, C, in, C, w, C, bias != nullptr, out, OC);
+        product(gemm, false, true, N, OC, C, in, C, w, C, bias != nullptr, out, ldo);
 }
 
 void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,

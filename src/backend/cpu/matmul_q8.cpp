@@ -51,8 +51,8 @@ void dequant_panel(float* P, const int8_t* q, const float* scale, int C, int OC,
 }
 
 // out (N, OC) = in @ W + bias for N <= kDirectRows, straight from the int8 weight.
-void forward_direct(float* out, const float* in, const int8_t* q, const float* scale, const float* bias,
-                    int N, int C, int OC, WLayout layout) {
+void forward_direct(float* out, int ldo, const float* in, const int8_t* q, const float* scale,
+                    const float* bias, int N, int C, int OC, WLayout layout) {
     if (layout == WLayout::OutIn) {  // each output channel is one row of the weight: N dot products
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < OC; o++) {
@@ -62,7 +62,7 @@ void forward_direct(float* out, const float* in, const int8_t* q, const float* s
                 float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
                 for (int i = 0; i < C; i++) acc += x[i] * float(w[i]);
-                out[size_t(n) * OC + o] = (bias ? bias[o] : 0.0f) + scale[o] * acc;
+                out[size_t(n) * ldo + o] = (bias ? bias[o] : 0.0f) + scale[o] * acc;
             }
         }
         return;
@@ -84,15 +84,15 @@ void forward_direct(float* out, const float* in, const int8_t* q, const float* s
         }
         for (int n = 0; n < N; n++)
             for (int j = 0; j < len; j++)
-                out[size_t(n) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + scale[o0 + j] * acc[n][j];
+                out[size_t(n) * ldo + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + scale[o0 + j] * acc[n][j];
     }
 }
 
 }  // namespace
 
-void matmul_q8_forward(float* out, const float* in, const int8_t* q, const float* scale, const float* bias,
-                       int N, int C, int OC, WLayout layout, std::vector<float>& scratch) {
-    if (N <= kDirectRows) return forward_direct(out, in, q, scale, bias, N, C, OC, layout);
+void matmul_q8_forward(float* out, int ldo, const float* in, const int8_t* q, const float* scale,
+                       const float* bias, int N, int C, int OC, WLayout layout, std::vector<float>& scratch) {
+    if (N <= kDirectRows) return forward_direct(out, ldo, in, q, scale, bias, N, C, OC, layout);
     const int pw = panel_width(C, OC);
     scratch.resize(size_t(pw) * C);
     float* P = scratch.data();
@@ -102,15 +102,15 @@ void matmul_q8_forward(float* out, const float* in, const int8_t* q, const float
         float beta = 0.0f;
         if (bias) {
 #pragma omp parallel for schedule(static)
-            for (int n = 0; n < N; n++) std::copy_n(bias + o0, w, out + size_t(n) * OC + o0);
+            for (int n = 0; n < N; n++) std::copy_n(bias + o0, w, out + size_t(n) * ldo + o0);
             beta = 1.0f;
         }
         if (layout == WLayout::OutIn)  // out[:, o0:o1] = in (N, C) @ P^T, P (w, C)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, w, C, 1.0f, in, C, P, C, beta, out + o0,
-                        OC);
+                        ldo);
         else  // P (C, w)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, w, C, 1.0f, in, C, P, w, beta, out + o0,
-                        OC);
+                        ldo);
     }
 }
 

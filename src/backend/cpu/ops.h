@@ -15,7 +15,8 @@ namespace anvil::cpu {
 // embedding.cpp
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                        int C, int V);  // out (B,T,C)
-void embedding_rows_add(float* out, const float* table, const int* rows, int B, int C);  // out (B,C) += table[rows]
+void embedding_rows_add(float* out, const float* table, const int* rows, int B,
+                        int C);  // out (B,C) += table[rows]
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
                         int C);
 
@@ -26,8 +27,8 @@ void layernorm_backward(float* din, float* dw, float* db, const float* dout, con
                         const float* mean, const float* rstd, int N, int C);
 // One row (C) of each norm's forward, the loops the whole-tensor forwards run: the residual add fused into a
 // norm (CpuBackend::add_norm_fwd) normalises the rows it has just summed with them.
-void layernorm_row(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b, int C,
-                   float eps);
+void layernorm_row(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b,
+                   int C, float eps);
 void rmsnorm_row(float* out, float* rstd, const float* in, const float* w, int C, float eps);
 
 // A row-major product with CBLAS's arguments (alpha 1): C (M,N) = op(A) op(B), plus C when `accumulate`;
@@ -43,21 +44,22 @@ public:
 // oneDNN's bf16 products (matmul_bf16.h); null where anvil was built without oneDNN
 std::unique_ptr<Gemm> make_bf16_gemm();
 
-// matmul.cpp: out (N,OC) = in (N,C) @ W + bias, W (C,OC) InOut or (OC,C) OutIn; `gemm` null: cblas_sgemm
-void matmul_forward(float* out, const float* in, const float* w, const float* bias, int N, int C, int OC,
-                    WLayout layout, Gemm* gemm = nullptr);
+// matmul.cpp: out (N,OC) = in (N,C) @ W + bias, W (C,OC) InOut or (OC,C) OutIn; out's rows ldo apart (OC, or
+// more for a strided view); `gemm` null: cblas_sgemm
+void matmul_forward(float* out, int ldo, const float* in, const float* w, const float* bias, int N, int C,
+                    int OC, WLayout layout, Gemm* gemm = nullptr);
 void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
                      int N, int C, int OC, WLayout layout, Gemm* gemm = nullptr);
 
 // matmul_q8.cpp: int8 weights, W = q * scale[o] (q in `layout` as above, scale (OC)); `scratch` holds the f32
 // panels of the weight that products over many rows dequantize into.
-void matmul_q8_forward(float* out, const float* in, const int8_t* q, const float* scale, const float* bias, int N,
-                       int C, int OC, WLayout layout, std::vector<float>& scratch);
-void matmul_q8_backward(float* din, const float* dout, const int8_t* q, const float* scale, int N, int C, int OC,
-                        WLayout layout, std::vector<float>& scratch);  // din (N,C) overwritten
+void matmul_q8_forward(float* out, int ldo, const float* in, const int8_t* q, const float* scale,
+                       const float* bias, int N, int C, int OC, WLayout layout, std::vector<float>& scratch);
+void matmul_q8_backward(float* din, const float* dout, const int8_t* q, const float* scale, int N, int C,
+                        int OC, WLayout layout, std::vector<float>& scratch);  // din (N,C) overwritten
 // q (V,C) I8, scale (V); wpe (maxT,C) or null
-void embedding_q8_forward(float* out, const int32_t* tokens, const int8_t* q, const float* scale, const float* wpe,
-                          int B, int T, int C, int V);
+void embedding_q8_forward(float* out, const int32_t* tokens, const int8_t* q, const float* scale,
+                          const float* wpe, int B, int T, int C, int V);
 
 // gelu.cpp (tanh form)
 void gelu_forward(float* out, const float* in, size_t n);
@@ -83,19 +85,19 @@ void attention_cached_rows(float* out, const float* qkv, float* kcache, float* v
 
 // rmsnorm.cpp: out (N,C) = in * rstd * w; rstd (N)
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* w, int N, int C, float eps);
-void rmsnorm_backward(float* din, float* dw, const float* dout, const float* in, const float* w, const float* rstd,
-                      int N, int C);  // din accumulates; dw may be null
+void rmsnorm_backward(float* din, float* dw, const float* dout, const float* in, const float* w,
+                      const float* rstd, int N, int C);  // din accumulates; dw may be null
 
-// rope.cpp: x (B,T,H,HS) rotated in place; qkv packing of grouped-query heads (KH = KVH or NH)
-// (row b at positions row_pos[b].. when row_pos is given)
-void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
+// rope.cpp: x (B,T,H,HS) rotated in place, its (b, t) rows ldx apart (H HS, or more for a strided view), row
+// b at positions row_pos[b].. when row_pos is given; the grouped-query gradients' unpacking (KH = KVH or NH)
+void rope(float* x, int64_t ldx, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
           const int* row_pos = nullptr);
-void qkv_pack(float* qkv, const float* q, const float* k, const float* v, int N, int NH, int KVH, int KH, int HS);
 void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS);
 
 // swiglu.cpp: out = silu(gate) * up
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                     size_t n);
 
 // classifier.cpp: fused softmax + cross-entropy, logits (N,Vp), first V columns real
 void classifier(float* losses, float* logits, const int32_t* targets, float dloss, int N, int Vp, int V);

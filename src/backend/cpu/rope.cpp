@@ -1,15 +1,15 @@
-// Rotary position embeddings in Hugging Face's rotate_half layout, and the packing of grouped-query heads into
-// the (q, k, v) layout attention takes.
+// Rotary position embeddings in Hugging Face's rotate_half layout, and the grouped-query gradients out of the
+// packed (q, k, v) layout attention takes.
 #include <cmath>
 
 #include "backend/cpu/ops.h"
 
 namespace anvil::cpu {
 
-// x (B, T, H, HS) in place: for i < HS/2, (x_i, x_{i+HS/2}) rotated by angle (pos0 + t) * inv_freq[i]; the
-// inverse rotation (the backward) turns the other way. The angle is formed in f32, as transformers does. With
-// row_pos, row b starts at row_pos[b] instead of pos0.
-void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
+// x (B, T, H, HS) in place (rows (b, t) ldx apart): for i < HS/2, (x_i, x_{i+HS/2}) rotated by angle (pos0 +
+// t) * inv_freq[i]; the inverse rotation (the backward) turns the other way. The angle is formed in f32, as
+// transformers does. With row_pos, row b starts at row_pos[b] instead of pos0.
+void rope(float* x, int64_t ldx, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
           const int* row_pos) {
     const int half = HS / 2;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -20,7 +20,7 @@ void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0
                 const float a = pos * inv_freq[i];
                 const float c = std::cos(a), s = inverse ? -std::sin(a) : std::sin(a);
                 for (int h = 0; h < H; h++) {
-                    float* v = x + ((size_t(b) * T + t) * H + h) * HS;
+                    float* v = x + (size_t(b) * T + t) * size_t(ldx) + size_t(h) * HS;
                     const float x1 = v[i], x2 = v[i + half];
                     v[i] = x1 * c - x2 * s;
                     v[i + half] = x2 * c + x1 * s;
@@ -29,26 +29,8 @@ void rope(float* x, const float* inv_freq, int B, int T, int H, int HS, int pos0
         }
 }
 
-// qkv (N, (NH + 2 KH) HS) from q (N, NH HS), k and v (N, KVH HS); KH is KVH, or NH with every key/value head
-// repeated NH / KVH times (transformers' repeat_kv).
-void qkv_pack(float* qkv, const float* q, const float* k, const float* v, int N, int NH, int KVH, int KH, int HS) {
-    const int group = KH / KVH, W = (NH + 2 * KH) * HS;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* o = qkv + size_t(n) * W;
-        const float* qr = q + size_t(n) * NH * HS;
-        for (int i = 0; i < NH * HS; i++) o[i] = qr[i];
-        for (int h = 0; h < KH; h++) {
-            const float* kr = k + (size_t(n) * KVH + h / group) * HS;
-            const float* vr = v + (size_t(n) * KVH + h / group) * HS;
-            float* ko = o + size_t(NH + h) * HS;
-            float* vo = o + size_t(NH + KH + h) * HS;
-            for (int d = 0; d < HS; d++) ko[d] = kr[d], vo[d] = vr[d];
-        }
-    }
-}
-
-// The backward: dq, dk, dv overwritten; a repeated head's gradients sum into its key/value head.
+// dq, dk, dv overwritten from dqkv (N, (NH + 2 KH) HS); KH is KVH, or NH with one share per query head of
+// each key/value head (transformers' repeat_kv), which sum into it.
 void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS) {
     const int group = KH / KVH, W = (NH + 2 * KH) * HS;
 #pragma omp parallel for schedule(static)

@@ -146,20 +146,20 @@ Buffer CudaBackend::alloc_host(size_t bytes) {
 }
 
 void CudaBackend::zero(Tensor t) {
-    CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), ctx_.stream));
+    CUDA_CHECK(cudaMemsetAsync(t.ptr<void>(), 0, t.nbytes(), ctx_.stream));  // (ptr: contiguous only)
 }
 
 void CudaBackend::upload(Tensor dst, const void* host) {
-    CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst.ptr<void>(), host, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
 }
 
 void CudaBackend::download(void* host, Tensor src) {
-    CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    CUDA_CHECK(cudaMemcpyAsync(host, src.ptr<void>(), src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
 void CudaBackend::download_async(void* host, Tensor src) {
-    CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    CUDA_CHECK(cudaMemcpyAsync(host, src.ptr<void>(), src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
 }
 
 void CudaBackend::convert(Tensor dst, Tensor src) {
@@ -179,13 +179,8 @@ void CudaBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const in
     cuda::rope_rows(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos, inverse);
 }
 
-void CudaBackend::qkv_pack(Tensor qkv, Tensor q, Tensor k, Tensor v, int NH) {
-    const HeadDims d = check_qkv_pack(qkv, q, k, v, NH);
-    cuda::qkv_pack(ctx_, qkv, q, k, v, d.N, d.NH, d.KVH, d.KH, d.HS);
-}
-
 void CudaBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
-    const HeadDims d = check_qkv_pack(dqkv, dq, dk, dv, NH);
+    const HeadDims d = check_qkv_unpack(dq, dk, dv, dqkv, NH);
     cuda::qkv_unpack(ctx_, dq, dk, dv, dqkv, d.N, d.NH, d.KVH, d.KH, d.HS);
 }
 
@@ -208,12 +203,14 @@ Tensor CudaBackend::dequantized(Tensor q, Tensor scale, WLayout layout, DType dt
 
 void CudaBackend::check_fp8() const {
     ANVIL_CHECK(prop_.major * 10 + prop_.minor >= 89,
-                "--precision fp8: the {} (compute capability {}.{}) has no FP8 tensor cores; they start with 8.9 (Ada) "
+                "--precision fp8: the {} (compute capability {}.{}) has no FP8 tensor cores; they start with "
+                "8.9 (Ada) "
                 "and 9.0 (Hopper). Use --precision bf16",
                 prop_.name, prop_.major, prop_.minor);
 }
 
-void CudaBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
+void CudaBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
+                                 Tensor pre_gelu) {
     const MatDims d = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     check_fp8();
     void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
@@ -231,17 +228,21 @@ void CudaBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dou
 void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
                                 Tensor pre_gelu) {
     const MatDims d = check_matmul_q8(out, in, q, scale, layout, bias, pre_gelu);
-    if (d.N > cuda::kQ8DirectRows) return cuda::matmul_fwd(ctx_, out, in, dequantized(q, scale, layout, in.dtype),
-                                                           layout, bias, pre_gelu);
+    if (d.N > cuda::kQ8DirectRows)
+        return cuda::matmul_fwd(ctx_, out, in, dequantized(q, scale, layout, in.dtype), layout, bias,
+                                pre_gelu);
     cuda::matmul_q8_direct(ctx_, pre_gelu.empty() ? out : pre_gelu, in, q, scale, layout, bias);
     if (!pre_gelu.empty()) cuda::gelu_fwd(ctx_, out, pre_gelu);
 }
 
-void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout, Tensor in_pre_gelu) {
+void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout,
+                                Tensor in_pre_gelu) {
     const MatDims d = check_matmul_bwd(din, {}, dout, din, q, layout);
-    ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == d.OC, "int8 matmul backward: weight {} {}, {} scales",
-                q.shape.str(), dtype_name(q.dtype), scale.numel());
-    cuda::matmul_bwd(ctx_, din, {}, {}, dout, din, dequantized(q, scale, layout, din.dtype), layout, in_pre_gelu);
+    ANVIL_CHECK(q.dtype == DType::I8 && scale.numel() == d.OC,
+                "int8 matmul backward: weight {} {}, {} scales", q.shape.str(), dtype_name(q.dtype),
+                scale.numel());
+    cuda::matmul_bwd(ctx_, din, {}, {}, dout, din, dequantized(q, scale, layout, din.dtype), layout,
+                     in_pre_gelu);
 }
 
 // Three implementations: anvil's flash-style kernels (keep only the log-sum-exp), the cuBLASLt one (tensor

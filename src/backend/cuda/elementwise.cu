@@ -27,7 +27,8 @@ __device__ __forceinline__ float gelu_grad(float x) {
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, size_t n) {
     const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = from_f<D>(to_f(src[i]));
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = from_f<D>(to_f(src[i]));
 }
 
 // out = op(a, b), elementwise: the residual add and SwiGLU's forward
@@ -45,6 +46,16 @@ __global__ void binary_kernel(T* out, const T* a, const T* b, size_t n, bool pac
 struct AddOp {
     __device__ float operator()(float x, float y) const { return x + y; }
 };
+// out = a + b over (rows, cols) tensors whose rows are each their own ld apart (strided views)
+template <typename T>
+__global__ void add_rows_kernel(T* out, size_t ldo, const T* a, size_t lda, const T* b, size_t ldb, size_t n,
+                                size_t cols) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t r = i / cols, j = i % cols;
+        out[r * ldo + j] = from_f<T>(to_f(a[r * lda + j]) + to_f(b[r * ldb + j]));
+    }
+}
 struct SwigluOp {  // silu(gate) * up
     __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
 };
@@ -112,7 +123,8 @@ __global__ void dropout_kernel(T* out, const T* in, size_t n, uint64_t seed, uin
 // Values in [-1, 1) from a hash of the index: random bits would make NaN and Inf for float types.
 template <typename T>
 __global__ void fill_uniform_kernel(T* p, size_t n, uint32_t seed) {
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
         uint32_t x = uint32_t(i) * 2654435761u ^ seed;
         x ^= x >> 13;
         x *= 0x5bd1e995u;
@@ -152,7 +164,8 @@ void convert(const Ctx& c, Tensor dst, Tensor src) {
     const size_t n = size_t(src.numel());
     if (n == 0) return;
     if (dst.dtype == src.dtype) {
-        CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, c.stream));
+        CUDA_CHECK(cudaMemcpyAsync(dst.ptr<void>(), src.ptr<void>(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                                   c.stream));
         return;
     }
     dispatch(dst.dtype, [&](auto d) {
@@ -170,6 +183,13 @@ void residual_fwd(const Ctx& c, Tensor out, Tensor a, Tensor b) {
     if (n == 0) return;
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
+        if (!out.contiguous() || !a.contiguous() || !b.contiguous()) {  // strided views (a LoRA delta into q)
+            add_rows_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.row0<T>(), size_t(out.ld()),
+                                                                     a.row0<T>(), size_t(a.ld()), b.row0<T>(),
+                                                                     size_t(b.ld()), n, size_t(out.cols()));
+            CUDA_LAUNCH_CHECK();
+            return;
+        }
         binary_kernel<T, AddOp><<<grid_for(n, c), 256, 0, c.stream>>>(
             out.ptr<T>(), a.ptr<T>(), b.ptr<T>(), n, aligned16(out.data, a.data, b.data), AddOp{});
         CUDA_LAUNCH_CHECK();
@@ -255,13 +275,20 @@ void colsum_accumulate(const Ctx& c, Tensor out, Tensor in) {
 
 void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32_t seed) {
     switch (type) {
-        case CUDA_R_32F: fill_uniform_kernel<float><<<1024, 256, 0, s>>>(static_cast<float*>(p), n, seed); break;
-        case CUDA_R_16BF: fill_uniform_kernel<bf16_t><<<1024, 256, 0, s>>>(static_cast<bf16_t*>(p), n, seed); break;
-        case CUDA_R_16F: fill_uniform_kernel<f16_t><<<1024, 256, 0, s>>>(static_cast<f16_t*>(p), n, seed); break;
+        case CUDA_R_32F:
+            fill_uniform_kernel<float><<<1024, 256, 0, s>>>(static_cast<float*>(p), n, seed);
+            break;
+        case CUDA_R_16BF:
+            fill_uniform_kernel<bf16_t><<<1024, 256, 0, s>>>(static_cast<bf16_t*>(p), n, seed);
+            break;
+        case CUDA_R_16F:
+            fill_uniform_kernel<f16_t><<<1024, 256, 0, s>>>(static_cast<f16_t*>(p), n, seed);
+            break;
         case CUDA_R_8F_E4M3:
             fill_uniform_kernel<__nv_fp8_e4m3><<<1024, 256, 0, s>>>(static_cast<__nv_fp8_e4m3*>(p), n, seed);
             break;
-        default: ::anvil::fail("fill_uniform: cuda data type {} is not supported", int(type));
+        default:
+            ::anvil::fail("fill_uniform: cuda data type {} is not supported", int(type));
     }
     CUDA_LAUNCH_CHECK();
 }

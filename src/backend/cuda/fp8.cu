@@ -176,7 +176,8 @@ const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
     return scale;
 }
 
-// x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C, R).
+// x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C,
+// R).
 Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose,
                  const float* scale = nullptr) {
     if (!scale) scale = scale_of(c, sc, x, fmt);
@@ -233,7 +234,7 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
     g.m = m, g.n = n, g.k = k;
     g.A = a.data, g.lda = k, g.a_type = a.type, g.a_scale = a.dequant;
     g.B = b.data, g.ldb = k, g.b_type = b.type, g.b_scale = b.dequant;
-    g.D = d.data, g.ldd = m, g.d = d.dtype;
+    g.D = d.data, g.ldd = int(d.ld()), g.d = d.dtype;  // m, or a strided view's row stride
     g.beta = beta;
     g.fast_accum = fp8 && fast_accum;
     // the product with the bias as its epilogue, else plain with the bias as a kernel after it
@@ -258,11 +259,12 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
         if (attempt(h)) return;
     }
     // (the device has FP8 tensor cores: check_fp8 said so before any of this ran)
-    ::anvil::fail("cuBLASLt (version {}) offered no {} algorithm it would run for a {}x{}x{} product on this GPU{}",
-                  cublasLtGetVersion(), fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
-                  fp8 ? " (with scale pointers, nor with the scales as a device alpha); train with --precision "
-                        "bf16, and report `anvil doctor`'s output with this message"
-                      : "");
+    ::anvil::fail(
+        "cuBLASLt (version {}) offered no {} algorithm it would run for a {}x{}x{} product on this GPU{}",
+        cublasLtGetVersion(), fp8 ? "FP8" : dtype_name(d.dtype), m, n, k,
+        fp8 ? " (with scale pointers, nor with the scales as a device alpha); train with --precision "
+              "bf16, and report `anvil doctor`'s output with this message"
+            : "");
 }
 
 }  // namespace

@@ -9,25 +9,29 @@ namespace anvil::cuda {
 
 namespace {
 
+// out (rows, OC), its rows ld apart: every row += bias
 template <typename T>
-__global__ void bias_add_kernel(T* out, const T* bias, size_t n, int OC) {
+__global__ void bias_add_kernel(T* out, const T* bias, size_t n, int OC, size_t ld) {
     const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = from_f<T>(to_f(out[i]) + to_f(bias[i % OC]));
+    if (i >= n) return;
+    T* o = out + (i / OC) * ld + i % OC;
+    *o = from_f<T>(to_f(*o) + to_f(bias[i % OC]));
 }
 
 }  // namespace
 
 void bias_add(const Ctx& c, Tensor out, Tensor bias) {
-    const int OC = int(out.shape[out.shape.ndim - 1]);
+    const int OC = int(out.cols());
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        launch(bias_add_kernel<T>, size_t(out.numel()), 256, c.stream, out.ptr<T>(), bias.ptr<T>(),
-               size_t(out.numel()), OC);
+        launch(bias_add_kernel<T>, size_t(out.numel()), 256, c.stream, out.row0<T>(), bias.ptr<T>(),
+               size_t(out.numel()), OC, size_t(out.ld()));
     });
 }
 
 // out (N,OC) = in (N,C) @ W (+ bias) [-> gelu]. Column-major: out^T (OC x N) = W' (OC x C) . in^T (C x N),
-// where W' is W's storage read as (OC x C): directly for InOut (C,OC) row-major, transposed for OutIn.
+// where W' is W's storage read as (OC x C): directly for InOut (C,OC) row-major, transposed for OutIn. out
+// may be a strided view (its leading dimension is then the row stride).
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(out.shape[out.shape.ndim - 1]);
@@ -36,13 +40,12 @@ void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, T
     g.m = OC, g.n = N, g.k = C;
     g.A = w.data, g.ta = layout == WLayout::OutIn, g.lda = layout == WLayout::InOut ? OC : C;
     g.B = in.data, g.ldb = C;
-    g.ldd = OC;
     // With a GELU the product (and bias) goes to pre_gelu and the GELU runs as a kernel on that saved,
     // rounded value, never in cuBLASLt's epilogue from its f32 accumulator: the backward's recomputation
     // (--recompute) and the CPU compute exactly the same function of what is saved, so gradients with and
     // without recomputation are identical.
     Tensor target = pre_gelu.empty() ? out : pre_gelu;
-    g.D = target.data;
+    g.D = target.data, g.ldd = int(target.ld());
     g.bias = bias.empty() ? nullptr : bias.data;
     if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS;
     if (!lt_gemm(c, g)) {

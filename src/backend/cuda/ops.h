@@ -82,17 +82,17 @@ void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scal
                       Tensor bias);
 void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
 
-// rope.cu: rotary embeddings on x (B, T, H*HS) in place; grouped-query head packing (KH = KVH or NH)
+// rope.cu: rotary embeddings on x (B, T, H*HS) in place (x may be strided); grouped-query gradient unpacking
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
 // row b from pos[b] (a launch per kDecodeRows rows: the positions go by value in the kernel's parameters)
 void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, std::span<const int> pos,
                bool inverse);
-void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS);
 void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH,
                 int HS);
 
 // matmul.cu (cuBLASLt)
-void bias_add(const Ctx& c, Tensor out, Tensor bias);  // out (N,OC) += bias (OC), every row
+void bias_add(const Ctx& c, Tensor out,
+              Tensor bias);  // out (N,OC) += bias (OC), every row (out may be strided)
 
 // fp8.cu: FP8 products (Backend::matmul_fp8_fwd/_bwd) in a scratch of matmul_fp8_scratch_bytes for the
 // product's N, C, OC and activation dtype (either direction)

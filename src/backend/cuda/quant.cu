@@ -14,8 +14,8 @@ constexpr int kQ8Rows = 8;  // the most rows the direct kernels take (kQ8DirectR
 
 // W (OC, C): warp w of the grid computes output channel w for every row; lanes stride over the inputs.
 template <typename T>
-__global__ void q8_gemv_outin(T* out, const T* in, const int8_t* q, const float* scale, const T* bias, int N,
-                              int C, int OC) {
+__global__ void q8_gemv_outin(T* out, size_t ldo, const T* in, const int8_t* q, const float* scale,
+                              const T* bias, int N, int C, int OC) {
     const int o = int((size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (o >= OC) return;
     const int8_t* w = q + size_t(o) * C;
@@ -26,14 +26,14 @@ __global__ void q8_gemv_outin(T* out, const T* in, const int8_t* q, const float*
     }
     for (int n = 0; n < N; n++) {
         const float s = warp_sum(acc[n]);
-        if (lane == 0) out[size_t(n) * OC + o] = from_f<T>((bias ? to_f(bias[o]) : 0.0f) + scale[o] * s);
+        if (lane == 0) out[size_t(n) * ldo + o] = from_f<T>((bias ? to_f(bias[o]) : 0.0f) + scale[o] * s);
     }
 }
 
 // W (C, OC): thread o walks the input rows of its column; neighbouring threads read neighbouring bytes.
 template <typename T>
-__global__ void q8_gemv_inout(T* out, const T* in, const int8_t* q, const float* scale, const T* bias, int N,
-                              int C, int OC) {
+__global__ void q8_gemv_inout(T* out, size_t ldo, const T* in, const int8_t* q, const float* scale,
+                              const T* bias, int N, int C, int OC) {
     const int o = int(size_t(blockIdx.x) * blockDim.x + threadIdx.x);
     if (o >= OC) return;
     float acc[kQ8Rows] = {};
@@ -42,7 +42,7 @@ __global__ void q8_gemv_inout(T* out, const T* in, const int8_t* q, const float*
         for (int n = 0; n < N; n++) acc[n] += to_f(in[size_t(n) * C + i]) * wi;
     }
     for (int n = 0; n < N; n++)
-        out[size_t(n) * OC + o] = from_f<T>((bias ? to_f(bias[o]) : 0.0f) + scale[o] * acc[n]);
+        out[size_t(n) * ldo + o] = from_f<T>((bias ? to_f(bias[o]) : 0.0f) + scale[o] * acc[n]);
 }
 
 template <typename T>
@@ -79,11 +79,11 @@ void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scal
         using T = decltype(tag);
         const T* b = bias.empty() ? nullptr : bias.ptr<T>();
         if (layout == WLayout::OutIn)
-            launch(q8_gemv_outin<T>, size_t(OC) * 32, 256, c.stream, out.ptr<T>(), in.ptr<T>(),
-                   q.ptr<int8_t>(), scale.ptr<float>(), b, N, C, OC);
+            launch(q8_gemv_outin<T>, size_t(OC) * 32, 256, c.stream, out.row0<T>(), size_t(out.ld()),
+                   in.ptr<T>(), q.ptr<int8_t>(), scale.ptr<float>(), b, N, C, OC);
         else
-            launch(q8_gemv_inout<T>, size_t(OC), 256, c.stream, out.ptr<T>(), in.ptr<T>(), q.ptr<int8_t>(),
-                   scale.ptr<float>(), b, N, C, OC);
+            launch(q8_gemv_inout<T>, size_t(OC), 256, c.stream, out.row0<T>(), size_t(out.ld()), in.ptr<T>(),
+                   q.ptr<int8_t>(), scale.ptr<float>(), b, N, C, OC);
     });
 }
 

@@ -1,5 +1,5 @@
-// Rotary position embeddings (Hugging Face's rotate_half layout) in place, and the packing of grouped-query
-// heads into attention's (q, k, v) layout. Memory-bound: one thread per element pair or per element.
+// Rotary position embeddings (Hugging Face's rotate_half layout) in place, and the grouped-query gradients
+// out of attention's packed (q, k, v) layout. Memory-bound: one thread per element pair or per element.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -17,9 +17,10 @@ struct RowPos {
     __device__ int at(int b) const { return pos.v[b]; }
 };
 
-// x (B*T, H, HS): thread per (row, head, i < HS/2); angle (first + t) * inv_freq[i] in f32
+// x (B*T, H, HS), rows ld apart: thread per (row, head, i < HS/2); angle (first + t) * inv_freq[i] in f32
 template <typename T, typename Pos>
-__global__ void rope_kernel(T* x, const float* inv_freq, int rows, int T_, int H, int HS, Pos first, float sign) {
+__global__ void rope_kernel(T* x, size_t ld, const float* inv_freq, int rows, int T_, int H, int HS,
+                            Pos first, float sign) {
     const int half = HS / 2;
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(rows) * H * half) return;
@@ -30,29 +31,16 @@ __global__ void rope_kernel(T* x, const float* inv_freq, int rows, int T_, int H
     float s, c;
     sincosf(a, &s, &c);
     s *= sign;
-    T* v = x + rh * HS;
+    T* v = x + (rh / H) * ld + (rh % H) * HS;
     const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
     v[i] = from_f<T>(x1 * c - x2 * s);
     v[i + half] = from_f<T>(x2 * c + x1 * s);
 }
 
-// qkv (N, (NH + 2 KH) HS) from q, k, v; thread per output element
-template <typename T>
-__global__ void qkv_pack_kernel(T* qkv, const T* q, const T* k, const T* v, int N, int NH, int KVH, int KH, int HS) {
-    const int W = (NH + 2 * KH) * HS;
-    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= size_t(N) * W) return;
-    const int n = int(idx / W), c = int(idx % W), head = c / HS, d = c % HS, group = KH / KVH;
-    T val;
-    if (head < NH) val = q[(size_t(n) * NH + head) * HS + d];
-    else if (head < NH + KH) val = k[(size_t(n) * KVH + (head - NH) / group) * HS + d];
-    else val = v[(size_t(n) * KVH + (head - NH - KH) / group) * HS + d];
-    qkv[idx] = val;
-}
-
 // dq, dk, dv overwritten from dqkv; a key/value head sums its repeats in order; thread per input element
 template <typename T>
-__global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int NH, int KVH, int KH, int HS) {
+__global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int NH, int KVH, int KH,
+                                  int HS) {
     const int W = (NH + 2 * KH) * HS, group = KH / KVH, U = (NH + 2 * KVH) * HS;
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(N) * U) return;
@@ -74,32 +62,26 @@ __global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, int pos0, bool inverse) {
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        launch(rope_kernel<T, FromPos0>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.ptr<T>(),
-               inv_freq.ptr<float>(), B * T_, T_, H, HS, FromPos0{pos0}, inverse ? -1.0f : 1.0f);
+        launch(rope_kernel<T, FromPos0>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.row0<T>(),
+               size_t(x.ld()), inv_freq.ptr<float>(), B * T_, T_, H, HS, FromPos0{pos0},
+               inverse ? -1.0f : 1.0f);
     });
 }
 
-void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, std::span<const int> pos,
-               bool inverse) {
+void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS,
+               std::span<const int> pos, bool inverse) {
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
         for_row_runs(B, [&](int b0, int n) {
             launch(rope_kernel<T, RowPos>, size_t(n) * T_ * H * (HS / 2), 256, c.stream,
-                   x.ptr<T>() + size_t(b0) * T_ * H * HS, inv_freq.ptr<float>(), n * T_, T_, H, HS,
-                   RowPos{row_ints(pos, b0, n)}, inverse ? -1.0f : 1.0f);
+                   x.row0<T>() + size_t(b0) * T_ * size_t(x.ld()), size_t(x.ld()), inv_freq.ptr<float>(),
+                   n * T_, T_, H, HS, RowPos{row_ints(pos, b0, n)}, inverse ? -1.0f : 1.0f);
         });
     });
 }
 
-void qkv_pack(const Ctx& c, Tensor qkv, Tensor q, Tensor k, Tensor v, int N, int NH, int KVH, int KH, int HS) {
-    dispatch(qkv.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        launch(qkv_pack_kernel<T>, size_t(N) * (NH + 2 * KH) * HS, 256, c.stream, qkv.ptr<T>(), q.ptr<T>(),
-               k.ptr<T>(), v.ptr<T>(), N, NH, KVH, KH, HS);
-    });
-}
-
-void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH, int HS) {
+void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH,
+                int HS) {
     dispatch(dqkv.dtype, [&](auto tag) {
         using T = decltype(tag);
         launch(qkv_unpack_kernel<T>, size_t(N) * (NH + 2 * KVH) * HS, 256, c.stream, dq.ptr<T>(), dk.ptr<T>(),
