@@ -23,7 +23,8 @@ Command add_generate(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_tokenizer(CLI::App& app);
 Command add_data(CLI::App& app);
-Command add_dedup(CLI::App* data);  // `data dedup`, under add_data's `data`
+Command add_dedup(CLI::App* data);         // `data dedup`, under add_data's `data`
+Command add_pseudo_label(CLI::App* data);  // `data pseudo-label`
 Command add_doctor(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);

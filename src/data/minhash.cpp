@@ -38,7 +38,10 @@ void check_options(const MinHashOptions& o) {
         o.ngram, o.bands, o.rows, o.threshold);
 }
 
+}  // namespace
+
 // Buckets of every band; `find` yields the records sharing a bucket with a signature, `add` files one.
+// (Outside the anonymous namespace: NearDuplicateIndex::Impl holds one.)
 class LshIndex {
 public:
     explicit LshIndex(const MinHashOptions& o) : o_(o), buckets_(size_t(o.bands)) {}
@@ -61,6 +64,8 @@ private:
     MinHashOptions o_;
     std::vector<std::unordered_map<uint64_t, std::vector<size_t>>> buckets_;
 };
+
+namespace {
 
 // The first candidate whose exact similarity reaches the threshold.
 bool first_near(const std::vector<uint64_t>& set, const std::vector<size_t>& candidates,
@@ -154,6 +159,27 @@ std::vector<NearMatch> near_duplicates(const std::vector<std::vector<uint64_t>>&
         index.add(sig, i);
     }
     return out;
+}
+
+struct NearDuplicateIndex::Impl {
+    explicit Impl(const MinHashOptions& o) : index(o) {}
+    LshIndex index;
+    std::vector<std::vector<uint64_t>> kept;
+};
+
+NearDuplicateIndex::NearDuplicateIndex(const MinHashOptions& o) : o_(o) {
+    check_options(o);
+    impl_ = std::make_unique<Impl>(o);
+}
+
+NearDuplicateIndex::~NearDuplicateIndex() = default;
+
+bool NearDuplicateIndex::near_or_keep(std::vector<uint64_t> set, NearMatch& m) {
+    const std::vector<uint64_t> sig = minhash_signature(set, o_);
+    if (first_near(set, impl_->index.find(sig), impl_->kept, o_.threshold, m)) return true;
+    impl_->index.add(sig, impl_->kept.size());
+    impl_->kept.push_back(std::move(set));
+    return false;
 }
 
 std::vector<NearMatch> near_references(const std::vector<std::vector<uint64_t>>& sets,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,22 @@ struct NearMatch {
 // Each record that is near an earlier record of the same collection (the first such it is near), in order.
 std::vector<NearMatch> near_duplicates(const std::vector<std::vector<uint64_t>>& sets,
                                        const MinHashOptions& o);
+// Records met one at a time (`data prepare --near-dedup`): each is checked against the records kept before
+// it.
+class NearDuplicateIndex {
+public:
+    explicit NearDuplicateIndex(const MinHashOptions& o);
+    ~NearDuplicateIndex();
+    // True, with the kept record it is near (`match`: its index among the kept, from 0) and their Jaccard
+    // similarity, when `set` is near one; otherwise `set` is kept (indexed) and false returned.
+    bool near_or_keep(std::vector<uint64_t> set, NearMatch& m);
+
+private:
+    MinHashOptions o_;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
 // Each record near some reference (the first such), in order.
 std::vector<NearMatch> near_references(const std::vector<std::vector<uint64_t>>& sets,
                                        const std::vector<std::vector<uint64_t>>& references,

@@ -15,6 +15,7 @@
 #include "core/hash.h"
 #include "core/progress.h"
 #include "data/bpe.h"
+#include "data/minhash.h"
 #include "data/records.h"
 #include "data/shard.h"
 #include "io/checksum.h"
@@ -49,6 +50,16 @@ uint64_t content_hash(const RawRecord& r) {
     uint64_t h = 0x1d;
     for (const Message& m : r.ex.messages) h = hash_bytes(m.content, h ^ uint64_t(m.role)) ^ 0x1c;
     return h;
+}
+constexpr int kNearNgram = 5;  // --near-dedup's shingles: word 5-grams, as `anvil data dedup` defaults
+
+// A record's words, for near-duplicate detection: its text, or every field or message of an example.
+std::string content_text(const RawRecord& r) {
+    if (!r.example) return r.text;
+    if (!r.ex.chat()) return r.ex.instruction + "\n" + r.ex.input + "\n" + r.ex.output;
+    std::string s;
+    for (const Message& m : r.ex.messages) s += m.content + "\n";
+    return s;
 }
 std::string where(const RawRecord& r) {
     return r.file + ":" + std::to_string(r.line);
@@ -160,6 +171,8 @@ private:
     std::map<std::string, int64_t> reject_counts_;
     std::map<std::string, PerFile> per_file_;
     std::unordered_map<uint64_t, std::string> first_seen_;  // content hash -> file:line (dedup)
+    std::unique_ptr<NearDuplicateIndex> near_;              // --near-dedup: the kept records' shingles
+    std::vector<std::string> near_where_;                   // ... and where each is
     std::unordered_set<uint64_t> train_content_;            // exact leakage
     std::vector<uint64_t> train_ngrams_;
     std::vector<HeldOut> held_out_;
@@ -175,6 +188,12 @@ private:
 
 Preparer::Preparer(const PrepareOptions& o) : o_(o), tok_(make_tokenizer(o.tokenizer)) {
     tmpl_ = choose_template(o.prompt_template, *tok_);
+    if (o.near_dedup) {
+        MinHashOptions mh;
+        mh.ngram = kNearNgram;
+        mh.threshold = o.near_threshold;
+        near_ = std::make_unique<NearDuplicateIndex>(mh);
+    }
     train_end_ = 1.0 - o.val_fraction - o.test_fraction, val_end_ = o.val_fraction;
     ro_ = RecordOptions{
         parse_format(o.format), o.text_field, o.csv_column, {train_end_, train_end_ + val_end_}};
@@ -305,6 +324,14 @@ void Preparer::read(const std::string& in, Progress& bar) {
                     duplicates_++;
                     return note_reject(r, "duplicate", "same content as " + pos->second);
                 }
+            }
+            if (near_) {
+                NearMatch m{};
+                if (near_->near_or_keep(shingles(content_text(r), kNearNgram), m))
+                    return note_reject(
+                        r, "near_duplicate",
+                        fmt::format("Jaccard {:.3f} with {}", m.jaccard, near_where_[m.match]));
+                near_where_.push_back(where(r));
             }
             const double u = double(mix64(h ^ mix64(o_.seed)) >> 11) * 0x1.0p-53;
             it.split = u < o_.val_fraction ? kVal : (u < o_.val_fraction + o_.test_fraction ? kTest : kTrain);

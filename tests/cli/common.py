@@ -67,4 +67,4 @@ class TempDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-ONE_LINE_ERROR = re.compile(r"^anvil( [a-z]+)*: error: \S.*$")
+ONE_LINE_ERROR = re.compile(r"^anvil( [a-z-]+)*: error: \S.*$")

@@ -1,6 +1,6 @@
 """anvil data dedup: near-duplicate records and records near a held-out set are dropped, the rest kept as
 written; the report names each dropped record's line and the line it is near; bad input is a one-line error
-that writes nothing."""
+that writes nothing. `data prepare --near-dedup` drops the same copies while preparing."""
 import json
 import os
 import random
@@ -46,6 +46,19 @@ def main():
               sorted((line, f"{train}:{orig}") for line, orig in planted.items())
               and all(x["reason"] == "near_duplicate" and x["jaccard"] >= 0.8 for x in dropped),
               "the report names each copy's line, its original's and their Jaccard", f)
+        # data prepare --near-dedup: the same copies dropped while preparing, named in the rejects
+        prep = os.path.join(d, "prep")
+        r = run(["data", "prepare", "--in", train, "--out", prep, "--near-dedup", "--threads", "2"], check=True)
+        rep = json.load(open(os.path.join(prep, "report.json")))
+        rejects = [json.loads(x) for x in open(os.path.join(prep, "rejects.jsonl"))]
+        near = sorted((x["line"], x["detail"].split(" with ")[-1]) for x in rejects if x["reason"] == "near_duplicate")
+        check(near == sorted((line, f"{train}:{orig}") for line, orig in planted.items())
+              and json.dumps(rep).count("near_duplicate") >= 1,
+              f"data prepare --near-dedup drops the 20 copies, each named with its original ({len(near)} dropped)",
+              f)
+        r = run(["data", "prepare", "--in", train, "--out", prep + "2", "--threads", "2"], check=True)
+        rejects = [json.loads(x) for x in open(os.path.join(prep + "2", "rejects.jsonl"))]
+        check(not rejects, "without --near-dedup they are kept (exact de-duplication alone)", f)
         # --against: training records near a held-out one go (leakage), the held-out file is untouched
         held = os.path.join(d, "held.jsonl")
         with open(held, "w") as fh:

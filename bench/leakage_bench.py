@@ -1,0 +1,104 @@
+"""Train/test leakage through reworded copies (issue 47's MinHash must-show), end to end.
+
+A memorisation task: each record asks for the colour of a phrase of 20 random words, the colour one of 8 at
+random, so nothing but memory answers a held-out record (chance: 1/8). H held-out records are reworded (one
+word of the phrase changed) and the copies planted among N training records. A model trained on that set
+answers the held-out records far above chance: the held-out score is inflated. `anvil data dedup --against
+held-out` finds the copies (word 3-gram MinHash at Jaccard 0.5: one word in 20 changed leaves 15 of 21
+distinct shingles shared, 0.71); trained on what it keeps, the same model scores at chance. `anvil compare`
+gives the difference with its paired-bootstrap interval.
+
+    python3 bench/leakage_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
+                                   [--train 2000 --heldout 200 --steps 1500]
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+COLOURS = ["red", "blue", "green", "amber", "violet", "grey", "white", "black"]
+
+
+def sh(args, what=""):
+    t = time.time()
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    print(f"  {time.time() - t:6.1f} s  {what}", flush=True)
+    return r
+
+
+def write(path, recs):
+    with open(path, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--anvil", default="build/anvil")
+    ap.add_argument("--work", default="/tmp/anvil-leakage")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--train", type=int, default=2000)
+    ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--threads", default="0")
+    a = ap.parse_args()
+    A, W = os.path.abspath(a.anvil), a.work
+    os.makedirs(W, exist_ok=True)
+    t0 = time.time()
+    rnd = random.Random(1)
+    vocab = [f"w{i}" for i in range(400)]
+
+    def record():
+        return {"instruction": "Colour?", "input": " ".join(rnd.choice(vocab) for _ in range(20)),
+                "output": rnd.choice(COLOURS)}
+
+    held = [record() for _ in range(a.heldout)]
+    train = [record() for _ in range(a.train)]
+    copies = []
+    for r in held:
+        words = r["input"].split()
+        words[rnd.randrange(len(words))] = rnd.choice(vocab)
+        copies.append(dict(r, input=" ".join(words)))
+    leaky = train + copies
+    rnd.shuffle(leaky)
+    paths = {k: os.path.join(W, k + ".jsonl") for k in ("heldout", "leaky", "clean")}
+    write(paths["heldout"], held)
+    write(paths["leaky"], leaky)
+    rep = os.path.join(W, "dropped.jsonl")
+    r = sh([A, "data", "dedup", "--in", paths["leaky"], "--out", paths["clean"], "--against", paths["heldout"],
+            "--ngram", "3", "--threshold", "0.5", "--report", rep], "anvil data dedup --against")
+    dropped = [json.loads(x) for x in open(rep)]
+    planted = {c["input"] for c in copies}
+    lines = open(paths["leaky"]).read().splitlines()
+    caught = sum(json.loads(lines[d["line"] - 1])["input"] in planted for d in dropped)
+    flags = ["--steps", str(a.steps), "--threads", a.threads, "--val-fraction", "0", "--eval-examples", "0",
+             "--seq", "128"]
+    per = {}
+    for name in ("leaky", "clean"):
+        run_dir = os.path.join(W, "run_" + name)
+        if not os.path.exists(os.path.join(run_dir, "final")):
+            sh([A, "train", "--data", paths[name], "--out", run_dir, *flags], f"anvil train on the {name} set")
+        per[name] = os.path.join(W, f"eval_{name}.jsonl")
+        sh([A, "eval", "--model", os.path.join(run_dir, "final"), "--data", paths["heldout"], "--max-examples",
+            str(a.heldout), "--per-example", per[name], "--threads", a.threads], f"held-out exact match ({name})")
+    score = {n: sum(json.loads(x)["exact"] for x in open(p)) / a.heldout for n, p in per.items()}
+    cmp = json.loads(sh([A, "compare", per["leaky"], per["clean"], "--bootstrap", "2000", "--seed", "1",
+                         "--json"], "anvil compare").stdout)
+    result = {"command": " ".join(sys.argv), "train": a.train, "heldout": a.heldout, "steps": a.steps,
+              "planted_copies": len(copies), "dedup_dropped": len(dropped), "dedup_caught_planted": caught,
+              "dedup_summary": r.stdout.strip(), "exact_match": score, "chance": 1 / len(COLOURS),
+              "clean_minus_leaky": cmp, "wall_s": round(time.time() - t0, 1)}
+    print(json.dumps(result, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

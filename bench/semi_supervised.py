@@ -1,0 +1,139 @@
+"""Semi-supervised gain from pseudo-labels (issue 47's first must-show), end to end on a checkable task.
+
+The embedded synthetic skills (reverse, sort the letters, uppercase; `anvil train` writes 20,000 records) are
+split into L labelled records, U unlabelled inputs (their outputs dropped) and H held-out records. A teacher
+trains on the labelled ones; `anvil data pseudo-label` answers the unlabelled ones three ways:
+  greedy      one greedy answer a record, nothing dropped (classic pseudo-labelling)
+  vote        --num-samples 5 at temperature 0.7, kept where 3 of 5 agree (self-consistency)
+  verified    the same samples, kept where a checker program accepts the answer (rejection sampling, RFT)
+Each label set's accuracy is measured against the rules. Students train on the labelled records plus each set
+(`anvil sweep` over --data, the same flags as the teacher); every model answers the H held-out records
+(`anvil eval --per-example`) and `anvil compare` gives each student's difference from the teacher with a
+paired-bootstrap 95% interval.
+
+    python3 bench/semi_supervised.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
+                                     [--labelled 300 --unlabelled 5000 --heldout 500 --steps 1000]
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+CHECKER = r'''import json, sys
+r = json.loads(sys.stdin.readline())
+i, x, y = r["instruction"], r["input"], r["output"]
+want = {"Reverse.": x[::-1], "Sort.": "".join(sorted(x)), "Uppercase.": x.upper()}.get(i)
+sys.exit(0 if y == want else 1)
+'''
+
+
+def correct(rec):
+    i, x, y = rec["instruction"], rec["input"], rec.get("output")
+    return y == {"Reverse.": x[::-1], "Sort.": "".join(sorted(x)), "Uppercase.": x.upper()}.get(i)
+
+
+def sh(args, log=None):
+    t = time.time()
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    print(f"  {time.time() - t:6.1f} s  {' '.join(os.path.basename(a) if '/' in a else a for a in args[:3])} "
+          f"{log or ''}", flush=True)
+    return r
+
+
+def write(path, recs):
+    with open(path, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--anvil", default="build/anvil")
+    ap.add_argument("--work", default="/tmp/anvil-semi")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--labelled", type=int, default=300)
+    ap.add_argument("--unlabelled", type=int, default=5000)
+    ap.add_argument("--heldout", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--threads", default="0")
+    a = ap.parse_args()
+    A = os.path.abspath(a.anvil)
+    W = a.work
+    os.makedirs(W, exist_ok=True)
+    t0 = time.time()
+    train_flags = ["--steps", str(a.steps), "--threads", a.threads, "--val-fraction", "0", "--eval-examples", "0"]
+
+    gen = os.path.join(W, "gen")
+    if not os.path.exists(os.path.join(gen, "data.jsonl")):
+        sh([A, "train", "--steps", "1", "--out", gen, "--threads", a.threads], "(the synthetic records)")
+    recs = [json.loads(x) for x in open(os.path.join(gen, "data.jsonl"))]
+    L, U, H = a.labelled, a.unlabelled, a.heldout
+    assert L + U + H <= len(recs)
+    labelled, unlabelled, heldout = recs[:L], recs[L:L + U], recs[len(recs) - H:]
+    paths = {k: os.path.join(W, k + ".jsonl") for k in ("labelled", "unlabelled", "heldout")}
+    write(paths["labelled"], labelled)
+    write(paths["unlabelled"], [{"instruction": r["instruction"], "input": r["input"]} for r in unlabelled])
+    write(paths["heldout"], heldout)
+    checker = os.path.join(W, "checker.py")
+    open(checker, "w").write(CHECKER)
+
+    teacher = os.path.join(W, "teacher")
+    if not os.path.exists(os.path.join(teacher, "final")):
+        sh([A, "train", "--data", paths["labelled"], "--out", teacher, *train_flags], "(the teacher)")
+    label_sets = {
+        "greedy": ["--num-samples", "1", "--temperature", "0"],
+        "vote": ["--num-samples", "5", "--temperature", "0.7", "--min-agreement", "0.6"],
+        "verified": ["--num-samples", "5", "--temperature", "0.7", "--verify", f"cmd:python3 {checker}"],
+    }
+    labels = {}
+    for name, flags in label_sets.items():
+        out = os.path.join(W, f"pseudo_{name}.jsonl")
+        r = sh([A, "data", "pseudo-label", "--model", os.path.join(teacher, "final"), "--in", paths["unlabelled"],
+                "--out", out, "--seed", "1", "--threads", a.threads, *flags], f"({name})")
+        kept = [json.loads(x) for x in open(out)]
+        labels[name] = {"kept": len(kept), "of": U, "accuracy": sum(map(correct, kept)) / len(kept),
+                        "summary": r.stdout.strip()}
+        mixed = os.path.join(W, f"student_{name}.jsonl")
+        write(mixed, labelled + [{k: v for k, v in x.items() if k != "pseudo_label"} for x in kept])
+        labels[name]["data"] = mixed
+        print(f"           {name}: {len(kept)} of {U} kept, {labels[name]['accuracy']:.3f} correct", flush=True)
+
+    sweep = os.path.join(W, "sweep")
+    names = list(label_sets)
+    sh([A, "sweep", "--grid", "data=" + ",".join(labels[n]["data"] for n in names), "--out", sweep, "--",
+        *train_flags], "(the students)")
+    models = {"teacher": os.path.join(teacher, "final")}
+    for i, n in enumerate(names):
+        models["student_" + n] = os.path.join(glob.glob(os.path.join(sweep, f"run-{i:03d}-*"))[0], "final")
+    per = {}
+    for m, d in models.items():
+        per[m] = os.path.join(W, f"eval_{m}.jsonl")
+        sh([A, "eval", "--model", d, "--data", paths["heldout"], "--max-examples", str(H), "--per-example", per[m],
+            "--threads", a.threads], f"({m} on the held-out records)")
+    rows = []
+    for m in models:
+        ex = [json.loads(x) for x in open(per[m])]
+        row = {"model": m, "exact_match": sum(e["exact"] for e in ex) / len(ex), "n": len(ex)}
+        if m != "teacher":
+            c = json.loads(sh([A, "compare", per["teacher"], per[m], "--bootstrap", "2000", "--seed", "1",
+                               "--json"]).stdout)
+            row["vs_teacher"] = c
+            n = m[len("student_"):]
+            row.update(labels=n, pseudo_kept=labels[n]["kept"], pseudo_accuracy=labels[n]["accuracy"])
+        rows.append(row)
+    result = {"command": " ".join(sys.argv), "labelled": L, "unlabelled": U, "heldout": H, "steps": a.steps,
+              "labels": labels, "models": rows, "wall_s": round(time.time() - t0, 1)}
+    print(json.dumps(result, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
