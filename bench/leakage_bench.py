@@ -1,15 +1,16 @@
 """Train/test leakage through reworded copies (issue 47's MinHash must-show), end to end.
 
 A memorisation task: each record asks for the colour of a phrase of 20 random words, the colour one of 8 at
-random, so nothing but memory answers a held-out record (chance: 1/8). H held-out records are reworded (one
-word of the phrase changed) and the copies planted among N training records. A model trained on that set
+random, so nothing but memory answers a held-out record (chance: 1/8). Each of H held-out records is reworded
+three times (one word of the phrase changed; web data repeats) and the copies planted among N training
+records. A model trained on that set
 answers the held-out records far above chance: the held-out score is inflated. `anvil data dedup --against
 held-out` finds the copies (word 3-gram MinHash at Jaccard 0.5: one word in 20 changed leaves 15 of 21
 distinct shingles shared, 0.71); trained on what it keeps, the same model scores at chance. `anvil compare`
 gives the difference with its paired-bootstrap interval.
 
     python3 bench/leakage_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
-                                   [--train 2000 --heldout 200 --steps 1500]
+                                   [--train 1000 --heldout 200 --copies 3 --steps 800]
 """
 import argparse
 import json
@@ -42,9 +43,10 @@ def main():
     ap.add_argument("--anvil", default="build/anvil")
     ap.add_argument("--work", default="/tmp/anvil-leakage")
     ap.add_argument("--out", default="")
-    ap.add_argument("--train", type=int, default=2000)
+    ap.add_argument("--train", type=int, default=1000)
     ap.add_argument("--heldout", type=int, default=200)
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--copies", type=int, default=3)
     ap.add_argument("--threads", default="0")
     a = ap.parse_args()
     A, W = os.path.abspath(a.anvil), a.work
@@ -61,9 +63,10 @@ def main():
     train = [record() for _ in range(a.train)]
     copies = []
     for r in held:
-        words = r["input"].split()
-        words[rnd.randrange(len(words))] = rnd.choice(vocab)
-        copies.append(dict(r, input=" ".join(words)))
+        for _ in range(a.copies):
+            words = r["input"].split()
+            words[rnd.randrange(len(words))] = rnd.choice(vocab)
+            copies.append(dict(r, input=" ".join(words)))
     leaky = train + copies
     rnd.shuffle(leaky)
     paths = {k: os.path.join(W, k + ".jsonl") for k in ("heldout", "leaky", "clean")}
@@ -77,7 +80,7 @@ def main():
     lines = open(paths["leaky"]).read().splitlines()
     caught = sum(json.loads(lines[d["line"] - 1])["input"] in planted for d in dropped)
     flags = ["--steps", str(a.steps), "--threads", a.threads, "--val-fraction", "0", "--eval-examples", "0",
-             "--seq", "128"]
+             "--seq", "128", "--batch", "32", "--lr", "2e-3", "--warmup", "50", "--template", "compact"]
     per = {}
     for name in ("leaky", "clean"):
         run_dir = os.path.join(W, "run_" + name)
@@ -91,6 +94,7 @@ def main():
                          "--json"], "anvil compare").stdout)
     result = {"command": " ".join(sys.argv), "train": a.train, "heldout": a.heldout, "steps": a.steps,
               "planted_copies": len(copies), "dedup_dropped": len(dropped), "dedup_caught_planted": caught,
+              "training_records": {"leaky": len(leaky), "clean": len(leaky) - len(dropped)},
               "dedup_summary": r.stdout.strip(), "exact_match": score, "chance": 1 / len(COLOURS),
               "clean_minus_leaky": cmp, "wall_s": round(time.time() - t0, 1)}
     print(json.dumps(result, indent=1))

@@ -1,38 +1,59 @@
 """Semi-supervised gain from pseudo-labels (issue 47's first must-show), end to end on a checkable task.
 
-The embedded synthetic skills (reverse, sort the letters, uppercase; `anvil train` writes 20,000 records) are
-split into L labelled records, U unlabelled inputs (their outputs dropped) and H held-out records. A teacher
-trains on the labelled ones; `anvil data pseudo-label` answers the unlabelled ones three ways:
+A base model learns the embedded default's skills (reverse, sort the letters, uppercase, on random words; the
+demo's settings). A new skill, "Sort descending.", comes with L labelled records, U unlabelled inputs and H
+held-out records. The teacher is the base fine-tuned on the L labelled ones. `anvil data pseudo-label`
+answers the U unlabelled inputs three ways:
   greedy      one greedy answer a record, nothing dropped (classic pseudo-labelling)
-  vote        --num-samples 5 at temperature 0.7, kept where 3 of 5 agree (self-consistency)
+  vote        --num-samples 5 at temperature 0.7, kept where 3 of the 5 agree (self-consistency)
   verified    the same samples, kept where a checker program accepts the answer (rejection sampling, RFT)
-Each label set's accuracy is measured against the rules. Students train on the labelled records plus each set
-(`anvil sweep` over --data, the same flags as the teacher); every model answers the H held-out records
-(`anvil eval --per-example`) and `anvil compare` gives each student's difference from the teacher with a
-paired-bootstrap 95% interval.
+Each label set's accuracy is measured against the rule. Students are the base fine-tuned on the labelled
+records plus each set (`anvil sweep` over --data; the teacher's flags and steps); every model answers the H
+held-out records (`anvil eval --per-example`), and `anvil compare` gives each student's difference from the
+teacher with a paired-bootstrap 95% interval.
 
     python3 bench/semi_supervised.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
-                                     [--labelled 300 --unlabelled 5000 --heldout 500 --steps 1000]
+                                     [--labelled 300 --unlabelled 5000 --heldout 500 --steps 300]
 """
 import argparse
 import glob
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 
 CHECKER = r'''import json, sys
 r = json.loads(sys.stdin.readline())
-i, x, y = r["instruction"], r["input"], r["output"]
-want = {"Reverse.": x[::-1], "Sort.": "".join(sorted(x)), "Uppercase.": x.upper()}.get(i)
-sys.exit(0 if y == want else 1)
+sys.exit(0 if r["output"] == "".join(sorted(r["input"], reverse=True)) else 1)
 '''
 
 
+def words(rnd, n, seen):
+    out = []
+    while len(out) < n:
+        w = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(3, 7)))
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def base_skills(n, rnd):
+    """The embedded default's skills (src/data/synthetic.h), interleaved."""
+    skills = [("Reverse.", lambda w: w[::-1]), ("Sort.", lambda w: "".join(sorted(w))),
+              ("Uppercase.", lambda w: w.upper())]
+    return [{"instruction": skills[i % 3][0], "input": w, "output": skills[i % 3][1](w)}
+            for i, w in enumerate(words(rnd, n, set()))]
+
+
+def new_skill(w):
+    return {"instruction": "Sort descending.", "input": w, "output": "".join(sorted(w, reverse=True))}
+
+
 def correct(rec):
-    i, x, y = rec["instruction"], rec["input"], rec.get("output")
-    return y == {"Reverse.": x[::-1], "Sort.": "".join(sorted(x)), "Uppercase.": x.upper()}.get(i)
+    return rec.get("output") == new_skill(rec["input"])["output"]
 
 
 def sh(args, log=None):
@@ -59,22 +80,28 @@ def main():
     ap.add_argument("--labelled", type=int, default=300)
     ap.add_argument("--unlabelled", type=int, default=5000)
     ap.add_argument("--heldout", type=int, default=500)
-    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--base-steps", type=int, default=1000)
     ap.add_argument("--threads", default="0")
     a = ap.parse_args()
     A = os.path.abspath(a.anvil)
     W = a.work
     os.makedirs(W, exist_ok=True)
     t0 = time.time()
-    train_flags = ["--steps", str(a.steps), "--threads", a.threads, "--val-fraction", "0", "--eval-examples", "0"]
-
-    gen = os.path.join(W, "gen")
-    if not os.path.exists(os.path.join(gen, "data.jsonl")):
-        sh([A, "train", "--steps", "1", "--out", gen, "--threads", a.threads], "(the synthetic records)")
-    recs = [json.loads(x) for x in open(os.path.join(gen, "data.jsonl"))]
+    demo = ["--seq", "64", "--batch", "32", "--weight-decay", "0.1", "--grad-clip", "1", "--threads", a.threads,
+            "--template", "compact"]  # the embedded default's settings (train/options.cpp)
     L, U, H = a.labelled, a.unlabelled, a.heldout
-    assert L + U + H <= len(recs)
-    labelled, unlabelled, heldout = recs[:L], recs[L:L + U], recs[len(recs) - H:]
+    rnd = random.Random(1)
+    base_data = os.path.join(W, "base.jsonl")
+    write(base_data, base_skills(12000, rnd))
+    base = os.path.join(W, "base")
+    if not os.path.exists(os.path.join(base, "final")):
+        sh([A, "train", "--data", base_data, "--out", base, "--steps", str(a.base_steps), "--lr", "2e-3",
+            "--warmup", "50", "--val-fraction", "0.02", "--eval-examples", "100", *demo], "(the base model)")
+    recs = [new_skill(w) for w in words(rnd, L + U + H, set())]
+    labelled, unlabelled, heldout = recs[:L], recs[L:L + U], recs[L + U:]
+    train_flags = ["--init", os.path.join(base, "final"), "--steps", str(a.steps), "--lr", "1e-3", "--val-fraction",
+                   "0", "--eval-examples", "0", *demo]
     paths = {k: os.path.join(W, k + ".jsonl") for k in ("labelled", "unlabelled", "heldout")}
     write(paths["labelled"], labelled)
     write(paths["unlabelled"], [{"instruction": r["instruction"], "input": r["input"]} for r in unlabelled])
@@ -93,11 +120,14 @@ def main():
     labels = {}
     for name, flags in label_sets.items():
         out = os.path.join(W, f"pseudo_{name}.jsonl")
-        r = sh([A, "data", "pseudo-label", "--model", os.path.join(teacher, "final"), "--in", paths["unlabelled"],
-                "--out", out, "--seed", "1", "--threads", a.threads, *flags], f"({name})")
+        summary = out + ".summary"
+        if not os.path.exists(summary):  # (a rerun reuses what an earlier one labelled)
+            r = sh([A, "data", "pseudo-label", "--model", os.path.join(teacher, "final"), "--in",
+                    paths["unlabelled"], "--out", out, "--seed", "1", "--threads", a.threads, *flags], f"({name})")
+            open(summary, "w").write(r.stdout.strip())
         kept = [json.loads(x) for x in open(out)]
         labels[name] = {"kept": len(kept), "of": U, "accuracy": sum(map(correct, kept)) / len(kept),
-                        "summary": r.stdout.strip()}
+                        "summary": open(summary).read()}
         mixed = os.path.join(W, f"student_{name}.jsonl")
         write(mixed, labelled + [{k: v for k, v in x.items() if k != "pseudo_label"} for x in kept])
         labels[name]["data"] = mixed
@@ -109,7 +139,8 @@ def main():
         *train_flags], "(the students)")
     models = {"teacher": os.path.join(teacher, "final")}
     for i, n in enumerate(names):
-        models["student_" + n] = os.path.join(glob.glob(os.path.join(sweep, f"run-{i:03d}-*"))[0], "final")
+        run_dir = [p for p in glob.glob(os.path.join(sweep, f"run-{i:03d}-*")) if os.path.isdir(p)][0]
+        models["student_" + n] = os.path.join(run_dir, "final")
     per = {}
     for m, d in models.items():
         per[m] = os.path.join(W, f"eval_{m}.jsonl")

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "data/minhash.h"
+#include "data/records.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 
@@ -20,41 +21,15 @@ struct DedupOpts {
     MinHashOptions mh;
 };
 
-// A file's records: a JSONL line's text is its string fields (and its messages' contents) joined by
-// newlines; any other file's lines are its records. Blank lines are not records.
+// A file's records (data/records.h) and their shingle sets.
 struct Records {
-    std::vector<std::string> lines;  // as read, written back as they were
-    std::vector<size_t> lineno;
+    TextRecords t;
     std::vector<std::vector<uint64_t>> sets;
 };
 
-void add_strings(const nlohmann::json& j, std::string& text) {
-    if (j.is_string()) {
-        text += j.get<std::string>() + "\n";
-    } else if (j.is_array() || j.is_object()) {
-        for (const auto& v : j) add_strings(v, text);
-    }
-}
-
 Records read_records(const std::string& path, int ngram) {
-    Records r;
-    const bool jsonl = path.size() > 6 && path.substr(path.size() - 6) == ".jsonl";
-    read_lines(path, [&](const std::string& line, size_t lineno) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) return;
-        std::string text = line;
-        if (jsonl) {
-            text.clear();
-            try {
-                add_strings(nlohmann::json::parse(line), text);
-            } catch (const nlohmann::json::parse_error& e) {
-                fail("{} line {}: not JSON ({}); fix the line or remove it", path, lineno, e.what());
-            }
-        }
-        r.lines.push_back(line);
-        r.lineno.push_back(lineno);
-        r.sets.push_back(shingles(text, ngram));
-    });
-    ANVIL_CHECK(!r.lines.empty(), "{}: no records in it", path);
+    Records r{read_text_records(path), {}};
+    for (const std::string& text : r.t.texts) r.sets.push_back(shingles(text, ngram));
     return r;
 }
 
@@ -65,30 +40,30 @@ int run_dedup(const DedupOpts& o) {
     std::vector<Records> refs;
     for (const std::string& f : o.against) refs.push_back(read_records(f, o.mh.ngram));
     // why each record goes: "" (kept), else the report's line
-    std::vector<nlohmann::json> dropped(in.lines.size());
+    std::vector<nlohmann::json> dropped(in.t.lines.size());
     size_t near_ref = 0, near_earlier = 0;
     for (size_t k = 0; k < refs.size(); k++)
         for (const NearMatch& m : near_references(in.sets, refs[k].sets, o.mh))
             if (dropped[m.record].is_null()) {
-                dropped[m.record] = {{"line", in.lineno[m.record]},
+                dropped[m.record] = {{"line", in.t.lineno[m.record]},
                                      {"reason", "near_against"},
-                                     {"match", fmt::format("{}:{}", o.against[k], refs[k].lineno[m.match])},
+                                     {"match", fmt::format("{}:{}", o.against[k], refs[k].t.lineno[m.match])},
                                      {"jaccard", m.jaccard}};
                 near_ref++;
             }
     for (const NearMatch& m : near_duplicates(in.sets, o.mh))
         if (dropped[m.record].is_null()) {
-            dropped[m.record] = {{"line", in.lineno[m.record]},
+            dropped[m.record] = {{"line", in.t.lineno[m.record]},
                                  {"reason", "near_duplicate"},
-                                 {"match", fmt::format("{}:{}", o.in, in.lineno[m.match])},
+                                 {"match", fmt::format("{}:{}", o.in, in.t.lineno[m.match])},
                                  {"jaccard", m.jaccard}};
             near_earlier++;
         }
     std::string kept, report;
     size_t n_kept = 0;
-    for (size_t i = 0; i < in.lines.size(); i++) {
+    for (size_t i = 0; i < in.t.lines.size(); i++) {
         if (dropped[i].is_null()) {
-            kept += in.lines[i] + "\n";
+            kept += in.t.lines[i] + "\n";
             n_kept++;
         } else {
             report += json_text(dropped[i]) + "\n";
@@ -103,7 +78,7 @@ int run_dedup(const DedupOpts& o) {
     std::printf(
         "dedup: %zu records, kept %zu in %s; dropped %zu near an earlier record and %zu near --against "
         "(exact Jaccard >= %.2f of %d-word shingles, %d bands x %d rows)%s\n",
-        in.lines.size(), n_kept, o.out.c_str(), near_earlier, near_ref, o.mh.threshold, o.mh.ngram,
+        in.t.lines.size(), n_kept, o.out.c_str(), near_earlier, near_ref, o.mh.threshold, o.mh.ngram,
         o.mh.bands, o.mh.rows,
         o.report.empty() ? "" : fmt::format("; each dropped record in {}", o.report).c_str());
     return 0;

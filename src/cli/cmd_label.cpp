@@ -61,7 +61,8 @@ std::vector<std::vector<Candidate>> sample_answers(const LabelOpts& o, Inference
     };
     std::deque<Pending> pending;
     std::vector<std::vector<Candidate>> out(recs.size());
-    Progress bar("pseudo-label: sampling", int64_t(recs.size()), 1, "records");
+    Progress bar("pseudo-label: sampling", int64_t(recs.size()),
+                 std::max<int64_t>(1, int64_t(recs.size()) / 20), "records");
     size_t done = 0;
     const auto collect = [&](Pending& p) {  // waits for a record's samples
         for (const auto& seq : p.seqs) {
@@ -123,7 +124,8 @@ int run_pseudo_label(const ModelFlags& mf, const LabelOpts& o) {
     ANVIL_CHECK(l.tok, "--model {}: no tokenizer, so it cannot generate; pass --tokenizer", mf.o.model_dir);
     std::vector<std::vector<Candidate>> cands = sample_answers(o, l, recs);
     if (checker) {
-        Progress bar("pseudo-label: checking", int64_t(recs.size()), 1, "records");
+        Progress bar("pseudo-label: checking", int64_t(recs.size()),
+                     std::max<int64_t>(1, int64_t(recs.size()) / 20), "records");
         const int jobs = o.jobs > 0 ? o.jobs : std::max(1, int(std::thread::hardware_concurrency()));
         checker->check(recs, cands, jobs, [&](size_t n) { bar.update(int64_t(n), ""); });
         bar.finish("");

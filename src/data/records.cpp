@@ -55,10 +55,11 @@ void fill_from_fields(RawRecord& r, const std::function<const std::string*(const
     }
     const std::string* t = field(text_field.c_str());
     if (!t)
-        return reject(r, "missing_field",
-                      fmt::format("record has neither a \"{}\" field nor the instruction schema {{\"instruction\", "
-                                  "\"input\", \"output\"}} nor chat \"messages\"; pick the text field with {}",
-                                  text_field, flag));
+        return reject(
+            r, "missing_field",
+            fmt::format("record has neither a \"{}\" field nor the instruction schema {{\"instruction\", "
+                        "\"input\", \"output\"}} nor chat \"messages\"; pick the text field with {}",
+                        text_field, flag));
     if (t->find_first_not_of(" \t\r\n") == std::string::npos) return reject(r, "empty_text", "empty text");
     if (!utf8::valid(*t)) return reject(r, "invalid_utf8", "invalid UTF-8 in the text");
     r.text = *t;
@@ -244,19 +245,23 @@ void read_text(const std::string& path, const std::vector<double>& cuts,
 namespace {
 // {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
 void parse_chat(RawRecord& r, const nlohmann::json& msgs) {
-    if (!msgs.is_array()) return reject(r, "bad_chat", "\"messages\" must be an array of {\"role\", \"content\"}");
+    if (!msgs.is_array())
+        return reject(r, "bad_chat", "\"messages\" must be an array of {\"role\", \"content\"}");
     std::vector<Message> m;
     for (size_t i = 0; i < msgs.size(); i++) {
         const nlohmann::json& x = msgs[i];
         if (!x.is_object() || !x.contains("role") || !x.contains("content"))
-            return reject(r, "bad_chat", fmt::format("message {}: not an object with \"role\" and \"content\"", i + 1));
+            return reject(r, "bad_chat",
+                          fmt::format("message {}: not an object with \"role\" and \"content\"", i + 1));
         if (!x["role"].is_string() || !x["content"].is_string())
-            return reject(r, "bad_chat", fmt::format("message {}: \"role\" and \"content\" must be strings", i + 1));
+            return reject(r, "bad_chat",
+                          fmt::format("message {}: \"role\" and \"content\" must be strings", i + 1));
         Role role;
         const std::string name = x["role"].get<std::string>();
         if (!parse_role(name, &role))
-            return reject(r, "bad_chat",
-                          fmt::format("message {}: unknown role \"{}\"; use system, user or assistant", i + 1, name));
+            return reject(
+                r, "bad_chat",
+                fmt::format("message {}: unknown role \"{}\"; use system, user or assistant", i + 1, name));
         m.push_back({role, x["content"].get<std::string>()});
         if (!utf8::valid(m.back().content)) return reject(r, "invalid_utf8", "invalid UTF-8 in a message");
     }
@@ -279,7 +284,8 @@ RawRecord parse_jsonl_line(const std::string& line, const std::string& file, siz
         if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
             reject(r, "invalid_utf8", "invalid UTF-8");
         else
-            reject(r, "bad_json", "invalid JSON (" + what.substr(what.find(']') + 2) + "); fix or remove the line");
+            reject(r, "bad_json",
+                   "invalid JSON (" + what.substr(what.find(']') + 2) + "); fix or remove the line");
         return r;
     }
     if (!j.is_object()) {
@@ -309,6 +315,43 @@ RawRecord parse_jsonl_line(const std::string& line, const std::string& file, siz
         return r;
     }
     fill_from_fields(r, field, inst, text_field, "--text-field");
+    return r;
+}
+
+namespace {
+void add_strings(const nlohmann::json& j, std::string& text) {
+    if (j.is_string()) {
+        text += (text.empty() ? "" : "\n") + j.get<std::string>();
+    } else if (j.is_array() || j.is_object()) {
+        for (const auto& v : j) add_strings(v, text);
+    }
+}
+}  // namespace
+
+TextRecords read_text_records(const std::string& path) {
+    TextRecords r;
+    const bool jsonl = detect_format(path) == InputFormat::Jsonl;
+    read_lines(path, [&](const std::string& line, size_t lineno) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+        std::string text = line;
+        if (jsonl) {
+            nlohmann::json j;
+            try {
+                j = nlohmann::json::parse(line);
+            } catch (const nlohmann::json::parse_error& e) {
+                fail("{} line {}: not JSON ({}); fix the line or remove it", path, lineno, e.what());
+            }
+            text.clear();
+            if (j.is_object() && j.contains("text") && j["text"].is_string())
+                text = j["text"].get<std::string>();
+            else
+                add_strings(j, text);
+        }
+        r.lines.push_back(line);
+        r.texts.push_back(std::move(text));
+        r.lineno.push_back(lineno);
+    });
+    ANVIL_CHECK(!r.lines.empty(), "{}: no records in it", path);
     return r;
 }
 

@@ -26,7 +26,7 @@ struct RecordOptions {
 
 struct RawRecord {
     std::string file;
-    size_t line = 0;  // where the record starts (1-based)
+    size_t line = 0;       // where the record starts (1-based)
     bool example = false;  // an instruction or chat record, in `ex`
     Example ex;
     std::string text;  // text records, or a chunk of a text file
@@ -37,13 +37,23 @@ struct RawRecord {
     uint64_t chunk_begin = 0;  // byte offset of a text chunk in its file
     uint64_t bytes = 0;        // the record's size in its file (a JSONL line, a CSV row, a text chunk)
     // A record is a JSONL line, a CSV row or a chunk of a text file (about 1 MiB, cut where tokenization is
-    // unaffected). Rejected records: a short kind (bad_json, not_object, missing_field, not_string, empty_text,
-    // invalid_utf8, bad_csv, bad_chat) and a message.
+    // unaffected). Rejected records: a short kind (bad_json, not_object, missing_field, not_string,
+    // empty_text, invalid_utf8, bad_csv, bad_chat) and a message.
     std::string reject_kind, reject;
 };
 
 // Reads `path`, calling `f` once per record (or text chunk), valid or rejected. `progress` (may be empty)
 // receives the bytes read so far.
+// A file's records as text, for the record-level tools (data dedup, data filter): a JSONL line's text is its
+// "text" field, else its string fields (a chat's contents too) joined by newlines; any other file's lines are
+// its records. Blank lines are not records; the lines are kept as written. A malformed JSONL line, or no
+// record, is an error naming the file (and line).
+struct TextRecords {
+    std::vector<std::string> lines, texts;
+    std::vector<size_t> lineno;
+};
+TextRecords read_text_records(const std::string& path);
+
 void for_each_record(const std::string& path, const RecordOptions& opts,
                      const std::function<void(RawRecord&)>& f,
                      const std::function<void(uint64_t)>& progress = {});

@@ -208,6 +208,28 @@ std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<in
     return tok.decode(prompt) + tok.decode(gen.generate(prompt, opt));
 }
 
+double TextScore::perplexity() const {
+    return std::exp(-logprob / std::max(1, tokens));
+}
+
+std::vector<TextScore> score_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                                   const std::function<void(int)>& progress) {
+    std::vector<ScoredRow> rows;
+    std::vector<ChoiceScore> scores(texts.size());
+    for (size_t i = 0; i < texts.size(); i++) {
+        std::vector<int32_t> ids = {tok.eot_id()};
+        const std::vector<int32_t> t = tok.encode(texts[i]);
+        ids.insert(ids.end(), t.begin(), t.end());
+        rows.push_back({i, 0, ChoiceRow{std::move(ids), 1}});
+        scores[i].logprob.assign(1, 0.0);
+        scores[i].tokens.assign(1, 0);
+    }
+    score_all(model, tok.eot_id(), rows, scores, progress);
+    std::vector<TextScore> out(texts.size());
+    for (size_t i = 0; i < texts.size(); i++) out[i] = {scores[i].logprob[0], scores[i].tokens[0]};
+    return out;
+}
+
 int choice_items(const std::vector<ChoiceItem>& items, int max_items) {
     return max_items > 0 && max_items < int(items.size()) ? max_items : int(items.size());
 }

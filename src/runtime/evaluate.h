@@ -61,6 +61,18 @@ ExactMatchResult exact_match(Model& model, const Tokenizer& tok, PromptTemplate 
                              Comm* comm = nullptr, bool per_example = false,
                              const std::function<void(int)>& progress = {});
 
+// Each text's log-likelihood under the model: its tokens after the end-of-text token that opens it (the
+// sum over them, natural log, and their count; a text longer than the model's reserved max_T scored on its
+// last max_T tokens), in batches of the reserved rows (Model::reserve). `progress` (may be empty) gets the
+// texts done.
+struct TextScore {
+    double logprob = 0.0;
+    int tokens = 0;
+    double perplexity() const;  // exp(-logprob / tokens)
+};
+std::vector<TextScore> score_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                                   const std::function<void(int)>& progress = {});
+
 // Up to `tokens` tokens sampled after `prompt` at temperature 1 from the tokenizer's ids, seeded, ending
 // after one of `stop` (where given): the prompt and the sample as text.
 std::string sample_text(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, int tokens,

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "data/pseudo_label.h"
+#include "data/quality.h"
 
 namespace anvil {
 namespace {
@@ -54,6 +55,39 @@ TEST(PseudoLabel, RegexCheckerAcceptsAnAnswerWithAMatch) {
     EXPECT_TRUE(c[0][2].accepted);
     EXPECT_THROW((void)AnswerChecker("regex:("), Error);
     EXPECT_THROW((void)AnswerChecker("python:x"), Error);
+}
+
+// The Gopher rules (data/quality.h), each broken alone by a text made for it.
+TEST(GopherRules, EachRuleOnATextThatBreaksIt) {
+    std::string prose;
+    for (int i = 0; i < 12; i++) prose += "the model reads the data and keeps it with care. ";
+    EXPECT_TRUE(gopher_failures(prose).empty());
+    const auto only = [](const std::string& text, const char* rule, GopherOptions o = {}) {
+        const std::vector<std::string> f = gopher_failures(text, o);
+        return f.size() == 1 && f[0] == rule;
+    };
+    EXPECT_TRUE(only("the data and the model", "too_few_words"));
+    GopherOptions few;
+    few.max_words = 20;
+    EXPECT_TRUE(only(prose, "too_many_words", few));
+    std::string hashtags = prose;
+    for (int i = 0; i < 20; i++) hashtags += "#data ";
+    EXPECT_TRUE(only(hashtags, "symbols"));
+    std::string lines;
+    for (int i = 0; i < 12; i++) lines += "the model reads the data and keeps it with care...\n";
+    EXPECT_TRUE(only(lines, "ellipsis"));
+    std::string bullets;
+    for (int i = 0; i < 12; i++) bullets += "- the model reads the data and keeps it with care\n";
+    EXPECT_TRUE(only(bullets, "bullets"));
+    std::string numbers = prose;
+    for (int i = 0; i < 100; i++) numbers += "12345 ";
+    EXPECT_TRUE(only(numbers, "non_alpha"));
+    std::string salad;
+    for (int i = 0; i < 60; i++) salad += "model data token ";
+    EXPECT_TRUE(only(salad, "no_stop_words"));
+    std::string longw = "the and ";
+    for (int i = 0; i < 60; i++) longw += "internationalization ";
+    EXPECT_TRUE(only(longw, "long_words"));
 }
 
 }  // namespace
