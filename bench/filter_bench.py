@@ -16,18 +16,12 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_bench_common import report, step, write_jsonl  # noqa: E402
 
-def sh(args, what=""):
-    t = time.time()
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    print(f"  {time.time() - t:6.1f} s  {what}", flush=True)
-    return r
 
 
 def paragraphs(repo):
@@ -88,9 +82,9 @@ def main():
              "--warmup", "50", "--threads", a.threads, "--val-fraction", "0.05"]
     ref = os.path.join(W, "ref")
     if not os.path.exists(os.path.join(ref, "final")):
-        sh([A, "train", "--data", paths["ref.txt"], "--out", ref, "--steps", str(a.steps), *model],
+        step([A, "train", "--data", paths["ref.txt"], "--out", ref, "--steps", str(a.steps), *model],
            "the reference model")
-    r = sh([A, "data", "filter", "--in", paths["input.jsonl"], "--out", paths["kept.jsonl"], "--ppl-model",
+    r = step([A, "data", "filter", "--in", paths["input.jsonl"], "--out", paths["kept.jsonl"], "--ppl-model",
             os.path.join(ref, "final"), "--keep-quantiles", "0,0.85", "--heuristics", "gopher", "--scores",
             paths["scores.jsonl"], "--threads", a.threads], "anvil data filter")
     scores = [json.loads(x) for x in open(paths["scores.jsonl"])]
@@ -102,19 +96,15 @@ def main():
     for name, data in (("unfiltered", paths["input.jsonl"]), ("filtered", paths["kept.jsonl"])):
         run_dir = os.path.join(W, "run_" + name)
         if not os.path.exists(os.path.join(run_dir, "final")):
-            sh([A, "train", "--data", data, "--out", run_dir, "--steps", str(a.steps), *model], f"train, {name}")
-        e = sh([A, "eval", "--model", os.path.join(run_dir, "final"), "--data", paths["held.txt"], "--threads",
+            step([A, "train", "--data", data, "--out", run_dir, "--steps", str(a.steps), *model], f"train, {name}")
+        e = step([A, "eval", "--model", os.path.join(run_dir, "final"), "--data", paths["held.txt"], "--threads",
                 a.threads, "--json"], f"held-out loss, {name}")
         losses[name] = json.loads(e.stdout)
     result = {"command": " ".join(sys.argv), "paragraphs": n, "reference": len(ref_part), "input": len(recs),
               "corrupted": len(bad), "heldout": len(held), "dropped": len(dropped), "precision": precision,
               "recall": recall, "filter_summary": r.stdout.strip(), "steps": a.steps,
               "heldout_eval": losses, "wall_s": round(time.time() - t0, 1)}
-    print(json.dumps(result, indent=1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    report(result, a.out)
 
 
 if __name__ == "__main__":

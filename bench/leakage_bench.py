@@ -16,26 +16,15 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_bench_common import report, step, write_jsonl  # noqa: E402
 
 COLOURS = ["red", "blue", "green", "amber", "violet", "grey", "white", "black"]
 
 
-def sh(args, what=""):
-    t = time.time()
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    print(f"  {time.time() - t:6.1f} s  {what}", flush=True)
-    return r
-
-
-def write(path, recs):
-    with open(path, "w") as f:
-        for r in recs:
-            f.write(json.dumps(r) + "\n")
 
 
 def main():
@@ -70,10 +59,10 @@ def main():
     leaky = train + copies
     rnd.shuffle(leaky)
     paths = {k: os.path.join(W, k + ".jsonl") for k in ("heldout", "leaky", "clean")}
-    write(paths["heldout"], held)
-    write(paths["leaky"], leaky)
+    write_jsonl(paths["heldout"], held)
+    write_jsonl(paths["leaky"], leaky)
     rep = os.path.join(W, "dropped.jsonl")
-    r = sh([A, "data", "dedup", "--in", paths["leaky"], "--out", paths["clean"], "--against", paths["heldout"],
+    r = step([A, "data", "dedup", "--in", paths["leaky"], "--out", paths["clean"], "--against", paths["heldout"],
             "--ngram", "3", "--threshold", "0.5", "--report", rep], "anvil data dedup --against")
     dropped = [json.loads(x) for x in open(rep)]
     planted = {c["input"] for c in copies}
@@ -85,23 +74,19 @@ def main():
     for name in ("leaky", "clean"):
         run_dir = os.path.join(W, "run_" + name)
         if not os.path.exists(os.path.join(run_dir, "final")):
-            sh([A, "train", "--data", paths[name], "--out", run_dir, *flags], f"anvil train on the {name} set")
+            step([A, "train", "--data", paths[name], "--out", run_dir, *flags], f"anvil train on the {name} set")
         per[name] = os.path.join(W, f"eval_{name}.jsonl")
-        sh([A, "eval", "--model", os.path.join(run_dir, "final"), "--data", paths["heldout"], "--max-examples",
+        step([A, "eval", "--model", os.path.join(run_dir, "final"), "--data", paths["heldout"], "--max-examples",
             str(a.heldout), "--per-example", per[name], "--threads", a.threads], f"held-out exact match ({name})")
     score = {n: sum(json.loads(x)["exact"] for x in open(p)) / a.heldout for n, p in per.items()}
-    cmp = json.loads(sh([A, "compare", per["leaky"], per["clean"], "--bootstrap", "2000", "--seed", "1",
+    cmp = json.loads(step([A, "compare", per["leaky"], per["clean"], "--bootstrap", "2000", "--seed", "1",
                          "--json"], "anvil compare").stdout)
     result = {"command": " ".join(sys.argv), "train": a.train, "heldout": a.heldout, "steps": a.steps,
               "planted_copies": len(copies), "dedup_dropped": len(dropped), "dedup_caught_planted": caught,
               "training_records": {"leaky": len(leaky), "clean": len(leaky) - len(dropped)},
               "dedup_summary": r.stdout.strip(), "exact_match": score, "chance": 1 / len(COLOURS),
               "clean_minus_leaky": cmp, "wall_s": round(time.time() - t0, 1)}
-    print(json.dumps(result, indent=1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    report(result, a.out)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,11 @@ import glob
 import json
 import os
 import random
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_bench_common import report, step, write_jsonl  # noqa: E402
 
 CHECKER = r'''import json, sys
 r = json.loads(sys.stdin.readline())
@@ -56,20 +58,6 @@ def correct(rec):
     return rec.get("output") == new_skill(rec["input"])["output"]
 
 
-def sh(args, log=None):
-    t = time.time()
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    print(f"  {time.time() - t:6.1f} s  {' '.join(os.path.basename(a) if '/' in a else a for a in args[:3])} "
-          f"{log or ''}", flush=True)
-    return r
-
-
-def write(path, recs):
-    with open(path, "w") as f:
-        for r in recs:
-            f.write(json.dumps(r) + "\n")
 
 
 def main():
@@ -93,25 +81,25 @@ def main():
     L, U, H = a.labelled, a.unlabelled, a.heldout
     rnd = random.Random(1)
     base_data = os.path.join(W, "base.jsonl")
-    write(base_data, base_skills(12000, rnd))
+    write_jsonl(base_data, base_skills(12000, rnd))
     base = os.path.join(W, "base")
     if not os.path.exists(os.path.join(base, "final")):
-        sh([A, "train", "--data", base_data, "--out", base, "--steps", str(a.base_steps), "--lr", "2e-3",
+        step([A, "train", "--data", base_data, "--out", base, "--steps", str(a.base_steps), "--lr", "2e-3",
             "--warmup", "50", "--val-fraction", "0.02", "--eval-examples", "100", *demo], "(the base model)")
     recs = [new_skill(w) for w in words(rnd, L + U + H, set())]
     labelled, unlabelled, heldout = recs[:L], recs[L:L + U], recs[L + U:]
     train_flags = ["--init", os.path.join(base, "final"), "--steps", str(a.steps), "--lr", "1e-3", "--val-fraction",
                    "0", "--eval-examples", "0", *demo]
     paths = {k: os.path.join(W, k + ".jsonl") for k in ("labelled", "unlabelled", "heldout")}
-    write(paths["labelled"], labelled)
-    write(paths["unlabelled"], [{"instruction": r["instruction"], "input": r["input"]} for r in unlabelled])
-    write(paths["heldout"], heldout)
+    write_jsonl(paths["labelled"], labelled)
+    write_jsonl(paths["unlabelled"], [{"instruction": r["instruction"], "input": r["input"]} for r in unlabelled])
+    write_jsonl(paths["heldout"], heldout)
     checker = os.path.join(W, "checker.py")
     open(checker, "w").write(CHECKER)
 
     teacher = os.path.join(W, "teacher")
     if not os.path.exists(os.path.join(teacher, "final")):
-        sh([A, "train", "--data", paths["labelled"], "--out", teacher, *train_flags], "(the teacher)")
+        step([A, "train", "--data", paths["labelled"], "--out", teacher, *train_flags], "(the teacher)")
     label_sets = {
         "greedy": ["--num-samples", "1", "--temperature", "0"],
         "vote": ["--num-samples", "5", "--temperature", "0.7", "--min-agreement", "0.6"],
@@ -122,20 +110,20 @@ def main():
         out = os.path.join(W, f"pseudo_{name}.jsonl")
         summary = out + ".summary"
         if not os.path.exists(summary):  # (a rerun reuses what an earlier one labelled)
-            r = sh([A, "data", "pseudo-label", "--model", os.path.join(teacher, "final"), "--in",
+            r = step([A, "data", "pseudo-label", "--model", os.path.join(teacher, "final"), "--in",
                     paths["unlabelled"], "--out", out, "--seed", "1", "--threads", a.threads, *flags], f"({name})")
             open(summary, "w").write(r.stdout.strip())
         kept = [json.loads(x) for x in open(out)]
         labels[name] = {"kept": len(kept), "of": U, "accuracy": sum(map(correct, kept)) / len(kept),
                         "summary": open(summary).read()}
         mixed = os.path.join(W, f"student_{name}.jsonl")
-        write(mixed, labelled + [{k: v for k, v in x.items() if k != "pseudo_label"} for x in kept])
+        write_jsonl(mixed, labelled + [{k: v for k, v in x.items() if k != "pseudo_label"} for x in kept])
         labels[name]["data"] = mixed
         print(f"           {name}: {len(kept)} of {U} kept, {labels[name]['accuracy']:.3f} correct", flush=True)
 
     sweep = os.path.join(W, "sweep")
     names = list(label_sets)
-    sh([A, "sweep", "--grid", "data=" + ",".join(labels[n]["data"] for n in names), "--out", sweep, "--",
+    step([A, "sweep", "--grid", "data=" + ",".join(labels[n]["data"] for n in names), "--out", sweep, "--",
         *train_flags], "(the students)")
     models = {"teacher": os.path.join(teacher, "final")}
     for i, n in enumerate(names):
@@ -144,14 +132,14 @@ def main():
     per = {}
     for m, d in models.items():
         per[m] = os.path.join(W, f"eval_{m}.jsonl")
-        sh([A, "eval", "--model", d, "--data", paths["heldout"], "--max-examples", str(H), "--per-example", per[m],
+        step([A, "eval", "--model", d, "--data", paths["heldout"], "--max-examples", str(H), "--per-example", per[m],
             "--threads", a.threads], f"({m} on the held-out records)")
     rows = []
     for m in models:
         ex = [json.loads(x) for x in open(per[m])]
         row = {"model": m, "exact_match": sum(e["exact"] for e in ex) / len(ex), "n": len(ex)}
         if m != "teacher":
-            c = json.loads(sh([A, "compare", per["teacher"], per[m], "--bootstrap", "2000", "--seed", "1",
+            c = json.loads(step([A, "compare", per["teacher"], per[m], "--bootstrap", "2000", "--seed", "1",
                                "--json"]).stdout)
             row["vs_teacher"] = c
             n = m[len("student_"):]
@@ -159,11 +147,7 @@ def main():
         rows.append(row)
     result = {"command": " ".join(sys.argv), "labelled": L, "unlabelled": U, "heldout": H, "steps": a.steps,
               "labels": labels, "models": rows, "wall_s": round(time.time() - t0, 1)}
-    print(json.dumps(result, indent=1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    report(result, a.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""What the data-strategy benches (semi_supervised.py, leakage_bench.py, filter_bench.py) share: running one
+anvil command as a timed step, JSONL files, the result file."""
+import json
+import subprocess
+import sys
+import time
+
+
+def step(args, what=""):
+    """Runs `args`, prints its time and `what`; exits with its output when it fails."""
+    t = time.time()
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    print(f"  {time.time() - t:6.1f} s  {what}", flush=True)
+    return r
+
+
+def write_jsonl(path, recs):
+    with open(path, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+def report(result, out):
+    """Prints the result, and writes it to `out` where given."""
+    print(json.dumps(result, indent=1))
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
