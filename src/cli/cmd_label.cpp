@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <memory>
 #include <thread>
 
@@ -15,7 +14,7 @@
 #include "data/pseudo_label.h"
 #include "io/fs.h"
 #include "io/json_text.h"
-#include "serve/scheduler.h"
+#include "serve/batch.h"
 
 namespace anvil::cli {
 
@@ -50,66 +49,25 @@ std::vector<std::vector<Candidate>> sample_answers(const LabelOpts& o, Inference
     s.max_new_tokens = o.max_new_tokens;
     s.stop_tokens = stop_tokens(l.prompt, tok);
     s.vocab_real = tok.vocab_size();
-    serve::SchedulerOptions so;
-    so.slots = o.batch;
-    so.max_queue = 4 * o.batch;
-    serve::Scheduler sched(*l.model, so);
-    std::thread worker([&] { sched.run(); });
-    struct Pending {
-        size_t rec;
-        std::vector<std::shared_ptr<serve::Sequence>> seqs;
-    };
-    std::deque<Pending> pending;
+    std::vector<serve::BatchRequest> reqs;
+    for (size_t i = 0; i < recs.size(); i++)
+        for (int j = 0; j < o.samples; j++) {
+            reqs.push_back({prompts[i], s});
+            reqs.back().opt.seed = o.seed + uint64_t(i) * uint64_t(o.samples) + uint64_t(j);
+        }
+    Progress bar("pseudo-label: sampling", int64_t(reqs.size()),
+                 std::max<int64_t>(1, int64_t(reqs.size()) / 20), "answers");
+    const std::vector<serve::BatchResult> res =
+        serve::sample_batch(*l.model, o.batch, reqs, {}, [&](size_t n) { bar.update(int64_t(n), ""); });
+    bar.finish(fmt::format("{} answers", reqs.size()));
     std::vector<std::vector<Candidate>> out(recs.size());
-    Progress bar("pseudo-label: sampling", int64_t(recs.size()),
-                 std::max<int64_t>(1, int64_t(recs.size()) / 20), "records");
-    size_t done = 0;
-    const auto collect = [&](Pending& p) {  // waits for a record's samples
-        for (const auto& seq : p.seqs) {
-            Candidate c;
-            std::vector<int32_t> ids;
-            double lp = 0;
-            for (;;) {
-                serve::Sequence::Update u = seq->wait(ids.size(), std::chrono::milliseconds(200));
-                for (size_t k = 0; k < u.tokens.size(); k++) ids.push_back(u.tokens[k]);
-                for (const TokenLogprob& t : u.logprobs) lp += t.logprob;
-                if (u.finish == serve::Finish::Error) fail("pseudo-label: sampling failed: {}", u.error);
-                if (u.finish != serve::Finish::None) {
-                    c.finished = u.finish == serve::Finish::Stop;
-                    break;
-                }
-            }
-            c.text = tok.decode(ids);
-            c.logprob = ids.empty() ? 0.0 : lp / double(ids.size());
-            out[p.rec].push_back(std::move(c));
-        }
-        bar.update(int64_t(++done), "");
-    };
-    try {
-        for (size_t i = 0; i < recs.size(); i++) {
-            Pending p{i, {}};
-            for (int j = 0; j < o.samples; j++) {
-                SampleOptions sj = s;
-                sj.seed = o.seed + uint64_t(i) * uint64_t(o.samples) + uint64_t(j);
-                std::shared_ptr<serve::Sequence> seq;
-                while (!(seq = sched.submit(prompts[i], sj, LogprobRequest{0, false}))) {
-                    ANVIL_ASSERT(!pending.empty());  // the queue holds at least one record's samples
-                    collect(pending.front());
-                    pending.pop_front();
-                }
-                p.seqs.push_back(std::move(seq));
-            }
-            pending.push_back(std::move(p));
-        }
-        for (Pending& p : pending) collect(p);
-    } catch (...) {
-        sched.stop();
-        worker.join();
-        throw;
+    for (size_t k = 0; k < res.size(); k++) {
+        Candidate c;
+        c.text = tok.decode(res[k].ids);
+        c.logprob = res[k].ids.empty() ? 0.0 : res[k].logprob / double(res[k].ids.size());
+        c.finished = res[k].finish == serve::Finish::Stop;
+        out[k / size_t(o.samples)].push_back(std::move(c));
     }
-    sched.stop();
-    worker.join();
-    bar.finish(fmt::format("{} answers", recs.size() * size_t(o.samples)));
     return out;
 }
 

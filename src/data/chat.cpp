@@ -592,4 +592,33 @@ std::vector<int32_t> stop_tokens(PromptTemplate t, const Tokenizer& tok) {
     return ids;
 }
 
+QueryFrame query_frame(PromptTemplate t, const Tokenizer& tok) {
+    static const std::string kMark = "\x01user\x01";  // no template writes it
+    Example e;
+    e.instruction = kMark;
+    const std::vector<ChatSpan> spans = render_spans(e, t, tok, true);
+    std::vector<ChatSpan> before;
+    QueryFrame f;
+    f.stop = stop_tokens(t, tok);
+    size_t i = 0;
+    for (; i < spans.size(); i++) {
+        const size_t at = spans[i].special ? std::string::npos : spans[i].text.find(kMark);
+        if (at == std::string::npos) {
+            before.push_back(spans[i]);
+            continue;
+        }
+        if (at > 0) before.push_back({false, false, spans[i].text.substr(0, at), -1});
+        f.end_text = spans[i].text.substr(at + kMark.size());
+        break;
+    }
+    ANVIL_ASSERT(i < spans.size());
+    if (f.end_text.empty() && i + 1 < spans.size() && spans[i + 1].special)
+        f.stop.push_back(spans[i + 1].id);
+    else if (f.end_text.empty() && i + 1 < spans.size())
+        f.end_text = spans[i + 1].text;
+    f.prefix = tokens_of(before, tok).ids;
+    if (f.prefix.empty()) f.prefix.push_back(tok.eot_id());
+    return f;
+}
+
 }  // namespace anvil

@@ -115,4 +115,15 @@ std::string render_text(const Example& e, PromptTemplate t, const Tokenizer& tok
 // Ids that end an answer: the template's end-of-turn token and the tokenizer's end-of-text.
 std::vector<int32_t> stop_tokens(PromptTemplate t, const Tokenizer& tok);
 
+// Magpie's pre-query template (Xu et al. 2024): a one-turn prompt cut where the user's words begin, so that a
+// model continuing it writes a user turn, and how that turn ends.
+struct QueryFrame {
+    // BOS (or, for a tokenizer without one, its end-of-text, where a document begins) and the template up
+    // to the user's words
+    std::vector<int32_t> prefix;
+    std::vector<int32_t> stop;  // ids that end the turn: stop_tokens(), and a special token that follows it
+    std::string end_text;       // the text that follows it ("\n=> " in compact), where the turn ends too
+};
+QueryFrame query_frame(PromptTemplate t, const Tokenizer& tok);
+
 }  // namespace anvil

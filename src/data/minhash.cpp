@@ -174,11 +174,22 @@ NearDuplicateIndex::NearDuplicateIndex(const MinHashOptions& o) : o_(o) {
 
 NearDuplicateIndex::~NearDuplicateIndex() = default;
 
-bool NearDuplicateIndex::near_or_keep(std::vector<uint64_t> set, NearMatch& m) {
-    const std::vector<uint64_t> sig = minhash_signature(set, o_);
-    if (first_near(set, impl_->index.find(sig), impl_->kept, o_.threshold, m)) return true;
-    impl_->index.add(sig, impl_->kept.size());
+bool NearDuplicateIndex::near(const std::vector<uint64_t>& set, NearMatch& m) const {
+    return first_near(set, impl_->index.find(minhash_signature(set, o_)), impl_->kept, o_.threshold, m);
+}
+
+void NearDuplicateIndex::keep(std::vector<uint64_t> set) {
+    impl_->index.add(minhash_signature(set, o_), impl_->kept.size());
     impl_->kept.push_back(std::move(set));
+}
+
+size_t NearDuplicateIndex::size() const {
+    return impl_->kept.size();
+}
+
+bool NearDuplicateIndex::near_or_keep(std::vector<uint64_t> set, NearMatch& m) {
+    if (near(set, m)) return true;
+    keep(std::move(set));
     return false;
 }
 

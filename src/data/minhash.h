@@ -52,6 +52,10 @@ public:
     // True, with the kept record it is near (`match`: its index among the kept, from 0) and their Jaccard
     // similarity, when `set` is near one; otherwise `set` is kept (indexed) and false returned.
     bool near_or_keep(std::vector<uint64_t> set, NearMatch& m);
+    // The two halves: whether `set` is near a kept record (as above, `set` not kept), and keeping it.
+    bool near(const std::vector<uint64_t>& set, NearMatch& m) const;
+    void keep(std::vector<uint64_t> set);
+    size_t size() const;  // records kept
 
 private:
     MinHashOptions o_;

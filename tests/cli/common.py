@@ -58,6 +58,16 @@ def tiny_model(dir_):
     return os.path.join(out, "final")
 
 
+def without_tokenizer(model, dest):
+    """A copy of a model directory as save_pretrained writes a model alone: weights and config, no tokenizer."""
+    os.makedirs(dest)
+    shutil.copy(os.path.join(model, "model.safetensors"), dest)
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    del cfg["anvil_tokenizer"]  # nothing says which tokenizer
+    json.dump(cfg, open(os.path.join(dest, "config.json"), "w"))
+    return dest
+
+
 class TempDir:
     def __enter__(self):
         self.path = tempfile.mkdtemp(prefix="anvil_cli_")

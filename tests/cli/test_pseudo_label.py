@@ -124,12 +124,7 @@ def main():
         refused([*base, "--verify", "cmd:/no/such/checker"], "could not run", "a checker that cannot run")
         refused([*base, "--min-logprob", "0.5"], "no record kept", "an empty result")
         refused([*base, "--verify", "grep:x"], "--verify", "an unknown --verify")
-        bare = os.path.join(d, "weights_only")
-        os.makedirs(bare)
-        shutil.copy(os.path.join(model, "model.safetensors"), bare)
-        cfg = json.load(open(os.path.join(model, "config.json")))
-        del cfg["anvil_tokenizer"]  # as save_pretrained writes a model alone: nothing says which tokenizer
-        json.dump(cfg, open(os.path.join(bare, "config.json"), "w"))
+        bare = common.without_tokenizer(model, os.path.join(d, "weights_only"))
         refused([*base[:3], bare, *base[4:]], "--tokenizer", "a model without a tokenizer")
     return common.report(f)
 

@@ -1,5 +1,6 @@
 // Templates and chat records: the rendered text, the loss mask, the generation prompt, the choice of template
 // and the errors for bad chat records.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -409,6 +410,32 @@ TEST(Chat, ExamplesRoundTripThroughJsonl) {
     EXPECT_EQ(back[0].question(), "2+2?");
     EXPECT_EQ(back[1].answer(), "3");
     fsys::remove(p);
+}
+
+// Magpie's pre-query template: the prompt up to where the user's words go, and how the user's turn ends.
+TEST(Chat, QueryFrameCutsThePromptWhereTheUsersWordsBegin) {
+    ByteTokenizer bytes;
+    const QueryFrame compact = query_frame(PromptTemplate::Compact, bytes);
+    EXPECT_EQ(compact.prefix, std::vector<int32_t>{bytes.eot_id()})
+        << "no BOS: a document starts after end-of-text";
+    EXPECT_EQ(compact.end_text, "\n=> ");
+    EXPECT_EQ(compact.stop, stop_tokens(PromptTemplate::Compact, bytes));
+    const QueryFrame alpaca = query_frame(PromptTemplate::Alpaca, bytes);
+    EXPECT_EQ(
+        bytes.decode(alpaca.prefix),
+        "Below is an instruction that describes a task. Write a response that appropriately completes the "
+        "request.\n\n### Instruction:\n");
+    EXPECT_EQ(alpaca.end_text, "\n\n### Response:\n");
+
+    ChatTokenizer llama3(true, true, false);
+    const QueryFrame l3 = query_frame(PromptTemplate::Llama3, llama3);
+    EXPECT_EQ(llama3.decode(l3.prefix), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n");
+    EXPECT_TRUE(l3.end_text.empty());
+    EXPECT_NE(std::find(l3.stop.begin(), l3.stop.end(), llama3.special_id("<|eot_id|>")), l3.stop.end());
+    ChatTokenizer chatml(false, false, true);
+    const QueryFrame cm = query_frame(PromptTemplate::ChatML, chatml);
+    EXPECT_EQ(chatml.decode(cm.prefix), "<|im_start|>user\n");
+    EXPECT_NE(std::find(cm.stop.begin(), cm.stop.end(), chatml.special_id("<|im_end|>")), cm.stop.end());
 }
 
 }  // namespace
