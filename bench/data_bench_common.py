@@ -29,3 +29,21 @@ def report(result, out):
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")
+
+
+def parse_args(work, **extra):
+    """The benches' flags: --anvil, --work (default `work`), --out, --threads, and `extra` as name=default
+    (--name, its type the default's). Returns the parsed flags, the anvil binary's absolute path and the work
+    directory, created."""
+    import argparse
+    import os
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--anvil", default="build/anvil")
+    ap.add_argument("--work", default=work)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--threads", default="0")
+    for name, default in extra.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    return a, os.path.abspath(a.anvil), a.work

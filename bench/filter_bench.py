@@ -10,7 +10,6 @@ loss on held-out clean paragraphs (`anvil eval`) says whether the filter helped.
 
     python3 bench/filter_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json] [--steps 600]
 """
-import argparse
 import glob
 import json
 import os
@@ -20,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_bench_common import report, step, write_jsonl  # noqa: E402
+from data_bench_common import parse_args, report, step, write_jsonl  # noqa: E402
 
 
 
@@ -54,16 +53,8 @@ def corrupt(p, rnd, kind):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--anvil", default="build/anvil")
-    ap.add_argument("--work", default="/tmp/anvil-filter")
-    ap.add_argument("--out", default="")
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--threads", default="0")
-    a = ap.parse_args()
-    A, W = os.path.abspath(a.anvil), a.work
+    a, A, W = parse_args("/tmp/anvil-filter", steps=600)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.makedirs(W, exist_ok=True)
     t0 = time.time()
     rnd = random.Random(1)
     paras = paragraphs(repo)

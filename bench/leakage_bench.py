@@ -12,7 +12,6 @@ gives the difference with its paired-bootstrap interval.
     python3 bench/leakage_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
                                    [--train 1000 --heldout 200 --copies 3 --steps 800]
 """
-import argparse
 import json
 import os
 import random
@@ -20,26 +19,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_bench_common import report, step, write_jsonl  # noqa: E402
+from data_bench_common import parse_args, report, step, write_jsonl  # noqa: E402
 
 COLOURS = ["red", "blue", "green", "amber", "violet", "grey", "white", "black"]
 
 
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--anvil", default="build/anvil")
-    ap.add_argument("--work", default="/tmp/anvil-leakage")
-    ap.add_argument("--out", default="")
-    ap.add_argument("--train", type=int, default=1000)
-    ap.add_argument("--heldout", type=int, default=200)
-    ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--copies", type=int, default=3)
-    ap.add_argument("--threads", default="0")
-    a = ap.parse_args()
-    A, W = os.path.abspath(a.anvil), a.work
-    os.makedirs(W, exist_ok=True)
+    a, A, W = parse_args("/tmp/anvil-leakage", train=1000, heldout=200, steps=800, copies=3)
     t0 = time.time()
     rnd = random.Random(1)
     vocab = [f"w{i}" for i in range(400)]

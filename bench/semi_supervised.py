@@ -15,7 +15,6 @@ teacher with a paired-bootstrap 95% interval.
     python3 bench/semi_supervised.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
                                      [--labelled 300 --unlabelled 5000 --heldout 500 --steps 300]
 """
-import argparse
 import glob
 import json
 import os
@@ -24,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_bench_common import report, step, write_jsonl  # noqa: E402
+from data_bench_common import parse_args, report, step, write_jsonl  # noqa: E402
 
 CHECKER = r'''import json, sys
 r = json.loads(sys.stdin.readline())
@@ -61,20 +60,7 @@ def correct(rec):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--anvil", default="build/anvil")
-    ap.add_argument("--work", default="/tmp/anvil-semi")
-    ap.add_argument("--out", default="")
-    ap.add_argument("--labelled", type=int, default=300)
-    ap.add_argument("--unlabelled", type=int, default=5000)
-    ap.add_argument("--heldout", type=int, default=500)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--base-steps", type=int, default=1000)
-    ap.add_argument("--threads", default="0")
-    a = ap.parse_args()
-    A = os.path.abspath(a.anvil)
-    W = a.work
-    os.makedirs(W, exist_ok=True)
+    a, A, W = parse_args("/tmp/anvil-semi", labelled=300, unlabelled=5000, heldout=500, steps=300, base_steps=1000)
     t0 = time.time()
     demo = ["--seq", "64", "--batch", "32", "--weight-decay", "0.1", "--grad-clip", "1", "--threads", a.threads,
             "--template", "compact"]  # the embedded default's settings (train/options.cpp)

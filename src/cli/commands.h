@@ -27,6 +27,7 @@ Command add_dedup(CLI::App* data);         // `data dedup`, under add_data's `da
 Command add_pseudo_label(CLI::App* data);  // `data pseudo-label`
 Command add_filter(CLI::App* data);        // `data filter`
 Command add_synth(CLI::App* data);         // `data synth`
+Command add_augment(CLI::App* data);       // `data augment`
 Command add_doctor(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_plot(CLI::App& app);

@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
     cmds.push_back(add_pseudo_label(app.get_subcommand("data")));
     cmds.push_back(add_filter(app.get_subcommand("data")));
     cmds.push_back(add_synth(app.get_subcommand("data")));
+    cmds.push_back(add_augment(app.get_subcommand("data")));
     add_config_files(cmds, std::any_of(argv + 1, argv + argc, [](const char* a) {
                          return std::string_view(a) == "--config" ||
                                 std::string_view(a).starts_with("--config=");

@@ -47,15 +47,53 @@ inline int32_t target_of(const TokenView& s, size_t j, bool prompt_seen) {
 }
 }  // namespace
 
-void Batcher::fill_row(int64_t start, int32_t* tokens, int32_t* targets) const {
-    const int64_t N = int64_t(s_.size());
+namespace {
+// Row tokens and targets from `start` of `s` (indices wrapping at its end).
+void fill_from(const TokenView& s, int64_t start, int T, int32_t* tokens, int32_t* targets) {
+    const int64_t N = int64_t(s.size());
     bool prompt_seen = false;
-    for (int t = 0; t < T_; t++) {
+    for (int t = 0; t < T; t++) {
         const size_t i = size_t((start + t) % N), j = size_t((start + t + 1) % N);
-        prompt_seen = prompt_seen || (s_.flags(i) & kRecordStart);
-        tokens[t] = s_.id(i);
-        targets[t] = target_of(s_, j, prompt_seen);
+        prompt_seen = prompt_seen || (s.flags(i) & kRecordStart);
+        tokens[t] = s.id(i);
+        targets[t] = target_of(s, j, prompt_seen);
     }
+}
+}  // namespace
+
+void Batcher::fill_row(int64_t start, int32_t* tokens, int32_t* targets) const {
+    fill_from(s_, start, T_, tokens, targets);
+}
+
+void Batcher::set_augmenter(std::shared_ptr<const RecordAugmenter> a) {
+    ANVIL_CHECK(shuffle_, "--augment needs --shuffle on (augmented records are drawn per epoch)");
+    records_.clear();
+    for (size_t i = 0; i < s_.size(); i++)
+        if (s_.flags(i) & kRecordStart) records_.push_back(i);
+    ANVIL_CHECK(records_.size() == a->examples.size() && !records_.empty() && records_[0] == 0,
+                "--augment: {} records in the training stream, {} read", records_.size(), a->examples.size());
+    aug_ = std::move(a);
+}
+
+void Batcher::fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets) const {
+    const size_t n = records_.size();
+    size_t k =
+        size_t(std::upper_bound(records_.begin(), records_.end(), uint64_t(start)) - records_.begin()) - 1;
+    uint64_t off = uint64_t(start) - records_[k];
+    TokenStream row, rec;
+    while (row.size() < size_t(T_) + 1) {
+        if (!aug_->augmented(k, epoch, rec)) {  // the record as the stream holds it
+            rec.ids.clear(), rec.flags.clear();
+            const uint64_t end = k + 1 < n ? records_[k + 1] : s_.size();
+            for (uint64_t i = records_[k]; i < end; i++) rec.append_one(s_.id(i), s_.flags(i));
+        }
+        off = std::min<uint64_t>(off, rec.size() - 1);
+        row.ids.insert(row.ids.end(), rec.ids.begin() + long(off), rec.ids.end());
+        row.flags.insert(row.flags.end(), rec.flags.begin() + long(off), rec.flags.end());
+        off = 0;
+        k = (k + 1) % n;
+    }
+    fill_from(row.view(), 0, T_, tokens, targets);
 }
 
 const std::vector<uint32_t>& Batcher::permutation(int64_t epoch) {
@@ -78,6 +116,10 @@ void Batcher::fill(int64_t index, int32_t* tokens, int32_t* targets) {
         } else {
             const int64_t r = (index * B_ + b) * world_ + rank_, W = windows();
             start = int64_t(starts_[permutation(r / W)[size_t(r % W)]]);
+            if (aug_) {
+                fill_augmented_row(start, uint64_t(r / W), tokens + size_t(b) * T_, targets + size_t(b) * T_);
+                continue;
+            }
         }
         fill_row(start % int64_t(s_.size()), tokens + size_t(b) * T_, targets + size_t(b) * T_);
     }

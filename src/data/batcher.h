@@ -14,11 +14,16 @@
 //    across batches, r = i*B + b) takes window perm_e[r mod W] of epoch e = r / W, perm_e being a seeded
 //    Fisher-Yates permutation: every window is served once per epoch. With several data-parallel ranks,
 //    rank k of K takes global rows r*K + k.
+//  --augment (shuffle on): the windows and their order stay the unaugmented stream's; a row's records are
+//    re-rendered for its epoch (data/augment.h's RecordAugmenter), the window's own from the same offset
+//    (its last token at most), the records after it whole, until the row is full.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "data/augment.h"
 #include "data/dataset.h"
 
 namespace anvil {
@@ -29,9 +34,12 @@ public:
     // Batch `index` into tokens (B*T) and targets (B*T).
     void fill(int64_t index, int32_t* tokens, int32_t* targets);
     int64_t windows() const { return int64_t(starts_.size()); }
+    // --augment; needs shuffle on and `a->examples` one a record of the stream
+    void set_augmenter(std::shared_ptr<const RecordAugmenter> a);
 
 private:
     void fill_row(int64_t start, int32_t* tokens, int32_t* targets) const;
+    void fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets) const;
     const std::vector<uint32_t>& permutation(int64_t epoch);
 
     TokenView s_;
@@ -42,6 +50,8 @@ private:
     std::vector<uint64_t> starts_;  // window starts (shuffle on)
     std::vector<uint32_t> perm_;
     int64_t perm_epoch_ = -1;
+    std::shared_ptr<const RecordAugmenter> aug_;
+    std::vector<uint64_t> records_;  // with aug_: each record's first token
 };
 
 // Evaluation windows: the same record-aligned windows as training (starts from window_starts with

@@ -112,6 +112,7 @@ Dataset load_dataset(const std::string& path, const Tokenizer& tok, const DataOp
     for (size_t i = 0; i < records.size(); i++) {
         if (i < n_train) {
             append_record(st->train, records[i], tok, opts.prompt);
+            if (opts.keep_examples) d.train_examples.push_back(records[i].example ? records[i].ex : Example{});
         } else {
             append_record(st->val, records[i], tok, opts.prompt);
             if (records[i].example) d.val_examples.push_back(records[i].ex);

@@ -26,12 +26,15 @@ struct DataOptions {
     double val_fraction = 0.1;
     std::string text_field = "text";
     PromptTemplate prompt = PromptTemplate::Alpaca;
+    bool keep_examples = false;  // fill Dataset::train_examples (--augment re-renders them)
 };
 
 struct Dataset {
     std::string path;
     TokenView train, val;
     std::vector<Example> val_examples;  // instruction records of the validation split
+    // with DataOptions::keep_examples: the training split's records in order (a text record: an empty one)
+    std::vector<Example> train_examples;
     size_t records = 0, val_records = 0;
     bool jsonl = false;
     std::string format;             // how the files are laid out, where not anvil's own: "llm.c GPT-2 shards"

@@ -19,7 +19,8 @@ namespace anvil {
     X(rope_theta) X(norm_eps) X(tie_embeddings) X(max_shard_size) X(comm_timeout) X(zero) X(tensor_parallel) \
     X(logits_chunk) X(eval_choices) X(eval_choices_limit) X(sample_every) X(sample_prompt) X(sample_tokens) \
     X(decay_frac) X(keep_best) X(early_stop) X(dropout) X(attn_dropout) \
-    X(skip_loss_z) X(skip_grad_z) X(skip_window)
+    X(skip_loss_z) X(skip_grad_z) X(skip_window) X(augment) X(augment_fields) X(synonyms) X(augment_p) \
+    X(augment_prob)
 // clang-format on
 
 namespace {

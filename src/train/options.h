@@ -64,6 +64,11 @@ struct TrainOptions {
     int warmup = 0;
     uint64_t seed = 1337;
     bool shuffle = true;
+    // --augment: label-safe augmentation drawn afresh each epoch (data/augment.h): the operations, the share
+    // of words an operation changes, a record's chance of an augmented copy in an epoch, the fields, the
+    // synonym list
+    std::string augment, augment_fields = "instruction", synonyms;
+    float augment_p = 0.1f, augment_prob = 0.5f;
     // reporting and checkpoints
     int eval_every = 0;    // 0 = only at the end
     int eval_batches = 0;  // 0 = the whole validation split

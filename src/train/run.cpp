@@ -102,7 +102,7 @@ public:
           replicas_(*run.grid.dp),
           W_(replicas_.size()),
           instruments_(o_, *run.model, comm_.size()),  // every rank's device
-          loader_(Batcher(run.data.train, o_.batch, o_.seq, o_.shuffle, o_.seed, replicas_.rank(), W_),
+          loader_(training_batcher(run, replicas_.rank(), W_),
                   run.model->backend(), o_.batch, o_.seq, o_.grad_accum, run.start_step),
           sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, parse_lr_shape(o_.lr_schedule), o_.decay_frac},
           bar_("train", o_.steps, o_.log_every, "steps") {

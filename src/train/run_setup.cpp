@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/sizes.h"
+#include "data/augment.h"
 #include "data/llmc.h"
 #include "data/synthetic.h"
 #include "io/fs.h"
@@ -187,6 +188,10 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
             "in %s\n",
             kEmbeddedExamples, o.data.c_str());
     }
+    ANVIL_CHECK(o.augment.empty() || !is_data_dir(o.data),
+                "--augment: {} is a directory of token shards; augmentation re-renders records, so give the "
+                "JSONL file of instruction or chat records",
+                o.data);
     if (is_data_dir(o.data)) {
         // anvil's shards hold prompts rendered with the directory's template
         if (is_prepared_dir(o.data))
@@ -196,7 +201,11 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
     const PromptTemplate t = choose_template(o.prompt_template, tok);
     const std::string reason = template_reason(o.prompt_template, t, tok);
     o.prompt_template = template_name(t);  // what the checkpoint records, resolved
-    Dataset d = load_dataset(o.data, tok, DataOptions{o.val_fraction, o.text_field, t});
+    Dataset d = load_dataset(o.data, tok, DataOptions{o.val_fraction, o.text_field, t, !o.augment.empty()});
+    ANVIL_CHECK(o.augment.empty() || d.jsonl,
+                "--augment: {} is plain text; augmentation changes the fields of instruction or chat records "
+                "(JSONL)",
+                o.data);
     if (d.jsonl && !o.embedded)
         std::fprintf(stderr, "anvil: template %s for instruction and chat records (%s)\n", template_name(t),
                      reason.c_str());
@@ -483,5 +492,24 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
 }
 
 }  // namespace
+
+Batcher training_batcher(RunSetup& run, int rank, int world) {
+    const TrainOptions& o = run.opts;
+    Batcher b(run.data.train, o.batch, o.seq, o.shuffle, o.seed, rank, world);
+    if (o.augment.empty()) return b;
+    auto a = std::make_shared<RecordAugmenter>();
+    a->opts.ops = parse_augment_ops(o.augment, "--augment");
+    a->opts.fields = split_commas(o.augment_fields);
+    a->opts.p = o.augment_p;
+    if (!o.synonyms.empty()) a->opts.synonyms = std::make_shared<Synonyms>(Synonyms::read(o.synonyms));
+    check_augment_options(a->opts, "--augment", "--augment-fields");
+    a->examples = std::move(run.data.train_examples);
+    a->prob = o.augment_prob;
+    a->seed = o.seed;
+    a->prompt = choose_template(o.prompt_template, *run.tok);
+    a->tok = run.tok.get();
+    b.set_augmenter(std::move(a));
+    return b;
+}
 
 }  // namespace anvil

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
 #include "data/choices.h"
+#include "data/batcher.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "dist/comm.h"
@@ -57,6 +58,10 @@ std::string default_out_dir();
 // continue (read once by the caller), or null. Every rank of `comm` calls it: rank 0 alone owns the run
 // directory; the ranks check that they were given the same options and see the same data.
 RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm);
+
+// The training split's batches for data-parallel rank `rank` of `world` (data/batcher.h), augmented per epoch
+// with --augment (the training examples move out of run.data into it).
+Batcher training_batcher(RunSetup& run, int rank, int world);
 
 // The backend for a training run's options (runtime/inference.h's, and --attn-fwd-rows and --gemm-tune), on
 // GPU `gpu` (the job's local rank).

@@ -11,7 +11,8 @@ D: --recompute only trades memory for compute: A again with --recompute full log
    A's checkpoint-12 resumed with --recompute selective, and with the option as a checkpoint written before it
    took a mode stored it (true), continue with A's losses; --logits-chunk 40K (the loss a sequence at a time)
    stays within 1e-6 of A's losses at every step, with less activation memory.
-E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit.
+E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit (and G: an
+   --augment run).
 F: --skip-loss-z/--skip-grad-z judge each step against the last --skip-window steps' losses and gradient
    norms; the windows travel in the checkpoint, so a run resumed at 12 logs the same z-scores, skips the same
    steps and logs the same losses as the uninterrupted one.
@@ -36,6 +37,20 @@ ARGS = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "32", "--batch"
 def losses(run_dir):
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
     return {r["step"]: r["loss"] for r in rows}
+
+
+def resumed_alike(d, data, name, flags, failures):
+    """Trains with `flags`, resumes from checkpoint-12 in a new process; the losses of steps 13..24 must be the
+    uninterrupted run's. Returns the uninterrupted run's losses."""
+    x, x2 = os.path.join(d, name), os.path.join(d, name + "2")
+    run(["train", "--data", data, "--out", x, "--save-every", "6", *flags, *ARGS], check=True)
+    run(["train", "--resume", os.path.join(x, "checkpoint-12"), "--out", x2], check=True)
+    lx, lx2 = losses(x), losses(x2)
+    diff = [s for s in range(13, 25) if lx2.get(s) != lx[s]]
+    print(f"{' '.join(flags)} resumed at 12: {len(diff)} of 12 steps differ from the uninterrupted run")
+    if diff:
+        failures.append(f"{' '.join(flags)}: the resumed run differs at steps {diff}")
+    return lx
 
 
 def main():
@@ -132,14 +147,7 @@ def main():
             if r.returncode == 0 or f"{flag} {value}: the run being resumed used" not in r.stderr:
                 failures.append(f"--resume with {flag} {value}: exit {r.returncode}, {r.stderr[-300:]}")
         # E: --dropout draws its masks from (seed, step, micro-batch), so a resumed run draws the same ones
-        e, e2 = os.path.join(d, "e"), os.path.join(d, "e2")
-        run(["train", "--data", data, "--out", e, "--save-every", "6", "--dropout", "0.2", *ARGS], check=True)
-        run(["train", "--resume", os.path.join(e, "checkpoint-12"), "--out", e2], check=True)
-        le, le2 = losses(e), losses(e2)
-        diff = [s for s in range(13, 25) if le2.get(s) != le[s]]
-        print(f"E --dropout 0.2 resumed at 12: {len(diff)} of 12 steps differ from the uninterrupted run")
-        if diff:
-            failures.append(f"--dropout: the resumed run differs at steps {diff}")
+        le = resumed_alike(d, data, "e", ["--dropout", "0.2"], failures)
         if le[1] == la[1]:
             failures.append(f"--dropout 0.2 logged step 1's loss without dropout ({la[1]})")
         # F: the outlier windows are part of the training state
@@ -163,6 +171,11 @@ def main():
         if not [s for s in skipped if s > 12] or jf[13][1] is None:
             failures.append(f"outlier skipping: no skipped step after 12 ({skipped}) or no z-score at step 13: "
                             "the scenario shows nothing")
+        # G: --augment draws each record's copy from (seed, epoch, record): the resumed run sees the same rows
+        lg = resumed_alike(d, data, "g", ["--augment", "swap,insert,case,space", "--augment-prob", "0.9",
+                                          "--augment-p", "0.5"], failures)
+        if lg[1] == la[1]:
+            failures.append(f"--augment logged step 1's loss without augmentation ({la[1]})")
     return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 
