@@ -88,7 +88,8 @@ public:
         };
         const std::vector<serve::BatchResult> qs = serve::sample_batch(*l_.model, o_.batch, reqs, ended);
         std::vector<Attempt> out(static_cast<size_t>(count));
-        std::vector<serve::BatchRequest> answers;
+        std::vector<Example> answers;
+        std::vector<uint64_t> seeds;
         std::vector<size_t> answered;
         for (size_t k = 0; k < qs.size(); k++) {
             Attempt& at = out[k];
@@ -104,22 +105,18 @@ public:
             filter_.keep(at.question, fmt::format("attempt {}", first + int(k)));
             Example e;
             e.instruction = at.question;
-            serve::BatchRequest r{prompt_tokens(e, l_.prompt, tok_), sampling(first + int(k))};
-            r.opt.temperature = o_.answer_temperature;
-            r.opt.max_new_tokens = o_.max_new_tokens;
-            r.opt.stop_tokens = stop_tokens(l_.prompt, tok_);
-            if (!template_problem(e, l_.prompt, tok_).empty() || int(r.prompt.size()) + 1 >= n_ctx_) {
-                at.v = {SynthReason::Length, "the model's context", 0};
-                continue;
-            }
-            answers.push_back(std::move(r));
+            answers.push_back(std::move(e));
+            seeds.push_back(o_.seed + uint64_t(first) + k);
             answered.push_back(k);
         }
-        const std::vector<serve::BatchResult> as = serve::sample_batch(*l_.model, o_.batch, answers);
+        SampleOptions s;
+        s.temperature = o_.answer_temperature, s.top_p = o_.top_p, s.max_new_tokens = o_.max_new_tokens;
+        const std::vector<serve::Answer> as =
+            serve::answer_examples(*l_.model, tok_, l_.prompt, answers, s, seeds, o_.batch);
         for (size_t j = 0; j < as.size(); j++) {
             Attempt& at = out[answered[j]];
-            at.answer = trim(tok_.decode(as[j].ids));
-            if (as[j].finish != serve::Finish::Stop || at.answer.empty())
+            at.answer = trim(as[j].text);
+            if (!as[j].finished || at.answer.empty())
                 at.v = {SynthReason::NoAnswer, "", 0};
             else if (!well_formed(at.answer))
                 at.v = {SynthReason::Malformed, "the answer", 0};

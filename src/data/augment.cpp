@@ -216,7 +216,6 @@ const std::vector<std::string>* Synonyms::of(std::string_view word) const {
 }
 
 void check_augment_options(const AugmentOptions& o, const char* flag, const char* fields_flag) {
-    ANVIL_CHECK(!o.ops.empty(), "{}: no operation given", flag);
     for (const std::string& f : o.fields)
         ANVIL_CHECK(f == "instruction" || f == "input" || f == "system" || f == "user",
                     "{}: field \"{}\"; augment instruction, input, system or user (fields that do not decide "
@@ -235,20 +234,29 @@ std::string augment_text(std::string_view text, AugmentOp op, double p, const Sy
     return t.text();
 }
 
-AugmentOp augment_example(Example& e, const AugmentOptions& o, Rng& rng) {
-    const AugmentOp op = o.ops[rng.below(o.ops.size())];
+std::vector<std::string*> chosen_fields(Example& e, const std::vector<std::string>& fields) {
     const auto wanted = [&](const char* f) {
-        return std::find(o.fields.begin(), o.fields.end(), f) != o.fields.end();
+        return std::find(fields.begin(), fields.end(), f) != fields.end();
     };
-    const Synonyms* syn = o.synonyms.get();
+    std::vector<std::string*> out;
     if (!e.chat()) {
-        if (wanted("instruction")) e.instruction = augment_text(e.instruction, op, o.p, syn, rng);
-        if (wanted("input") && !e.input.empty()) e.input = augment_text(e.input, op, o.p, syn, rng);
-        return op;
+        if (wanted("instruction")) out.push_back(&e.instruction);
+        if (wanted("input") && !e.input.empty()) out.push_back(&e.input);
+        return out;
     }
     for (Message& m : e.messages)
         if ((m.role == Role::System && wanted("system")) || (m.role == Role::User && wanted("user")))
-            m.content = augment_text(m.content, op, o.p, syn, rng);
+            out.push_back(&m.content);
+    return out;
+}
+
+void augment_fields(Example& e, AugmentOp op, const AugmentOptions& o, Rng& rng) {
+    for (std::string* f : chosen_fields(e, o.fields)) *f = augment_text(*f, op, o.p, o.synonyms.get(), rng);
+}
+
+AugmentOp augment_example(Example& e, const AugmentOptions& o, Rng& rng) {
+    const AugmentOp op = o.ops[rng.below(o.ops.size())];
+    augment_fields(e, op, o, rng);
     return op;
 }
 

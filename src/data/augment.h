@@ -60,6 +60,11 @@ std::string augment_text(std::string_view text, AugmentOp op, double p, const Sy
 // The record with one operation, drawn from o.ops, applied to each of its chosen fields (a field of its
 // own draws); returns the operation.
 AugmentOp augment_example(Example& e, const AugmentOptions& o, Rng& rng);
+// The same with the operation given.
+void augment_fields(Example& e, AugmentOp op, const AugmentOptions& o, Rng& rng);
+// The chosen fields of a record (the ones augment_fields changes), for what changes them elsewhere (a
+// paraphrasing model).
+std::vector<std::string*> chosen_fields(Example& e, const std::vector<std::string>& fields);
 
 // The generator of record `record`'s augmentation in epoch `epoch` (or copy `epoch` of `data augment`).
 uint64_t augmentation_seed(uint64_t seed, uint64_t epoch, uint64_t record);

@@ -56,4 +56,31 @@ std::vector<BatchResult> sample_batch(Model& model, int slots, const std::vector
     return out;
 }
 
+std::vector<Answer> answer_examples(Model& model, const Tokenizer& tok, PromptTemplate t,
+                                    const std::vector<Example>& ex, SampleOptions opt,
+                                    const std::vector<uint64_t>& seeds, int slots) {
+    ANVIL_ASSERT(seeds.size() == ex.size());
+    opt.stop_tokens = stop_tokens(t, tok);
+    opt.vocab_real = tok.vocab_size();
+    std::vector<BatchRequest> reqs;
+    std::vector<size_t> asked;
+    for (size_t i = 0; i < ex.size(); i++) {
+        if (!template_problem(ex[i], t, tok).empty()) continue;
+        BatchRequest r{prompt_tokens(ex[i], t, tok), opt};
+        if (int(r.prompt.size()) + 1 >= model.config().n_ctx) continue;
+        r.opt.seed = seeds[i];
+        reqs.push_back(std::move(r));
+        asked.push_back(i);
+    }
+    const std::vector<BatchResult> res = sample_batch(model, slots, reqs);
+    std::vector<Answer> out(ex.size());
+    for (size_t k = 0; k < res.size(); k++) {
+        Answer& a = out[asked[k]];
+        a.text = tok.decode(res[k].ids);
+        a.finished = res[k].finish == Finish::Stop;
+        a.logprob = res[k].ids.empty() ? 0.0 : res[k].logprob / double(res[k].ids.size());
+    }
+    return out;
+}
+
 }  // namespace anvil::serve

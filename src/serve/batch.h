@@ -7,8 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "data/chat.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "serve/scheduler.h"
@@ -32,5 +34,18 @@ std::vector<BatchResult> sample_batch(
     Model& model, int slots, const std::vector<BatchRequest>& reqs,
     const std::function<bool(size_t, const std::vector<int32_t>&)>& enough = {},
     const std::function<void(size_t)>& progress = {});
+
+// An answer to a record in a prompt template: the text (the end-of-turn token left out), whether it ended
+// with the template's stop token within opt.max_new_tokens, and its tokens' mean log-probability.
+struct Answer {
+    std::string text;
+    bool finished = false;
+    double logprob = 0;
+};
+// Each example's answer (request i sampled with seeds[i]); an example whose prompt the template cannot render
+// or the context cannot hold gets none (finished false).
+std::vector<Answer> answer_examples(Model& model, const Tokenizer& tok, PromptTemplate t,
+                                    const std::vector<Example>& ex, SampleOptions opt,
+                                    const std::vector<uint64_t>& seeds, int slots);
 
 }  // namespace anvil::serve
