@@ -181,7 +181,8 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
             ANVIL_CHECK(!bl.value("use_regex", true) && !bl.value("add_prefix_space", false),
                         "{}: after a Split, ByteLevel must have use_regex false and add_prefix_space false",
                         path);
-            split = std::make_shared<RegexSplit>(sp["pattern"]["Regex"].get<std::string>(), path);
+            split = std::make_shared<RegexSplit>(sp["pattern"]["Regex"].get<std::string>(),
+                                                 path + ": the Split pattern");
         }
     }
     Parts p;

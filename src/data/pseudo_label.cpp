@@ -1,7 +1,4 @@
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/pseudo_label.h"
-
-#include <pcre2.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/regex_split.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "io/process.h"
@@ -147,34 +145,9 @@ Vote vote(const std::vector<Candidate>& c, const VoteOptions& o) {
     return v;
 }
 
-struct AnswerChecker::Regex {
-    pcre2_code* code = nullptr;
-    ~Regex() {
-        if (code) pcre2_code_free(code);
-    }
-    bool search(const std::string& text) const {
-        pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
-        const int rc =
-            pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, md, nullptr);
-        pcre2_match_data_free(md);
-        return rc >= 0;
-    }
-};
-
 AnswerChecker::AnswerChecker(const std::string& spec) : spec_(spec) {
     if (spec.starts_with("regex:")) {
-        const std::string pattern = spec.substr(6);
-        int err = 0;
-        PCRE2_SIZE off = 0;
-        regex_ = std::make_unique<Regex>();
-        regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-        if (!regex_->code) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(err, msg, sizeof msg);
-            fail("--verify {}: the pattern does not compile at offset {}: {}", spec, off,
-                 reinterpret_cast<char*>(msg));
-        }
+        regex_ = std::make_unique<RegexSplit>(spec.substr(6), fmt::format("--verify {}: the pattern", spec));
         return;
     }
     ANVIL_CHECK(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/chat.h"
+#include "data/regex_split.h"
 
 namespace anvil {
 
@@ -81,8 +82,7 @@ public:
 
 private:
     std::string spec_, program_;
-    struct Regex;
-    std::unique_ptr<Regex> regex_;
+    std::unique_ptr<RegexSplit> regex_;
 };
 
 }  // namespace anvil
