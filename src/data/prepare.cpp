@@ -54,13 +54,6 @@ uint64_t content_hash(const RawRecord& r) {
 constexpr int kNearNgram = 5;  // --near-dedup's shingles: word 5-grams, as `anvil data dedup` defaults
 
 // A record's words, for near-duplicate detection: its text, or every field or message of an example.
-std::string content_text(const RawRecord& r) {
-    if (!r.example) return r.text;
-    if (!r.ex.chat()) return r.ex.instruction + "\n" + r.ex.input + "\n" + r.ex.output;
-    std::string s;
-    for (const Message& m : r.ex.messages) s += m.content + "\n";
-    return s;
-}
 std::string where(const RawRecord& r) {
     return r.file + ":" + std::to_string(r.line);
 }
@@ -327,7 +320,7 @@ void Preparer::read(const std::string& in, Progress& bar) {
             }
             if (near_) {
                 NearMatch m{};
-                if (near_->near_or_keep(shingles(content_text(r), kNearNgram), m))
+                if (near_->near_or_keep(shingles(record_text(r), kNearNgram), m))
                     return note_reject(
                         r, "near_duplicate",
                         fmt::format("Jaccard {:.3f} with {}", m.jaccard, near_where_[m.match]));

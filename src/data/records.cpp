@@ -328,6 +328,14 @@ void add_strings(const nlohmann::json& j, std::string& text) {
 }
 }  // namespace
 
+std::string record_text(const RawRecord& r) {
+    if (!r.example) return r.text;
+    if (!r.ex.chat()) return r.ex.instruction + "\n" + r.ex.input + "\n" + r.ex.output;
+    std::string s;
+    for (const Message& m : r.ex.messages) s += m.content + "\n";
+    return s;
+}
+
 TextRecords read_text_records(const std::string& path) {
     TextRecords r;
     const bool jsonl = detect_format(path) == InputFormat::Jsonl;
@@ -342,8 +350,8 @@ TextRecords read_text_records(const std::string& path) {
                 fail("{} line {}: not JSON ({}); fix the line or remove it", path, lineno, e.what());
             }
             text.clear();
-            if (j.is_object() && j.contains("text") && j["text"].is_string())
-                text = j["text"].get<std::string>();
+            if (const RawRecord raw = parse_jsonl_line(line, path, lineno, "text"); raw.reject.empty())
+                text = record_text(raw);  // a text, instruction or chat record: as data prepare reads it
             else
                 add_strings(j, text);
         }

@@ -44,10 +44,15 @@ struct RawRecord {
 
 // Reads `path`, calling `f` once per record (or text chunk), valid or rejected. `progress` (may be empty)
 // receives the bytes read so far.
-// A file's records as text, for the record-level tools (data dedup, data filter): a JSONL line's text is its
-// "text" field, else its string fields (a chat's contents too) joined by newlines; any other file's lines are
-// its records. Blank lines are not records; the lines are kept as written. A malformed JSONL line, or no
-// record, is an error naming the file (and line).
+// A record's text as the near-duplicate and quality tools compare it (data prepare --near-dedup, data
+// dedup, data filter): a text record's text, an instruction record's instruction, input and output, a chat's
+// contents, each followed by a newline but the last of an instruction record.
+std::string record_text(const RawRecord& r);
+
+// A file's records as text, for the record-level tools (data dedup, data filter): a JSONL line's text is
+// record_text() where it is a text, instruction or chat record, else its string fields joined by newlines;
+// any other file's lines are its records. Blank lines are not records; the lines are kept as written. A
+// malformed JSONL line, or no record, is an error naming the file (and line).
 struct TextRecords {
     std::vector<std::string> lines, texts;
     std::vector<size_t> lineno;
