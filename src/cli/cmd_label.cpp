@@ -58,7 +58,7 @@ std::vector<std::vector<Candidate>> sample_answers(const LabelOpts& o, Inference
     Progress bar("pseudo-label: sampling", int64_t(reqs.size()),
                  std::max<int64_t>(1, int64_t(reqs.size()) / 20), "answers");
     const std::vector<serve::BatchResult> res =
-        serve::sample_batch(*l.model, o.batch, reqs, {}, [&](size_t n) { bar.update(int64_t(n), ""); });
+        serve::sample_batch(*l.model, o.batch, reqs, [&](size_t n) { bar.update(int64_t(n), ""); });
     bar.finish(fmt::format("{} answers", reqs.size()));
     std::vector<std::vector<Candidate>> out(recs.size());
     for (size_t k = 0; k < res.size(); k++) {

@@ -83,10 +83,9 @@ public:
         std::vector<serve::BatchRequest> reqs;
         for (int a = first; a < first + count; a++) reqs.push_back(question_request(a));
         const std::string& end = frame_.end_text;
-        const auto ended = [&](size_t, const std::vector<int32_t>& ids) {
-            return !end.empty() && tok_.decode(ids).find(end) != std::string::npos;
-        };
-        const std::vector<serve::BatchResult> qs = serve::sample_batch(*l_.model, o_.batch, reqs, ended);
+        // sampled to a stop token or the limit and cut at `end` after (not cancelled on seeing it, which
+        // would make the passes depend on timing)
+        const std::vector<serve::BatchResult> qs = serve::sample_batch(*l_.model, o_.batch, reqs);
         std::vector<Attempt> out(static_cast<size_t>(count));
         std::vector<Example> answers;
         std::vector<uint64_t> seeds;

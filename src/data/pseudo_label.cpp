@@ -183,6 +183,9 @@ void AnswerChecker::check(const std::vector<UnlabeledRecord>& recs,
     }
     first_item[recs.size()] = items.size();
     std::atomic<size_t> next{0}, records_done{0};
+    // answers of each record not yet checked: a record is done when its last one is (in any order)
+    std::vector<std::atomic<size_t>> left(recs.size());
+    for (size_t i = 0; i < recs.size(); i++) left[i] = first_item[i + 1] - first_item[i];
     std::mutex m;
     std::string error;
     const auto work = [&] {
@@ -210,7 +213,10 @@ void AnswerChecker::check(const std::vector<UnlabeledRecord>& recs,
                 }
                 it.accepted = r.exit_code == 0;
             }
-            if (k + 1 == first_item[it.rec + 1] && progress) progress(++records_done);
+            if (--left[it.rec] == 0 && progress) {
+                std::lock_guard<std::mutex> lk(m);  // one progress line at a time
+                progress(++records_done);
+            }
         }
     };
     const int n = std::max(1, std::min<int>(jobs, int(items.size())));

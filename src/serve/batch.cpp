@@ -1,6 +1,6 @@
 #include "serve/batch.h"
 
-#include <deque>
+#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -9,43 +9,35 @@
 namespace anvil::serve {
 
 std::vector<BatchResult> sample_batch(Model& model, int slots, const std::vector<BatchRequest>& reqs,
-                                      const std::function<bool(size_t, const std::vector<int32_t>&)>& enough,
                                       const std::function<void(size_t)>& progress) {
     SchedulerOptions so;
     so.slots = slots;
-    so.max_queue = 4 * slots;
+    so.max_queue = std::max<int>(1, int(reqs.size()));
     Scheduler sched(model, so);
+    // every request queued before the scheduler starts: what each pass carries follows from the requests
+    // alone, not from when the waiter got to them, so the same requests give the same tokens
+    std::vector<std::shared_ptr<Sequence>> seqs;
+    for (const BatchRequest& r : reqs) {
+        seqs.push_back(sched.submit(r.prompt, r.opt, LogprobRequest{0, false}));
+        ANVIL_ASSERT(seqs.back());
+    }
     std::thread worker([&] { sched.run(); });
     std::vector<BatchResult> out(reqs.size());
-    std::deque<std::pair<size_t, std::shared_ptr<Sequence>>> pending;
-    size_t done = 0;
-    const auto collect = [&] {  // waits for the oldest request
-        auto [i, seq] = std::move(pending.front());
-        pending.pop_front();
-        BatchResult& r = out[i];
-        for (;;) {
-            Sequence::Update u = seq->wait(r.ids.size(), std::chrono::milliseconds(200));
-            r.ids.insert(r.ids.end(), u.tokens.begin(), u.tokens.end());
-            for (const TokenLogprob& t : u.logprobs) r.logprob += t.logprob;
-            if (u.finish == Finish::Error) fail("sampling failed: {}", u.error);
-            if (u.finish != Finish::None) {
-                r.finish = u.finish;
-                break;
-            }
-            if (enough && !u.tokens.empty() && enough(i, r.ids)) seq->cancel();
-        }
-        if (progress) progress(++done);
-    };
     try {
-        for (size_t i = 0; i < reqs.size(); i++) {
-            std::shared_ptr<Sequence> seq;
-            while (!(seq = sched.submit(reqs[i].prompt, reqs[i].opt, LogprobRequest{0, false}))) {
-                ANVIL_ASSERT(!pending.empty());  // a queue that refuses holds at least one request
-                collect();
+        for (size_t i = 0; i < seqs.size(); i++) {
+            BatchResult& r = out[i];
+            for (;;) {
+                Sequence::Update u = seqs[i]->wait(r.ids.size(), std::chrono::milliseconds(200));
+                r.ids.insert(r.ids.end(), u.tokens.begin(), u.tokens.end());
+                for (const TokenLogprob& t : u.logprobs) r.logprob += t.logprob;
+                if (u.finish == Finish::Error) fail("sampling failed: {}", u.error);
+                if (u.finish != Finish::None) {
+                    r.finish = u.finish;
+                    break;
+                }
             }
-            pending.emplace_back(i, std::move(seq));
+            if (progress) progress(i + 1);
         }
-        while (!pending.empty()) collect();
     } catch (...) {
         sched.stop();
         worker.join();

@@ -1,7 +1,7 @@
 // Many prompts sampled to their end on the continuous-batching scheduler, for the data tools that generate in
-// bulk: `data pseudo-label` answers records, `data synth` writes questions and then their answers. Requests
-// go in as the scheduler's queue takes them and are collected in order, so the output does not depend on how
-// they were batched: request i's tokens are what `anvil generate --seed` gives for its prompt and options.
+// bulk: `data pseudo-label` answers records, `data synth` writes questions and then their answers, `data
+// augment` paraphrases. Each request draws with its own seed, as `anvil generate --seed` does, and the same
+// requests give the same tokens.
 #pragma once
 
 #include <cstddef>
@@ -24,16 +24,15 @@ struct BatchRequest {
 struct BatchResult {
     std::vector<int32_t> ids;      // the tokens sampled
     double logprob = 0;            // the sum of their log-probabilities (natural log)
-    Finish finish = Finish::None;  // Stop (a stop token), Length (max_new_tokens) or Cancelled (`enough`)
+    Finish finish = Finish::None;  // Stop (a stop token) or Length (max_new_tokens, or the context)
 };
 
-// Samples every request, `slots` sequences at a time. `enough(i, ids)` (may be empty) sees request i's
-// tokens as they come and, returning true, ends it there (a stop string met); `progress(done)` is called
-// as each request is collected. A sampling error throws.
-std::vector<BatchResult> sample_batch(
-    Model& model, int slots, const std::vector<BatchRequest>& reqs,
-    const std::function<bool(size_t, const std::vector<int32_t>&)>& enough = {},
-    const std::function<void(size_t)>& progress = {});
+// Samples every request, `slots` sequences at a time; `progress(done)` is called as each request is
+// collected. Every request is queued before decoding starts, so the passes (which rows go together, and so
+// the products' rounding) depend on the requests alone: the same requests give the same tokens, however busy
+// the machine. A sampling error throws.
+std::vector<BatchResult> sample_batch(Model& model, int slots, const std::vector<BatchRequest>& reqs,
+                                      const std::function<void(size_t)>& progress = {});
 
 // An answer to a record in a prompt template: the text (the end-of-turn token left out), whether it ended
 // with the template's stop token within opt.max_new_tokens, and its tokens' mean log-probability.
