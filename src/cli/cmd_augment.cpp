@@ -56,13 +56,14 @@ struct Copy {
 // Copies whose operation is paraphrase: each chosen field rewritten by --paraphrase-model (as an instruction
 // record: --paraphrase-prompt with the field as its input); a copy none of whose fields got a finished,
 // changed rewrite is dropped. Returns how many were.
-size_t paraphrase(const AugmentCmdOpts& o, const std::vector<std::string>& fields, std::vector<Copy*>& todo) {
+size_t paraphrase(const AugmentCmdOpts& o, const std::vector<std::string>& fields,
+                  std::vector<Copy*>& pending) {
     InferenceSetup l = setup_inference(o.paraphrase);
     ANVIL_CHECK(l.tok, "--paraphrase-model {}: no tokenizer, so it cannot generate; pass --tokenizer",
                 o.paraphrase.model_dir);
     std::vector<Example> asks;
     std::vector<uint64_t> seeds;
-    for (Copy* c : todo)
+    for (Copy* c : pending)
         for (std::string* f : chosen_fields(c->ex, fields)) {
             asks.push_back({o.paraphrase_prompt, *f, "", {}});
             seeds.push_back(c->seed + seeds.size());
@@ -72,7 +73,7 @@ size_t paraphrase(const AugmentCmdOpts& o, const std::vector<std::string>& field
     const std::vector<serve::Answer> got =
         serve::answer_examples(*l.model, *l.tok, l.prompt, asks, s, seeds, o.batch);
     size_t k = 0, dropped = 0;
-    for (Copy* c : todo) {
+    for (Copy* c : pending) {
         bool changed = false;
         for (std::string* f : chosen_fields(c->ex, fields)) {
             const serve::Answer& a = got[k++];
@@ -88,12 +89,12 @@ size_t paraphrase(const AugmentCmdOpts& o, const std::vector<std::string>& field
 
 // --check-model: a paraphrased copy is kept only where the check model's greedy answer to it is its answer
 // to the original record. Returns how many were dropped.
-size_t check_answers(const AugmentCmdOpts& o, const std::vector<Record>& recs, std::vector<Copy*>& todo) {
+size_t check_answers(const AugmentCmdOpts& o, const std::vector<Record>& recs, std::vector<Copy*>& pending) {
     InferenceSetup l = setup_inference(o.check);
     ANVIL_CHECK(l.tok, "--check-model {}: no tokenizer, so it cannot answer; pass --tokenizer",
                 o.check.model_dir);
     std::vector<Example> asks;
-    for (Copy* c : todo)
+    for (Copy* c : pending)
         if (c->kept) asks.push_back(recs[c->rec].raw.ex), asks.push_back(c->ex);
     // the answers are greedy: the seeds do not matter
     SampleOptions s;
@@ -101,7 +102,7 @@ size_t check_answers(const AugmentCmdOpts& o, const std::vector<Record>& recs, s
     const std::vector<serve::Answer> got = serve::answer_examples(
         *l.model, *l.tok, l.prompt, asks, s, std::vector<uint64_t>(asks.size(), 0), o.batch);
     size_t k = 0, dropped = 0;
-    for (Copy* c : todo) {
+    for (Copy* c : pending) {
         if (!c->kept) continue;
         const serve::Answer &orig = got[k], &para = got[k + 1];
         k += 2;
@@ -144,7 +145,7 @@ int run_augment(const AugmentCmdOpts& o) {
     check_augment_options(ao, "--ops", "--fields");
     const std::vector<Record> recs = read_records(o.in);
     std::vector<Copy> copies;
-    std::vector<Copy*> todo;  // paraphrases
+    std::vector<Copy*> pending;  // paraphrases
     size_t plain = 0;
     for (size_t i = 0; i < recs.size(); i++) {
         if (!recs[i].raw.example) {  // a text record has no field that leaves an answer alone
@@ -165,10 +166,10 @@ int run_augment(const AugmentCmdOpts& o) {
         }
     }
     for (Copy& c : copies)
-        if (c.op == "paraphrase") todo.push_back(&c);
-    const size_t unparaphrased = todo.empty() ? 0 : paraphrase(o, ao.fields, todo);
+        if (c.op == "paraphrase") pending.push_back(&c);
+    const size_t unparaphrased = pending.empty() ? 0 : paraphrase(o, ao.fields, pending);
     const size_t changed_answer =
-        todo.empty() || o.check.model_dir.empty() ? 0 : check_answers(o, recs, todo);
+        pending.empty() || o.check.model_dir.empty() ? 0 : check_answers(o, recs, pending);
     std::string out;
     size_t n_copies = 0, unchanged = 0, next = 0;
     for (size_t i = 0; i < recs.size(); i++) {
@@ -197,7 +198,7 @@ int run_augment(const AugmentCmdOpts& o) {
     if (para)
         std::printf(
             ", %zu of %zu paraphrases not finished or not different, %zu whose answer --check-model changes",
-            unparaphrased, todo.size(), changed_answer);
+            unparaphrased, pending.size(), changed_answer);
     std::printf("; %zu text records not augmented)\n", plain);
     return 0;
 }

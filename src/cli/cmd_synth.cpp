@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/progress.h"
+#include "core/text.h"
 #include "data/records.h"
 #include "data/synth.h"
 #include "io/fs.h"
@@ -48,11 +49,6 @@ std::vector<std::pair<std::string, size_t>> read_questions(const std::string& pa
     });
     ANVIL_CHECK(!out.empty(), "{} {}: no records in it", flag, path);
     return out;
-}
-
-std::string trim(const std::string& s) {
-    const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
 }
 
 struct Attempt {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "io/fs.h"
 
 namespace anvil {
@@ -14,17 +15,6 @@ namespace anvil {
 namespace {
 
 constexpr const char* kOpNames[] = {"swap", "delete", "insert", "synonym", "case", "space"};
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
-
-std::string trim(std::string_view s) {
-    const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
-    return a == std::string_view::npos ? std::string() : std::string(s.substr(a, b - a + 1));
-}
 
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -86,7 +76,7 @@ std::string replace_core(const std::string& w, std::string repl) {
 const std::vector<std::string>* synonyms_of(const Synonyms* s, const std::string& w) {
     if (!s) return nullptr;
     const Core c = core_of(w);
-    return s->of(lower(std::string_view(w).substr(c.begin, c.end - c.begin)));
+    return s->of(ascii_lower(std::string_view(w).substr(c.begin, c.end - c.begin)));
 }
 
 size_t changes(double p, size_t words) {
@@ -117,7 +107,8 @@ void apply(Words& t, AugmentOp op, double p, const Synonyms* syn, Rng& rng) {
                 const std::string& from = t.words[rng.below(t.words.size())];
                 const std::vector<std::string>* s = synonyms_of(syn, from);
                 const Core c = core_of(from);
-                std::string w = s ? (*s)[rng.below(s->size())] : lower(from.substr(c.begin, c.end - c.begin));
+                std::string w =
+                    s ? (*s)[rng.below(s->size())] : ascii_lower(from.substr(c.begin, c.end - c.begin));
                 if (w.empty()) continue;
                 const size_t m = t.words.size(), at = rng.below(m + 1);
                 // before word `at`: gap, new word, " ", the word; at the end: " ", new word, trailing gap
@@ -189,7 +180,7 @@ Synonyms Synonyms::read(const std::string& path) {
     read_lines(path, [&](const std::string& line, size_t lineno) {
         const std::string t = trim(line);
         if (t.empty() || t[0] == '#') return;
-        std::vector<std::string> group = split_commas(lower(t));
+        std::vector<std::string> group = split_commas(ascii_lower(t));
         for (const std::string& w : group)
             ANVIL_CHECK(!w.empty(), "{} line {}: an empty word; separate a group's words by single commas",
                         path, lineno);
@@ -203,10 +194,11 @@ Synonyms Synonyms::read(const std::string& path) {
 
 void Synonyms::add_group(const std::vector<std::string>& words) {
     for (const std::string& w : words) {
-        std::vector<std::string>& list = table_[lower(w)];
+        std::vector<std::string>& list = table_[ascii_lower(w)];
         for (const std::string& other : words)
-            if (lower(other) != lower(w) && std::find(list.begin(), list.end(), lower(other)) == list.end())
-                list.push_back(lower(other));
+            if (ascii_lower(other) != ascii_lower(w) &&
+                std::find(list.begin(), list.end(), ascii_lower(other)) == list.end())
+                list.push_back(ascii_lower(other));
     }
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace anvil {
 
@@ -230,12 +231,6 @@ MistralStyle mistral_style(const Tokenizer& tok) {
 // The <s> that opens each of llama2's user turns: the tokenizer's BOS, else its "<s>" token (-1: none).
 int32_t llama2_bos(const Tokenizer& tok) {
     return tok.bos_id() >= 0 ? tok.bos_id() : tok.special_id("<s>");
-}
-
-std::string trim(const std::string& s) {
-    const size_t a = s.find_first_not_of(" \t\r\n");
-    if (a == std::string::npos) return "";
-    return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
 }
 
 // The conversation a template renders: a chat's messages, or an instruction record as one user and one

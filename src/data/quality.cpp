@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "core/text.h"
+
 namespace anvil {
 
 namespace {
@@ -12,12 +14,6 @@ bool space(char c) {
 }
 bool letter(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;  // any non-ASCII byte: a letter's
-}
-std::string lower(std::string_view w) {
-    std::string s(w);
-    for (char& c : s)
-        if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
-    return s;
 }
 bool ends_with_ellipsis(std::string_view s) {
     return s.ends_with("...") || s.ends_with("\xE2\x80\xA6");
@@ -46,7 +42,7 @@ std::vector<std::string> gopher_failures(std::string_view text, const GopherOpti
         symbols += w == "#" || w.starts_with('#') || ends_with_ellipsis(w);
         alpha +=
             std::any_of(w.begin(), w.end(), [](char c) { return letter(static_cast<unsigned char>(c)); });
-        const std::string l = lower(w);
+        const std::string l = ascii_lower(w);
         stop += std::find(kStop.begin(), kStop.end(), l) != kStop.end();
     }
     const double mean = double(chars) / double(n);

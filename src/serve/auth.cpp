@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "io/fs.h"
 
 namespace anvil::serve {
@@ -21,12 +22,6 @@ bool same(std::string_view a, std::string_view b) {
         diff = static_cast<unsigned char>(diff | (x ^ y));
     }
     return diff == 0;
-}
-
-std::string trim(std::string_view s) {
-    const size_t b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string_view::npos) return {};
-    return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
 }
 
 void check_key(const std::string& key, const std::string& where) {
