@@ -9,7 +9,7 @@ doubled, a filler word). Two models of the same size and steps: one on the recor
 `anvil compare` gives each held-out set's exact-match difference with its paired-bootstrap interval.
 
     python3 bench/augment_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
-                                   [--train 1200 --heldout 300 --steps 1000 --seeds 1]
+                                   [--train 1200 --heldout 300 --steps 1000 --seeds 1 --augment-prob 0.5]
 """
 import json
 import os
@@ -58,7 +58,7 @@ def reworded(instr, rnd):
 
 
 def main():
-    a, A, W = parse_args("/tmp/anvil-augment", train=1200, heldout=300, steps=1000, seeds=1)
+    a, A, W = parse_args("/tmp/anvil-augment", train=1200, heldout=300, steps=1000, seeds=1, augment_prob=0.5)
     t0 = time.time()
     rnd = random.Random(1)
     seen = set()
@@ -86,7 +86,7 @@ def main():
     flags = ["--data", paths["train"], "--steps", str(a.steps), "--threads", a.threads, "--val-fraction", "0",
              "--eval-examples", "0", "--layers", "4", "--dim", "128", "--heads", "4", "--seq", "64", "--batch", "32",
              "--lr", "2e-3", "--warmup", "50", "--template", "compact"]
-    aug = ["--augment", "swap,delete,insert,synonym,case,space", "--synonyms", syn, "--augment-prob", "0.5",
+    aug = ["--augment", "swap,delete,insert,synonym,case,space", "--synonyms", syn, "--augment-prob", str(a.augment_prob),
            "--augment-p", "0.2"]
     runs = {}
     for seed in range(1, a.seeds + 1):

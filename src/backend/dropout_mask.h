@@ -1,6 +1,7 @@
-// Dropout's mask, the same on every backend: element i of a call is kept when a counter-based hash
-// (SplitMix64) of (seed, i) clears p, at 24-bit resolution. No generator state: the backward applies the
-// same mask again from the seed, and a resumed run draws exactly what the uninterrupted one did.
+// Dropout's mask (and NEFTune's noise), the same on every backend: element i of a call is kept when a
+// counter-based hash (SplitMix64) of (seed, i) clears p, at 24-bit resolution. No generator state: the
+// backward applies the same mask again from the seed, and a resumed run draws exactly what the uninterrupted
+// one did.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,23 @@ inline uint32_t dropout_threshold(float p) {
     return uint32_t(double(p) * 16777216.0);
 }
 
-ANVIL_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t threshold) {
+// 24 random bits of element i of a call: SplitMix64 of (seed, i).
+ANVIL_HOST_DEVICE inline uint32_t counter_bits24(uint64_t seed, uint64_t i) {
     uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    return uint32_t(z >> 40) >= threshold;
+    return uint32_t(z >> 40);
+}
+
+ANVIL_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t i, uint32_t threshold) {
+    return counter_bits24(seed, i) >= threshold;
+}
+
+// Element i's draw from U[-1, 1) (NEFTune's noise): the same hash, (bits + 0.5) / 2^23 - 1, exact in f32 and
+// symmetric about 0.
+ANVIL_HOST_DEVICE inline float counter_uniform_pm1(uint64_t seed, uint64_t i) {
+    return (float(counter_bits24(seed, i)) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
 }
 
 // The seed of one dropout site of a pass (the embeddings, one residual branch of one layer): every site its

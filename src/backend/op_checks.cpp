@@ -1,5 +1,7 @@
 #include "backend/op_checks.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 namespace anvil {
@@ -269,6 +271,16 @@ int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<c
         ANVIL_CHECK(r >= 0 && r < table.dim(0), "position {} is past the model's context {}", r,
                     table.dim(0));
     return int(cols(out));
+}
+
+std::pair<int64_t, int> check_neftune(const Tensor& out, const Tensor& lengths, float alpha) {
+    ANVIL_CHECK(out.shape.ndim == 3 && lengths.dtype == DType::I32 && lengths.shape.ndim == 2 &&
+                    lengths.dim(0) == out.dim(0) && lengths.dim(1) == out.dim(1),
+                "neftune_noise: out {} must be (B, T, C) and lengths {} ({}) I32 (B, T)", out.shape.str(),
+                lengths.shape.str(), dtype_name(lengths.dtype));
+    ANVIL_CHECK(alpha >= 0.0f && std::isfinite(alpha), "neftune_noise: alpha must be finite and >= 0, got {}",
+                alpha);
+    return {lengths.numel(), int(out.dim(2))};
 }
 
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos) {

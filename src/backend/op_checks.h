@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 
 #include "backend/backend.h"
 
@@ -93,6 +94,8 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos);
 // embedding_rows_add: out (B, C), table (R, C), B rows in [0, R); returns C
 int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows);
+// neftune_noise: out (B, T, C), lengths (B, T) i32, alpha >= 0; returns (B*T, C)
+std::pair<int64_t, int> check_neftune(const Tensor& out, const Tensor& lengths, float alpha);
 
 struct ClsDims {
     int N, Vp;

@@ -262,6 +262,33 @@ void add_batch_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
         ->check(pos);
 }
 
+// the data strategy while training: augmentation drawn per epoch and NEFTune's noisy embeddings
+void add_augment_flags(CLI::App* sub, TrainOptions& o) {
+    sub->add_option("--augment", o.augment,
+                    "label-safe augmentation drawn afresh each epoch from --seed (resume stays exact): "
+                    "operations, comma-separated, one drawn per record: swap, delete, insert, synonym, case, "
+                    "space (JSONL instruction or chat records; docs/data.md)");
+    sub->add_option("--augment-prob", o.augment_prob,
+                    "--augment: a record's chance of an augmented copy in an epoch")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--augment-p", o.augment_p,
+                    "--augment: the share of a field's words an operation changes")
+        ->capture_default_str()
+        ->check(CLI::Range(0.001, 1.0));
+    sub->add_option("--augment-fields", o.augment_fields,
+                    "--augment: fields it may change: instruction, input, system, user")
+        ->capture_default_str();
+    sub->add_option("--synonyms", o.synonyms,
+                    "--augment: a word list, one group of synonyms a line, comma-separated");
+    sub->add_option(
+           "--neftune-alpha", o.neftune_alpha,
+           "NEFTune: uniform noise of +-A/sqrt(L d) on the embeddings while training, L the record's "
+           "length in the row, d the width (TRL's neftune_noise_alpha; the paper uses 5); 0 = off")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e4));
+}
+
 // the schedule, AdamW, dropout, clipping, outlier steps, the seed and the data order
 void add_optimizer_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
     const auto& pos = kPositive;
@@ -293,23 +320,6 @@ void add_optimizer_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
                     "dropout on the attention probabilities alone (Hugging Face's attn_pdrop, Llama's "
                     "attention_dropout); default: --dropout's rate")
         ->check(CLI::Range(0.0, 0.99));
-    sub->add_option("--augment", o.augment,
-                    "label-safe augmentation drawn afresh each epoch from --seed (resume stays exact): "
-                    "operations, comma-separated, one drawn per record: swap, delete, insert, synonym, case, "
-                    "space (JSONL instruction or chat records; docs/data.md)");
-    sub->add_option("--augment-prob", o.augment_prob,
-                    "--augment: a record's chance of an augmented copy in an epoch")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
-    sub->add_option("--augment-p", o.augment_p,
-                    "--augment: the share of a field's words an operation changes")
-        ->capture_default_str()
-        ->check(CLI::Range(0.001, 1.0));
-    sub->add_option("--augment-fields", o.augment_fields,
-                    "--augment: fields it may change: instruction, input, system, user")
-        ->capture_default_str();
-    sub->add_option("--synonyms", o.synonyms,
-                    "--augment: a word list, one group of synonyms a line, comma-separated");
     sub->add_option("--grad-clip", o.grad_clip, "clip the global gradient norm to this (0 = off)")
         ->capture_default_str()
         ->check(nonneg);
@@ -599,6 +609,7 @@ Command add_train(CLI::App& app) {
     add_model_flags(sub, *o);
     add_batch_flags(sub, *o, *t);
     add_optimizer_flags(sub, *o, *t);
+    add_augment_flags(sub, *o);
     add_eval_flags(sub, *o, *t);
     add_device_flags(sub, *o);
     add_cuda_flags(sub, *o, *t);

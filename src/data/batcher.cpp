@@ -48,21 +48,30 @@ inline int32_t target_of(const TokenView& s, size_t j, bool prompt_seen) {
 }  // namespace
 
 namespace {
-// Row tokens and targets from `start` of `s` (indices wrapping at its end).
-void fill_from(const TokenView& s, int64_t start, int T, int32_t* tokens, int32_t* targets) {
+// Row tokens and targets from `start` of `s` (indices wrapping at its end); with `lengths`, each position's
+// record length within the row (a record starts at a kRecordStart token or at the row's start).
+void fill_from(const TokenView& s, int64_t start, int T, int32_t* tokens, int32_t* targets,
+               int32_t* lengths) {
     const int64_t N = int64_t(s.size());
     bool prompt_seen = false;
+    int first = 0;  // the current record's first position in the row
     for (int t = 0; t < T; t++) {
         const size_t i = size_t((start + t) % N), j = size_t((start + t + 1) % N);
-        prompt_seen = prompt_seen || (s.flags(i) & kRecordStart);
+        const bool starts = s.flags(i) & kRecordStart;
+        prompt_seen = prompt_seen || starts;
         tokens[t] = s.id(i);
         targets[t] = target_of(s, j, prompt_seen);
+        if (lengths && starts && t > first) {
+            std::fill(lengths + first, lengths + t, t - first);
+            first = t;
+        }
     }
+    if (lengths) std::fill(lengths + first, lengths + T, T - first);
 }
 }  // namespace
 
-void Batcher::fill_row(int64_t start, int32_t* tokens, int32_t* targets) const {
-    fill_from(s_, start, T_, tokens, targets);
+void Batcher::fill_row(int64_t start, int32_t* tokens, int32_t* targets, int32_t* lengths) const {
+    fill_from(s_, start, T_, tokens, targets, lengths);
 }
 
 void Batcher::set_augmenter(std::shared_ptr<const RecordAugmenter> a) {
@@ -75,7 +84,8 @@ void Batcher::set_augmenter(std::shared_ptr<const RecordAugmenter> a) {
     aug_ = std::move(a);
 }
 
-void Batcher::fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets) const {
+void Batcher::fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets,
+                                 int32_t* lengths) const {
     const size_t n = records_.size();
     size_t k =
         size_t(std::upper_bound(records_.begin(), records_.end(), uint64_t(start)) - records_.begin()) - 1;
@@ -93,7 +103,7 @@ void Batcher::fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens,
         off = 0;
         k = (k + 1) % n;
     }
-    fill_from(row.view(), 0, T_, tokens, targets);
+    fill_from(row.view(), 0, T_, tokens, targets, lengths);
 }
 
 const std::vector<uint32_t>& Batcher::permutation(int64_t epoch) {
@@ -108,20 +118,22 @@ const std::vector<uint32_t>& Batcher::permutation(int64_t epoch) {
     return perm_;
 }
 
-void Batcher::fill(int64_t index, int32_t* tokens, int32_t* targets) {
+void Batcher::fill(int64_t index, int32_t* tokens, int32_t* targets, int32_t* lengths) {
     for (int b = 0; b < B_; b++) {
-        int64_t start;
+        int64_t start, epoch = 0;
         if (!shuffle_) {
             start = (index * world_ + rank_) * int64_t(B_) * T_ + int64_t(b) * T_;
         } else {
             const int64_t r = (index * B_ + b) * world_ + rank_, W = windows();
             start = int64_t(starts_[permutation(r / W)[size_t(r % W)]]);
-            if (aug_) {
-                fill_augmented_row(start, uint64_t(r / W), tokens + size_t(b) * T_, targets + size_t(b) * T_);
-                continue;
-            }
+            epoch = r / W;
         }
-        fill_row(start % int64_t(s_.size()), tokens + size_t(b) * T_, targets + size_t(b) * T_);
+        const size_t at = size_t(b) * T_;
+        int32_t* row_lengths = lengths ? lengths + at : nullptr;
+        if (aug_)
+            fill_augmented_row(start, uint64_t(epoch), tokens + at, targets + at, row_lengths);
+        else
+            fill_row(start % int64_t(s_.size()), tokens + at, targets + at, row_lengths);
     }
 }
 

@@ -31,15 +31,18 @@ namespace anvil {
 class Batcher {
 public:
     Batcher(TokenView s, int B, int T, bool shuffle, uint64_t seed, int rank = 0, int world = 1);
-    // Batch `index` into tokens (B*T) and targets (B*T).
-    void fill(int64_t index, int32_t* tokens, int32_t* targets);
+    // Batch `index` into tokens (B*T) and targets (B*T); with `lengths` (B*T), each position's record
+    // length within its row (--neftune-alpha's L): a record starts at a record's first token or at the row's
+    // start, and runs to the next record's first token or the row's end.
+    void fill(int64_t index, int32_t* tokens, int32_t* targets, int32_t* lengths = nullptr);
     int64_t windows() const { return int64_t(starts_.size()); }
     // --augment; needs shuffle on and `a->examples` one a record of the stream
     void set_augmenter(std::shared_ptr<const RecordAugmenter> a);
 
 private:
-    void fill_row(int64_t start, int32_t* tokens, int32_t* targets) const;
-    void fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets) const;
+    void fill_row(int64_t start, int32_t* tokens, int32_t* targets, int32_t* lengths) const;
+    void fill_augmented_row(int64_t start, uint64_t epoch, int32_t* tokens, int32_t* targets,
+                            int32_t* lengths) const;
     const std::vector<uint32_t>& permutation(int64_t epoch);
 
     TokenView s_;

@@ -7,7 +7,7 @@
 namespace anvil {
 
 Prefetcher::Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step,
-                       int depth)
+                       int depth, bool lengths)
     : batcher_(std::move(batcher)),
       B_(B),
       T_(T),
@@ -19,6 +19,7 @@ Prefetcher::Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accu
     for (Slot& s : slots_) {
         s.tokens = backend.alloc_host(bytes);
         s.targets = backend.alloc_host(bytes);
+        if (lengths) s.lengths = backend.alloc_host(bytes);
     }
     worker_ = std::thread([this] { run(); });
 }
@@ -52,8 +53,10 @@ void Prefetcher::run() {
         try {
             auto* tok = static_cast<int32_t*>(slot->tokens.data());
             auto* tgt = static_cast<int32_t*>(slot->targets.data());
+            auto* len = static_cast<int32_t*>(slot->lengths.data());
             for (int m = 0; m < accum_; m++)
-                batcher_.fill(step * accum_ + m, tok + size_t(m) * per, tgt + size_t(m) * per);
+                batcher_.fill(step * accum_ + m, tok + size_t(m) * per, tgt + size_t(m) * per,
+                              len ? len + size_t(m) * per : nullptr);
             for (size_t i = 0; i < per * size_t(accum_); i++) count += tgt[i] >= 0;
         } catch (...) {
             std::lock_guard<std::mutex> lk(mu_);
@@ -82,7 +85,8 @@ StepBatch Prefetcher::acquire(int64_t step, double* waited_s) {
     taken_ = step;
     if (waited_s) *waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return StepBatch{static_cast<const int32_t*>(s.tokens.data()),
-                     static_cast<const int32_t*>(s.targets.data()), s.target_count};
+                     static_cast<const int32_t*>(s.targets.data()), s.target_count,
+                     static_cast<const int32_t*>(s.lengths.data())};
 }
 
 void Prefetcher::release() {

@@ -18,12 +18,16 @@ struct StepBatch {
     const int32_t* tokens = nullptr;   // (accum, B, T)
     const int32_t* targets = nullptr;  // (accum, B, T), -1 = ignored
     int64_t target_count = 0;          // targets that are not -1
+    const int32_t* lengths =
+        nullptr;  // (accum, B, T) each position's record length (--neftune-alpha), or none
 };
 
 class Prefetcher {
 public:
-    // Serves steps first_step, first_step+1, ... (each `accum` micro-batches of batcher).
-    Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step, int depth = 4);
+    // Serves steps first_step, first_step+1, ... (each `accum` micro-batches of batcher); `lengths`: each
+    // position's record length too (Batcher::fill's).
+    Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step, int depth = 4,
+               bool lengths = false);
     ~Prefetcher();
     Prefetcher(const Prefetcher&) = delete;
     Prefetcher& operator=(const Prefetcher&) = delete;
@@ -36,7 +40,7 @@ public:
 private:
     void run();
     struct Slot {
-        Buffer tokens, targets;
+        Buffer tokens, targets, lengths;  // lengths: empty unless asked for
         int64_t step = -1, target_count = 0;
         bool ready = false;
     };

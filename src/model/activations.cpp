@@ -21,7 +21,7 @@ const char* recompute_name(Recompute r) {
 }
 
 ActNames::ActNames() {
-    for (const char* n : {"tokens", "targets", "losses", "logits"}) id(n);
+    for (const char* n : {"tokens", "targets", "losses", "logits", "lengths"}) id(n);
 }
 
 ActId ActNames::id(const std::string& name) {

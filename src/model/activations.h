@@ -45,7 +45,7 @@ private:
 // The batch's buffers, which every model's plan holds: tokens and targets (B, T) i32 (-1 = ignore), losses
 // (B, T) f32, logits (B, T, V) (or fewer sequences at a time when the loss is taken in chunks).
 namespace act {
-inline constexpr ActId tokens{0}, targets{1}, losses{2}, logits{3};
+inline constexpr ActId tokens{0}, targets{1}, losses{2}, logits{3}, lengths{4};
 }
 
 // The names of a model's activation buffers, each with its handle (made once, while layers are built).

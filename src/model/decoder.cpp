@@ -41,6 +41,16 @@ void DecoderModel::plan(ActPlan& plan) const {
     plan.add(dln_, {C}, a, Keep::Backward);
 }
 
+void DecoderModel::embed(const Pass& p, const ForwardPass& f, Tensor encoded) const {
+    emb_.forward(p, encoded, f.tokens);
+    if (p.neftune > 0.0f) {  // NEFTune: noise on the embeddings, the identity in the backward
+        ANVIL_CHECK(f.lengths.shape.ndim == 2 && f.lengths.dim(0) == p.B && f.lengths.dim(1) == p.T,
+                    "forward: NEFTune needs each position's record length, (B, T) = ({}, {})", p.B, p.T);
+        be_.neftune_noise(encoded, f.lengths, p.neftune, dropout_site_seed(f.seed, Pass::kNeftuneSite));
+    }
+    p.drop(encoded, encoded, 0);  // site 0: the embeddings
+}
+
 const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     ANVIL_CHECK(f.tokens.dtype == DType::I32 && f.tokens.shape.ndim == 2,
                 "forward: the batch's tokens are (B, T) int32, got {} {}", f.tokens.shape.str(),
@@ -77,10 +87,10 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                  .train = train,
                  .dropout = train ? options_.dropout : 0.0f,
                  .attn_dropout = train ? options_.attn_dropout : 0.0f,
+                 .neftune = train ? options_.neftune_alpha : 0.0f,
                  .tp = options_.tp.reducer.get()};
     const Tensor encoded = p.act(encoded_);
-    emb_.forward(p, encoded, f.tokens);
-    p.drop(encoded, encoded, 0);  // site 0: the embeddings
+    embed(p, f, encoded);
     Tensor x = encoded;
     for (const auto& b : blocks_) {
         b->forward(p, x);

@@ -125,6 +125,8 @@ protected:
           dres_(reg_.acts.id("d.res")),
           dln_(reg_.acts.id("d.ln")) {}
     void plan(ActPlan& plan) const override;
+    // The embeddings' output into `encoded`, with NEFTune's noise and dropout where the pass has them.
+    void embed(const Pass& p, const ForwardPass& f, Tensor encoded) const;
     Tensor gather_rows(Tensor x, const ForwardPass& f) const;
     // Sequences whose logits a plan keeps at once (ModelOptions::logits_chunk_bytes).
     int logits_chunk(const ActPlan& plan) const;

@@ -70,7 +70,8 @@ struct Pass {
     bool train = false;
     float dropout = 0.0f;       // train: dropout on the embeddings and on each residual branch (ModelOptions)
     float attn_dropout = 0.0f;  // train: dropout on the attention probabilities (ModelOptions)
-    TpReducer* tp = nullptr;    // tensor parallelism: sums the blocks' partial outputs and input gradients
+    float neftune = 0.0f;  // train: NEFTune's alpha on the embeddings' output (ModelOptions::neftune_alpha)
+    TpReducer* tp = nullptr;  // tensor parallelism: sums the blocks' partial outputs and input gradients
     Tensor act(ActId id) const { return acts.get(id, B, T); }
     // out = dropout(in) with dropout site `site`'s mask (dropout_mask.h) when the pass drops; else nothing
     void drop(Tensor out, Tensor in, uint64_t site) const {
@@ -79,6 +80,7 @@ struct Pass {
     // The dropout of layer `layer`'s attention probabilities (site kAttnDropoutSite + layer), this rank's
     // heads numbered from head0; none when the pass does not drop.
     static constexpr uint64_t kAttnDropoutSite = uint64_t(1) << 32;
+    static constexpr uint64_t kNeftuneSite = uint64_t(2) << 32;  // NEFTune's noise (one site a pass)
     AttnDropout attn_drop(int layer, int head0) const {
         if (!(attn_dropout > 0.0f)) return {};
         return {attn_dropout, dropout_site_seed(seed, kAttnDropoutSite + uint64_t(layer)), head0};

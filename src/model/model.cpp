@@ -100,6 +100,8 @@ std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMo
     p.add(act::tokens, {}, DType::I32, Keep::Saved, "tokens");
     p.add(act::targets, {}, DType::I32, Keep::Saved, "targets");
     p.add(act::losses, {}, DType::F32, Keep::Saved, "losses");
+    if (mode == ActMode::Train && options_.neftune_alpha > 0.0f)
+        p.add(act::lengths, {}, DType::I32, Keep::Saved, "lengths");
     plan(p);
     return std::make_unique<Activations>(be_, p);
 }

@@ -28,7 +28,7 @@ struct ForwardPass {
     Tensor tokens = {};   // (B, T) i32
     Tensor targets = {};  // (B, T) i32, -1 = ignore: per-token losses into the activations' losses (B, T);
                           // empty: none
-    int pos0 = 0;              // the position of the first token (decoding continues a sequence)
+    int pos0 = 0;         // the position of the first token (decoding continues a sequence)
     KvCache* cache = nullptr;  // append keys and values at pos0.. and attend over the cache (B = 1)
     int slot = 0;              // the cache slot of that one sequence
     // Or, when set, B rows of one token each (T = 1), row b at position row_pos[b] of cache slot row_slot[b]
@@ -45,6 +45,9 @@ struct ForwardPass {
     float dloss = 0.0f;        // != 0: leave dloss * d(sum of losses)/d(logits) in the logits for backward()
     bool last_logits = false;  // logits only for each row's last position, as logits(B, 1)
     uint64_t seed = 0;         // the pass's randomness (LoRA dropout), reused by its backward
+    // (B, T) i32, each position's record length within its row: NEFTune's L (ModelOptions::neftune_alpha),
+    // needed by a pass that takes gradients when the model has it on
+    Tensor lengths = {};
     int B() const { return int(tokens.shape[0]); }
     int T() const { return int(tokens.shape[1]); }
 };
@@ -93,6 +96,11 @@ struct ModelOptions {
     // attention, Hugging Face's attn_pdrop / attention_dropout): P = softmax(QK^T) multiplies V as
     // P * keep / (1 - p). Off where `dropout` is.
     float attn_dropout = 0.0f;
+    // NEFTune while training (--neftune-alpha, TRL's neftune_noise_alpha): the embeddings' output gets noise
+    // uniform in +-alpha / sqrt(L d), L the length of the record a position belongs to
+    // (ForwardPass::lengths), d the width, before the embeddings' dropout. 0: off. Off in every pass that
+    // takes no gradient.
+    float neftune_alpha = 0.0f;
     // Names of parameters that get no gradient and no optimizer state (frozen). Matched whole.
     std::vector<std::string> frozen;
     // LoRA adapters on the linear layers LoRA's targets name; every other parameter is then frozen.
@@ -143,6 +151,8 @@ public:
     Tensor targets(int B, int T) const { return activations().get(act::targets, B, T); }
     Tensor losses(int B, int T) const { return activations().get(act::losses, B, T); }
     Tensor logits(int B, int T) const { return activations().get(act::logits, B, T); }
+    // Each position's record length (B, T) i32: planned for training when neftune_alpha > 0.
+    Tensor lengths(int B, int T) const { return activations().get(act::lengths, B, T); }
 
     const Tape& forward(const ForwardPass& f) { return forward(activations(), f); }
     void backward(BackwardHooks* hooks = nullptr) { backward(activations(), hooks); }

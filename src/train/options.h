@@ -14,15 +14,15 @@ struct TrainOptions {
     std::string text_field = "text";
     // auto, alpaca, compact, llama3, chatml, llama2, mistral, zephyr (data/chat.h)
     std::string prompt_template = "auto";
-    std::string init;                      // start from this HF GPT-2 model directory (the base, with LoRA)
-    std::string resume;                    // continue this training checkpoint (or run directory)
+    std::string init;    // start from this HF GPT-2 model directory (the base, with LoRA)
+    std::string resume;  // continue this training checkpoint (or run directory)
     // --resume auto found no checkpoint in --out: this run starts it (not kept with the options; a failed
     // attempt's metrics.jsonl is moved aside instead of refusing the directory)
     bool resume_auto = false;
     // --max-restarts: a supervising process restarts the training process this many times
     // (train/supervisor.h; not kept with the options: a process question, not the run's)
     int max_restarts = 0;
-    std::string out;                       // run directory (default runs/<timestamp>)
+    std::string out;  // run directory (default runs/<timestamp>)
     double val_fraction = 0.1;
     // model shape (new models only)
     std::string arch = "gpt2";  // the family: gpt2 or llama
@@ -36,7 +36,7 @@ struct TrainOptions {
     std::string attention = "auto";  // CUDA attention: auto, gemm, flash, flash-simt or cudnn
     int attn_fwd_rows = 64;  // CUDA: query rows a block of the tensor-core attention forward, 64 or 128
     bool gemm_tune = false;  // CUDA: time cuBLASLt's algorithms per product shape and keep the fastest
-    int seq = 0;                     // 0 = the model's context (128 for a new model)
+    int seq = 0;             // 0 = the model's context (128 for a new model)
     // LoRA (PEFT's LoraConfig): adapters on the targeted linear layers of the --init base, all else frozen
     int lora_rank = 0;  // 0 = full fine-tuning
     float lora_alpha = 8.0f, lora_dropout = 0.0f;
@@ -59,6 +59,8 @@ struct TrainOptions {
     float dropout = 0.0f;
     float attn_dropout = -1.0f;  // the attention probabilities' dropout; below 0: dropout's
     float attn_dropout_rate() const { return attn_dropout < 0.0f ? dropout : attn_dropout; }
+    // NEFTune's alpha (ModelOptions::neftune_alpha); 0: off
+    float neftune_alpha = 0.0f;
     std::string lr_schedule = "cosine";  // cosine, linear, constant or wsd (train/schedule.h)
     float decay_frac = 0.2f;             // wsd: the last share of the steps, decaying
     int warmup = 0;
@@ -92,7 +94,7 @@ struct TrainOptions {
     // execution
     std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     std::string precision =
-        "auto";              // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
+        "auto";  // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
     // what the backward recomputes instead of keeping: off, selective (layer norms, GELU/SwiGLU) or full
     // (every block from its input: activation checkpointing)
     std::string recompute = "off";

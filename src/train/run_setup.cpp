@@ -321,6 +321,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     mo.lora = src.lora;
     mo.dropout = o.dropout;
     mo.attn_dropout = o.attn_dropout_rate();
+    mo.neftune_alpha = o.neftune_alpha;
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }

@@ -77,10 +77,18 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     model_.zero_grads();
     ForwardPass f{.tokens = model_.tokens(B, T), .targets = model_.targets(B, T)};
     f.dloss = dloss;
+    if (model_.options().neftune_alpha > 0.0f) {
+        f.lengths = model_.lengths(B, T);
+        if (!batch.lengths) {  // a caller without record lengths (the batch-size search): whole rows
+            lengths_.assign(per, T);
+            be.upload(f.lengths, lengths_.data());
+        }
+    }
     for (int m = 0; m < accum; m++) {
         f.seed = pass_seed(step, m);
         be.upload(f.tokens, batch.tokens + size_t(m) * per);
         be.upload(f.targets, batch.targets + size_t(m) * per);
+        if (f.lengths.data && batch.lengths) be.upload(f.lengths, batch.lengths + size_t(m) * per);
         model_.forward(f);
         if (dp_) dp_->arm(m == accum - 1);
         model_.backward(dp_);
@@ -144,15 +152,17 @@ void Trainer::judge(StepStats& r, float nsq) {
 }
 
 StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,
-                    std::vector<int32_t>& targets) {
+                    std::vector<int32_t>& targets, std::vector<int32_t>* lengths) {
     const size_t per = size_t(B) * T;
     tokens.resize(per * size_t(accum));
     targets.resize(per * size_t(accum));
+    if (lengths) lengths->resize(per * size_t(accum));
     for (int m = 0; m < accum; m++)
-        batcher.fill(step * accum + m, tokens.data() + size_t(m) * per, targets.data() + size_t(m) * per);
+        batcher.fill(step * accum + m, tokens.data() + size_t(m) * per, targets.data() + size_t(m) * per,
+                     lengths ? lengths->data() + size_t(m) * per : nullptr);
     int64_t count = 0;
     for (int32_t t : targets) count += t >= 0;
-    return StepBatch{tokens.data(), targets.data(), count};
+    return StepBatch{tokens.data(), targets.data(), count, lengths ? lengths->data() : nullptr};
 }
 
 }  // namespace anvil

@@ -116,6 +116,7 @@ private:
     AdamW& opt_;
     Arena scalars_;  // the global norm's square, on the device
     LossBuffer losses_;
+    std::vector<int32_t> lengths_;  // whole-row record lengths for batches that come without them
     LossScaler scaler_;
     OutlierSkip skip_;
     OutlierState outliers_;
@@ -124,7 +125,8 @@ private:
 };
 
 // Builds step `step`'s micro-batches from `batcher` into tokens/targets (for callers without a Prefetcher).
+// With `lengths`, each position's record length too (--neftune-alpha).
 StepBatch fill_step(Batcher& batcher, int64_t step, int accum, int B, int T, std::vector<int32_t>& tokens,
-                    std::vector<int32_t>& targets);
+                    std::vector<int32_t>& targets, std::vector<int32_t>* lengths = nullptr);
 
 }  // namespace anvil

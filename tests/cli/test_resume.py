@@ -12,7 +12,7 @@ D: --recompute only trades memory for compute: A again with --recompute full log
    took a mode stored it (true), continue with A's losses; --logits-chunk 40K (the loss a sequence at a time)
    stays within 1e-6 of A's losses at every step, with less activation memory.
 E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit (and G: an
-   --augment run).
+   --augment run, and H: a --neftune-alpha run).
 F: --skip-loss-z/--skip-grad-z judge each step against the last --skip-window steps' losses and gradient
    norms; the windows travel in the checkpoint, so a run resumed at 12 logs the same z-scores, skips the same
    steps and logs the same losses as the uninterrupted one.
@@ -176,6 +176,14 @@ def main():
                                           "--augment-p", "0.5"], failures)
         if lg[1] == la[1]:
             failures.append(f"--augment logged step 1's loss without augmentation ({la[1]})")
+        # H: --neftune-alpha draws its noise from the pass's seed: the resumed run adds the same noise
+        lh = resumed_alike(d, data, "h", ["--neftune-alpha", "5"], failures)
+        if lh[1] == la[1]:
+            failures.append(f"--neftune-alpha 5 logged step 1's loss without noise ({la[1]})")
+        z = os.path.join(d, "z")
+        run(["train", "--data", data, "--out", z, "--neftune-alpha", "0", *ARGS], check=True)
+        if losses(z) != la:
+            failures.append("--neftune-alpha 0 is not the run without it, bit for bit")
     return report(failures, "PASSED: resumed runs reproduce the uninterrupted losses bit for bit")
 
 

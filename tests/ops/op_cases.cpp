@@ -430,6 +430,45 @@ OpCase dropout_case(const OpSizes& s) {
     return c;
 }
 
+// NEFTune's noise on embeddings: rows of records of several lengths (1 among them), each position's noise
+// uniform within +-alpha / sqrt(len C), from the same hash on every backend. Its backward is the identity.
+OpCase neftune_case(const OpSizes& s, int C) {
+    OpCase c;
+    const int B = s.B, T = s.T;
+    constexpr float kAlpha = 5.0f;
+    constexpr uint64_t kSeed = 0x5eed0fa11ull;
+    std::vector<int> lens;  // (B, T): each position's record length, records of 1, 3, 5, ... tokens cut at T
+    for (int b = 0; b < B; b++)
+        for (int t = 0, L = 1 + 2 * b; t < T; L += 2) {
+            const int n = std::min(L, T - t);
+            lens.insert(lens.end(), size_t(n), n);
+            t += n;
+        }
+    c.name = fmt::format("neftune_noise alpha={} B={} T={} C={}", kAlpha, B, T, C);
+    Arg lengths = ids("lengths", {B, T}, 1, T + 1);
+    lengths.fixed_ints = lens;
+    c.args = {lengths, arg("out", {B, T, C}, Role::InOut)};
+    c.forward = [](Backend& be, const Args& a) { be.neftune_noise(a["out"], a["lengths"], kAlpha, kSeed); };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        Vec out = h.at("out");
+        double sum = 0, sq = 0;
+        for (size_t r = 0; r < lens.size(); r++) {
+            const float scale = kAlpha / std::sqrt(float(lens[r]) * float(C));
+            for (size_t i = r * size_t(C); i < (r + 1) * size_t(C); i++) {
+                const float u = counter_uniform_pm1(kSeed, i);
+                EXPECT_TRUE(u >= -1.0f && u < 1.0f) << "noise " << u << " at " << i;
+                out[i] += u * scale;
+                sum += u, sq += double(u) * u;
+            }
+        }
+        const double n = double(out.size());
+        EXPECT_NEAR(sum / n, 0.0, 0.1) << "the noise is centred";
+        EXPECT_NEAR(sq / n, 1.0 / 3.0, 0.05) << "uniform on [-1, 1): variance 1/3";
+        want["out"] = out;
+    };
+    return c;
+}
+
 // A decode step's learned positions: row b of out gets row rows[b] of the table added (rows out of order, a
 // repeat, the first and the last).
 OpCase embedding_rows_add_case(const OpSizes& s) {
@@ -651,6 +690,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         residual(s),
         scale_case(s),
         dropout_case(s),
+        neftune_case(s, s.C),
+        neftune_case(s, s.C + 1),  // not whole 16-byte packs
         attention(s, s.B, s.T, s.NH, s.C / s.NH),
         attention(s, s.B, s.T, s.NH, s.C / s.NH, {0.25f, 77, 0}),
         attention_cached(s, s.NH),

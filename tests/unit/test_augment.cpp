@@ -140,9 +140,21 @@ TEST(Augment, BatcherRowsAreDrawnPerEpochAndRepeat) {
             a->tok = &tok;
             b.set_augmenter(a);
         }
-        std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
-        b.fill(index, tokens.data(), targets.data());
+        std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T)), lengths(size_t(B * T));
+        b.fill(index, tokens.data(), targets.data(), lengths.data());
+        // each row is cut into whole records: a run of L positions each saying L (--neftune-alpha's L)
+        for (int r = 0; r < B; r++) {
+            int t = 0;
+            while (t < T) {
+                const int L = lengths[size_t(r * T + t)];
+                EXPECT_TRUE(L >= 1 && t + L <= T) << "row " << r << " position " << t << " length " << L;
+                if (L < 1 || t + L > T) break;
+                for (int u = t; u < t + L; u++) EXPECT_EQ(lengths[size_t(r * T + u)], L);
+                t += L;
+            }
+        }
         tokens.insert(tokens.end(), targets.begin(), targets.end());
+        tokens.insert(tokens.end(), lengths.begin(), lengths.end());
         return tokens;
     };
     for (int64_t i = 0; i < 8; i++) {

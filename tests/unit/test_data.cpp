@@ -71,7 +71,8 @@ TEST(Dataset, ErrorsNameFileAndLine) {
         fsys::remove(p);
     };
     expect("{\"text\":\"ok\"}\n{broken\n", "bad.jsonl:2: invalid JSON");
-    expect("{\"text\":\"ok\"}\n{\"instruction\":\"x\"}\n", ":2: instruction record with missing field \"output\"");
+    expect("{\"text\":\"ok\"}\n{\"instruction\":\"x\"}\n",
+           ":2: instruction record with missing field \"output\"");
     expect("{\"body\":\"x\"}\n", ":1: record has neither");
     expect("[1,2]\n", ":1: each line must be a JSON object");
     expect("", "file is empty");
@@ -204,6 +205,42 @@ TEST(Batcher, WindowsStartAtRecords) {
         firsts.insert(tok[0]);
     }
     EXPECT_EQ(firsts, (std::set<int32_t>{0, 4, 5, 9, 13, 17, 20, 24})) << "each window once per epoch";
+}
+
+// --neftune-alpha's L: each position gets the number of its record's tokens in the row; a record cut by the
+// row's start or end counts only what the row holds. The tokens and targets are what fill gives without it.
+TEST(Batcher, LengthsAreEachRecordsShareOfTheRow) {
+    TokenStream s;
+    const int lens[] = {5, 12, 3, 9, 1, 6};
+    std::vector<int> record_of;
+    for (int r = 0, id = 0; r < 6; r++)
+        for (int k = 0; k < lens[r]; k++, id++) {
+            s.append_one(id, uint8_t(kInLoss | (k == 0 ? kRecordStart : 0)));
+            record_of.push_back(r);
+        }
+    const int N = int(record_of.size()), B = 2, T = 7;
+    for (bool shuffle : {false, true}) {
+        Batcher b(s, B, T, shuffle, 5), plain(s, B, T, shuffle, 5);
+        std::vector<int32_t> tok(B * T), tgt(B * T), len(B * T), tok0(B * T), tgt0(B * T);
+        for (int64_t i = 0; i < 12; i++) {
+            b.fill(i, tok.data(), tgt.data(), len.data());
+            plain.fill(i, tok0.data(), tgt0.data());
+            EXPECT_EQ(tok, tok0) << "batch " << i;
+            EXPECT_EQ(tgt, tgt0) << "batch " << i;
+            for (int r = 0; r < B; r++)
+                for (int t = 0; t < T; t++) {
+                    const int32_t* row = tok.data() + size_t(r) * T;
+                    // the record of the token at t; a wrap to the stream's start begins a record
+                    auto same = [&](int u) { return record_of[size_t(row[u])] == record_of[size_t(row[t])]; };
+                    int first = t, last = t;
+                    while (first > 0 && same(first - 1) && row[first - 1] + 1 == row[first]) first--;
+                    while (last + 1 < T && same(last + 1) && row[last] + 1 == row[last + 1]) last++;
+                    EXPECT_EQ(len[size_t(r * T + t)], last - first + 1)
+                        << (shuffle ? "shuffled" : "sequential") << " batch " << i << " row " << r
+                        << " token " << row[t] << " of " << N;
+                }
+        }
+    }
 }
 
 TEST(Batcher, EvalWindowsScoreEveryTargetOnce) {

@@ -373,6 +373,19 @@ void CpuBackend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
         o[i] = dropout_keep(seed, uint64_t(i), threshold) ? x[i] * keep_scale : 0.0f;
 }
 
+void CpuBackend::neftune_noise(Tensor out, Tensor lengths, float alpha, uint64_t seed) {
+    const auto [N, C] = check_neftune(out, lengths, alpha);
+    float* o = out.f32();
+    const int32_t* len = static_cast<const int32_t*>(lengths.data);
+    for (int64_t r = 0; r < N; r++)
+        ANVIL_CHECK(len[r] >= 1, "neftune_noise: length {} at position {} must be at least 1", len[r], r);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        const float scale = alpha / std::sqrt(float(len[r]) * float(C));  // α / √(L d), the paper's
+        for (int64_t i = r * C; i < (r + 1) * C; i++) o[i] += counter_uniform_pm1(seed, uint64_t(i)) * scale;
+    }
+}
+
 void CpuBackend::token_logprobs(Tensor lp, Tensor top_ids, Tensor top_lp, Tensor logits, Tensor targets,
                                 int V) {
     const auto [N, Vp, K] = check_token_logprobs(lp, top_ids, top_lp, logits, targets, V);

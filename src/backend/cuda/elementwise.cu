@@ -1,5 +1,6 @@
-// Elementwise ops (residual add, GELU and SwiGLU forward and backward, scale, dropout: 16-byte accesses
-// where the tensors are aligned; dtype conversion), and the deterministic column sum used for bias gradients.
+// Elementwise ops (residual add, GELU and SwiGLU forward and backward, scale, dropout, NEFTune noise: 16-byte
+// accesses where the tensors are aligned; dtype conversion), and the deterministic column sum used for bias
+// gradients.
 #include <cuda_fp8.h>
 
 #include <cmath>
@@ -116,6 +117,23 @@ __global__ void dropout_kernel(T* out, const T* in, size_t n, uint64_t seed, uin
 #pragma unroll
         for (int k = 0; k < L; k++)
             f.v[k] = dropout_keep(seed, i + k, threshold) ? f.v[k] * keep_scale : 0.0f;
+        store_floats<L>(out + i, f);
+    });
+}
+
+// NEFTune: element i's noise from the hash of i, as on the CPU; a position's length is clamped to 1 here
+// (the CPU reference refuses 0).
+template <typename T>
+__global__ void neftune_kernel(T* out, const int32_t* lengths, size_t n, int C, float alpha, uint64_t seed,
+                               bool packed) {
+    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> f = load_floats<L>(out + i);
+#pragma unroll
+        for (int k = 0; k < L; k++) {
+            const int positions = max(lengths[(i + k) / size_t(C)], 1);
+            f.v[k] += counter_uniform_pm1(seed, i + k) * (alpha / sqrtf(float(positions) * float(C)));
+        }
         store_floats<L>(out + i, f);
     });
 }
@@ -259,6 +277,17 @@ void dropout(const Ctx& c, Tensor out, Tensor in, float p, uint64_t seed) {
         dropout_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.ptr<T>(), in.ptr<T>(), n, seed,
                                                                 dropout_threshold(p), 1.0f / (1.0f - p),
                                                                 aligned16(out.data, in.data));
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+void neftune_noise(const Ctx& c, Tensor out, Tensor lengths, float alpha, uint64_t seed) {
+    const size_t n = size_t(out.numel());
+    if (n == 0) return;
+    dispatch(out.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        neftune_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(
+            out.ptr<T>(), lengths.ptr<int32_t>(), n, int(out.dim(2)), alpha, seed, aligned16(out.data));
         CUDA_LAUNCH_CHECK();
     });
 }
