@@ -18,8 +18,8 @@ struct StepBatch {
     const int32_t* tokens = nullptr;   // (accum, B, T)
     const int32_t* targets = nullptr;  // (accum, B, T), -1 = ignored
     int64_t target_count = 0;          // targets that are not -1
-    const int32_t* lengths =
-        nullptr;  // (accum, B, T) each position's record length (--neftune-alpha), or none
+    // (accum, B, T) each position's record length (--neftune-alpha), or none
+    const int32_t* lengths = nullptr;
 };
 
 class Prefetcher {
