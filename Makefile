@@ -13,13 +13,18 @@ CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build run test test-emu bench clean
 
+# A new build tree uses Ninja where it is installed (scripts/deps.sh installs it): it compiles the layers above
+# a library while that library is still compiling, where make's generator waits, a fifth off a first build
+# on 2 cores. A tree configured already keeps its generator. (Shell code: deps.sh runs before it is evaluated.)
+cmake_gen = $$([ -f $(1)/CMakeCache.txt ] || ! command -v ninja > /dev/null || echo "-G Ninja")
+
 all: build
 
 deps:
 	@scripts/deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$(CUDA) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	@cmake $(call cmake_gen,$(BUILD)) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$(CUDA) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
 	  || { cat $(BUILD).configure.log; exit 1; }
 
 build: configure
@@ -35,7 +40,7 @@ run:
 	@scripts/deps.sh --run
 	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$(origin CUDA)" = "command line" ]; then \
 	  cuda=$(CUDA); if [ "$(origin CUDA)" != "command line" ] && [ -z "$(GPU_VISIBLE)" ]; then cuda=OFF; fi; \
-	  cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$$cuda $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	  cmake $(call cmake_gen,$(BUILD)) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$$cuda $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
 	    || { cat $(BUILD).configure.log; exit 1; }; fi
 	@cmake --build $(BUILD) -j $(JOBS) --target anvil
 	$(BUILD)/anvil train $(ARGS)
@@ -57,7 +62,7 @@ test-emu: deps
 	elif ! command -v nvcc > /dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then \
 	  echo "test-emu: skipped (no CUDA toolkit: its headers are needed)"; \
 	else \
-	  cmake -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
+	  cmake $(call cmake_gen,$(EMU_BUILD)) -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
 	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
 	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests || exit 1; \
 	  (cd $(EMU_BUILD) && ctest --output-on-failure -j $(JOBS) -R '^gpu_tests'); rc=$$?; \

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         const auto tok = tokenizer_for_prepared(dir);
         const Dataset d = open_prepared(dir, *tok);
         auto be = make_backend({Device::CPU, 1, 0});
-        Prefetcher pf(Batcher(d.train, B, T, true, 1), *be, B, T, accum, 0);
+        Prefetcher pf(Batcher(d.train, B, T, true, 1), *be, {.B = B, .T = T, .accum = accum});
         const int steps = 20000;
         double waited = 0, w;
         const auto t0 = std::chrono::steady_clock::now();

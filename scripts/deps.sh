@@ -8,7 +8,7 @@
 set -euo pipefail
 
 # the anvil binary: compiler, CMake, BLAS and the libraries it links
-run_pkgs=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
+run_pkgs=(cmake ninja-build g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev
           libpcre2-dev libcsv-dev libprotobuf-dev protobuf-compiler libboost-dev zlib1g-dev)
 # everything else the build makes: oneDNN (bf16 on the CPU; its CMake config needs OpenCL's), the MPI plugin,
 # the test programs (GoogleTest), the fuzzers (clang), `anvil plot` (gnuplot)

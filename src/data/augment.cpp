@@ -89,10 +89,11 @@ void apply(Words& t, AugmentOp op, double p, const Synonyms* syn, Rng& rng) {
         case AugmentOp::Swap:
             for (size_t i = 0; i < k && n >= 2; i++) std::swap(t.words[rng.below(n)], t.words[rng.below(n)]);
             break;
-        case AugmentOp::Delete: {  // each word with chance p, never all of them
+        case AugmentOp::Delete: {  // each word with chance p, never all of them, never one the list names
             std::vector<bool> drop(n);
             size_t dropped = 0;
-            for (size_t i = 0; i < n; i++) dropped += (drop[i] = rng.uniform() < p);
+            for (size_t i = 0; i < n; i++)
+                dropped += (drop[i] = rng.uniform() < p && !synonyms_of(syn, t.words[i]));
             if (dropped == n) drop[rng.below(n)] = false;
             Words out("");
             out.gaps[0] = t.gaps[0];

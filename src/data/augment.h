@@ -18,7 +18,8 @@
 
 namespace anvil {
 
-// swap: two words trade places; delete: words dropped; insert: a word of the text (or a synonym of one) put
+// swap: two words trade places; delete: words dropped (never one the synonym list names: those carry the
+// meaning, and are replaced, not dropped); insert: a word of the text (or a synonym of one) put
 // at a random gap; synonym: words replaced by a synonym from the word list; case: a word lowercased,
 // uppercased or capitalized; space: a gap widened to two spaces, or a space added at either end.
 enum class AugmentOp : uint8_t { Swap, Delete, Insert, Synonym, Case, Space };

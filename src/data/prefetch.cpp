@@ -6,20 +6,19 @@
 
 namespace anvil {
 
-Prefetcher::Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step,
-                       int depth, bool lengths)
+Prefetcher::Prefetcher(Batcher batcher, Backend& backend, const PrefetchPlan& plan)
     : batcher_(std::move(batcher)),
-      B_(B),
-      T_(T),
-      accum_(accum),
-      slots_(size_t(depth)),
-      next_fill_(first_step) {
-    ANVIL_ASSERT(depth >= 2);
-    const size_t bytes = size_t(accum) * size_t(B) * size_t(T) * sizeof(int32_t);
+      B_(plan.B),
+      T_(plan.T),
+      accum_(plan.accum),
+      slots_(size_t(plan.depth)),
+      next_fill_(plan.first_step) {
+    ANVIL_ASSERT(plan.depth >= 2);
+    const size_t bytes = size_t(plan.accum) * size_t(plan.B) * size_t(plan.T) * sizeof(int32_t);
     for (Slot& s : slots_) {
         s.tokens = backend.alloc_host(bytes);
         s.targets = backend.alloc_host(bytes);
-        if (lengths) s.lengths = backend.alloc_host(bytes);
+        if (plan.lengths) s.lengths = backend.alloc_host(bytes);
     }
     worker_ = std::thread([this] { run(); });
 }

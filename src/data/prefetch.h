@@ -22,12 +22,17 @@ struct StepBatch {
     const int32_t* lengths = nullptr;
 };
 
+// What a Prefetcher serves: steps first_step, first_step+1, ..., each `accum` micro-batches of (B, T).
+struct PrefetchPlan {
+    int B = 0, T = 0, accum = 1;
+    int64_t first_step = 0;
+    int depth = 4;         // steps built ahead (>= 2)
+    bool lengths = false;  // each position's record length too (Batcher::fill's; --neftune-alpha)
+};
+
 class Prefetcher {
 public:
-    // Serves steps first_step, first_step+1, ... (each `accum` micro-batches of batcher); `lengths`: each
-    // position's record length too (Batcher::fill's).
-    Prefetcher(Batcher batcher, Backend& backend, int B, int T, int accum, int64_t first_step, int depth = 4,
-               bool lengths = false);
+    Prefetcher(Batcher batcher, Backend& backend, const PrefetchPlan& plan);
     ~Prefetcher();
     Prefetcher(const Prefetcher&) = delete;
     Prefetcher& operator=(const Prefetcher&) = delete;

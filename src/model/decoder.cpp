@@ -43,9 +43,7 @@ void DecoderModel::plan(ActPlan& plan) const {
 
 void DecoderModel::embed(const Pass& p, const ForwardPass& f, Tensor encoded) const {
     emb_.forward(p, encoded, f.tokens);
-    if (p.neftune > 0.0f) {  // NEFTune: noise on the embeddings, the identity in the backward
-        ANVIL_CHECK(f.lengths.shape.ndim == 2 && f.lengths.dim(0) == p.B && f.lengths.dim(1) == p.T,
-                    "forward: NEFTune needs each position's record length, (B, T) = ({}, {})", p.B, p.T);
+    if (p.neftune > 0.0f) {  // NEFTune: noise on the embeddings, the identity in the backward; lengths (B, T)
         be_.neftune_noise(encoded, f.lengths, p.neftune, dropout_site_seed(f.seed, Pass::kNeftuneSite));
     }
     p.drop(encoded, encoded, 0);  // site 0: the embeddings

@@ -12,7 +12,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     Model& model = trainer.model();
     Backend& be = model.backend();
     AutoBatch r;
-    std::vector<int32_t> tokens, targets;
+    std::vector<int32_t> tokens, targets, lengths;  // lengths: --neftune-alpha's record lengths
     AdamWArgs zero_lr;
     zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
     // trial steps leave no trace: moments, loss scale and outlier windows restored
@@ -27,7 +27,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
             Batcher batcher(data, b, T, shuffle, seed);
             for (int s = 0; s < 3; s++) {  // the first steps warm caches and library workspaces
                 const auto t0 = std::chrono::steady_clock::now();
-                trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets), 1, b, T, zero_lr);
+                trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets, &lengths), 1, b, T, zero_lr);
                 be.synchronize();
                 tps = double(b) * T /
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

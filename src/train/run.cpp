@@ -102,8 +102,12 @@ public:
           replicas_(*run.grid.dp),
           W_(replicas_.size()),
           instruments_(o_, *run.model, comm_.size()),  // every rank's device
-          loader_(training_batcher(run, replicas_.rank(), W_), run.model->backend(), o_.batch, o_.seq,
-                  o_.grad_accum, run.start_step, 4, o_.neftune_alpha > 0.0f),
+          loader_(training_batcher(run, replicas_.rank(), W_), run.model->backend(),
+                  {.B = o_.batch,
+                   .T = o_.seq,
+                   .accum = o_.grad_accum,
+                   .first_step = run.start_step,
+                   .lengths = o_.neftune_alpha > 0.0f}),
           sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, parse_lr_shape(o_.lr_schedule), o_.decay_frac},
           bar_("train", o_.steps, o_.log_every, "steps") {
         if (comm_.rank() != 0) return;  // rank 0 alone writes the run directory

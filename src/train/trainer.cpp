@@ -78,17 +78,15 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     ForwardPass f{.tokens = model_.tokens(B, T), .targets = model_.targets(B, T)};
     f.dloss = dloss;
     if (model_.options().neftune_alpha > 0.0f) {
+        ANVIL_CHECK(batch.lengths,
+                    "internal: --neftune-alpha needs each position's record length in the batch");
         f.lengths = model_.lengths(B, T);
-        if (!batch.lengths) {  // a caller without record lengths (the batch-size search): whole rows
-            lengths_.assign(per, T);
-            be.upload(f.lengths, lengths_.data());
-        }
     }
     for (int m = 0; m < accum; m++) {
         f.seed = pass_seed(step, m);
         be.upload(f.tokens, batch.tokens + size_t(m) * per);
         be.upload(f.targets, batch.targets + size_t(m) * per);
-        if (f.lengths.data && batch.lengths) be.upload(f.lengths, batch.lengths + size_t(m) * per);
+        if (f.lengths.data) be.upload(f.lengths, batch.lengths + size_t(m) * per);
         model_.forward(f);
         if (dp_) dp_->arm(m == accum - 1);
         model_.backward(dp_);

@@ -116,7 +116,6 @@ private:
     AdamW& opt_;
     Arena scalars_;  // the global norm's square, on the device
     LossBuffer losses_;
-    std::vector<int32_t> lengths_;  // whole-row record lengths for batches that come without them
     LossScaler scaler_;
     OutlierSkip skip_;
     OutlierState outliers_;

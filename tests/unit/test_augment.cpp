@@ -51,6 +51,8 @@ TEST(Augment, EachOperationChangesOnlyWhatItMay) {
         for (const std::string& x : w)
             at = size_t(std::find(orig.begin() + long(at), orig.end(), x) - orig.begin()) + 1;
         EXPECT_LE(at, orig.size()) << "delete: the rest in order";
+        EXPECT_EQ(w[0], "Reverse") << "delete: never a word the synonym list names";
+        EXPECT_NE(std::find(w.begin(), w.end(), "letters"), w.end());
 
         w = words(augment_text(kText, AugmentOp::Insert, 0.3, &syn, r));
         EXPECT_EQ(w.size(), orig.size() + 2) << "insert: round(0.3 * 7) words";
@@ -74,6 +76,8 @@ TEST(Augment, EachOperationChangesOnlyWhatItMay) {
     Rng r(1);
     EXPECT_EQ(augment_text("   ", AugmentOp::Delete, 0.5, nullptr, r), "   ") << "no words: unchanged";
     EXPECT_EQ(augment_text("one", AugmentOp::Delete, 1.0, nullptr, r), "one") << "never every word";
+    EXPECT_EQ(augment_text("Reverse the letters", AugmentOp::Delete, 1.0, &syn, r), "Reverse letters")
+        << "every word but the listed ones";
 }
 
 TEST(Augment, OnlyTheChosenFieldsChangeAndASeedIsOneCopy) {

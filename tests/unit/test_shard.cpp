@@ -147,7 +147,8 @@ TEST(Loader, PrefetcherMatchesBatcher) {
     auto be = make_backend({Device::CPU, 1, 0});
     const int B = 3, T = 8, accum = 2;
     Batcher ref(s, B, T, true, 5);
-    Prefetcher pf(Batcher(s, B, T, true, 5), *be, B, T, accum, 7, 3);
+    Prefetcher pf(Batcher(s, B, T, true, 5), *be,
+                  {.B = B, .T = T, .accum = accum, .first_step = 7, .depth = 3});
     std::vector<int32_t> tok(B * T), tgt(B * T);
     for (int64_t step = 7; step < 40; step++) {
         double waited = -1;
