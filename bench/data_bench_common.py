@@ -17,9 +17,17 @@ def step(args, what=""):
 
 
 def write_jsonl(path, recs):
-    with open(path, "w") as f:
-        for r in recs:
-            f.write(json.dumps(r) + "\n")
+    """Writes through a temporary file and a rename, so that a process reading `path` meanwhile (another bench
+    process sharing the work directory) sees the old file or the new one, whole."""
+    write_text(path, "".join(json.dumps(r) + "\n" for r in recs))
+
+
+def write_text(path, text):
+    import os
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def report(result, out):

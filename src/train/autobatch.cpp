@@ -19,6 +19,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     const LossScaler scaler = trainer.scaler();
     const OutlierState outliers = trainer.outliers();
     double best_tps = 0;
+    std::vector<int32_t>* want_lengths = model.options().neftune_alpha > 0.0f ? &lengths : nullptr;
     for (int b = 1; b <= global; b *= 2) {
         if (global % b) continue;
         double tps = 0;
@@ -27,7 +28,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
             Batcher batcher(data, b, T, shuffle, seed);
             for (int s = 0; s < 3; s++) {  // the first steps warm caches and library workspaces
                 const auto t0 = std::chrono::steady_clock::now();
-                trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets, &lengths), 1, b, T, zero_lr);
+                trainer.step(fill_step(batcher, s, 1, b, T, tokens, targets, want_lengths), 1, b, T, zero_lr);
                 be.synchronize();
                 tps = double(b) * T /
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
