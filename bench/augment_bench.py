@@ -14,7 +14,7 @@ gives each held-out set's exact-match difference with its paired-bootstrap inter
 task's counts and each run's training loss (its end, and the first step below 0.05). A run already in `--work`
 from the same command and training data is reused: seeds can be trained by several processes at once on one
 work directory (`--first-seed 1 --seeds 2 --threads 1` beside `--first-seed 3 --seeds 2 --threads 1`), and a last
-`--seeds 4 --threads 1` gathers them.
+`--seeds 4 --threads 1`, once they have finished, gathers them.
 
     python3 bench/augment_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
                                    [--train 5000 --heldout 300 --steps 5000 --seeds 1 --first-seed 1]

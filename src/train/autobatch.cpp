@@ -19,7 +19,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     const LossScaler scaler = trainer.scaler();
     const OutlierState outliers = trainer.outliers();
     double best_tps = 0;
-    std::vector<int32_t>* want_lengths = model.options().neftune_alpha > 0.0f ? &lengths : nullptr;
+    std::vector<int32_t>* want_lengths = trainer.needs_lengths() ? &lengths : nullptr;
     for (int b = 1; b <= global; b *= 2) {
         if (global % b) continue;
         double tps = 0;

@@ -107,7 +107,7 @@ public:
                    .T = o_.seq,
                    .accum = o_.grad_accum,
                    .first_step = run.start_step,
-                   .lengths = o_.neftune_alpha > 0.0f}),
+                   .lengths = run.trainer->needs_lengths()}),
           sched_{o_.lr, o_.min_lr_frac, o_.warmup, o_.steps, parse_lr_shape(o_.lr_schedule), o_.decay_frac},
           bar_("train", o_.steps, o_.log_every, "steps") {
         if (comm_.rank() != 0) return;  // rank 0 alone writes the run directory

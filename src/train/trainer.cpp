@@ -77,7 +77,7 @@ StepStats Trainer::gradients(const StepBatch& batch, int accum, int B, int T, in
     model_.zero_grads();
     ForwardPass f{.tokens = model_.tokens(B, T), .targets = model_.targets(B, T)};
     f.dloss = dloss;
-    if (model_.options().neftune_alpha > 0.0f) {
+    if (needs_lengths()) {
         ANVIL_CHECK(batch.lengths,
                     "internal: --neftune-alpha needs each position's record length in the batch");
         f.lengths = model_.lengths(B, T);

@@ -82,6 +82,8 @@ public:
     // its own, derived from (seed, step, micro-batch), so a resumed run draws what the uninterrupted one did.
     Trainer(Model& model, AdamW& opt, uint64_t seed = 0);
     Model& model() { return model_; }
+    // whether a StepBatch must carry each position's record length (--neftune-alpha's L)
+    bool needs_lengths() const { return model_.options().neftune_alpha > 0.0f; }
     AdamW& optimizer() { return opt_; }
     LossScaler& scaler() { return scaler_; }
     // --skip-loss-z / --skip-grad-z, and the windows they judge by (saved in checkpoints)
