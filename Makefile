@@ -11,7 +11,7 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-emu bench clean
+.PHONY: all deps configure build run python test test-emu bench clean
 
 # A new build tree uses Ninja where it is installed (scripts/deps.sh installs it): it compiles the layers above
 # a library while that library is still compiling, where make's generator waits, a fifth off a first build
@@ -34,16 +34,29 @@ build: configure
 # the CUDA backend only where it can run (an NVIDIA device is visible) or where CUDA=ON asks for it. A tree that
 # is configured already (by `make test`, say) keeps its settings.
 GPU_VISIBLE := $(shell (nvidia-smi -L 2>/dev/null | grep -q '^GPU') && echo yes)
+configure_where_usable = \
+	if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$(origin CUDA)" = "command line" ]; then \
+	  cuda=$(CUDA); if [ "$(origin CUDA)" != "command line" ] && [ -z "$(GPU_VISIBLE)" ]; then cuda=OFF; fi; \
+	  cmake $(call cmake_gen,$(BUILD)) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$$cuda $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
+	    || { cat $(BUILD).configure.log; exit 1; }; fi
 run:
 	@if [ ! -x $(BUILD)/anvil ]; then \
 	  echo "make run: installs what the anvil binary needs (if missing), builds it (about 2 minutes on 2 cores$(if $(GPU_VISIBLE),; more with the CUDA backend)), then trains the embedded demo (about 2 minutes on 2 cores)"; fi
 	@scripts/deps.sh --run
-	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$(origin CUDA)" = "command line" ]; then \
-	  cuda=$(CUDA); if [ "$(origin CUDA)" != "command line" ] && [ -z "$(GPU_VISIBLE)" ]; then cuda=OFF; fi; \
-	  cmake $(call cmake_gen,$(BUILD)) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=$$cuda $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 \
-	    || { cat $(BUILD).configure.log; exit 1; }; fi
+	@$(configure_where_usable)
 	@cmake --build $(BUILD) -j $(JOBS) --target anvil
 	$(BUILD)/anvil train $(ARGS)
+
+# The Python package: the native module beside python/anvil's files in $(BUILD)/python, for Debian's python3
+# (PYTHONPATH=$(BUILD)/python /usr/bin/python3 -c "import anvil"). Installs only what it needs (scripts/deps.sh
+# --python); the CUDA backend is in it where `make run` would build it. A tree configured before pybind11 was
+# installed looks for it again.
+python:
+	@scripts/deps.sh --python
+	@$(configure_where_usable)
+	@cmake $(BUILD) > $(BUILD).configure.log 2>&1 || { cat $(BUILD).configure.log; exit 1; }
+	@cmake --build $(BUILD) -j $(JOBS) --target anvil_python
+	@echo "make python: built $(BUILD)/python/anvil; PYTHONPATH=$(BUILD)/python /usr/bin/python3 -c 'import anvil'"
 
 # Tests share the cores: one at a time, each with the whole machine (OpenMP threads spin-wait, so running
 # two multi-threaded tests at once on a small machine costs far more than it saves).

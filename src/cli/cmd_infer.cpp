@@ -260,9 +260,10 @@ std::string stream_reply(Generator& gen, const Tokenizer& tok, const SampleOptio
         if (produced++ == 0) first = Clock::now();
         if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), id)) {
             stopped = true;
-            return;
+            return true;
         }
         show(text.push({id}));
+        return true;
     });
     const auto t1 = Clock::now();
     show(text.finish());

@@ -17,7 +17,7 @@ Command add_lora(CLI::App& app) {
     struct Opts {
         InferenceOptions in;
         OutputFlags out;
-        std::string dtype = "f32";
+        std::string dtype = "f32", json;
     };
     auto o = std::make_shared<Opts>();
     merge->add_option("--model", o->in.model_dir, "the base model directory")->required();
@@ -31,13 +31,19 @@ Command add_lora(CLI::App& app) {
     merge->add_option("--dtype", o->dtype, "dtype of the written weights: f32, bf16 or f16")
         ->capture_default_str()
         ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+    add_json_flag(merge, o->json);
     return {sub, [o]() -> int {
                 o->out.check_out();
                 InferenceSetup l = setup_inference(o->in);
                 merge_lora(*l.model);
                 o->out.save(*l.model, l, weight_dtype(o->dtype));
-                std::printf("merged %s into %s: %s\n", l.adapter_dir.c_str(), l.base_dir.c_str(),
-                            o->out.out.c_str());
+                const nlohmann::json j = {{"model", l.base_dir},
+                                          {"adapter", l.adapter_dir},
+                                          {"out", o->out.out},
+                                          {"dtype", o->dtype},
+                                          {"params", l.model->params().numel()}};
+                emit_result(o->json, j,
+                            fmt::format("merged {} into {}: {}\n", l.adapter_dir, l.base_dir, o->out.out));
                 return 0;
             }};
 }

@@ -20,6 +20,7 @@ Command add_quantize(CLI::App& app) {
     struct Opts {
         InferenceOptions in;
         OutputFlags out;
+        std::string json;
     };
     auto o = std::make_shared<Opts>();
     sub->add_option("--model", o->in.model_dir, "the float model directory (or a run directory: its final/)")
@@ -31,6 +32,7 @@ Command add_quantize(CLI::App& app) {
         "the tokenizer to save with the output (default: the model's, when its directory has one)");
     o->in.weights_only = true;
     o->out.add(sub, o->in.threads, "the int8 model directory to write");
+    add_json_flag(sub, o->json);
     return {
         sub, [o]() -> int {
             o->out.check_out();
@@ -47,14 +49,23 @@ Command add_quantize(CLI::App& app) {
             const QuantizeReport r = quantize_model(*l.model, *q);
             o->out.save(*q, l, DType::F32);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::printf(
-                "quantized %s%s%s: %d weight matrices (%.3gM values) to int8, largest relative RMS error "
-                "%.4f; parameters %.1f MB -> %.1f MB (%.2fx smaller); %s in %.1f s\n",
-                l.base_dir.c_str(), l.adapter_dir.empty() ? "" : " + ", l.adapter_dir.c_str(), r.tensors,
+            const std::string text = fmt::format(
+                "quantized {}{}{}: {} weight matrices ({:.3g}M values) to int8, largest relative RMS error "
+                "{:.4f}; parameters {:.1f} MB -> {:.1f} MB ({:.2f}x smaller); {} in {:.1f} s\n",
+                l.base_dir, l.adapter_dir.empty() ? "" : " + ", l.adapter_dir, r.tensors,
                 double(r.weights) / 1e6, r.max_rel_error, double(r.bytes_before) / 1e6,
                 double(r.bytes_after) / 1e6,
-                double(r.bytes_before) / double(std::max<size_t>(r.bytes_after, 1)), o->out.out.c_str(),
-                secs);
+                double(r.bytes_before) / double(std::max<size_t>(r.bytes_after, 1)), o->out.out, secs);
+            const nlohmann::json j = {{"model", l.base_dir},
+                                      {"adapter", l.adapter_dir},
+                                      {"out", o->out.out},
+                                      {"tensors", r.tensors},
+                                      {"weights", r.weights},
+                                      {"max_rel_error", r.max_rel_error},
+                                      {"bytes_before", r.bytes_before},
+                                      {"bytes_after", r.bytes_after},
+                                      {"seconds", secs}};
+            emit_result(o->json, j, text);
             return 0;
         }};
 }

@@ -600,7 +600,7 @@ int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
 
 }  // namespace
 
-Command add_train(CLI::App& app) {
+Command add_train(CLI::App& app, std::shared_ptr<const TrainHooks> hooks) {
     CLI::App* sub =
         app.add_subcommand("train", "train a GPT-2 or Llama model (no flags: the embedded default demo)");
     auto o = std::make_shared<TrainOptions>();
@@ -614,7 +614,10 @@ Command add_train(CLI::App& app) {
     add_device_flags(sub, *o);
     add_cuda_flags(sub, *o, *t);
     add_instrument_flags(sub, *o, *t);
-    return {sub, [sub, o, t] { return run_train_command(*sub, *o, *t); }};
+    return {sub, [sub, o, t, hooks] {
+                o->hooks = hooks;
+                return run_train_command(*sub, *o, *t);
+            }};
 }
 
 }  // namespace anvil::cli

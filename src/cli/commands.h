@@ -8,15 +8,26 @@
 #include <string>
 
 #include "runtime/inference.h"
+#include "train/options.h"
 
 namespace anvil::cli {
+
+// A caller of the command line other than the binary's main() (the Python layer): errors, bad flags among
+// them, are thrown to it (InputError for what was given) instead of printed, and a training run reports to
+// its hooks.
+struct Embedding {
+    bool throw_errors = false;
+    std::shared_ptr<const TrainHooks> train_hooks;
+};
+// The anvil command line on `args` (without the program's name: {"train", "--steps", "10"}): its exit status.
+int run_anvil(const std::vector<std::string>& args, const Embedding& embed = {});
 
 struct Command {
     CLI::App* app;             // the subcommand
     std::function<int()> run;  // runs it after a successful parse
 };
 
-Command add_train(CLI::App& app);
+Command add_train(CLI::App& app, std::shared_ptr<const TrainHooks> hooks = nullptr);
 Command add_eval(CLI::App& app);
 Command add_compare(CLI::App& app);
 Command add_generate(CLI::App& app);
@@ -77,7 +88,7 @@ private:
 // --dtype f32|bf16|f16 of the written weights.
 DType weight_dtype(const std::string& name);
 
-// --config FILE (every command has it, main.cpp): a JSON object of the subcommand's flags, {"layers": 12,
+// --config FILE (every command has it, app.cpp): a JSON object of the subcommand's flags, {"layers": 12,
 // "lr": 6e-4, "lr-schedule": "wsd", "tie-embeddings": true} (a key is a flag's long name without the dashes,
 // '_' for '-' allowed), applied as if given on the command line, except where the command line gave that flag
 // itself. A key that names no flag, a value that is not a string, number or true/false, or one the flag

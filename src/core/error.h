@@ -24,21 +24,36 @@ public:
     explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// An allocation did not fit the device (or the limit set with --memory-limit). The batch-size search
-// catches it; elsewhere it is an ordinary error.
-class OutOfMemory : public Error {
+// What a user gave is wrong (ANVIL_CHECK, fail()): a flag, a file, a record. The message says what to do.
+class InputError : public Error {
 public:
     using Error::Error;
+};
+
+// The device or one of its libraries failed (CUDA_CHECK, CUBLAS_CHECK, device_check_fail).
+class DeviceError : public Error {
+public:
+    using Error::Error;
+};
+
+// An allocation did not fit the device (or the limit set with --memory-limit). The batch-size search
+// catches it; elsewhere it is an ordinary device error.
+class OutOfMemory : public DeviceError {
+public:
+    using DeviceError::DeviceError;
 };
 
 // Generic form: every check macro ends here, with the failing expression and where it was.
 [[noreturn]] void check_fail(const char* expr, const char* func, const char* file, int line,
                              const std::string& detail);
+// The same for a device library's status (thrown as DeviceError).
+[[noreturn]] void device_check_fail(const char* expr, const char* func, const char* file, int line,
+                                    const std::string& detail);
 
 #ifndef __CUDACC__
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
-    throw Error(fmt::format(f, std::forward<Args>(args)...));
+    throw InputError(fmt::format(f, std::forward<Args>(args)...));
 }
 #else
 // nvcc cannot compile fmt 9's headers, so kernel files get the same call with plain `{}` fields
@@ -62,7 +77,7 @@ template <typename... Args>
 [[noreturn]] inline void fail(const char* f, const Args&... args) {
     std::ostringstream os;
     detail::put_args(os, f, args...);
-    throw Error(os.str());
+    throw InputError(os.str());
 }
 #endif
 

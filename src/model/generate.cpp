@@ -147,7 +147,8 @@ void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& lo
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                                         const std::function<void(int32_t)>& on_token) {
+                                         const std::function<bool(int32_t)>& on_token,
+                                         std::vector<float>* logprobs) {
     const int n_ctx = model_.config().n_ctx;
     ANVIL_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token");
     for (int32_t id : prompt)
@@ -158,7 +159,7 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     Rng rng(opt.seed);
     std::vector<int32_t> ctx = prompt;
     if (int(ctx.size()) > n_ctx) ctx.erase(ctx.begin(), ctx.end() - n_ctx);  // keep the most recent context
-    std::vector<float> logits;
+    std::vector<float> logits, raw;
     std::vector<int32_t> out;
     TokenCounts counts(ctx, opt);
     step(ctx.data(), int(ctx.size()), 0, logits);
@@ -166,11 +167,13 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     for (int i = 0; i < opt.max_new_tokens; i++) {
         if (opt.vocab_real > 0 && size_t(opt.vocab_real) < logits.size())
             logits.resize(size_t(opt.vocab_real));
+        if (logprobs) raw = logits;  // sampling overwrites them
         const int32_t next = counts.sample(logits, rng);
         out.push_back(next);
-        if (on_token) on_token(next);
+        if (logprobs) logprobs->push_back(token_logprob(raw, next, 0).logprob);
+        const bool ended = on_token && !on_token(next);
         const bool stop =
-            std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
+            ended || std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
         if (stop || i + 1 == opt.max_new_tokens) break;
         ctx.push_back(next);
         if (pos == n_ctx) {  // full: rebuild the cache from the most recent half of the context

@@ -105,9 +105,12 @@ class Generator {
 public:
     // prefill_chunk: positions per forward of a prompt (0: the whole context at once)
     explicit Generator(Model& model, int prefill_chunk = kPrefillChunk);
-    // Returns the new tokens (not the prompt). on_token, if set, sees each one as it is produced.
+    // Returns the new tokens (not the prompt). on_token, if set, sees each one as it is produced and may end
+    // the generation after it by returning false (a stop string, a reader gone). With `logprobs`, each new
+    // token's log-probability under the raw logits (token_logprob) is appended there.
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                                  const std::function<void(int32_t)>& on_token = {});
+                                  const std::function<bool(int32_t)>& on_token = {},
+                                  std::vector<float>* logprobs = nullptr);
 
 private:
     // Runs positions pos0.. for `ids` through the model, appending to the cache; returns the last logits.

@@ -2,10 +2,22 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace anvil {
+
+// What a caller that embeds a run (the Python layer) sees of it.
+struct TrainHooks {
+    // After each step, its metrics record (metrics.jsonl's, every step); false stops the run after that step,
+    // which then checkpoints as on SIGINT.
+    std::function<bool(const nlohmann::json& record)> on_step;
+    // When the run ends (rank 0): its directory, the model directory it wrote (final/ or the interruption's
+    // checkpoint) and whether it was interrupted.
+    std::function<void(const std::string& out, const std::string& model_dir, bool interrupted)> on_end;
+};
 
 struct TrainOptions {
     // data and model sources
@@ -112,6 +124,9 @@ struct TrainOptions {
     double monitor_interval = 0.5;
     bool tensorboard = true;  // write TensorBoard event files into the run directory
     bool embedded = false;    // set when running the embedded default
+    // A caller that embeds the run (the Python layer; not an option, never stored): see its steps, stop it,
+    // learn where it ended.
+    std::shared_ptr<const TrainHooks> hooks;
 };
 
 nlohmann::json options_to_json(const TrainOptions& o);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -160,11 +161,16 @@ private:
     int no_target_steps_ = 0;    // steps whose rows had no loss targets (all masked, or past --seq)
     bool had_loss_ = false;      // a step of this process had targets (last_loss_ is its loss)
     bool early_stopped_ = false;
+    bool hook_stop_ = false;  // TrainHooks::on_step said to stop
 };
 
 int TrainingLoop::run() {
     g_supervised = supervised_worker();
-    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
+    g_stop = false;  // a process may run several (the Python layer)
+    // the handlers before the run's own come back after it (Python's SIGINT handler, for one)
+    const std::array<int, 3> sigs = {SIGINT, SIGTERM, SIGUSR1};
+    std::array<void (*)(int), 3> before{};
+    for (size_t i = 0; i < sigs.size(); i++) before[i] = std::signal(sigs[i], on_stop_signal);
     int64_t done = run_.start_step;  // the steps completed: the last one's number
     profiled_from_ = done + 1;
     bool interrupted = false;
@@ -183,12 +189,12 @@ int TrainingLoop::run() {
         }
         if (early_stopped_) break;
     }
-    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_DFL);
+    for (size_t i = 0; i < sigs.size(); i++) std::signal(sigs[i], before[i] == SIG_ERR ? SIG_DFL : before[i]);
     return finish(done, interrupted);
 }
 
 bool TrainingLoop::stop_requested() {
-    return run_.dp ? run_.dp->stop_agreed() : bool(g_stop);
+    return hook_stop_ || (run_.dp ? run_.dp->stop_agreed() : bool(g_stop));
 }
 
 // One optimizer step, its metrics record, the progress line, and --eval-every's validation.
@@ -253,6 +259,7 @@ void TrainingLoop::one_step(Step s) {
                         "in {} evaluations",
                         step, run_.best.loss, run_.best.step, run_.best.evals_since));
     log(rec, step, eval_now || skipped || rec.contains("sample"));
+    if (o_.hooks && o_.hooks->on_step && !o_.hooks->on_step(rec)) hook_stop_ = true;
     bar_.update(int(step),
                 fmt::format("loss {} | lr {:.2e} | {:.0f} tok/s",
                             has_loss ? fmt::format("{:.4f}", st.loss) : "n/a (no targets)", args.lr, tok_s) +
@@ -390,6 +397,7 @@ int TrainingLoop::finish(int64_t step, bool interrupted) {
     // Every rank goes through the report (the held-out scores are shared work); rank 0 alone writes files,
     // and the other ranks' output goes nowhere (Comm::quiet_unless_rank0).
     const bool lead = comm_.rank() == 0;
+    if (lead && o_.hooks && o_.hooks->on_end) o_.hooks->on_end(o_.out, o_.out + "/" + final_dir, interrupted);
     if (interrupted) {
         bar_.finish(fmt::format("interrupted at step {}; continue with: anvil train --resume {}/{}", step,
                                 o_.out, final_dir));

@@ -13,11 +13,11 @@ namespace anvil::cuda {
 const char* cublas_status_name(cublasStatus_t s);
 }
 
-#define ANVIL_CHECK_GEN(expr, type, ok, describe)                                                     \
-    do {                                                                                              \
-        const type status_ = (expr);                                                                  \
-        if (status_ != (ok)) [[unlikely]]                                                             \
-            ::anvil::check_fail(#expr, __func__, __FILE__, __LINE__, std::string(describe(status_))); \
+#define ANVIL_CHECK_GEN(expr, type, ok, describe)                                                            \
+    do {                                                                                                     \
+        const type status_ = (expr);                                                                         \
+        if (status_ != (ok)) [[unlikely]]                                                                    \
+            ::anvil::device_check_fail(#expr, __func__, __FILE__, __LINE__, std::string(describe(status_))); \
     } while (0)
 
 #define CUDA_CHECK(expr) ANVIL_CHECK_GEN(expr, cudaError_t, cudaSuccess, cudaGetErrorString)

@@ -250,7 +250,7 @@ bool lt_gemm(const Ctx& c, const Gemm& g) {
         const cublasStatus_t s = run(c, p, g, p.next, g.D);
         if (s == CUBLAS_STATUS_SUCCESS) return true;
         if (s != CUBLAS_STATUS_NOT_SUPPORTED)  // (refused before any launch: the next is tried)
-            ::anvil::check_fail("cublasLtMatmul", __func__, __FILE__, __LINE__, cublas_status_name(s));
+            ::anvil::device_check_fail("cublasLtMatmul", __func__, __FILE__, __LINE__, cublas_status_name(s));
     }
     return false;
 }
