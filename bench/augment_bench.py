@@ -17,7 +17,7 @@ work directory (`--first-seed 1 --seeds 2 --threads 1` beside `--first-seed 3 --
 `--seeds 4 --threads 1`, once they have finished, gathers them.
 
     python3 bench/augment_bench.py [--anvil build/anvil] [--work DIR] [--out bench/results/FILE.json]
-                                   [--train 5000 --heldout 300 --steps 5000 --seeds 1 --first-seed 1]
+                                   [--train 5000 --heldout 300 --steps 8000 --seeds 1 --first-seed 1]
                                    [--augment-prob 0.2]
                                    [--tasks letters|lookup|skills --seq 64 --batch 32 --arch llama|gpt2]
 """
@@ -97,7 +97,7 @@ def loss_curve(run_dir):
 
 
 def main():
-    a, A, W = parse_args("/tmp/anvil-augment", train=5000, heldout=300, steps=5000, seeds=1, first_seed=1,
+    a, A, W = parse_args("/tmp/anvil-augment", train=5000, heldout=300, steps=8000, seeds=1, first_seed=1,
                          augment_prob=0.2, tasks="letters", seq=64, batch=32, arch="llama")
     if a.tasks not in TASK_SETS:
         sys.exit(f"--tasks {a.tasks}: use {' or '.join(TASK_SETS)}")
