@@ -118,6 +118,11 @@ def _text(b: bytes) -> str:
     return b.decode("utf-8", errors="replace")
 
 
+def _ids(b: bytes) -> np.ndarray:
+    """int32 ids from the native layer's bytes (arrays cross as bytes: the module needs no numpy C API)."""
+    return np.frombuffer(b, dtype=np.int32).copy()
+
+
 class Tokenizer:
     """A tokenizer: GPT-2 BPE files, a Hugging Face tokenizer.json, "byte", or the one a model directory
     was trained with (Tokenizer.load)."""
@@ -134,11 +139,11 @@ class Tokenizer:
     def encode(self, text: str, *, special_tokens: bool = True) -> np.ndarray:
         """Token ids (int32) as `anvil tokenize` prints them: special-token text (<|endoftext|>, <|eot_id|>,
         </s>) becomes its id unless special_tokens=False. No BOS is added."""
-        return self._t.encode(text, special_tokens)
+        return _ids(self._t.encode(text, special_tokens))
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of `ids` (invalid UTF-8 becomes U+FFFD)."""
-        return _text(self._t.decode(np.asarray(ids, dtype=np.int32).reshape(-1)))
+        return _text(self._t.decode(np.asarray(ids, dtype=np.int32).reshape(-1).tobytes()))
 
     def render(self, record: Mapping[str, Any], *, template: str = "auto", prompt_only: bool = False) -> str:
         """An instruction record {"instruction", "input", "output"} or a chat {"messages": [...]} as training
@@ -255,7 +260,7 @@ class Model:
 
     def _run(self, ids: list, kw: dict, on_text=None) -> Completion:
         text, tokens, finish, logprobs = self._m.generate(ids, _sampling(kw), on_text)
-        return Completion(_text(text), tokens, finish, logprobs, len(ids))
+        return Completion(_text(text), _ids(tokens), finish, logprobs, len(ids))
 
     def generate(self, prompt: Optional[str] = None, *, instruction: Optional[str] = None, input: str = "",
                  **sampling) -> Completion:
@@ -313,14 +318,21 @@ class Model:
     def score(self, texts: Union[str, Sequence[str]]) -> Union[Score, list]:
         """Each text's per-token log-probabilities after the end-of-text token that opens it (the last n_ctx
         tokens of a longer one). A string gives one Score, a list a list."""
-        if isinstance(texts, str):
-            return Score(*self._m.score(texts))
-        return [Score(*self._m.score(t)) for t in texts]
+        def one(text: str) -> Score:
+            ids, logprobs = self._m.score(text)
+            return Score(_ids(ids), np.frombuffer(logprobs, dtype=np.float32).copy())
+        return one(texts) if isinstance(texts, str) else [one(t) for t in texts]
 
     def forward(self, ids: Any) -> Tensor:
         """The logits (B, T, V) f32 of token ids (T,) or (B, T) (a list, numpy array or CPU torch tensor), in
         a tensor of their own: torch.from_dlpack and numpy.asarray share its memory."""
-        return self._m.forward(np.ascontiguousarray(np.asarray(ids), dtype=np.int32))
+        a = np.asarray(ids)
+        if a.ndim not in (1, 2):
+            raise InputError(f"forward: ids are (T,) or (B, T), got {a.ndim} dimensions")
+        b, t = (1, a.shape[0]) if a.ndim == 1 else a.shape
+        if np.any(a != a.astype(np.int32)):
+            raise InputError("forward: ids must be integers that fit int32")
+        return self._m.forward(a.astype(np.int32).tobytes(), int(b), int(t))
 
     def state_dict(self) -> dict:
         """Every parameter under its Hugging Face name, as anvil.Tensors over the model's own memory (as

@@ -1,14 +1,15 @@
 // The native anvil.Tokenizer and anvil.Model (model.h).
 #include "python/model.h"
 
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -28,7 +29,25 @@ namespace anvil::python {
 
 namespace {
 
-using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+// Arrays cross as bytes of native int32 or f32 (the package makes numpy arrays of them with np.frombuffer),
+// so the module depends on no numpy C API and runs with numpy 1 and 2 alike.
+template <typename T>
+py::bytes raw(const std::vector<T>& v) {
+    return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+std::vector<int32_t> ids_of(const py::bytes& b) {
+    const std::string_view v = b;
+    ANVIL_CHECK(v.size() % sizeof(int32_t) == 0, "token ids: {} bytes is not a whole number of int32s",
+                v.size());
+    std::vector<int32_t> ids(v.size() / sizeof(int32_t));
+    std::memcpy(ids.data(), v.data(), v.size());
+    return ids;
+}
+void check_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
+    for (int32_t id : ids)
+        ANVIL_CHECK(id >= 0 && id < vocab, "{}: id {} is outside the vocabulary (0..{})", what, id,
+                    vocab - 1);
+}
 
 struct PyTokenizer {
     std::shared_ptr<Tokenizer> tok;
@@ -46,12 +65,6 @@ struct ModelState {
     std::mutex mu;
 };
 using StatePtr = std::shared_ptr<ModelState>;
-
-IdArray to_array(const std::vector<int32_t>& ids) {
-    IdArray a(py::ssize_t(ids.size()));
-    std::copy(ids.begin(), ids.end(), a.mutable_data());
-    return a;
-}
 
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     if (spec != "byte" && dir_exists(spec) && tokenizer_files_in(spec).empty()) {
@@ -79,15 +92,13 @@ void bind_tokenizer_class(py::module_& m) {
         .def_static("load", [](const std::string& spec) { return PyTokenizer{load_tokenizer(spec)}; })
         .def("encode",
              [](const PyTokenizer& t, const std::string& text, bool specials) {
-                 return to_array(specials ? t.tok->encode_with_specials(text) : t.tok->encode(text));
+                 return raw(specials ? t.tok->encode_with_specials(text) : t.tok->encode(text));
              })
         .def("decode",
-             [](const PyTokenizer& t, const IdArray& ids) {
-                 for (py::ssize_t i = 0; i < ids.size(); i++)
-                     ANVIL_CHECK(ids.data()[i] >= 0 && ids.data()[i] < t.tok->vocab_size(),
-                                 "decode: id {} is outside the vocabulary (0..{})", ids.data()[i],
-                                 t.tok->vocab_size() - 1);
-                 return py::bytes(t.tok->decode(ids.data(), size_t(ids.size())));
+             [](const PyTokenizer& t, const py::bytes& b) {
+                 const std::vector<int32_t> ids = ids_of(b);
+                 check_ids(ids, t.tok->vocab_size(), "decode");
+                 return py::bytes(t.tok->decode(ids));
              })
         .def("render",
              [](const PyTokenizer& t, const std::string& record, const std::string& tmpl, bool prompt_only) {
@@ -139,16 +150,13 @@ void reserve_for(Model& model, int B, int T) {
 
 // forward(ids (B, T)) -> logits (B, T, V) f32 in a tensor of their own, made a chunk of rows at a time (as
 // many as the model keeps logits for at once).
-PyTensor forward(ModelState& s, const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& ids) {
-    ANVIL_CHECK(ids.ndim() == 1 || ids.ndim() == 2, "forward: ids are (T,) or (B, T), got {} dimensions",
-                ids.ndim());
-    const int B = ids.ndim() == 2 ? int(ids.shape(0)) : 1, T = int(ids.shape(ids.ndim() - 1));
+PyTensor forward(ModelState& s, const py::bytes& b, int B, int T) {
+    const std::vector<int32_t> ids = ids_of(b);
+    ANVIL_CHECK(B >= 1 && T >= 1 && ids.size() == size_t(B) * size_t(T), "forward: {} ids are not ({}, {})",
+                ids.size(), B, T);
     Model& model = *s.model;
     const int V = model.config().vocab_size;
-    for (py::ssize_t i = 0; i < ids.size(); i++)
-        ANVIL_CHECK(ids.data()[i] >= 0 && ids.data()[i] < V,
-                    "forward: id {} is outside the vocabulary (0..{})", ids.data()[i], V - 1);
-    ANVIL_CHECK(B >= 1, "forward: no rows");
+    check_ids(ids, V, "forward");
     PyTensor out = new_tensor(s.be, Shape{B, T, V}, 0);
     const int32_t* host = ids.data();
     py::gil_scoped_release nogil;
@@ -192,9 +200,7 @@ py::tuple score_one(ModelState& s, const std::string& text) {
         lp = s.be->download_f32(model.losses(1, T));
         for (float& x : lp) x = -x;
     }
-    py::array_t<float> logprobs(py::ssize_t(lp.size()));
-    std::copy(lp.begin(), lp.end(), logprobs.mutable_data());
-    return py::make_tuple(to_array(std::vector<int32_t>(ids.end() - T, ids.end())), logprobs);
+    return py::make_tuple(raw(std::vector<int32_t>(ids.end() - T, ids.end())), raw(lp));
 }
 
 // Ctrl-C between tokens: Python's signal handlers run (on the main thread); one that raises (SIGINT's
@@ -257,7 +263,7 @@ py::tuple generate(ModelState& s, const std::vector<int32_t>& prompt, SampleArgs
     if (err) std::rethrow_exception(err);
     py::object lp = py::none();
     if (a.logprobs) lp = py::cast(lps);
-    return py::make_tuple(py::bytes(text.text()), to_array(ids), finish, lp);
+    return py::make_tuple(py::bytes(text.text()), raw(ids), finish, lp);
 }
 
 std::vector<int32_t> chat_prompt(const ModelState& s,
