@@ -95,6 +95,10 @@ case "$what" in
     # (the full test log stays on the machine: at most 8 files come back, and its failures are in contact.log)
     want gpu_tests && step gpu_tests 200 python3 tests/gpu/run_isolated.py "$root/bin/anvil_gpu_tests" --budget 190 \
       --test-timeout 90 --json "$out/gpu_tests.json" --log "$work/gpu_tests.log"
+    # issue 48: the Python layer on the card (a short anvil.train on CUDA, forward's logits through
+    # torch.from_dlpack on the device without a copy); the bundle's module is built for this machine's python3
+    want python && [ -d "$root/python/anvil" ] && step python 60 env PYTHONPATH="$root/python" \
+      python3 bench/gpu_python_check.py
     # opt-in: the FP8 probe table (CudaFp8Lt) and one FP8 op case with cuBLASLt's API log, under the toolkit's
     # cuBLASLt (what anvil finds first) and then under PyTorch's own (pip's nvidia-cublas), and the same products
     # through torch._scaled_mm; the full API logs go to extra.tar.gz, the tables to contact.log

@@ -9,17 +9,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 archs=${1:-90}
 build=build-gpu-bundle
+# The Python module is built for the device's python3 (3.12 there, KINDS.md: /opt/torch/.venv), whose headers
+# pyenv's 3.12 has here (DEVICE_PYTHON overrides; none found: the bundle goes without the module)
+device_python=${DEVICE_PYTHON:-$(ls -d /root/.pyenv/versions/3.12*/bin/python3 2> /dev/null | tail -n 1 || true)}
+py_flags=() py_target=()
+if [ -n "$device_python" ]; then py_flags=(-DANVIL_PYTHON=ON -DPython_EXECUTABLE="$device_python"); py_target=(anvil_python)
+else echo "note: no Python 3.12 found (DEVICE_PYTHON=...): the bundle has no Python module"; fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON -DANVIL_CUDA_ARCHS="$archs" \
-  -DANVIL_MARCH=x86-64-v3 > "$build.configure.log"
-cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests anvil_op_bench anvil_logits_dump
+  -DANVIL_MARCH=x86-64-v3 "${py_flags[@]}" > "$build.configure.log"
+cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests anvil_op_bench anvil_logits_dump "${py_target[@]}"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/gpt2"
 cp "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" "$build/tests/anvil_logits_dump" \
   "$stage/bin/"
+native=()
+if [ ${#py_target[@]} -gt 0 ]; then
+  mkdir -p "$stage/python" && cp -r "$build/python/anvil" "$stage/python/"
+  native=("$build"/python/anvil/_anvil*.so)
+fi
 # every shared library but glibc's own, the C++/GCC runtime (newer on the device) and CUDA's
-ldd "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+ldd "$build/anvil" "$build/tests/anvil_gpu_tests" "$build/bench/anvil_op_bench" "${native[@]}" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda*|libcublas*) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
