@@ -16,7 +16,8 @@ run_pkgs=(cmake ninja-build g++ make pkg-config libopenblas-openmp-dev nlohmann-
 # DLPack's header, Debian's python3 headers)
 build_pkgs=("${run_pkgs[@]}" libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev libgtest-dev libbenchmark-dev clang
             gnuplot-nox pybind11-dev python3-dev libdlpack-dev)
-test_pkgs=(python3 python3-numpy python3-torch python3-regex python3-protobuf python3-pytest openmpi-bin ccache)
+test_pkgs=(python3 python3-numpy python3-torch python3-regex python3-protobuf python3-pytest python3-pip python3-setuptools
+           python3-wheel openmpi-bin ccache)
 # node and npm (for the GPT-2 tokenizer cross-check) may come from NodeSource, whose nodejs bundles npm and
 # conflicts with Debian's npm package: look for the commands, install Debian's only when both are missing.
 
