@@ -61,7 +61,7 @@ struct ModelState {
     std::unique_ptr<Model> model;
     std::unique_ptr<Generator> gen;
     PromptTemplate prompt = PromptTemplate::Alpaca;
-    std::string template_setting, base_dir, adapter_dir;
+    std::string base_dir, adapter_dir;
     std::mutex mu;
 };
 using StatePtr = std::shared_ptr<ModelState>;
@@ -132,7 +132,6 @@ StatePtr load_model(const std::string& path, const std::string& adapter, const s
     s->model = std::move(l.model);
     s->gen = std::make_unique<Generator>(*s->model);
     s->prompt = l.prompt;
-    s->template_setting = l.template_setting;
     s->base_dir = l.base_dir;
     s->adapter_dir = l.adapter_dir;
     return s;

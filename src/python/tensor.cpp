@@ -32,60 +32,57 @@ constexpr const char* kCapsuleUsed = "used_dltensor";
 constexpr const char* kCapsuleV1 = "dltensor_versioned";
 constexpr const char* kCapsuleV1Used = "used_dltensor_versioned";
 
+// How the exchange protocols name each dtype anvil hands out: DLPack's type code and bits, numpy's
+// array-interface typestr (none for bfloat16), and the name torch and numpy give it.
+struct DTypeNames {
+    DType dtype;
+    uint8_t code, bits;
+    const char* typestr;
+    const char* name;
+};
+constexpr DTypeNames kDTypes[] = {{DType::F32, kDLFloat, 32, "<f4", "float32"},
+                                  {DType::F16, kDLFloat, 16, "<f2", "float16"},
+                                  {DType::BF16, kDLBfloat, 16, nullptr, "bfloat16"},
+                                  {DType::I32, kDLInt, 32, "<i4", "int32"},
+                                  {DType::I8, kDLInt, 8, "|i1", "int8"},
+                                  {DType::U8, kDLUInt, 8, "|u1", "uint8"},
+                                  {DType::U16, kDLUInt, 16, "<u2", "uint16"}};
+
+const DTypeNames* names_of(DType d) {
+    for (const DTypeNames& n : kDTypes)
+        if (n.dtype == d) return &n;
+    return nullptr;
+}
+
 DLDataType dl_dtype(DType d) {
-    switch (d) {
-        case DType::F32:
-            return {kDLFloat, 32, 1};
-        case DType::F16:
-            return {kDLFloat, 16, 1};
-        case DType::BF16:
-            return {kDLBfloat, 16, 1};
-        case DType::I32:
-            return {kDLInt, 32, 1};
-        case DType::I8:
-            return {kDLInt, 8, 1};
-        case DType::U8:
-            return {kDLUInt, 8, 1};
-        case DType::U16:
-            return {kDLUInt, 16, 1};
-        default:
-            fail("anvil.Tensor: a {} tensor has no DLPack dtype", dtype_name(d));
-    }
+    const DTypeNames* n = names_of(d);
+    if (!n) fail("anvil.Tensor: a {} tensor has no DLPack dtype", dtype_name(d));
+    return {n->code, n->bits, 1};
 }
 
 DType from_dl_dtype(DLDataType t) {
     ANVIL_CHECK(t.lanes == 1, "from_dlpack: vector dtypes ({} lanes) are not supported", int(t.lanes));
-    if (t.code == kDLFloat && t.bits == 32) return DType::F32;
-    if (t.code == kDLFloat && t.bits == 16) return DType::F16;
-    if (t.code == kDLBfloat && t.bits == 16) return DType::BF16;
-    if (t.code == kDLInt && t.bits == 32) return DType::I32;
-    if (t.code == kDLInt && t.bits == 8) return DType::I8;
-    if (t.code == kDLUInt && t.bits == 8) return DType::U8;
+    for (const DTypeNames& n : kDTypes)
+        if (n.code == t.code && n.bits == t.bits) return n.dtype;
     fail(
         "from_dlpack: dtype code {} with {} bits is not one anvil holds (float32, float16, bfloat16, int32, "
-        "int8, uint8); convert it first (torch: .float())",
+        "int8, uint8, uint16); convert it first (torch: .float())",
         int(t.code), int(t.bits));
 }
 
 std::string py_dtype_name(DType d) {
-    switch (d) {
-        case DType::F32:
-            return "float32";
-        case DType::F16:
-            return "float16";
-        case DType::BF16:
-            return "bfloat16";
-        case DType::I32:
-            return "int32";
-        case DType::I8:
-            return "int8";
-        case DType::U8:
-            return "uint8";
-        case DType::U16:
-            return "uint16";
-        default:
-            return std::string(dtype_name(d));
-    }
+    const DTypeNames* n = names_of(d);
+    return n ? n->name : std::string(dtype_name(d));
+}
+
+// Elements from one index to the next along each dimension: row-major, the rows of a strided view
+// (Tensor::cols) ld() apart.
+std::vector<int64_t> elem_strides(const Tensor& t) {
+    const int nd = t.shape.ndim;
+    std::vector<int64_t> st(size_t(nd), 1);
+    for (int i = nd - 2; i >= 0; i--)
+        st[size_t(i)] = i == nd - 2 ? t.ld() : st[size_t(i + 1)] * t.shape[i + 1];
+    return st;
 }
 
 // What an exported tensor keeps alive until its consumer calls the deleter, and the arrays DLTensor points
@@ -98,11 +95,7 @@ struct ExportCtx {
 
 template <class Managed>
 Managed* make_managed(const PyTensor& p) {
-    auto* ctx = new ExportCtx{p.owner, p.be, p.t.shape.vec(), {}};
-    const int nd = p.t.shape.ndim;
-    ctx->strides.assign(size_t(nd), 1);
-    for (int i = nd - 2; i >= 0; i--)
-        ctx->strides[size_t(i)] = i == nd - 2 ? p.t.ld() : ctx->strides[size_t(i + 1)] * p.t.shape[i + 1];
+    auto* ctx = new ExportCtx{p.owner, p.be, p.t.shape.vec(), elem_strides(p.t)};
     auto* m = new Managed{};
     m->manager_ctx = ctx;
     m->deleter = [](Managed* self) {
@@ -112,7 +105,7 @@ Managed* make_managed(const PyTensor& p) {
     DLTensor& d = m->dl_tensor;
     d.data = p.t.data;
     d.device = {p.t.device == Device::CUDA ? kDLCUDA : kDLCPU, p.t.device == Device::CUDA ? p.device_id : 0};
-    d.ndim = nd;
+    d.ndim = p.t.shape.ndim;
     d.dtype = dl_dtype(p.t.dtype);
     d.shape = ctx->shape.data();
     d.strides = ctx->strides.data();
@@ -190,41 +183,15 @@ PyTensor wrap_imported(const DLTensor& d) {
 }
 
 py::dict array_interface(const PyTensor& p, bool cuda) {
-    const char* typestr = nullptr;
-    switch (p.t.dtype) {
-        case DType::F32:
-            typestr = "<f4";
-            break;
-        case DType::F16:
-            typestr = "<f2";
-            break;
-        case DType::I32:
-            typestr = "<i4";
-            break;
-        case DType::I8:
-            typestr = "|i1";
-            break;
-        case DType::U8:
-            typestr = "|u1";
-            break;
-        case DType::U16:
-            typestr = "<u2";
-            break;
-        default:
-            throw py::attribute_error("anvil.Tensor: " + std::string(dtype_name(p.t.dtype)) +
-                                      " has no array-interface type; use torch.from_dlpack");
-    }
+    const DTypeNames* n = names_of(p.t.dtype);
+    if (!n || !n->typestr)
+        throw py::attribute_error("anvil.Tensor: " + py_dtype_name(p.t.dtype) +
+                                  " has no array-interface type; use torch.from_dlpack");
+    const char* typestr = n->typestr;
     p.sync();
     py::list shape, strides;
     for (int i = 0; i < p.t.shape.ndim; i++) shape.append(p.t.shape[i]);
-    const int64_t es = int64_t(dtype_size(p.t.dtype));
-    int64_t s = es;
-    std::vector<int64_t> st(size_t(p.t.shape.ndim));
-    for (int i = p.t.shape.ndim - 1; i >= 0; i--) {
-        st[size_t(i)] = i == p.t.shape.ndim - 2 ? p.t.ld() * es : s;
-        s = st[size_t(i)] * p.t.shape[i];
-    }
-    for (int64_t x : st) strides.append(x);
+    for (int64_t x : elem_strides(p.t)) strides.append(x * int64_t(dtype_size(p.t.dtype)));
     py::dict d;
     d["shape"] = py::tuple(shape);
     d["typestr"] = typestr;

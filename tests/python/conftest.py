@@ -1,7 +1,6 @@
 """Fixtures of the Python layer's tests: the anvil binary and package of one build tree (ANVIL_BIN, and
 PYTHONPATH=<build>/python, which ctest sets), a small model trained by the CLI, and the PyTorch oracles of
 tests/oracle (an independent GPT-2 and Llama)."""
-import json
 import os
 import subprocess
 import sys
@@ -49,7 +48,3 @@ def oracles():
     import test_llama_oracle as llama
     import test_torch_oracle as gpt2
     return gpt2, llama
-
-
-def read_json(path):
-    return json.loads(open(path).read())
