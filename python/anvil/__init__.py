@@ -81,8 +81,7 @@ def train(*, on_step: Optional[Callable[[dict], Optional[bool]]] = None, **flags
         return {"status": r["status"]}
     if r["interrupted"]:
         ckpt = r["model_dir"]
-        result = {"interrupted": True, "checkpoint": ckpt, "out": r["out"],
-                  "steps": int(os.path.basename(ckpt).rsplit("-", 1)[-1])}
+        result = {"interrupted": True, "checkpoint": ckpt, "out": r["out"], "steps": r["step"]}
         if not r["stopped_by_callback"]:
             raise KeyboardInterrupt(f"anvil.train: stopped; checkpoint in {ckpt} (continue with resume=)")
         return result
@@ -219,7 +218,7 @@ class Model:
 
     Model.load takes what `anvil generate --model` takes: a model directory (config.json + safetensors,
     Hugging Face's or anvil's), a run directory (its final model) or a checkpoint, with an optional PEFT
-    LoRA adapter. Weights are held in f32 on the device."""
+    LoRA adapter. Weights are held in f32 on the device unless precision= says otherwise."""
 
     def __init__(self, native: "_anvil.Model"):
         self._m = native
@@ -227,11 +226,15 @@ class Model:
 
     @classmethod
     def load(cls, path: PathLike, adapter: Optional[PathLike] = None, *, device: str = "auto",
-             threads: int = 0, tokenizer: Optional[PathLike] = None, template: Optional[str] = None) -> "Model":
-        """device: "cpu", "cuda" or "auto" (CUDA when a usable GPU is visible); threads: CPU threads (0: all
+             precision: Optional[str] = None, threads: int = 0, tokenizer: Optional[PathLike] = None,
+             template: Optional[str] = None) -> "Model":
+        """device: "cpu", "cuda" or "auto" (CUDA when a usable GPU is visible); precision: "fp32" (None),
+        "bf16" or "fp16", the model's tensors on CUDA (on the CPU, "bf16" keeps f32 tensors and multiplies the
+        linear layers in bf16, as PyTorch's CPU autocast; "fp16" is refused); threads: CPU threads (0: all
         cores); tokenizer, template: override the model's (as --tokenizer and --template)."""
-        return cls(_anvil.Model.load(os.fspath(path), os.fspath(adapter) if adapter else "", device, threads,
-                                     os.fspath(tokenizer) if tokenizer else "", template or ""))
+        return cls(_anvil.Model.load(os.fspath(path), os.fspath(adapter) if adapter else "", device,
+                                     precision or "fp32", threads, os.fspath(tokenizer) if tokenizer else "",
+                                     template or ""))
 
     @property
     def config(self) -> dict:

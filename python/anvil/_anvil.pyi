@@ -43,7 +43,8 @@ class Tokenizer:
 
 class Model:
     @staticmethod
-    def load(path: str, adapter: str, device: str, threads: int, tokenizer: str, template: str) -> "Model": ...
+    def load(path: str, adapter: str, device: str, precision: str, threads: int, tokenizer: str,
+             template: str) -> "Model": ...
     @property
     def config_json(self) -> str: ...
     @property

@@ -1,6 +1,5 @@
 // anvil eval and anvil generate: load a model directory, then score data or sample text.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -13,11 +12,11 @@
 #include "core/progress.h"
 #include "data/choices.h"
 #include "data/dataset.h"
-#include "data/text_stream.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
 #include "runtime/compare.h"
+#include "runtime/complete.h"
 #include "runtime/evaluate.h"
 #include "runtime/inference.h"
 
@@ -241,47 +240,29 @@ void check_generate_flags(GenerateOpts& o) {
                 o.samples);
 }
 
-// One reply to `prompt`, streamed to stdout when `stream` (whole characters: TextStream holds back a
-// multi-token one until it is complete); returns its text and leaves its figures in `stats`.
+// One reply to `prompt`, streamed to stdout when `stream` (whole characters); returns its text and leaves its
+// figures in `stats`.
 std::string stream_reply(Generator& gen, const Tokenizer& tok, const SampleOptions& s,
                          const std::vector<int32_t>& prompt, bool stream, nlohmann::json& stats) {
-    using Clock = std::chrono::steady_clock;
-    TextStream text(tok, {});
-    const auto show = [&](const std::string& delta) {
-        if (!stream || delta.empty()) return;
-        std::fwrite(delta.data(), 1, delta.size(), stdout);
-        std::fflush(stdout);
-    };
-    const auto t0 = Clock::now();
-    Clock::time_point first;
-    int produced = 0;
-    bool stopped = false;
-    gen.generate(prompt, s, [&](int32_t id) {
-        if (produced++ == 0) first = Clock::now();
-        if (std::count(s.stop_tokens.begin(), s.stop_tokens.end(), id)) {
-            stopped = true;
-            return true;
+    const TextCompletion c = complete_text(gen, tok, s, prompt, {}, [&](const std::string& piece) {
+        if (stream && !piece.empty()) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
         }
-        show(text.push({id}));
         return true;
     });
-    const auto t1 = Clock::now();
-    show(text.finish());
-    const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-    const double ttft = produced ? ms(first - t0) : ms(t1 - t0), decode = produced ? ms(t1 - first) : 0.0;
     if (stream) {
         std::printf("\n");
         std::fflush(stdout);
     }
-    stats = {{"text", text.text()},
+    stats = {{"text", c.text},
              {"prompt_tokens", prompt.size()},
-             {"completion_tokens", produced},
-             {"finish_reason", stopped ? "stop" : "length"},
-             {"time_to_first_token_ms", ttft},
-             {"total_ms", ms(t1 - t0)},
-             // the decode rate after the first token (which carries the prompt's prefill)
-             {"tokens_per_s", produced > 1 && decode > 0 ? (produced - 1) * 1e3 / decode : 0.0}};
-    return text.text();
+             {"completion_tokens", c.tokens.size()},
+             {"finish_reason", c.finish_reason},
+             {"time_to_first_token_ms", c.ttft_ms},
+             {"total_ms", c.total_ms},
+             {"tokens_per_s", c.tokens_per_s}};
+    return c.text;
 }
 
 // --prompt or --instruction: --num-samples completions, then the JSON where --json asks

@@ -57,7 +57,7 @@ extern const CLI::Validator kNonNegative;  // "must be zero or more"
 CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note);
 
 // The flags of the commands that load a trained model (eval, generate, serve): --model, --adapter,
-// --tokenizer, --template, --device, --threads.
+// --tokenizer, --template, --device, --threads, --precision.
 struct ModelFlags {
     InferenceOptions o;
     void add(CLI::App* sub);

@@ -61,6 +61,11 @@ void ModelFlags::add(CLI::App* sub) {
         ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     sub->add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(kNonNegative);
+    sub->add_option("--precision", o.precision,
+                    "fp32, bf16 or fp16: the model's tensors on CUDA; on the CPU, bf16 keeps f32 tensors and "
+                    "multiplies the linear layers in bf16 (oneDNN, as PyTorch's CPU autocast)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
 }
 
 CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {

@@ -15,13 +15,14 @@
 #include "core/error.h"
 #include "data/chat.h"
 #include "data/records.h"
-#include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/generate.h"
 #include "model/model_io.h"
 #include "python/tensor.h"
+#include "runtime/complete.h"
+#include "runtime/evaluate.h"
 #include "runtime/inference.h"
 #include "runtime/run_dir.h"
 
@@ -113,11 +114,13 @@ void bind_tokenizer_class(py::module_& m) {
 }
 
 StatePtr load_model(const std::string& path, const std::string& adapter, const std::string& device,
-                    int threads, const std::string& tokenizer, const std::string& tmpl) {
+                    const std::string& precision, int threads, const std::string& tokenizer,
+                    const std::string& tmpl) {
     InferenceOptions o;
     o.model_dir = path;
     o.adapter = adapter;
     o.device = device;
+    o.precision = precision;
     o.threads = threads;
     o.tokenizer = tokenizer;
     o.prompt_template = tmpl;
@@ -178,26 +181,14 @@ PyTensor forward(ModelState& s, const py::bytes& b, int B, int T) {
 // score(text): each token's log-probability after the end-of-text token that opens it (the last n_ctx of
 // them when longer), as training scores targets.
 py::tuple score_one(ModelState& s, const std::string& text) {
-    const Tokenizer& tok = *s.tok;
-    std::vector<int32_t> ids = {tok.eot_id()};
-    const std::vector<int32_t> t = tok.encode(text);
-    ids.insert(ids.end(), t.begin(), t.end());
-    Model& model = *s.model;
-    const int T = std::min(int(ids.size()) - 1, model.config().n_ctx);
-    std::vector<float> lp(size_t(std::max(T, 0)));
+    const std::vector<int32_t> ids = text_row(*s.tok, text);
+    const int T = std::min(int(ids.size()) - 1, s.model->config().n_ctx);
+    std::vector<float> lp;
     if (T > 0) {
         py::gil_scoped_release nogil;
         std::lock_guard lock(s.mu);
-        reserve_for(model, 1, T);
-        const size_t first = ids.size() - size_t(T) - 1;
-        ForwardPass f;
-        f.tokens = model.tokens(1, T);
-        f.targets = model.targets(1, T);
-        s.be->upload(f.tokens, ids.data() + first);
-        s.be->upload(f.targets, ids.data() + first + 1);
-        model.forward(f);
-        lp = s.be->download_f32(model.losses(1, T));
-        for (float& x : lp) x = -x;
+        reserve_for(*s.model, 1, T);
+        lp = token_logprobs(*s.model, std::vector<int32_t>(ids.end() - T - 1, ids.end()));
     }
     return py::make_tuple(raw(std::vector<int32_t>(ids.end() - T, ids.end())), raw(lp));
 }
@@ -225,13 +216,10 @@ py::tuple generate(ModelState& s, const std::vector<int32_t>& prompt, SampleArgs
     const Tokenizer& tok = *s.tok;
     if (!a.ignore_eos) a.s.stop_tokens = stop_tokens(s.prompt, tok);
     a.s.vocab_real = tok.vocab_size();
-    TextStream text(tok, a.stop);
-    std::string finish = "length";
-    std::vector<float> lps;
-    std::vector<int32_t> ids;
     std::exception_ptr err;
-    const auto emit = [&](const std::string& piece) {
-        if (on_text.is_none() || piece.empty() || err) return true;
+    const auto on_piece = [&](const std::string& piece) {
+        if (!signals_ok(err)) return false;
+        if (on_text.is_none() || piece.empty()) return true;
         py::gil_scoped_acquire gil;
         try {
             return py::bool_(on_text(py::bytes(piece))).cast<bool>();
@@ -240,29 +228,16 @@ py::tuple generate(ModelState& s, const std::vector<int32_t>& prompt, SampleArgs
             return false;
         }
     };
+    TextCompletion c;
     {
         py::gil_scoped_release nogil;
         std::lock_guard lock(s.mu);
-        ids = s.gen->generate(
-            prompt, a.s,
-            [&](int32_t id) {
-                if (!signals_ok(err)) return false;
-                if (std::count(a.s.stop_tokens.begin(), a.s.stop_tokens.end(), id)) {
-                    finish = "stop";
-                    return true;
-                }
-                const std::string piece = text.push({id});
-                const bool go = emit(piece);
-                if (text.stopped()) finish = "stop";
-                return go && !text.stopped();
-            },
-            a.logprobs ? &lps : nullptr);
-        if (!text.stopped()) emit(text.finish());
+        c = complete_text(*s.gen, tok, a.s, prompt, a.stop, on_piece, a.logprobs);
     }
     if (err) std::rethrow_exception(err);
     py::object lp = py::none();
-    if (a.logprobs) lp = py::cast(lps);
-    return py::make_tuple(py::bytes(text.text()), raw(ids), finish, lp);
+    if (a.logprobs) lp = py::cast(c.logprobs);
+    return py::make_tuple(py::bytes(c.text), raw(c.tokens), c.finish_reason, lp);
 }
 
 std::vector<int32_t> chat_prompt(const ModelState& s,
@@ -359,7 +334,7 @@ void bind_tokenizer(py::module_& m) {
 void bind_model(py::module_& m) {
     py::class_<ModelState, StatePtr> c(m, "Model");
     c.def_static("load", &load_model, py::arg("path"), py::arg("adapter"), py::arg("device"),
-                 py::arg("threads"), py::arg("tokenizer"), py::arg("template"))
+                 py::arg("precision"), py::arg("threads"), py::arg("tokenizer"), py::arg("template"))
         .def_property_readonly(
             "config_json",
             [](const ModelState& s) { return json_text(read_json_file(s.base_dir + "/config.json")); })

@@ -16,13 +16,15 @@ namespace anvil::python {
 
 namespace {
 
-// run_cli(args, on_step) -> {"status", "out", "model_dir", "interrupted"}: on_step (or None) gets each
-// training step's metrics record as a dict; returning False stops the run after that step (it checkpoints, as
-// on SIGINT); an exception in it stops the run the same way and is raised once the checkpoint is written.
+// run_cli(args, on_step) -> {"status", "ended", "out", "model_dir", "step", "interrupted",
+// "stopped_by_callback"}: on_step (or None) gets each training step's metrics record as a dict; returning
+// False stops the run after that step (it checkpoints, as on SIGINT); an exception in it stops the run the
+// same way and is raised once the checkpoint is written.
 py::dict run_cli(const std::vector<std::string>& args, const py::object& on_step) {
     auto hooks = std::make_shared<TrainHooks>();
     std::exception_ptr err;
     std::string out, model_dir;
+    int64_t step = 0;
     bool interrupted = false, ended = false, stopped = false;
     const py::object loads = py::module_::import("json").attr("loads");
     if (!on_step.is_none()) {
@@ -40,8 +42,8 @@ py::dict run_cli(const std::vector<std::string>& args, const py::object& on_step
             }
         };
     }
-    hooks->on_end = [&](const std::string& o, const std::string& m, bool i) {
-        out = o, model_dir = m, interrupted = i, ended = true;
+    hooks->on_end = [&](const TrainHooks::End& e) {
+        out = e.out, model_dir = e.model_dir, step = e.step, interrupted = e.interrupted, ended = true;
     };
     int status = 0;
     {
@@ -54,6 +56,7 @@ py::dict run_cli(const std::vector<std::string>& args, const py::object& on_step
     r["ended"] = ended;
     r["out"] = out;
     r["model_dir"] = model_dir;
+    r["step"] = step;
     r["interrupted"] = interrupted;
     r["stopped_by_callback"] = stopped;
     return r;

@@ -217,10 +217,7 @@ std::vector<TextScore> score_texts(Model& model, const Tokenizer& tok, const std
     std::vector<ScoredRow> rows;
     std::vector<ChoiceScore> scores(texts.size());
     for (size_t i = 0; i < texts.size(); i++) {
-        std::vector<int32_t> ids = {tok.eot_id()};
-        const std::vector<int32_t> t = tok.encode(texts[i]);
-        ids.insert(ids.end(), t.begin(), t.end());
-        rows.push_back({i, 0, ChoiceRow{std::move(ids), 1}});
+        rows.push_back({i, 0, ChoiceRow{text_row(tok, texts[i]), 1}});
         scores[i].logprob.assign(1, 0.0);
         scores[i].tokens.assign(1, 0);
     }
@@ -228,6 +225,23 @@ std::vector<TextScore> score_texts(Model& model, const Tokenizer& tok, const std
     std::vector<TextScore> out(texts.size());
     for (size_t i = 0; i < texts.size(); i++) out[i] = {scores[i].logprob[0], scores[i].tokens[0]};
     return out;
+}
+
+std::vector<int32_t> text_row(const Tokenizer& tok, const std::string& text) {
+    std::vector<int32_t> ids = {tok.eot_id()};
+    const std::vector<int32_t> t = tok.encode(text);
+    ids.insert(ids.end(), t.begin(), t.end());
+    return ids;
+}
+
+std::vector<float> token_logprobs(Model& model, const std::vector<int32_t>& ids) {
+    const int T = std::min(int(ids.size()) - 1, model.max_T());
+    if (T <= 0) return {};
+    const int32_t* first = ids.data() + (ids.size() - size_t(T) - 1);
+    std::vector<float> lp(static_cast<size_t>(T));
+    token_losses(model, 1, T, first, first + 1, lp.data());
+    for (float& x : lp) x = -x;
+    return lp;
 }
 
 int choice_items(const std::vector<ChoiceItem>& items, int max_items) {

@@ -72,6 +72,11 @@ struct TextScore {
 };
 std::vector<TextScore> score_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
                                    const std::function<void(int)>& progress = {});
+// A text as score_texts scores it: the end-of-text token, then its tokens.
+std::vector<int32_t> text_row(const Tokenizer& tok, const std::string& text);
+// Each of ids[1..]'s log-probability after the ids before it (natural log), in one row of the model's
+// reserved activations: the last max_T of them when there are more.
+std::vector<float> token_logprobs(Model& model, const std::vector<int32_t>& ids);
 
 // Up to `tokens` tokens sampled after `prompt` at temperature 1 from the tokenizer's ids, seeded, ending
 // after one of `stop` (where given): the prompt and the sample as text.

@@ -30,6 +30,26 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
     return make_backend(backend_options(device, threads, attention, gpu));
 }
 
+namespace {
+
+// --precision for a model that runs: the model's dtype, the CPU's bf16 products switched on.
+DType inference_dtype(const std::string& precision, Backend& be) {
+    DType dt;
+    ANVIL_CHECK(precision != "fp8" && dtype_from_precision(precision, &dt),
+                "--precision {}: a model runs in fp32, bf16 or fp16", precision);
+    if (be.device() == Device::CUDA || dt == DType::F32) return dt;
+    ANVIL_CHECK(dt == DType::BF16,
+                "--precision {}: the CPU backend runs in fp32 or bf16; use one of them, or "
+                "--device cuda",
+                precision);
+    ANVIL_CHECK(be.set_autocast(DType::BF16),
+                "--precision bf16 on the CPU multiplies through oneDNN, which this build of anvil lacks; "
+                "install libdnnl-dev and rebuild (make), or use --precision fp32");
+    return DType::F32;
+}
+
+}  // namespace
+
 InferenceSetup setup_inference(const InferenceOptions& o) {
     InferenceSetup l;
     std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
@@ -59,6 +79,7 @@ InferenceSetup setup_inference(const InferenceOptions& o) {
     }
     l.backend = make_run_backend(o.device, o.threads, "auto");
     ModelOptions mo;
+    mo.dtype = inference_dtype(o.precision, *l.backend);
     if (!adapter.empty()) mo.lora = read_peft_config(adapter).lora;
     l.model = make_model(*l.backend, cfg, mo);
     if (!adapter.empty()) read_peft_config(adapter, l.model.get());  // the layout check needs the model

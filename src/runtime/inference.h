@@ -30,6 +30,9 @@ struct InferenceOptions {
     std::string prompt_template;  // override the one the model was trained with
     std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     int threads = 0;
+    // fp32 (the default), bf16 or fp16: the model's tensors on CUDA; on the CPU bf16 is f32 tensors with the
+    // linear layers' products in bf16 (oneDNN, PyTorch's CPU autocast) and fp16 is refused.
+    std::string precision = "fp32";
     // A command that only moves weights (quantize, merge, convert): a model saved without tokenizer files
     // loads with no tokenizer (InferenceSetup::tok null) instead of an error.
     bool weights_only = false;

@@ -14,9 +14,14 @@ struct TrainHooks {
     // After each step, its metrics record (metrics.jsonl's, every step); false stops the run after that step,
     // which then checkpoints as on SIGINT.
     std::function<bool(const nlohmann::json& record)> on_step;
-    // When the run ends (rank 0): its directory, the model directory it wrote (final/ or the interruption's
-    // checkpoint) and whether it was interrupted.
-    std::function<void(const std::string& out, const std::string& model_dir, bool interrupted)> on_end;
+    // When the run ends (rank 0): where and at which step.
+    struct End {
+        std::string out;        // the run directory
+        std::string model_dir;  // what it wrote last: final/, or the interruption's checkpoint-N/
+        int64_t step = 0;       // the steps done
+        bool interrupted = false;
+    };
+    std::function<void(const End&)> on_end;
 };
 
 struct TrainOptions {

@@ -194,7 +194,9 @@ int TrainingLoop::run() {
 }
 
 bool TrainingLoop::stop_requested() {
-    return hook_stop_ || (run_.dp ? run_.dp->stop_agreed() : bool(g_stop));
+    // Under data parallelism a stop (a signal, or a hook on any rank) travels with the next step's vote, so
+    // every rank stops after the same step.
+    return run_.dp ? run_.dp->stop_agreed() : hook_stop_ || g_stop;
 }
 
 // One optimizer step, its metrics record, the progress line, and --eval-every's validation.
@@ -204,7 +206,7 @@ void TrainingLoop::one_step(Step s) {
     const auto t0 = Clock::now();
     double waited = 0.0;
     const StepBatch batch = loader_.acquire(s.index(), &waited);
-    if (run_.dp) run_.dp->vote_stop(g_stop);
+    if (run_.dp) run_.dp->vote_stop(g_stop || hook_stop_);
     AdamWArgs args;
     args.lr = sched_.at(s.index());
     args.beta1 = o_.beta1;
@@ -397,7 +399,8 @@ int TrainingLoop::finish(int64_t step, bool interrupted) {
     // Every rank goes through the report (the held-out scores are shared work); rank 0 alone writes files,
     // and the other ranks' output goes nowhere (Comm::quiet_unless_rank0).
     const bool lead = comm_.rank() == 0;
-    if (lead && o_.hooks && o_.hooks->on_end) o_.hooks->on_end(o_.out, o_.out + "/" + final_dir, interrupted);
+    if (lead && o_.hooks && o_.hooks->on_end)
+        o_.hooks->on_end({o_.out, o_.out + "/" + final_dir, step, interrupted});
     if (interrupted) {
         bar_.finish(fmt::format("interrupted at step {}; continue with: anvil train --resume {}/{}", step,
                                 o_.out, final_dir));

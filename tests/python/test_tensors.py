@@ -77,6 +77,25 @@ def test_gpt2_logits_match_the_oracle(gpt2_dir, oracles):
     assert np.allclose(s.logprobs, want_lp.numpy(), rtol=TOL, atol=TOL)
 
 
+def test_precision_bf16_on_the_cpu_is_autocast(gpt2_dir, oracles):
+    gpt2, _ = oracles
+    d, p = gpt2_dir
+    idx = torch.randint(0, gpt2.V, (2, 16), generator=torch.Generator().manual_seed(2))
+    f32 = torch.from_dlpack(anvil.Model.load(d, tokenizer="byte", threads=2).forward(idx.numpy()))
+    try:
+        m = anvil.Model.load(d, tokenizer="byte", threads=2, precision="bf16")
+    except anvil.InputError as e:
+        assert "oneDNN" in str(e)
+        pytest.skip("this build has no oneDNN")
+    got = torch.from_dlpack(m.forward(idx.numpy()))
+    assert got.dtype == torch.float32 and not torch.equal(got, f32)  # bf16 products, f32 logits
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = gpt2.forward(p, idx).float()
+    assert rel_err(got, f32) < 5e-2 and rel_err(got, want) < 5e-2
+    with pytest.raises(anvil.InputError, match="fp16"):
+        anvil.Model.load(d, tokenizer="byte", device="cpu", precision="fp16")
+
+
 def test_state_dict_runs_in_the_oracle_and_loads_back_bit_for_bit(gpt2_dir, oracles):
     gpt2, _ = oracles
     d, _ = gpt2_dir
