@@ -132,7 +132,7 @@ class Tokenizer:
     @classmethod
     def load(cls, path: PathLike) -> "Tokenizer":
         """From "byte", a directory or file of tokenizer files (tokenizer.json, vocab.json + merges.txt,
-        encoder.json + vocab.bpe), or a model or run directory (the tokenizer it was trained with)."""
+        encoder.json + vocab.bpe), a model or run directory (the tokenizer it was trained with), or a GGUF file."""
         return cls(_anvil.Tokenizer.load(os.fspath(path)))
 
     def encode(self, text: str, *, special_tokens: bool = True) -> np.ndarray:
@@ -217,7 +217,7 @@ class Model:
     """A model loaded to run: generate, stream, chat, score, forward, state_dict.
 
     Model.load takes what `anvil generate --model` takes: a model directory (config.json + safetensors,
-    Hugging Face's or anvil's), a run directory (its final model) or a checkpoint, with an optional PEFT
+    Hugging Face's or anvil's), a run directory (its final model), a checkpoint or a GGUF file, with an optional PEFT
     LoRA adapter. Weights are held in f32 on the device unless precision= says otherwise."""
 
     def __init__(self, native: "_anvil.Model"):

@@ -130,6 +130,7 @@ int run_anvil(const std::vector<std::string>& args, const Embedding& embed) {
                                  add_lora(app),
                                  add_quantize(app),
                                  add_convert(app),
+                                 add_export(app),
                                  add_serve(app),
                                  add_compare(app)};
     cmds.push_back(add_sweep(app, *cmds[0].app));

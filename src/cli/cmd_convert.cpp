@@ -4,17 +4,33 @@
 #include "cli/commands.h"
 #include "io/fs.h"
 #include "model/llmc_model.h"
+#include "runtime/gguf_model.h"
 #include "runtime/inference.h"
 
 namespace anvil::cli {
+
+namespace {
+
+// llama.cpp's GGUF file -> a Hugging Face directory (f32 unless --dtype says otherwise)
+int gguf_to_dir(const std::string& in, int threads, const std::string& dtype, const OutputFlags& out) {
+    const std::unique_ptr<Backend> be = make_run_backend("cpu", threads, "auto");
+    const GgufModel g = import_gguf(in, *be);
+    const DType dt = dtype.empty() ? DType::F32 : weight_dtype(dtype);
+    out.save(*g.model, *g.tok, "auto", dt);
+    std::printf("GGUF file %s -> Hugging Face directory %s (%s, %s)\n", in.c_str(), out.out.c_str(),
+                g.model->config().str().c_str(), precision_name(dt));
+    return 0;
+}
+
+}  // namespace
 
 Command add_convert(CLI::App& app) {
     CLI::App* sub = app.add_subcommand(
         "convert",
         "convert between llm.c's GPT-2 model files (train_gpt2.py's gpt2_124M.bin, train_gpt2.cu's "
-        "model_00005000.bin) and Hugging Face model directories; the direction follows --model: an llm.c "
-        "file becomes a directory (train, eval, generate, serve, quantize and LoRA read it), a directory an "
-        "llm.c file (train_gpt2cu -e reads it)");
+        "model_00005000.bin) and Hugging Face model directories, and read GGUF files (llama.cpp's) into "
+        "directories; the direction follows --model: an llm.c or GGUF file becomes a directory (train, eval, "
+        "generate, serve, quantize and LoRA read it), a directory an llm.c file (train_gpt2cu -e reads it)");
     struct Opts {
         InferenceOptions in;
         OutputFlags out;
@@ -22,7 +38,7 @@ Command add_convert(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     sub->add_option("--model", o->in.model_dir,
-                    "an llm.c model file, or a model directory (or a run directory: its final/)")
+                    "an llm.c model file, a GGUF file, or a model directory (or a run directory: its final/)")
         ->required();
     o->out.add(sub, o->in.threads, "the model directory or llm.c file to write");
     sub->add_option(
@@ -41,6 +57,7 @@ Command add_convert(CLI::App& app) {
             ANVIL_CHECK(
                 file_exists(in) || dir_exists(in),
                 "--model {}: no such file or directory; give an llm.c model file or a model directory", in);
+            if (is_gguf_file(in)) return gguf_to_dir(in, o->in.threads, o->dtype, o->out);
             if (file_exists(in) && !dir_exists(in)) {  // an llm.c file -> a directory
                 LlmcHeader h;
                 const ModelConfig cfg = read_llmc_header(in, &h);

@@ -147,7 +147,7 @@ int run_eval(const ModelFlags& mf, const EvalOpts& o) {
 struct GenerateOpts {
     std::string prompt, prompt_file, instruction, input, system, json;
     SampleOptions s;
-    bool no_stop = false, chat = false;
+    bool no_stop = false, chat = false, logprobs = false;
     int samples = 1;
 };
 
@@ -205,6 +205,9 @@ void add_sampling_flags(CLI::App* sub, GenerateOpts& o) {
         ->check(CLI::Range(0.0, 1.0));
     sub->add_option("--seed", o.s.seed, "sampling seed")->capture_default_str();
     sub->add_flag("--no-stop", o.no_stop, "keep going past the end-of-text and end-of-turn tokens");
+    sub->add_flag("--logprobs", o.logprobs,
+                  "--json lists each generated token's log-probability under the model (natural log, before "
+                  "temperature and filters)");
     sub->add_option("--num-samples,-n", o.samples,
                     "independent completions of the prompt (nanoGPT's num_samples, Hugging Face's "
                     "num_return_sequences), sample i drawn with --seed + i, printed one after another "
@@ -243,14 +246,16 @@ void check_generate_flags(GenerateOpts& o) {
 // One reply to `prompt`, streamed to stdout when `stream` (whole characters); returns its text and leaves its
 // figures in `stats`.
 std::string stream_reply(Generator& gen, const Tokenizer& tok, const SampleOptions& s,
-                         const std::vector<int32_t>& prompt, bool stream, nlohmann::json& stats) {
-    const TextCompletion c = complete_text(gen, tok, s, prompt, {}, [&](const std::string& piece) {
+                         const std::vector<int32_t>& prompt, bool stream, nlohmann::json& stats,
+                         bool logprobs = false) {
+    const auto show = [&](const std::string& piece) {
         if (stream && !piece.empty()) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
         }
         return true;
-    });
+    };
+    const TextCompletion c = complete_text(gen, tok, s, prompt, {}, show, logprobs);
     if (stream) {
         std::printf("\n");
         std::fflush(stdout);
@@ -261,7 +266,9 @@ std::string stream_reply(Generator& gen, const Tokenizer& tok, const SampleOptio
              {"finish_reason", c.finish_reason},
              {"time_to_first_token_ms", c.ttft_ms},
              {"total_ms", c.total_ms},
-             {"tokens_per_s", c.tokens_per_s}};
+             {"tokens_per_s", c.tokens_per_s},
+             {"tokens", c.tokens}};
+    if (logprobs) stats["logprobs"] = c.logprobs;
     return c.text;
 }
 
@@ -277,7 +284,7 @@ void generate_completions(const GenerateOpts& o, const InferenceSetup& l, Genera
     for (int i = 0; i < o.samples; i++) {
         s.seed = o.s.seed + uint64_t(i);
         if (stream) std::printf("%s", shown.c_str());
-        stream_reply(gen, tok, s, prompt, stream, stats);
+        stream_reply(gen, tok, s, prompt, stream, stats, o.logprobs);
         all.push_back(stats);
         if (stream && o.samples > 1) std::printf("---------------\n");
     }

@@ -23,16 +23,6 @@ extern "C" void on_serve_signal(int) {
     g_signals++;
 }
 
-// A run's final/ or checkpoint-N/ is named after the run directory; any other model directory after itself.
-std::string default_model_name(const std::string& dir) {
-    std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();
-    const std::string base = p.filename().string();
-    if ((base == "final" || base.rfind("checkpoint-", 0) == 0) && !p.parent_path().filename().empty())
-        return p.parent_path().filename().string();
-    return base.empty() ? "model" : base;
-}
-
 struct ServeOpts {
     serve::ServerOptions http;
     std::string name;

@@ -45,6 +45,7 @@ Command add_plot(CLI::App& app);
 Command add_lora(CLI::App& app);
 Command add_quantize(CLI::App& app);
 Command add_convert(CLI::App& app);
+Command add_export(CLI::App& app);
 Command add_serve(CLI::App& app);
 // `train`: the flags a sweep's grid may vary
 Command add_sweep(CLI::App& app, const CLI::App& train);
@@ -55,6 +56,10 @@ extern const CLI::Validator kNonNegative;  // "must be zero or more"
 
 // --template / --chat-template NAME: how instruction and chat records are rendered (data/chat.h).
 CLI::Option* add_template_flag(CLI::App* sub, std::string& dest, const std::string& default_note);
+
+// A model's name for users (the served model, a GGUF's general.name): a run's final/ or checkpoint-N/ is
+// named after the run directory, any other model directory after itself.
+std::string default_model_name(const std::string& dir);
 
 // The flags of the commands that load a trained model (eval, generate, serve): --model, --adapter,
 // --tokenizer, --template, --device, --threads, --precision.

@@ -2,6 +2,7 @@
 // --config files.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/sizes.h"
@@ -66,6 +67,15 @@ void ModelFlags::add(CLI::App* sub) {
                     "multiplies the linear layers in bf16 (oneDNN, as PyTorch's CPU autocast)")
         ->capture_default_str()
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+}
+
+std::string default_model_name(const std::string& dir) {
+    std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    const std::string base = p.filename().string();
+    if ((base == "final" || base.rfind("checkpoint-", 0) == 0) && !p.parent_path().filename().empty())
+        return p.parent_path().filename().string();
+    return base.empty() ? "model" : base;
 }
 
 CLI::Option* add_json_flag(CLI::App* sub, std::string& dest) {

@@ -23,6 +23,7 @@
 #include "python/tensor.h"
 #include "runtime/complete.h"
 #include "runtime/evaluate.h"
+#include "runtime/gguf_model.h"
 #include "runtime/inference.h"
 #include "runtime/run_dir.h"
 
@@ -68,8 +69,8 @@ struct ModelState {
 using StatePtr = std::shared_ptr<ModelState>;
 
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
-    if (spec != "byte" && dir_exists(spec) && tokenizer_files_in(spec).empty()) {
-        // a model or run directory: the tokenizer it was trained with
+    if (spec != "byte" && (is_gguf_file(spec) || (dir_exists(spec) && tokenizer_files_in(spec).empty()))) {
+        // a model or run directory, or a GGUF file: the tokenizer it was trained with
         const std::string dir = resolve_model_dir(spec, "Tokenizer.load");
         const nlohmann::json raw = read_json_file(dir + "/config.json");
         return tokenizer_for_checkpoint(dir, raw);

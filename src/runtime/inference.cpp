@@ -53,6 +53,7 @@ DType inference_dtype(const std::string& precision, Backend& be) {
 InferenceSetup setup_inference(const InferenceOptions& o) {
     InferenceSetup l;
     std::string dir = resolve_model_dir(o.model_dir), adapter = o.adapter;
+    if (!adapter.empty()) adapter = resolve_model_dir(adapter, "--adapter");  // a LoRA run: its final/
     if (is_adapter_dir(dir)) {  // a LoRA run's directory: its base, plus the adapter
         ANVIL_CHECK(adapter.empty(),
                     "--model {} is itself an adapter; give its base with --model and it with "

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "io/fs.h"
 #include "io/json_text.h"
+#include "runtime/gguf_model.h"
 
 namespace anvil {
 
@@ -142,6 +143,7 @@ std::string clean_stale_temporaries(const std::string& dir) {
 }
 
 std::string resolve_model_dir(const std::string& path, const char* flag) {
+    if (is_gguf_file(path)) return gguf_model_dir(path);  // llama.cpp's file, read into a directory once
     ANVIL_CHECK(dir_exists(path), "{} {}: no such directory", flag, path);
     for (const std::string& d : {path, path + "/final"})
         if (file_exists(d + "/config.json") || file_exists(d + "/adapter_config.json")) return d;

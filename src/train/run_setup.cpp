@@ -11,6 +11,7 @@
 #include "io/fs.h"
 #include "io/json_text.h"
 #include "model/model_io.h"
+#include "runtime/gguf_model.h"
 #include "train/autobatch.h"
 #include "train/schedule.h"
 
@@ -88,6 +89,8 @@ ModelSource model_source(TrainOptions& o, const ResumePoint* resume) {
                     resume->dir);
         s.adapter = resume->dir;
     }
+    if (is_gguf_file(o.init))
+        o.init = gguf_model_dir(o.init);  // llama.cpp's file, read into a directory once
     s.base = resume && !resume->adapter ? resume->dir : o.init;
     ANVIL_CHECK(!s.lora.enabled() || !s.base.empty(),
                 "--lora-rank {}: LoRA adapts a pretrained model; give its directory with --init BASE",

@@ -17,7 +17,7 @@ if ! cmake -S "$here" -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=
     exit 1
 fi
 status=0
-for t in jsonl tokenizer shard; do
+for t in jsonl tokenizer shard gguf; do
     work="$out/corpus_$t"
     mkdir -p "$work"
     cp -n "$here/corpus/$t/"* "$work/" 2>/dev/null || true
