@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/layers.h"
+#include "model/model_io.h"
 
 namespace anvil {
 
@@ -16,10 +17,9 @@ bool is_gpt2(const ModelConfig& c) {
 }
 
 // GPT-2's Conv1D weights are stored (in, out); llama.cpp's, as every linear layer's, (out, in).
-std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
     std::vector<float> y(x.size());
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < cols; k++) y[size_t(k * rows + r)] = x[size_t(r * cols + k)];
+    transpose(x.data(), y.data(), rows, cols);
     return y;
 }
 
@@ -237,7 +237,7 @@ bool gguf_from_hf(const ModelConfig& c, const std::string& hf_name, const std::v
         ANVIL_ASSERT(shape.size() == 2);
         int64_t rows = shape[0], cols = shape[1];
         if (p->conv1d) {
-            if (!data.empty()) data = transpose(data, rows, cols);
+            if (!data.empty()) data = transposed(data, rows, cols);
             std::swap(rows, cols);
         }
         out->ne = {uint64_t(cols), uint64_t(rows)};
@@ -296,7 +296,7 @@ bool hf_from_gguf(const ModelConfig& c, const GgufTensor& t, std::string* hf_nam
         const int64_t rows = int64_t(t.ne[1]), cols = int64_t(t.ne[0]);
         *shape = {rows, cols};
         if (p->conv1d) {
-            *data = transpose(*data, rows, cols);
+            *data = transposed(*data, rows, cols);
             *shape = {cols, rows};
         }
     }

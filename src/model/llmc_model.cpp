@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/fs.h"
+#include "model/model_io.h"
 
 namespace anvil {
 
@@ -58,12 +59,6 @@ std::vector<Entry> file_order(const Model& model) {
             order.push_back({i, k.linear});
         }
     return order;
-}
-
-// (rows, cols) -> (cols, rows)
-void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) out[c * rows + r] = in[r * cols + c];
 }
 
 }  // namespace

@@ -19,9 +19,14 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = null
 // family's aliases); every parameter must be present with its shape; a tensor that is neither a parameter
 // nor ignorable (model.ignorable_tensor) is an error naming it. A tensor-parallel model takes its piece of
 // each split tensor. F32, BF16 and F16 sources convert to the
-// parameter's dtype. `on_f32` (optional) sees each parameter's values in f32 before rounding (master weights).
+// parameter's dtype. `on_f32` (optional) sees each parameter's values in f32 before rounding (master
+// weights).
 void load_model_weights(const std::string& dir, Model& model,
                         const std::function<void(size_t, const float*)>& on_f32 = {});
+
+// (rows, cols) -> (cols, rows), row-major: GPT-2's Conv1D weights, stored (in, out), to every other
+// format's (out, in) and back.
+void transpose(const float* in, float* out, int64_t rows, int64_t cols);
 
 // How a model directory is written: the tensors' dtype (F32, BF16 or F16) and the largest shard. A model
 // larger than one shard is written as Hugging Face does: model-00001-of-0000N.safetensors ... plus
@@ -35,6 +40,7 @@ struct SaveFormat {
 // `weight_f32(i, dst)` fills parameter i's f32 values (the optimizer's master copy), default: the parameters
 // themselves. Tensors are written whole: for a tensor-parallel piece, weight_f32 gives the gathered tensor.
 void write_model_dir(const std::string& dir, const Model& model, const nlohmann::json& extra,
-                     const std::function<void(size_t, float*)>& weight_f32 = {}, const SaveFormat& format = {});
+                     const std::function<void(size_t, float*)>& weight_f32 = {},
+                     const SaveFormat& format = {});
 
 }  // namespace anvil

@@ -117,14 +117,13 @@ void bind_tokenizer_class(py::module_& m) {
 StatePtr load_model(const std::string& path, const std::string& adapter, const std::string& device,
                     const std::string& precision, int threads, const std::string& tokenizer,
                     const std::string& tmpl) {
-    InferenceOptions o;
-    o.model_dir = path;
-    o.adapter = adapter;
-    o.device = device;
-    o.precision = precision;
-    o.threads = threads;
-    o.tokenizer = tokenizer;
-    o.prompt_template = tmpl;
+    const InferenceOptions o{.model_dir = path,
+                             .adapter = adapter,
+                             .tokenizer = tokenizer,
+                             .prompt_template = tmpl,
+                             .device = device,
+                             .threads = threads,
+                             .precision = precision};
     InferenceSetup l;
     {
         py::gil_scoped_release nogil;

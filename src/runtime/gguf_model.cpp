@@ -67,35 +67,41 @@ std::string pre_tokenizer_name(const nlohmann::json& j) {
         pattern.empty() ? pre.dump() : pattern);
 }
 
+// A fresh temporary directory, removed with what it holds when the scope ends (also on an error).
+struct ScratchDir {
+    std::string path = temp_dir_for(std::filesystem::temp_directory_path().string() + "/anvil-gguf-vocab");
+    ScratchDir() { make_dirs(path); }
+    ~ScratchDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+// tokenizer.json's ByteLevel step (pre-tokenizer with GPT-2's regex, or after a Split without it; decoder).
+nlohmann::json byte_level(bool use_regex) {
+    return {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+}
+
 // A tokenizer's own tokenizer.json (what it saves).
 nlohmann::json tokenizer_json(const Tokenizer& tok) {
     ANVIL_CHECK(
         tok.kind() != "byte",
         "the model uses anvil's byte tokenizer, which GGUF has no form for: train with a BPE tokenizer "
         "(--tokenizer DIR: GPT-2's, Llama 3's, Qwen 2's, Llama 2's) to run the model in llama.cpp");
-    const std::string tmp =
-        temp_dir_for(std::filesystem::temp_directory_path().string() + "/anvil-gguf-vocab");
-    make_dirs(tmp);
-    nlohmann::json j;
-    try {
-        tok.save(tmp);
-        ANVIL_CHECK(file_exists(tmp + "/tokenizer.json"), "the tokenizer saves no tokenizer.json");
-        j = read_json_file(tmp + "/tokenizer.json");
-    } catch (...) {
-        std::filesystem::remove_all(tmp);
-        throw;
-    }
-    std::filesystem::remove_all(tmp);
-    return j;
+    const ScratchDir tmp;
+    tok.save(tmp.path);
+    ANVIL_CHECK(file_exists(tmp.path + "/tokenizer.json"), "the tokenizer saves no tokenizer.json");
+    return read_json_file(tmp.path + "/tokenizer.json");
 }
 
 // Every id's text and llama.cpp token type, padded with unused entries to the model's rows: the vocabulary's
-// tokens `normal`, added ones control (special) or user-defined.
+// tokens normal, added ones control (special) or user-defined.
 struct TokenTable {
     std::vector<std::string> tokens;
     std::vector<int32_t> types;
 };
-TokenTable token_table(const nlohmann::json& j, int model_vocab, int32_t normal) {
+TokenTable token_table(const nlohmann::json& j, int model_vocab) {
     TokenTable t{std::vector<std::string>(static_cast<size_t>(model_vocab)),
                  std::vector<int32_t>(static_cast<size_t>(model_vocab), kUnused)};
     const auto place = [&](const std::string& text, int64_t id, int32_t type) {
@@ -104,7 +110,7 @@ TokenTable token_table(const nlohmann::json& j, int model_vocab, int32_t normal)
         t.tokens[size_t(id)] = text;
         t.types[size_t(id)] = type;
     };
-    for (const auto& [text, id] : j.at("model").at("vocab").items()) place(text, id.get<int64_t>(), normal);
+    for (const auto& [text, id] : j.at("model").at("vocab").items()) place(text, id.get<int64_t>(), kNormal);
     for (const nlohmann::json& a : j.value("added_tokens", nlohmann::json::array()))
         place(a.at("content").get<std::string>(), a.at("id").get<int64_t>(),
               a.value("special", false) ? kControl : kUserDefined);
@@ -126,7 +132,7 @@ std::vector<std::string> merge_strings(const nlohmann::json& model) {
 // the rank of the first merge that makes it), <0xNN> pieces as bytes, the unknown piece as unknown.
 void write_sentencepiece(const nlohmann::json& j, int model_vocab, gguf::Writer& w) {
     const nlohmann::json& model = j.at("model");
-    TokenTable t = token_table(j, model_vocab, kNormal);
+    TokenTable t = token_table(j, model_vocab);
     std::unordered_map<std::string, int32_t> id_of;
     for (size_t i = 0; i < t.tokens.size(); i++)
         if (t.types[i] == kNormal) id_of.emplace(t.tokens[i], int32_t(i));
@@ -171,7 +177,7 @@ void write_vocab(const Tokenizer& tok, int model_vocab, gguf::Writer& w) {
     if (model.value("byte_fallback", false)) {
         write_sentencepiece(j, model_vocab, w);
     } else {
-        TokenTable t = token_table(j, model_vocab, kNormal);
+        TokenTable t = token_table(j, model_vocab);
         w.set("tokenizer.ggml.model", Value::str("gpt2"));
         w.set("tokenizer.ggml.pre", Value::str(pre_tokenizer_name(j)));
         w.set("tokenizer.ggml.tokens", Value::strings(std::move(t.tokens)));
@@ -220,27 +226,47 @@ void encode(TensorType type, const std::vector<float>& x, uint8_t* dst) {
     }
 }
 
+// The model's parameters (lora: its LoRA entries alone; else all but them, merged into their base by the
+// caller) as GGUF tensors in `dtype`. Each is read from the device when its turn to be written comes: one
+// tensor in host memory at a time.
+void add_params(gguf::Writer& w, const Model& model, const std::string& dtype, bool lora) {
+    using Map = bool (*)(const ModelConfig&, const std::string&, const std::vector<int64_t>&,
+                         std::vector<float>, GgufTensor*);
+    const Map map = lora ? gguf_lora_from_hf : gguf_from_hf;
+    const ModelConfig& c = model.config();
+    const ParamStore& store = model.params();
+    for (size_t i = 0; i < store.size(); i++) {
+        const ParamSpec& s = store.spec(i);
+        if ((s.name.find(".lora_") != std::string::npos) != lora) continue;
+        const std::vector<int64_t> shape(s.shape.dims.begin(), s.shape.dims.begin() + s.shape.ndim);
+        GgufTensor t;  // its name and dimensions (no values given: none computed)
+        ANVIL_CHECK(map(c, s.name, shape, {}, &t), "parameter {} has no place in llama.cpp's {} layout",
+                    s.name, gguf_arch(c));
+        const TensorType type = tensor_type(dtype, t.ne);
+        w.add_tensor(t.name, t.ne, type, [&store, &c, map, i, shape, type](uint8_t* dst) {
+            GgufTensor v;
+            map(c, store.spec(i).name, shape, store.read_f32(i), &v);
+            encode(type, v.data, dst);
+        });
+    }
+}
+
 // ---- import
 
 // tokenizer.json's pre-tokenizer and normalizer for llama.cpp's pre-tokenizer name.
 void split_for(const gguf::Reader& r, const std::string& pre, nlohmann::json* pre_tok,
                nlohmann::json* normalizer) {
-    nlohmann::json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-    *pre_tok = byte_level;
+    *pre_tok = byte_level(true);
     *normalizer = nullptr;
     if (pre == "llama-bpe" || pre == "llama3" || pre == "qwen2") {
-        const auto& [pattern, name] = kSplitPatterns[pre == "qwen2" ? 1 : 0];
-        (void)name;
-        nlohmann::json bl = byte_level;
-        bl["use_regex"] = false;
+        const char* pattern = kSplitPatterns[pre == "qwen2" ? 1 : 0].first;
         *pre_tok = {{"type", "Sequence"},
                     {"pretokenizers",
                      {{{"type", "Split"},
                        {"pattern", {{"Regex", pattern}}},
                        {"behavior", "Isolated"},
                        {"invert", false}},
-                      bl}}};
+                      byte_level(false)}}};
         if (pre == "qwen2") *normalizer = {{"type", "NFC"}};
     } else {
         ANVIL_CHECK(pre == "gpt-2" || pre == "default",
@@ -280,8 +306,6 @@ void write_hf_tokenizer(const gguf::Reader& r, const std::string& dir) {
     const std::string pre = r.find("tokenizer.ggml.pre") ? r.get_string("tokenizer.ggml.pre") : "gpt-2";
     nlohmann::json pre_tok, normalizer;
     split_for(r, pre, &pre_tok, &normalizer);
-    const nlohmann::json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
     const nlohmann::json tj = {{"version", "1.0"},
                                {"truncation", nullptr},
                                {"padding", nullptr},
@@ -289,7 +313,7 @@ void write_hf_tokenizer(const gguf::Reader& r, const std::string& dir) {
                                {"normalizer", normalizer},
                                {"pre_tokenizer", pre_tok},
                                {"post_processor", nullptr},
-                               {"decoder", byte_level},
+                               {"decoder", byte_level(true)},
                                {"model",
                                 {{"type", "BPE"},
                                  {"dropout", nullptr},
@@ -317,18 +341,9 @@ void write_hf_tokenizer(const gguf::Reader& r, const std::string& dir) {
 }
 
 std::unique_ptr<Tokenizer> read_tokenizer(const gguf::Reader& r) {
-    const std::string tmp =
-        temp_dir_for(std::filesystem::temp_directory_path().string() + "/anvil-gguf-vocab");
-    make_dirs(tmp);
-    try {
-        write_hf_tokenizer(r, tmp);
-        std::unique_ptr<Tokenizer> tok = make_tokenizer(tmp);
-        std::filesystem::remove_all(tmp);
-        return tok;
-    } catch (...) {
-        std::filesystem::remove_all(tmp);
-        throw;
-    }
+    const ScratchDir tmp;
+    write_hf_tokenizer(r, tmp.path);
+    return make_tokenizer(tmp.path);
 }
 
 }  // namespace
@@ -372,8 +387,7 @@ GgufModel import_gguf(const std::string& path, Backend& be) {
         filled[i] = true;
     }
     for (size_t i = 0; i < store.size(); i++)
-        ANVIL_CHECK(filled[i] || store.spec(i).name == "lm_head.weight", "{}: no tensor for {}", path,
-                    store.spec(i).name);
+        ANVIL_CHECK(filled[i], "{}: no tensor for {}", path, store.spec(i).name);
     return g;
 }
 
@@ -417,21 +431,7 @@ void export_gguf_adapter(const Model& model, const LoraOptions& lora, const std:
     // llama.cpp scales B A by alpha / rank; rsLoRA's alpha / sqrt(rank) is that with alpha * sqrt(rank)
     const double alpha = lora.rslora ? lora.alpha * std::sqrt(double(lora.rank)) : lora.alpha;
     w.set("adapter.lora.alpha", Value::f32(float(alpha)));
-    const ParamStore& store = model.params();
-    for (size_t i = 0; i < store.size(); i++) {
-        const ParamSpec& s = store.spec(i);
-        if (s.name.find(".lora_") == std::string::npos) continue;
-        const std::vector<int64_t> shape(s.shape.dims.begin(), s.shape.dims.begin() + s.shape.ndim);
-        GgufTensor t;
-        ANVIL_CHECK(gguf_lora_from_hf(c, s.name, shape, {}, &t),
-                    "adapter tensor {} has no place in llama.cpp", s.name);
-        const TensorType type = tensor_type(o.dtype, t.ne);
-        w.add_tensor(t.name, t.ne, type, [&store, &c, i, shape, type](uint8_t* dst) {
-            GgufTensor v;
-            gguf_lora_from_hf(c, store.spec(i).name, shape, store.read_f32(i), &v);
-            encode(type, v.data, dst);
-        });
-    }
+    add_params(w, model, o.dtype, true);
     w.write(path);
 }
 
@@ -453,23 +453,7 @@ void export_gguf(const Model& model, const Tokenizer& tok, const std::string& pa
     w.set("general.tags", Value::strings({"anvil"}));
     gguf_write_hparams(c, w);
     write_vocab(tok, c.vocab_size, w);
-    // Each parameter is read from the device when its turn to be written comes: one tensor in host memory at
-    // a time.
-    const ParamStore& store = model.params();
-    for (size_t i = 0; i < store.size(); i++) {
-        const ParamSpec& s = store.spec(i);
-        if (s.name.find("lora_") != std::string::npos) continue;  // merged into their base by the caller
-        const std::vector<int64_t> shape(s.shape.dims.begin(), s.shape.dims.begin() + s.shape.ndim);
-        GgufTensor t;  // its name and dimensions (no values given: none computed)
-        ANVIL_CHECK(gguf_from_hf(c, s.name, shape, {}, &t),
-                    "parameter {} has no place in llama.cpp's {} layout", s.name, arch);
-        const TensorType type = tensor_type(o.dtype, t.ne);
-        w.add_tensor(t.name, t.ne, type, [&store, &c, i, shape, type](uint8_t* dst) {
-            GgufTensor v;
-            gguf_from_hf(c, store.spec(i).name, shape, store.read_f32(i), &v);
-            encode(type, v.data, dst);
-        });
-    }
+    add_params(w, model, o.dtype, false);
     for (GgufTensor& t : gguf_extra_tensors(c)) {
         auto data = std::make_shared<std::vector<float>>(std::move(t.data));
         w.add_tensor(t.name, t.ne, TensorType::F32,

@@ -30,6 +30,12 @@ std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads
     return make_backend(backend_options(device, threads, attention, gpu));
 }
 
+void enable_cpu_bf16_products(Backend& be) {
+    ANVIL_CHECK(be.set_autocast(DType::BF16),
+                "--precision bf16 on the CPU multiplies through oneDNN, which this build of anvil lacks; "
+                "install libdnnl-dev and rebuild (make), or use --precision fp32");
+}
+
 namespace {
 
 // --precision for a model that runs: the model's dtype, the CPU's bf16 products switched on.
@@ -42,9 +48,7 @@ DType inference_dtype(const std::string& precision, Backend& be) {
                 "--precision {}: the CPU backend runs in fp32 or bf16; use one of them, or "
                 "--device cuda",
                 precision);
-    ANVIL_CHECK(be.set_autocast(DType::BF16),
-                "--precision bf16 on the CPU multiplies through oneDNN, which this build of anvil lacks; "
-                "install libdnnl-dev and rebuild (make), or use --precision fp32");
+    enable_cpu_bf16_products(be);
     return DType::F32;
 }
 

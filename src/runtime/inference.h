@@ -19,6 +19,9 @@ Device parse_device(const std::string& name);
 // The backend options for --device/--threads/--attention, on GPU `gpu` (a job's local rank).
 BackendOptions backend_options(const std::string& device, int threads, const std::string& attention,
                                int gpu = 0);
+// --precision bf16 on the CPU: f32 tensors with the linear layers' products in bf16 through oneDNN (PyTorch's
+// CPU autocast), switched on for `be`; an error naming what to install when the build lacks oneDNN.
+void enable_cpu_bf16_products(Backend& be);
 std::unique_ptr<Backend> make_run_backend(const std::string& device, int threads,
                                           const std::string& attention, int gpu = 0);
 

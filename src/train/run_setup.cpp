@@ -315,10 +315,7 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     ModelOptions mo;
     mo.dtype = run_dtype(o, r.backend->device());
     mo.fp8 = o.precision == "fp8";
-    if (o.precision == "bf16" && r.backend->device() == Device::CPU)  // PyTorch's CPU autocast
-        ANVIL_CHECK(be.set_autocast(DType::BF16),
-                    "--precision bf16 on the CPU multiplies through oneDNN, which this build of anvil lacks; "
-                    "install libdnnl-dev and rebuild (make), or use --precision fp32");
+    if (o.precision == "bf16" && r.backend->device() == Device::CPU) enable_cpu_bf16_products(be);
     mo.recompute = parse_recompute(o.recompute);
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = src.lora;
