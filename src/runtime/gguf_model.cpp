@@ -1,5 +1,6 @@
 #include "runtime/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/dtype.h"
@@ -274,57 +276,126 @@ void split_for(const gguf::Reader& r, const std::string& pre, nlohmann::json* pr
     }
 }
 
-// tokenizer.json and tokenizer_config.json for the GGUF's byte-level BPE vocabulary, written into `dir`.
-void write_hf_tokenizer(const gguf::Reader& r, const std::string& dir) {
+// SentencePiece's pieces and scores as BPE merges (how Hugging Face's converter derives a Llama
+// tokenizer.json): every split of an ordinary piece into two ordinary pieces, at a character boundary, is a
+// merge; merges apply highest-scoring piece first, a piece's own splits in the order of their ids.
+std::vector<std::string> merges_from_scores(const std::vector<std::string>& tokens,
+                                            const std::vector<int64_t>& types,
+                                            const std::vector<double>& scores) {
+    std::unordered_map<std::string_view, size_t> id_of;
+    for (size_t i = 0; i < tokens.size(); i++)
+        if (types[i] == kNormal) id_of.emplace(tokens[i], i);
+    struct Merge {
+        double score;
+        size_t piece, left, right;
+    };
+    std::vector<Merge> merges;
+    for (size_t i = 0; i < tokens.size(); i++) {
+        if (types[i] != kNormal) continue;
+        const std::string_view p = tokens[i];
+        for (size_t k = 1; k < p.size(); k++) {
+            if ((static_cast<unsigned char>(p[k]) & 0xC0) == 0x80) continue;  // inside a UTF-8 character
+            const auto l = id_of.find(p.substr(0, k)), r = id_of.find(p.substr(k));
+            if (l != id_of.end() && r != id_of.end()) merges.push_back({scores[i], i, l->second, r->second});
+        }
+    }
+    std::sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) {
+        if (a.score != b.score) return a.score > b.score;
+        return std::tie(a.piece, a.left, a.right) < std::tie(b.piece, b.left, b.right);
+    });
+    std::vector<std::string> out;
+    out.reserve(merges.size());
+    for (const Merge& m : merges) out.push_back(tokens[m.left] + " " + tokens[m.right]);
+    return out;
+}
+
+// tokenizer.json's normalizer, pre-tokenizer, decoder and BPE fields for the GGUF's vocabulary: byte-level
+// BPE
+// ("gpt2", with its pre-tokenizer's Split) or SentencePiece ("llama": Llama 2's normalizer and decoder, byte
+// fallback, merges rebuilt from the scores).
+void vocab_model(const gguf::Reader& r, const std::vector<std::string>& tokens,
+                 const std::vector<int64_t>& types, nlohmann::json& tj) {
     const std::string model = r.get_string("tokenizer.ggml.model");
-    ANVIL_CHECK(model == "gpt2",
-                "{}: tokenizer.ggml.model is {}: anvil imports byte-level BPE (gpt2) tokenizers", r.what(),
-                model);
+    nlohmann::json& m = tj["model"];
+    if (model == "llama") {
+        const std::vector<double>& scores = r.get_array("tokenizer.ggml.scores", gguf::Type::F32).floats;
+        ANVIL_CHECK(scores.size() == tokens.size(), "{}: {} scores for {} tokens", r.what(), scores.size(),
+                    tokens.size());
+        const bool prepend =
+            !r.find("tokenizer.ggml.add_space_prefix") || r.get_int("tokenizer.ggml.add_space_prefix") != 0;
+        nlohmann::json norm = nlohmann::json::array();
+        if (prepend) norm.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+        norm.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+        tj["normalizer"] = {{"type", "Sequence"}, {"normalizers", norm}};
+        tj["pre_tokenizer"] = nullptr;
+        nlohmann::json dec = nlohmann::json::array(
+            {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+             {{"type", "ByteFallback"}},
+             {{"type", "Fuse"}}});
+        if (prepend) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+        tj["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+        for (size_t i = 0; i < tokens.size(); i++)
+            if (types[i] == kUnknown) m["unk_token"] = tokens[i];
+        m["fuse_unk"] = true;
+        m["byte_fallback"] = true;
+        m["merges"] = merges_from_scores(tokens, types, scores);
+        return;
+    }
+    ANVIL_CHECK(
+        model == "gpt2",
+        "{}: tokenizer.ggml.model is {}: anvil imports byte-level BPE (gpt2) and SentencePiece (llama) "
+        "tokenizers",
+        r.what(), model);
+    const std::string pre = r.find("tokenizer.ggml.pre") ? r.get_string("tokenizer.ggml.pre") : "gpt-2";
+    split_for(r, pre, &tj["pre_tokenizer"], &tj["normalizer"]);
+    tj["decoder"] = byte_level(true);
+    m["ignore_merges"] = pre != "gpt-2" && pre != "default";
+    m["merges"] = r.get_array("tokenizer.ggml.merges", gguf::Type::String).strs;
+}
+
+// tokenizer.json and tokenizer_config.json for the GGUF's vocabulary, written into `dir`.
+void write_hf_tokenizer(const gguf::Reader& r, const std::string& dir) {
     const std::vector<std::string>& tokens = r.get_array("tokenizer.ggml.tokens", gguf::Type::String).strs;
     std::vector<int64_t> types(tokens.size(), kNormal);
     if (r.find("tokenizer.ggml.token_type"))
         types = r.get_array("tokenizer.ggml.token_type", gguf::Type::I32).ints;
     ANVIL_CHECK(types.size() == tokens.size(), "{}: {} token types for {} tokens", r.what(), types.size(),
                 tokens.size());
-    // the vocabulary is every id up to the last ordinary token (ids without gaps); special and user-defined
-    // tokens are added tokens, unused padding after the vocabulary is left out
+    // the vocabulary is every id up to the last ordinary or byte token (ids without gaps); special, unknown
+    // and user-defined tokens are added tokens too, unused padding after the vocabulary is left out
     size_t n_base = 0;
     for (size_t i = 0; i < tokens.size(); i++)
-        if (types[i] == kNormal) n_base = i + 1;
+        if (types[i] == kNormal || types[i] == kByte) n_base = i + 1;
     nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
     for (size_t i = 0; i < tokens.size(); i++) {
         if (i < n_base) vocab[tokens[i]] = i;
-        if (types[i] == kControl || types[i] == kUserDefined)
+        if (types[i] == kControl || types[i] == kUserDefined || types[i] == kUnknown)
             added.push_back({{"id", i},
                              {"content", tokens[i]},
                              {"single_word", false},
                              {"lstrip", false},
                              {"rstrip", false},
                              {"normalized", types[i] == kUserDefined},
-                             {"special", types[i] == kControl}});
+                             {"special", types[i] != kUserDefined}});
     }
-    const std::string pre = r.find("tokenizer.ggml.pre") ? r.get_string("tokenizer.ggml.pre") : "gpt-2";
-    nlohmann::json pre_tok, normalizer;
-    split_for(r, pre, &pre_tok, &normalizer);
-    const nlohmann::json tj = {{"version", "1.0"},
-                               {"truncation", nullptr},
-                               {"padding", nullptr},
-                               {"added_tokens", added},
-                               {"normalizer", normalizer},
-                               {"pre_tokenizer", pre_tok},
-                               {"post_processor", nullptr},
-                               {"decoder", byte_level(true)},
-                               {"model",
-                                {{"type", "BPE"},
-                                 {"dropout", nullptr},
-                                 {"unk_token", nullptr},
-                                 {"continuing_subword_prefix", nullptr},
-                                 {"end_of_word_suffix", nullptr},
-                                 {"fuse_unk", false},
-                                 {"byte_fallback", false},
-                                 {"ignore_merges", pre != "gpt-2" && pre != "default"},
-                                 {"vocab", vocab},
-                                 {"merges", r.get_array("tokenizer.ggml.merges", gguf::Type::String).strs}}}};
+    nlohmann::json tj = {{"version", "1.0"},
+                         {"truncation", nullptr},
+                         {"padding", nullptr},
+                         {"added_tokens", added},
+                         {"normalizer", nullptr},
+                         {"pre_tokenizer", nullptr},
+                         {"post_processor", nullptr},
+                         {"decoder", nullptr},
+                         {"model",
+                          {{"type", "BPE"},
+                           {"dropout", nullptr},
+                           {"unk_token", nullptr},
+                           {"continuing_subword_prefix", nullptr},
+                           {"end_of_word_suffix", nullptr},
+                           {"fuse_unk", false},
+                           {"byte_fallback", false},
+                           {"vocab", vocab}}}};
+    vocab_model(r, tokens, types, tj);
     const auto token = [&](const char* key) {
         if (!r.find(key)) return std::string();
         const int64_t id = r.get_int(key);

@@ -1,9 +1,9 @@
 // Models as GGUF files, the way llama.cpp lays them out: GPT-2 as its `gpt2` architecture, the Llama family
 // as `llama` (grouped-query attention, tied or untied head, linear and llama3 rope scaling), the tokenizer
 // inside (tokenizer.ggml.*: GPT-2 byte-level BPE, Llama 3's and Qwen 2's byte-level BPE with their
-// pre-tokenizer names), the chat template and general.* metadata. Hugging Face tensors map to llama.cpp's
-// names; the Llama q and k projections are permuted from Hugging Face's rotate-half layout to the interleaved
-// pairs llama.cpp rotates.
+// pre-tokenizer names, SentencePiece-style BPE as the `llama` vocabulary), the chat template and general.*
+// metadata. Hugging Face tensors map to llama.cpp's names; the Llama q and k projections are permuted from
+// Hugging Face's rotate-half layout to the interleaved pairs llama.cpp rotates.
 #pragma once
 
 #include <memory>
@@ -24,8 +24,7 @@ struct GgufExportOptions {
 };
 
 // Writes `model` (a loaded model: any adapter merged first) with `tok` to `path`, atomically. A tokenizer
-// GGUF cannot carry (the byte tokenizer, SentencePiece-style BPE for now) and int8 weights are refused,
-// naming what to do.
+// GGUF cannot carry (the byte tokenizer) and int8 weights are refused, naming what to do.
 void export_gguf(const Model& model, const Tokenizer& tok, const std::string& path,
                  const GgufExportOptions& o);
 
@@ -40,7 +39,8 @@ bool is_gguf_file(const std::string& path);
 
 // A GGUF file read back (the inverse of export_gguf, for llama.cpp's files as for anvil's): the model on `be`
 // with every tensor dequantized to f32 (F32, F16, BF16 and Q8_0), and its tokenizer rebuilt as Hugging Face's
-// tokenizer.json and tokenizer_config.json would give it (byte-level BPE: gpt-2, llama-bpe, qwen2).
+// tokenizer.json and tokenizer_config.json would give it (byte-level BPE: gpt-2, llama-bpe, qwen2;
+// SentencePiece "llama": merges rebuilt from the scores).
 struct GgufModel {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tok;

