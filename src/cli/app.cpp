@@ -119,6 +119,7 @@ int run_anvil(const std::vector<std::string>& args, const Embedding& embed) {
     app.set_version_flag("--version", std::string("anvil ") + anvil::version_string(),
                          "print the version and the commit this binary was built from");
     std::vector<Command> cmds = {add_train(app, embed.train_hooks),
+                                 add_plan(app),
                                  add_eval(app),
                                  add_generate(app),
                                  add_tokenize(app),

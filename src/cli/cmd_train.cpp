@@ -205,7 +205,8 @@ void add_source_flags(CLI::App* sub, TrainOptions& o) {
         ->check(CLI::Range(0.0, 0.99));
 }
 
-// a new model's shape
+}  // namespace
+
 void add_model_flags(CLI::App* sub, TrainOptions& o) {
     const auto& pos = kPositive;
     sub->add_option(
@@ -235,6 +236,8 @@ void add_model_flags(CLI::App* sub, TrainOptions& o) {
     sub->add_option("--seq", o.seq, "sequence length (default: the model's context, 128 for new models)")
         ->check(pos);
 }
+
+namespace {
 
 // the batch: its size (or auto), the device memory it may take, accumulation
 void add_batch_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {

@@ -46,9 +46,14 @@ Command add_lora(CLI::App& app);
 Command add_quantize(CLI::App& app);
 Command add_convert(CLI::App& app);
 Command add_export(CLI::App& app);
+Command add_plan(CLI::App& app);
 Command add_serve(CLI::App& app);
 // `train`: the flags a sweep's grid may vary
 Command add_sweep(CLI::App& app, const CLI::App& train);
+
+// A new model's shape: --arch, --layers, --heads, --dim, --kv-heads, --ffn-dim, --rope-theta, --norm-eps,
+// --tie-embeddings, --vocab, --seq (train's, and plan's).
+void add_model_flags(CLI::App* sub, TrainOptions& o);
 
 // Validators with messages a person can read (CLI11's numeric ranges print the type's limits).
 extern const CLI::Validator kPositive;     // "must be a positive number"

@@ -71,6 +71,10 @@ const GpuDatasheet* find_datasheet(const std::string& name) {
         {"L40S", 91.6, 183, 362, 362, 733, 864, 32},
         {"L4", 30.3, 60, 121, 121, 242.5, 300, 32},
         {"A10", 31.2, 62.5, 125, 125, 0, 600, 32},
+        // GeForce: the tensor cores' rates with f32 accumulation (what training uses), half the
+        // f16-accumulate figure
+        {"RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, 1008, 32},
+        {"RTX 3090", 35.6, 35.6, 71, 71, 0, 936, 32},
     };
     for (const auto& d : table)
         if (name.find(d.match) != std::string::npos) return &d;

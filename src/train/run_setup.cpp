@@ -215,7 +215,9 @@ Dataset load_data(TrainOptions& o, const Tokenizer& tok, Comm& comm) {
     return d;
 }
 
-ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
+}  // namespace
+
+ModelConfig new_model_config(const TrainOptions& o, int tok_vocab) {
     ModelConfig c;
     ANVIL_CHECK(find_model_family(o.arch), "--arch {}: anvil implements {}", o.arch, known_model_types());
     c.model_type = o.arch;
@@ -237,7 +239,6 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     c.n_head = o.heads;
     c.n_embd = o.dim;
     c.n_ctx = o.seq > 0 ? o.seq : 128;
-    const int tok_vocab = tok.vocab_size();
     ANVIL_CHECK(o.vocab == 0 || o.vocab >= tok_vocab,
                 "--vocab {}: smaller than the tokenizer's {} ids; use --vocab {} or more (or leave it out)",
                 o.vocab, tok_vocab, tok_vocab);
@@ -252,6 +253,8 @@ ModelConfig new_model_config(const TrainOptions& o, const Tokenizer& tok) {
     c.validate("--layers/--heads/--kv-heads/--dim/--seq/--vocab");
     return c;
 }
+
+namespace {
 
 void check_options(TrainOptions& o, const ModelConfig& cfg, const Tokenizer& tok) {
     if (o.seq <= 0) o.seq = cfg.n_ctx;
@@ -309,19 +312,28 @@ DType run_dtype(TrainOptions& o, Device device) {
     return dtype;
 }
 
-// Model and optimizer, with weights from the sources (base, adapter) or a seeded initialisation.
-void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src) {
-    Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
+}  // namespace
+
+ModelOptions training_model_options(TrainOptions& o, Device device, const LoraOptions& lora) {
     ModelOptions mo;
-    mo.dtype = run_dtype(o, r.backend->device());
+    mo.dtype = run_dtype(o, device);
     mo.fp8 = o.precision == "fp8";
-    if (o.precision == "bf16" && r.backend->device() == Device::CPU) enable_cpu_bf16_products(be);
     mo.recompute = parse_recompute(o.recompute);
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
-    mo.lora = src.lora;
+    mo.lora = lora;
     mo.dropout = o.dropout;
     mo.attn_dropout = o.attn_dropout_rate();
     mo.neftune_alpha = o.neftune_alpha;
+    return mo;
+}
+
+namespace {
+
+// Model and optimizer, with weights from the sources (base, adapter) or a seeded initialisation.
+void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const ModelSource& src) {
+    Backend& be = r.profiler ? static_cast<Backend&>(*r.profiler) : *r.backend;
+    ModelOptions mo = training_model_options(o, r.backend->device(), src.lora);
+    if (o.precision == "bf16" && r.backend->device() == Device::CPU) enable_cpu_bf16_products(be);
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }
@@ -471,7 +483,7 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
         "{}); hold some out",
         o.early_stop, o.data, o.val_fraction);
     if (!o.eval_choices.empty()) r.choices = read_choice_items(o.eval_choices);
-    if (src.base.empty()) cfg = new_model_config(o, *r.tok);
+    if (src.base.empty()) cfg = new_model_config(o, r.tok->vocab_size());
     check_options(o, cfg, *r.tok);
     r.backend = make_run_backend(o, comm.local_rank());  // the local rank's GPU
     if (!o.memory_limit.empty()) r.backend->set_memory_limit(parse_bytes(o.memory_limit, "--memory-limit"));

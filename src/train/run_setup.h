@@ -8,8 +8,8 @@
 
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
-#include "data/choices.h"
 #include "data/batcher.h"
+#include "data/choices.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "dist/comm.h"
@@ -62,6 +62,14 @@ RunSetup setup_run(TrainOptions& o, const ResumePoint* resume, Comm& comm);
 // The training split's batches for data-parallel rank `rank` of `world` (data/batcher.h), augmented per epoch
 // with --augment (the training examples move out of run.data into it).
 Batcher training_batcher(RunSetup& run, int rank, int world);
+
+// A new model's configuration from the shape flags (--arch, --layers, --dim, ...) for a tokenizer of
+// `tok_vocab` ids (--vocab pads it; large vocabularies are padded to a multiple of 64 when it is not given).
+ModelConfig new_model_config(const TrainOptions& o, int tok_vocab);
+
+// The model options a training run's flags give (--precision, --recompute, --logits-chunk, dropout, NEFTune,
+// LoRA) on `device`; resolves --precision auto in `o`.
+ModelOptions training_model_options(TrainOptions& o, Device device, const LoraOptions& lora);
 
 // The backend for a training run's options (runtime/inference.h's, and --attn-fwd-rows and --gemm-tune), on
 // GPU `gpu` (the job's local rank).

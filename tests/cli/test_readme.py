@@ -116,6 +116,7 @@ def real_runs(f):
             ["generate", "--model", os.path.join(d, "run"), "--prompt", "ab", "--max-new-tokens", "8", "--top-k", "5",
              "--top-p", "0.9", "--seed", "3"],
             ["plot", os.path.join(d, "run"), "--out", os.path.join(d, "run.svg")],
+            ["plan", "--layers", "48", "--heads", "25", "--dim", "1600", "--seq", "1024", "--tokens", "10B"],
         ]
         for args in steps:
             r = run(args, timeout=300)

@@ -12,6 +12,7 @@
 #include <new>
 
 #include "backend/cpu/ops.h"
+#include "backend/device_sizes.h"
 #include "backend/dropout_mask.h"
 #include "backend/host_info.h"
 #include "backend/logprobs.h"
@@ -289,10 +290,10 @@ void CpuBackend::gelu_bwd(Tensor din, Tensor dout, Tensor in) {
 }
 
 size_t CpuBackend::attention_saved_elems(const AttnDims& d) const {
-    return size_t(d.B) * d.NH * d.T * d.T;
+    return sizes::cpu_attention_saved_elems(d);
 }
 size_t CpuBackend::attention_scratch_elems(const AttnDims& d) const {
-    return size_t(threads_) * d.T * d.T;
+    return sizes::cpu_attention_scratch_elems(d, threads_);
 }
 
 void CpuBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) {

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/device_sizes.h"
 
 namespace anvil::cuda {
 
@@ -278,10 +279,10 @@ __global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* v
 }  // namespace
 
 size_t attention_flash_saved_bytes(const AttnDims& d) {
-    return size_t(d.B) * d.NH * d.T * sizeof(float);
+    return sizes::cuda_flash_saved_bytes(d);
 }
 size_t attention_flash_scratch_bytes(const AttnDims& d) {
-    return size_t(d.B) * d.NH * d.T * sizeof(float);
+    return sizes::cuda_flash_scratch_bytes(d);
 }
 
 void attention_rowdot(const Ctx& c, float* Drow, const Tensor& dout, const Tensor& out, const AttnGeom& g) {

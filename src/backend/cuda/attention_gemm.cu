@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/device_sizes.h"
 #include "backend/dropout_mask.h"
 
 namespace anvil::cuda {
@@ -100,8 +101,8 @@ __global__ void causal_softmax_kernel(T* P, float* S, int rows, int Tn, GroupDro
     }
 }
 
-// Pd (rows, ldd) = P where kept, the probabilities that multiplied V in the forward (below the diagonal), less
-// the scale.
+// Pd (rows, ldd) = P where kept, the probabilities that multiplied V in the forward (below the diagonal),
+// less the scale.
 template <typename T>
 __global__ void dropped_probs_kernel(T* Pd, const T* P, int rows, int Tn, GroupDrop dr, int ldd) {
     const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -248,7 +249,9 @@ void softmax_bwd_rows(const Ctx& c, DType dt, void* P, float* dP, int rows, int 
 
 }  // namespace
 
-size_t attention_gemm_saved_elems(const AttnDims& d) { return size_t(d.B) * d.NH * d.T * d.T; }
+size_t attention_gemm_saved_elems(const AttnDims& d) {
+    return sizes::cuda_gemm_saved_elems(d);
+}
 bool attention_gemm_fits(const Ctx& c, const AttnDims& d) {
     return size_t(d.T) * d.T * sizeof(float) <= c.workspace_bytes;
 }
@@ -306,7 +309,8 @@ void attention_gemm_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor do
             char* dq = static_cast<char*>(dqkv.data) + (size_t(b) * g.T * dld + size_t(h0) * g.HS) * es;
             char* dk = dq + size_t(g.C) * es;
             char* dv = dq + 2 * size_t(g.C) * es;
-            const char* dO = static_cast<const char*>(dout.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
+            const char* dO =
+                static_cast<const char*>(dout.data) + (size_t(b) * g.T * g.C + size_t(h0) * g.HS) * es;
             char* P = static_cast<char*>(saved.data) + (size_t(b) * NH + h0) * TT * es;
             const GroupDrop dr = group_drop(drop, b, h0, g.T);
             // dV^T (HS x Tk) = dO^T . P, each query head's share (with dropout: the forward's dropped

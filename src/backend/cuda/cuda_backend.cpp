@@ -5,13 +5,14 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/device_sizes.h"
 #include "backend/op_checks.h"
 
 namespace anvil {
 
 namespace {
-constexpr size_t kWorkspaceBytes = size_t(64) << 20;    // partial sums, sort buffers
-constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's
+constexpr size_t kWorkspaceBytes = sizes::kCudaWorkspaceBytes;      // partial sums, sort buffers
+constexpr size_t kLtWorkspaceBytes = sizes::kCudaLtWorkspaceBytes;  // cuBLASLt's
 }  // namespace
 
 int cuda_device_count() {
@@ -254,7 +255,7 @@ void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale,
 // probabilities take at most 1 GiB per layer. The saved tensor is sized at reserve time for the largest
 // batch; a call decides from the tensor it is given, the forward and the backward alike.
 namespace {
-constexpr size_t kGemmSavedLimit = size_t(1) << 30;
+constexpr size_t kGemmSavedLimit = sizes::kCudaGemmSavedLimit;
 }
 
 bool CudaBackend::attention_gemm_planned(const AttnDims& d) const {

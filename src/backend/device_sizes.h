@@ -1,0 +1,42 @@
+// Sizes a backend decides, written once for the backend itself and for anvil plan's dry run (dry_backend.h),
+// which must count what a backend would allocate without being that backend (a CPU-only build plans for a
+// GPU): what attention keeps per layer for the backward and uses as scratch, and the CUDA backend's
+// workspaces.
+#pragma once
+
+#include <cstddef>
+
+#include "backend/backend.h"
+
+namespace anvil::sizes {
+
+// The CPU backend: attention keeps the (T, T) probabilities of every head; its backward works on one (T, T)
+// matrix per thread. Elements of the activation dtype (f32 on the CPU).
+inline size_t cpu_attention_saved_elems(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * d.T;
+}
+inline size_t cpu_attention_scratch_elems(const AttnDims& d, int threads) {
+    return size_t(threads) * d.T * d.T;
+}
+
+// The CUDA backend: workspaces held from the start (partial sums and sort buffers; cuBLASLt's own).
+inline constexpr size_t kCudaWorkspaceBytes = size_t(64) << 20;
+inline constexpr size_t kCudaLtWorkspaceBytes = size_t(32) << 20;
+// Its flash kernels keep one f32 log-sum-exp per row and head, and the backward as much scratch.
+inline size_t cuda_flash_saved_bytes(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * sizeof(float);
+}
+inline size_t cuda_flash_scratch_bytes(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * sizeof(float);
+}
+// Its cuBLASLt attention keeps the (T, T) probabilities of every head (elements of the activation dtype);
+// `auto` takes it only where they take at most this much per layer (and the flash kernels cannot run on the
+// tensor cores), and only where one head's (T, T) f32 scores fit the workspace.
+inline size_t cuda_gemm_saved_elems(const AttnDims& d) {
+    return size_t(d.B) * d.NH * d.T * d.T;
+}
+inline constexpr size_t kCudaGemmSavedLimit = size_t(1) << 30;
+inline bool cuda_gemm_fits(const AttnDims& d) {
+    return size_t(d.T) * d.T * sizeof(float) <= kCudaWorkspaceBytes;
+}
+}  // namespace anvil::sizes

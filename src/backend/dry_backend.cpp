@@ -1,0 +1,59 @@
+#include "backend/dry_backend.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+#include "backend/device_sizes.h"
+
+namespace anvil {
+
+namespace {
+// Where every dry allocation "is": aligned, never dereferenced (DryBackend's ops and copies do nothing).
+void* const kNowhere = reinterpret_cast<void*>(uintptr_t(kAlign));
+}  // namespace
+
+DryBackend::DryBackend(const DryTarget& t) : target_(t) {
+    target_.threads = std::max(1, target_.threads);
+    if (t.device == Device::CUDA) {  // held from the start, as CudaBackend's constructor allocates them
+        workspace_ = alloc(sizes::kCudaWorkspaceBytes);
+        lt_workspace_ = alloc(sizes::kCudaLtWorkspaceBytes);
+    }
+}
+
+std::string DryBackend::describe() const {
+    return target_.device == Device::CUDA
+               ? "dry run (the CUDA backend's accounting)"
+               : fmt::format("dry run (the CPU backend's accounting, {} threads)", target_.threads);
+}
+
+Buffer DryBackend::alloc(size_t bytes) {
+    const size_t rounded = memory_.admit(bytes);
+    return memory_.track(kNowhere, bytes, rounded, target_.device, [](void*) {});
+}
+
+Buffer DryBackend::alloc_host(size_t bytes) {
+    if (target_.device == Device::CPU) return alloc(bytes);
+    return Buffer(kNowhere, bytes, Device::CPU, [](void*) {});
+}
+
+bool DryBackend::gemm_attention(const AttnDims& d) const {
+    if (target_.attention == AttentionImpl::Gemm) return sizes::cuda_gemm_fits(d);
+    if (target_.attention != AttentionImpl::Auto) return false;
+    // auto: the flash kernels on the tensor cores (16-bit, head size up to 128), else cuBLASLt's within 1 GiB
+    const bool tensor_cores = d.dtype != DType::F32 && d.HS <= 128;
+    return !tensor_cores && sizes::cuda_gemm_fits(d) &&
+           sizes::cuda_gemm_saved_elems(d) * 2 <= sizes::kCudaGemmSavedLimit;
+}
+
+size_t DryBackend::attention_saved_elems(const AttnDims& d) const {
+    if (target_.device == Device::CPU) return sizes::cpu_attention_saved_elems(d);
+    const size_t flash = (sizes::cuda_flash_saved_bytes(d) + 1) / 2;
+    return gemm_attention(d) ? std::max(flash, sizes::cuda_gemm_saved_elems(d)) : flash;
+}
+
+size_t DryBackend::attention_scratch_elems(const AttnDims& d) const {
+    if (target_.device == Device::CPU) return sizes::cpu_attention_scratch_elems(d, target_.threads);
+    return (sizes::cuda_flash_scratch_bytes(d) + 1) / 2;
+}
+
+}  // namespace anvil
