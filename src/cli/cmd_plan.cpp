@@ -67,7 +67,8 @@ PlanRun plan_run(PlanFlags& f, const CLI::App& sub) {
     if (o.precision == "auto") o.precision = "bf16";
     run.lora.rank = o.lora_rank;
     run.lora.alpha = o.lora_alpha;
-    run.lora.targets = split_commas(o.lora_targets);
+    if (!o.lora_targets.empty())
+        run.lora.targets = split_commas(o.lora_targets);  // else the family's default
     run.tokens = int64_t(parse_count(f.tokens, "--tokens"));
     const int global = f.global_batch > 0 ? f.global_batch : std::max(1, (1 << 19) / o.seq);  // llm.c's 0.5M
     run.global_tokens = int64_t(global) * o.seq;
@@ -84,6 +85,7 @@ nlohmann::json row_json(const CardPlan& p) {
                         {"fits", p.fits},
                         {"usable_bytes", p.usable}};
     if (!p.fits) {
+        j["cards"] = p.requested > 0 ? nlohmann::json(p.requested) : nlohmann::json(nullptr);
         j["why"] = p.why;
         return j;
     }
@@ -133,7 +135,9 @@ nlohmann::json row_json(const CardPlan& p) {
 
 std::string row_text(const CardPlan& p) {
     const std::string name = p.card ? p.card->name : "CPU (this machine)";
-    if (!p.fits) return fmt::format("{:<22} {:>5}  {}\n", name, p.layout.cards, p.why);
+    if (!p.fits)
+        return fmt::format("{:<22} {:>5}  {}\n", name, p.requested > 0 ? std::to_string(p.requested) : "-",
+                           p.why);
     const Layout& l = p.layout;
     const MemoryUse& m = p.mem;
     std::string s =

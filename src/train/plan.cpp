@@ -299,13 +299,17 @@ std::string why_not(Search& s, int cards) {
         tp *= 2;
     const int dp = std::max(1, cards / tp);
     const size_t need = s.mem.use(1, 1, tp, dp).total();
+    std::string sharded;  // the most sharding tried, where it was any
+    if (tp > 1) sharded = fmt::format("tensor parallel {}", tp);
+    if (dp > 1) sharded += fmt::format("{}ZeRO-1 over {} replicas", sharded.empty() ? "" : ", ", dp);
+    std::string try_ = s.run.opts.recompute == "full" ? "" : "--recompute full, ";
+    if (!s.run.lora.enabled()) try_ += "--lora-rank on a base, ";
     return fmt::format(
-        "does not fit: one sequence needs {:.1f} GiB per rank{} against {:.1f} GiB usable; try "
-        "{}--lora-rank, "
-        "a shorter --seq, or a card with more memory",
-        double(need) / double(1 << 30),
-        tp > 1 || dp > 1 ? fmt::format(" with tensor parallel {} and ZeRO-1 over {}", tp, dp) : "",
-        double(s.usable) / double(1 << 30), s.run.opts.recompute == "full" ? "" : "--recompute full, ");
+        "does not fit: one sequence needs {:.1f} GiB per card{} against {:.1f} GiB usable; try {}a shorter "
+        "--seq, "
+        "or a card with more memory",
+        double(need) / double(1 << 30), sharded.empty() ? "" : " (" + sharded + ")",
+        double(s.usable) / double(1 << 30), try_);
 }
 
 StepShape step_shape(const PlanRun& run, MemoryPlanner& mem, int micro) {
@@ -350,6 +354,7 @@ void add_speed(const PlanRun& run, MemoryPlanner& mem, CardPlan& p) {
 CardPlan plan_cards(const PlanRun& run, MemoryPlanner& mem, const CardKind* card, int count, double price) {
     CardPlan p;
     p.card = card;
+    p.requested = count;
     p.usd_per_hour = price;
     // the CPU: this machine's memory, shared by `count` processes
     p.usable = card ? size_t(card->memory_gib * double(1ull << 30)) - kContextBytes

@@ -106,6 +106,7 @@ struct Layout {
 
 struct CardPlan {
     const CardKind* card = nullptr;  // null: this machine's CPU
+    int requested = 0;               // the cards --gpus asked for (0: the fewest that fit)
     bool fits = false;
     std::string why;  // when it does not fit: what would
     Layout layout;
