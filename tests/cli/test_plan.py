@@ -97,6 +97,21 @@ def check_cards(failures):
           and abs(row["memory"]["total"] / 2**30 / h200["peak_mem_gib"] - 1) < 0.10,
           f"H200, GPT-2 124M 16x1024: {row['speed']['tokens_per_s']:.0f} tokens/s (record {h200['tokens_per_s']}), "
           f"{row['memory']['total'] / 2**30:.3f} GiB (record {h200['peak_mem_gib']:.3f})", failures)
+    # another shape than the rates came from: GPT-2 24 x 1024 at 8 x 1024 (bench/gpu_fp8_bench.py's second run),
+    # bf16 and fp8, on both cards
+    for card, name in [("h100", "2026-11-27-h100-fp8-6f80acc.json"), ("h200", "2026-11-27-h200-fp8.json")]:
+        run24 = next(r for r in record(name)["runs"] if r["config"] == "gpt2-24L-1024")
+        for precision in ("bf16", "fp8"):
+            rec = run24.get(precision) or {}
+            if not rec.get("tokens_per_s"):
+                continue  # the H100 run refused FP8
+            row = plan("--layers", "24", "--heads", "16", "--dim", "1024", "--seq", "1024", "--vocab", "50304",
+                       "--gpus", f"{card}:1", "--batch", "8", "--global-batch", "8", "--precision", precision)["rows"][0]
+            mem, tps = row["memory"]["total"] / 2**30, row["speed"]["tokens_per_s"]
+            check(abs(mem / rec["peak_mem_gib"] - 1) < 0.10 and abs(tps / rec["tokens_per_s"] - 1) < 0.10,
+                  f"{card}, GPT-2 24x1024 8x1024 {precision}: {mem:.3f} GiB (measured {rec['peak_mem_gib']:.3f}), "
+                  f"{tps:.0f} tokens/s (measured {rec['tokens_per_s']:.0f}, {100 * (tps / rec['tokens_per_s'] - 1):+.1f}%)",
+                  failures)
     # every rate says where it came from; a measured one quotes its record's figure
     every = plan(*GPT2_124M)
     quoted = True
