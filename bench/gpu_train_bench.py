@@ -14,6 +14,8 @@ Steps, all on the same card:
   4. anvil's own PyTorch reference (bench/torch_gpt_reference.py: torch.compile, SDPA, fused AdamW, bf16
      autocast) and the independent baseline ../shared/gpu-check/torch_gpt2_bench.py (--shared-bench), same
      batch and sequence length.
+  5. `anvil plan` for this very run (the card's kind, the shape and flags): its predicted peak memory and
+     tokens/s beside the measured ones (the record's "plan"), so every card run checks the planner on its shape.
 Prints a table and writes three files to --out (default $OUT, else bench/results/run-<time>):
 gpu_train_bench.json (every figure, the card's doctor and bench reports, the per-op profile), summary.txt (the
 table) and logs.txt (every command's output). Data and runs go to a temporary directory.
@@ -132,6 +134,37 @@ def result(bench, name):
     return next((r["measured"] for r in bench["results"] if r["name"] == name), 0.0)
 
 
+PLAN_KINDS = [("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("A100-SXM4-80GB", "a100-80"),
+              ("A100 80GB", "a100-80"), ("A100", "a100-40"), ("L40S", "l40s"), ("RTX 4090", "rtx4090"),
+              ("RTX 3090", "rtx3090"), ("A10", "a10")]
+
+
+def plan_check(a, card_name, anvil, log):
+    """`anvil plan`'s prediction for this very run (its card kind, shape and flags) beside what the run measured:
+    every card run checks the planner on a new shape (memory and speed ratios in the record)."""
+    kind = next((k for match, k in PLAN_KINDS if match in card_name), None)
+    if not kind:
+        return {"note": f"no plan card kind for {card_name}"}
+    impl, *mods = a.attention.split(",")[0].split("+")  # the main run's variant (see variant() in main)
+    chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
+    impl = impl.split(":")[0]
+    try:
+        j = json.loads(sh([a.anvil, "plan", "--tokens", "1B", "--gpus", f"{kind}:1", "--layers", str(a.layers),
+                           "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--seq", str(a.seq),
+                           "--batch", str(a.batch), "--global-batch", str(a.batch * a.grad_accum), "--precision",
+                           a.precision, "--recompute", a.recompute, "--logits-chunk", chunk, "--attention", impl,
+                           "--json"], log))
+    except SystemExit as e:  # a binary without `plan`, or a plan that refuses: the bench's figures still stand
+        return {"failed": str(e)[:300]}
+    row = j["rows"][0]
+    if not row.get("fits"):
+        return {"kind": kind, "fits": False, "why": row.get("why")}
+    mem, tps = row["memory"]["total"] / 2**30, row["speed"]["tokens_per_s"]
+    return {"kind": kind, "predicted_peak_gib": mem, "predicted_tokens_per_s": tps,
+            "rate_source": row["speed"]["source"], "peak_measured_over_predicted": anvil["peak_mem_gib"] / mem,
+            "tokens_per_s_measured_over_predicted": anvil["tokens_per_s"] / tps}
+
+
 def main():
     a = parse()
     os.makedirs(a.out, exist_ok=True)
@@ -232,6 +265,7 @@ def main():
 
     devices = doctor.get("gpu", {}).get("devices") or [{}]
     gpu = devices[0]
+    plan = plan_check(a, gpu.get("name", ""), anvil, log)
     # the commit the binary was built from (its version string), not the checkout this script runs in: on the
     # lent machine that copy's git metadata can lag behind the bundle
     built = re.search(r"commit ([0-9a-f]+(?:-dirty)?)", doctor.get("anvil", ""))
@@ -241,7 +275,7 @@ def main():
            "command": " ".join(sys.argv), "device": gpu, "doctor": doctor, "config": vars(a),
            "bench": bench["results"], "torch_bf16_matmul_tflops": torch_matmul,
            "anvil": anvil, "contenders": contenders, "profile": profile,
-           "torch_profile": torch_profile}
+           "torch_profile": torch_profile, "plan": plan}
     for k, c in contenders.items():
         res[f"ratio_vs_{k}"] = anvil_tps / c["tokens_per_s"]
     with open(os.path.join(out, "gpu_train_bench.json"), "w") as f:
@@ -271,6 +305,11 @@ def main():
     for k, c in contenders.items():
         lines.append(f"{k:30} {c['tokens_per_s']:10.0f} {c['step_ms_median']:9.1f} {c['peak_mem_gib']:9.2f} "
                      f"{anvil_tps / c['tokens_per_s']:8.2f}x")
+    if "predicted_peak_gib" in plan:
+        lines.append(f"anvil plan predicted {plan['predicted_peak_gib']:.2f} GiB and "
+                     f"{plan['predicted_tokens_per_s']:.0f} tokens/s on {plan['kind']}: measured/predicted "
+                     f"{plan['peak_measured_over_predicted']:.3f} (memory), "
+                     f"{plan['tokens_per_s_measured_over_predicted']:.3f} (speed)")
     if anvil["mfu_measured_bf16"]:
         lines.append(f"anvil MFU: {100 * anvil['mfu_measured_bf16']:.1f}% of the measured bf16 rate "
                      f"({100 * anvil['mfu_vs_989TF']:.1f}% of 989 TFLOP/s)")
