@@ -172,7 +172,7 @@ void add_source_flags(CLI::App* sub, TrainOptions& o) {
         ->capture_default_str();
     sub->add_option("--init", o.init,
                     "start from this Hugging Face GPT-2 or Llama model directory (config.json + safetensors; "
-                    "LoRA's base)");
+                    "LoRA's base), a run directory (its final/), or a GGUF file");
     sub->add_option(
            "--lora-rank", o.lora_rank,
            "train LoRA adapters of this rank on the --init base, every other weight frozen (0 = full "

@@ -91,6 +91,8 @@ ModelSource model_source(TrainOptions& o, const ResumePoint* resume) {
     }
     if (is_gguf_file(o.init))
         o.init = gguf_model_dir(o.init);  // llama.cpp's file, read into a directory once
+    else if (!o.init.empty())
+        o.init = resolve_model_dir(o.init, "--init");  // a run directory: its final/ (or newest checkpoint)
     s.base = resume && !resume->adapter ? resume->dir : o.init;
     ANVIL_CHECK(!s.lora.enabled() || !s.base.empty(),
                 "--lora-rank {}: LoRA adapts a pretrained model; give its directory with --init BASE",

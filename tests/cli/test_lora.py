@@ -153,8 +153,12 @@ def main():
         open(os.path.join(broken, "adapter_model.safetensors"), "wb").write(raw[:len(raw) - 11])
         bad(["eval", "--model", base, "--adapter", broken, "--data", data], "truncated", "a truncated adapter file")
         full = os.path.join(d, "full")
-        run(["train", "--init", base, "--data", data, "--steps", "2", "--batch", "4", "--threads", "2",
+        # --init takes a run directory as --model does: its final/
+        run(["train", "--init", base_run, "--data", data, "--steps", "2", "--batch", "4", "--threads", "2",
              "--save-every", "1", "--out", full], check=True)
+        init = json.load(open(os.path.join(full, "final", "trainer_state.json")))["options"].get("init", "")
+        check(os.path.realpath(init) == os.path.realpath(base), f"train --init RUN_DIR starts from its final/ ({init})",
+              f)
         r = run(["train", "--resume", full, "--adapter", final, "--steps", "3"])
         one_line_error(r, "--adapter", "--adapter with --resume of a run that had none", f)
         r = run(["sweep", "--grid", "lr=1e-3 lora_rnk=2,4", "--out", os.path.join(d, "badsweep"), "--", *common])
