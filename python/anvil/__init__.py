@@ -25,7 +25,7 @@ from . import _anvil
 from ._anvil import DeviceError, Error, InputError, OutOfMemory, Tensor
 
 __all__ = ["Tokenizer", "Model", "Completion", "Score", "Tensor", "from_dlpack", "doctor", "train", "evaluate",
-           "quantize", "run_command", "data", "lora", "Error", "InputError", "DeviceError", "OutOfMemory", "__version__"]
+           "quantize", "plan", "run_command", "data", "lora", "Error", "InputError", "DeviceError", "OutOfMemory", "__version__"]
 __version__ = _anvil.version().split(" ")[0]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -111,6 +111,13 @@ def quantize(**flags: Any) -> dict:
     """`anvil quantize` (model=DIR, out=DIR, adapter=DIR, ...): an int8 copy of a model; what its --json
     prints (tensors, max_rel_error, bytes_before, bytes_after, ...)."""
     return _json_command(["quantize"], flags)
+
+
+def plan(**flags: Any) -> dict:
+    """`anvil plan` (tokens="10B", model=DIR or arch/layers/heads/dim/seq, gpus="h100:8,l40s", price=["h100=2.1"],
+    lora_rank=..., ...): which card, how many, how long and what it costs; what `anvil plan --json` prints (rows
+    with each card's layout, memory, speed, hours and dollars; fastest, cheapest)."""
+    return _json_command(["plan"], flags)
 
 
 def _text(b: bytes) -> str:

@@ -72,3 +72,12 @@ def test_data_prepare_quantize_and_lora_merge(trained, tmp_path):
                               out=tmp_path / "merged")
     assert merged["out"] == str(tmp_path / "merged") and merged["params"] > 0
     assert anvil.Model.load(tmp_path / "merged", threads=2).config["model_type"] == "gpt2"
+
+
+def test_plan_is_the_commands(trained):
+    p = anvil.plan(model=os.path.join(trained, "final"), tokens="1M", gpus="h100:1,l40s", price=["l40s=1.5"])
+    want = json.loads(cli("plan", "--model", os.path.join(trained, "final"), "--tokens", "1M", "--gpus", "h100:1,l40s",
+                          "--price", "l40s=1.5", "--json").stdout)
+    assert p == want and p["rows"][0]["kind"] == "h100" and p["rows"][1]["usd_per_card_hour"] == 1.5
+    with pytest.raises(anvil.InputError, match="--tokens 0"):
+        anvil.plan(model=os.path.join(trained, "final"), tokens="0")
