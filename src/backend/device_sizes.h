@@ -4,6 +4,7 @@
 // workspaces.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "backend/backend.h"
@@ -38,5 +39,23 @@ inline size_t cuda_gemm_saved_elems(const AttnDims& d) {
 inline constexpr size_t kCudaGemmSavedLimit = size_t(1) << 30;
 inline bool cuda_gemm_fits(const AttnDims& d) {
     return size_t(d.T) * d.T * sizeof(float) <= kCudaWorkspaceBytes;
+}
+// Whether --attention `impl` keeps cuBLASLt's probabilities for these dims: gemm wherever one head's scores
+// fit (`gemm_fits`); auto where the flash kernels cannot take the tensor cores (`flash_tensor_cores`) and
+// the probabilities take at most kCudaGemmSavedLimit; flash, flash-simt and cudnn never.
+inline bool cuda_gemm_planned(AttentionImpl impl, const AttnDims& d, bool flash_tensor_cores,
+                              bool gemm_fits) {
+    if (!gemm_fits || (impl != AttentionImpl::Gemm && impl != AttentionImpl::Auto)) return false;
+    return impl == AttentionImpl::Gemm ||
+           (!flash_tensor_cores && cuda_gemm_saved_elems(d) * 2 <= kCudaGemmSavedLimit);
+}
+// The saved tensor has the activation dtype; the flash kernels keep f32 statistics in it, so they ask for
+// bytes / 2 elements (16-bit types; f32 gets twice what it needs); the cuBLASLt path the probabilities.
+inline size_t cuda_attention_saved_elems(const AttnDims& d, bool gemm_planned) {
+    const size_t flash = (cuda_flash_saved_bytes(d) + 1) / 2;
+    return gemm_planned ? std::max(flash, cuda_gemm_saved_elems(d)) : flash;
+}
+inline size_t cuda_attention_scratch_elems(const AttnDims& d) {
+    return (cuda_flash_scratch_bytes(d) + 1) / 2;
 }
 }  // namespace anvil::sizes

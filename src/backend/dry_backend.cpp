@@ -36,24 +36,18 @@ Buffer DryBackend::alloc_host(size_t bytes) {
     return Buffer(kNowhere, bytes, Device::CPU, [](void*) {});
 }
 
-bool DryBackend::gemm_attention(const AttnDims& d) const {
-    if (target_.attention == AttentionImpl::Gemm) return sizes::cuda_gemm_fits(d);
-    if (target_.attention != AttentionImpl::Auto) return false;
-    // auto: the flash kernels on the tensor cores (16-bit, head size up to 128), else cuBLASLt's within 1 GiB
-    const bool tensor_cores = d.dtype != DType::F32 && d.HS <= 128;
-    return !tensor_cores && sizes::cuda_gemm_fits(d) &&
-           sizes::cuda_gemm_saved_elems(d) * 2 <= sizes::kCudaGemmSavedLimit;
-}
-
 size_t DryBackend::attention_saved_elems(const AttnDims& d) const {
     if (target_.device == Device::CPU) return sizes::cpu_attention_saved_elems(d);
-    const size_t flash = (sizes::cuda_flash_saved_bytes(d) + 1) / 2;
-    return gemm_attention(d) ? std::max(flash, sizes::cuda_gemm_saved_elems(d)) : flash;
+    // the flash kernels take the tensor cores in 16-bit types at head sizes up to 128 (the card's shared
+    // memory is assumed to fit their tiles, as on every card anvil plans for)
+    const bool tensor_cores = d.dtype != DType::F32 && d.HS <= 128;
+    return sizes::cuda_attention_saved_elems(
+        d, sizes::cuda_gemm_planned(target_.attention, d, tensor_cores, sizes::cuda_gemm_fits(d)));
 }
 
 size_t DryBackend::attention_scratch_elems(const AttnDims& d) const {
     if (target_.device == Device::CPU) return sizes::cpu_attention_scratch_elems(d, target_.threads);
-    return (sizes::cuda_flash_scratch_bytes(d) + 1) / 2;
+    return sizes::cuda_attention_scratch_elems(d);
 }
 
 }  // namespace anvil

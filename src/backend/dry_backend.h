@@ -51,7 +51,6 @@ public:
 #pragma GCC diagnostic pop
 
 private:
-    bool gemm_attention(const AttnDims& d) const;  // CUDA: the cuBLASLt path (keeps the probabilities)
     DryTarget target_;
     MemoryAccount memory_;
     Buffer workspace_, lt_workspace_;  // CUDA: the workspaces its constructor allocates

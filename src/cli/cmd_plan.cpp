@@ -309,8 +309,7 @@ Command add_plan(CLI::App& app) {
         "h100:8,a100-80; cpu plans this machine's CPU backend (memory only). Default: " +
             [] {
                 std::string s;
-                for (const CardKind& c : card_kinds())
-                    if (c.planned) s += std::string(s.empty() ? "" : ", ") + c.kind;
+                for (const CardRequest& r : parse_gpus("")) s += (s.empty() ? "" : ", ") + r.kind;
                 return s;
             }());
     sub->add_option("--price", f->prices, "KIND=USD per card-hour, repeatable (default: the built-in table)");

@@ -19,7 +19,6 @@ struct CardKind {
     const char* name;       // "H100 80GB SXM"
     const char* datasheet;  // its row in the datasheet table (find_datasheet)
     double memory_gib;      // device memory as the driver reports it
-    bool memory_measured;   // read on a card by `anvil doctor` (else from the datasheet)
     Link node, net;         // all-reduce inside a node of `per_node` cards; across nodes
     int per_node;
     double usd_per_hour;  // on-demand, one card
@@ -45,7 +44,6 @@ struct SpeedRecord {
     const char* precision;  // bf16, fp8
     int layers, dim, heads, vocab, batch, seq, accum;
     double tokens_per_s;
-    double peak_gib;  // the run's own peak device allocation
 };
 const std::vector<SpeedRecord>& speed_records();
 

@@ -311,8 +311,8 @@ std::vector<std::string> merges_from_scores(const std::vector<std::string>& toke
 
 // tokenizer.json's normalizer, pre-tokenizer, decoder and BPE fields for the GGUF's vocabulary: byte-level
 // BPE
-// ("gpt2", with its pre-tokenizer's Split) or SentencePiece ("llama": Llama 2's normalizer and decoder, byte
-// fallback, merges rebuilt from the scores).
+// ("gpt2", with its pre-tokenizer's Split) or SentencePiece ("llama": Llama 2's normalizer and decoder,
+// byte fallback, merges rebuilt from the scores).
 void vocab_model(const gguf::Reader& r, const std::vector<std::string>& tokens,
                  const std::vector<int64_t>& types, nlohmann::json& tj) {
     const std::string model = r.get_string("tokenizer.ggml.model");

@@ -6,6 +6,7 @@
 
 #include "backend/host_info.h"
 #include "core/error.h"
+#include "data/augment.h"
 #include "model/model.h"
 #include "monitor/hwbench.h"
 #include "train/optimizer.h"
@@ -305,9 +306,8 @@ std::string why_not(Search& s, int cards) {
     std::string try_ = s.run.opts.recompute == "full" ? "" : "--recompute full, ";
     if (!s.run.lora.enabled()) try_ += "--lora-rank on a base, ";
     return fmt::format(
-        "does not fit: one sequence needs {:.1f} GiB per card{} against {:.1f} GiB usable; try {}a shorter "
-        "--seq, "
-        "or a card with more memory",
+        "does not fit: one sequence needs {:.1f} GiB per card{} against {:.1f} GiB usable; try {}a "
+        "shorter --seq, or a card with more memory",
         double(need) / double(1 << 30), sharded.empty() ? "" : " (" + sharded + ")",
         double(s.usable) / double(1 << 30), try_);
 }
@@ -377,7 +377,6 @@ CardPlan plan_cards(const PlanRun& run, MemoryPlanner& mem, const CardKind* card
                 s.global_seqs, count / tp, count / tp);
         else
             p.why = why_not(s, last);
-        p.layout.cards = last;
         return p;
     }
     const Layout& l = p.layout;
@@ -396,9 +395,7 @@ std::vector<CardRequest> parse_gpus(const std::string& spec) {
             if (c.planned) out.push_back({c.kind, 0});
         return out;
     }
-    for (size_t i = 0, j; i <= spec.size(); i = j + 1) {
-        j = std::min(spec.find(',', i), spec.size());
-        const std::string item = spec.substr(i, j - i);
+    for (const std::string& item : split_commas(spec)) {
         const size_t colon = item.find(':');
         CardRequest r{item.substr(0, colon), 0};
         ANVIL_CHECK(r.kind == "cpu" || find_card(r.kind),

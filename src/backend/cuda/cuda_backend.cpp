@@ -254,31 +254,20 @@ void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale,
 // (bench/results/2026-11-27-h100.json). Elsewhere (f32) `auto` takes the cuBLASLt path where the
 // probabilities take at most 1 GiB per layer. The saved tensor is sized at reserve time for the largest
 // batch; a call decides from the tensor it is given, the forward and the backward alike.
-namespace {
-constexpr size_t kGemmSavedLimit = sizes::kCudaGemmSavedLimit;
-}
-
 bool CudaBackend::attention_gemm_planned(const AttnDims& d) const {
-    if (attention_ == AttentionImpl::Flash || attention_ == AttentionImpl::FlashSimt ||
-        attention_ == AttentionImpl::Cudnn || !cuda::attention_gemm_fits(ctx_, d))
-        return false;
-    if (attention_ == AttentionImpl::Gemm) return true;
-    return !cuda::attention_flash_tc_takes(ctx_, d) &&
-           cuda::attention_gemm_saved_elems(d) * 2 <= kGemmSavedLimit;
+    return sizes::cuda_gemm_planned(attention_, d, cuda::attention_flash_tc_takes(ctx_, d),
+                                    cuda::attention_gemm_fits(ctx_, d));
 }
 
 bool CudaBackend::attention_uses_gemm(const AttnDims& d, const Tensor& saved) const {
     return attention_gemm_planned(d) && size_t(saved.numel()) >= cuda::attention_gemm_saved_elems(d);
 }
 
-// The saved tensor has the activation dtype; the flash kernels keep f32 statistics in it, so they ask for
-// bytes / 2 elements (16-bit types; f32 gets twice what it needs).
 size_t CudaBackend::attention_saved_elems(const AttnDims& d) const {
-    const size_t flash = (cuda::attention_flash_saved_bytes(d) + 1) / 2;
-    return attention_gemm_planned(d) ? std::max(flash, cuda::attention_gemm_saved_elems(d)) : flash;
+    return sizes::cuda_attention_saved_elems(d, attention_gemm_planned(d));
 }
 size_t CudaBackend::attention_scratch_elems(const AttnDims& d) const {
-    return (cuda::attention_flash_scratch_bytes(d) + 1) / 2;
+    return sizes::cuda_attention_scratch_elems(d);
 }
 
 void CudaBackend::attention_fwd(Tensor out, Tensor saved, Tensor qkv, int NH, const AttnDropout& drop) {
