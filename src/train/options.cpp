@@ -64,12 +64,17 @@ void options_from_json(const nlohmann::json& j, TrainOptions& o) {
 TrainOptions embedded_default_options() {
     TrainOptions o;
     o.embedded = true;
+    // Llama (RoPE): copying, reversing and sorting letters are relative-position skills, which rotary
+    // positions give almost for free and GPT-2's learned absolute positions must learn. At 1000 steps the
+    // same 4 x 128 GPT-2 reached 61% exact match, the Llama 98%; 900 Llama steps (97%) cost two thirds of
+    // the 1500 GPT-2 steps (also 97%) the demo took before.
+    o.arch = "llama";
     o.layers = 4;
     o.heads = 4;
     o.dim = 128;
     o.seq = 64;
     o.batch = 32;
-    o.steps = 1500;
+    o.steps = 900;
     o.lr = 2e-3f;
     o.prompt_template = "compact";
     o.warmup = 50;
