@@ -41,7 +41,7 @@ configure_where_usable = \
 	    || { cat $(BUILD).configure.log; exit 1; }; fi
 run:
 	@if [ ! -x $(BUILD)/anvil ]; then \
-	  echo "make run: installs what the anvil binary needs (if missing), builds it (about 2 minutes on 2 cores$(if $(GPU_VISIBLE),; more with the CUDA backend)), then trains the embedded demo (1 to 2 minutes on 2 cores)"; fi
+	  echo "make run: installs what the anvil binary needs (if missing), builds it (2 to 3 minutes on 2 cores$(if $(GPU_VISIBLE),; more with the CUDA backend)), then trains the embedded demo (1 to 2 minutes on 2 cores)"; fi
 	@scripts/deps.sh --run
 	@$(configure_where_usable)
 	@cmake --build $(BUILD) -j $(JOBS) --target anvil

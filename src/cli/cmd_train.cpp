@@ -366,7 +366,8 @@ void add_eval_flags(CLI::App* sub, TrainOptions& o, TextFlags& t) {
     sub->add_option("--eval-batches", o.eval_batches, "validation batches per evaluation (0 = all)")
         ->capture_default_str()
         ->check(nonneg);
-    sub->add_option("--eval-examples", o.eval_examples, "held-out instruction examples for exact match")
+    sub->add_option("--eval-examples", o.eval_examples,
+                    "held-out instruction examples for exact match (0: all of them)")
         ->capture_default_str()
         ->check(nonneg);
     sub->add_option("--eval-choices", o.eval_choices,

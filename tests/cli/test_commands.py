@@ -81,19 +81,35 @@ def main():
               summary.get("steps_without_targets") == 2 and summary.get("train_loss") is None,
               "training steps with no targets log a null loss and say why, never a loss of 0", f)
 
-        # the model directory: HF config keys and tensor names/layouts
-        final = os.path.join(out, "final")
-        cfg = json.load(open(os.path.join(final, "config.json")))
+        # the model directory: HF config keys and tensor names/layouts; the embedded default is a Llama
+        def hf_files(run_dir):
+            final = os.path.join(run_dir, "final")
+            raw = open(os.path.join(final, "model.safetensors"), "rb").read()
+            (n,) = struct.unpack("<Q", raw[:8])
+            return final, json.load(open(os.path.join(final, "config.json"))), json.loads(raw[8:8 + n])
+
+        final, cfg, header = hf_files(out)
+        for k, v in (("model_type", "llama"), ("num_hidden_layers", 4), ("num_attention_heads", 4),
+                     ("num_key_value_heads", 4), ("hidden_size", 128), ("intermediate_size", 384),
+                     ("max_position_embeddings", 64), ("hidden_act", "silu"), ("tie_word_embeddings", False)):
+            check(cfg.get(k) == v, f"config.json {k} == {v!r}", f)
+        check(header.get("model.layers.0.self_attn.q_proj.weight", {}).get("shape") == [128, 128] and
+              header.get("model.layers.0.mlp.gate_proj.weight", {}).get("shape") == [384, 128],
+              "Llama's projections are Linear (out, in)", f)
+        check(header.get("model.embed_tokens.weight", {}).get("shape") == [257, 128] and
+              header.get("lm_head.weight", {}).get("shape") == [257, 128],
+              "the byte vocabulary's 257 ids (a small vocabulary is not padded); the head untied", f)
+        # the same flags with --arch gpt2: GPT-2's names and Conv1D layout
+        gpt2 = os.path.join(d, "gpt2")
+        run(["train", "--arch", "gpt2", "--out", gpt2, "--steps", "2", "--eval-examples", "1"], check=True)
+        _, g_cfg, g_header = hf_files(gpt2)
         for k, v in (("model_type", "gpt2"), ("n_layer", 4), ("n_head", 4), ("n_embd", 128), ("n_positions", 64),
                      ("activation_function", "gelu_new"), ("tie_word_embeddings", True)):
-            check(cfg.get(k) == v, f"config.json {k} == {v!r}", f)
-        raw = open(os.path.join(final, "model.safetensors"), "rb").read()
-        (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8:8 + n])
-        check(header["transformer.h.0.attn.c_attn.weight"]["shape"] == [128, 384], "c_attn is Conv1D (in, out)", f)
-        check(header["transformer.wte.weight"]["shape"] == [257, 128],
-              "wte is (vocab, width): the byte vocabulary's 257 ids (a small vocabulary is not padded)", f)
-        check("lm_head.weight" not in header, "lm_head is tied, not stored", f)
+            check(g_cfg.get(k) == v, f"--arch gpt2: config.json {k} == {v!r}", f)
+        check(g_header.get("transformer.h.0.attn.c_attn.weight", {}).get("shape") == [128, 384],
+              "c_attn is Conv1D (in, out)", f)
+        check(g_header.get("transformer.wte.weight", {}).get("shape") == [257, 128] and "lm_head.weight" not in g_header,
+              "wte is (vocab, width); lm_head is tied, not stored", f)
         for name in ("optimizer.safetensors", "trainer_state.json"):
             check(os.path.exists(os.path.join(final, name)), f"final/ holds {name} (resumable)", f)
 
