@@ -605,8 +605,9 @@ int run_train_command(const CLI::App& sub, TrainOptions o, const TextFlags& t) {
 }  // namespace
 
 Command add_train(CLI::App& app, std::shared_ptr<const TrainHooks> hooks) {
-    CLI::App* sub =
-        app.add_subcommand("train", "train a GPT-2 or Llama model (no flags: the embedded default demo)");
+    CLI::App* sub = app.add_subcommand("train",
+                                       "train a GPT-2 or Llama model (no data flags: the embedded demo, a "
+                                       "4-layer Llama on synthetic tasks)");
     auto o = std::make_shared<TrainOptions>();
     auto t = std::make_shared<TextFlags>();
     add_source_flags(sub, *o);
