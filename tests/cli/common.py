@@ -26,6 +26,13 @@ def report(failures, passed="PASSED"):
     return 0
 
 
+def safetensors_header(path):
+    """A .safetensors file's JSON header: tensor name -> {dtype, shape, data_offsets}."""
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        return json.loads(fh.read(n))
+
+
 def run(args, timeout=120, check=False):
     r = subprocess.run([ANVIL, *args], capture_output=True, text=True, errors="replace", timeout=timeout)
     if check and r.returncode != 0:

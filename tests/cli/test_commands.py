@@ -5,11 +5,10 @@ import json
 import os
 import re
 import random
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import TINY, TempDir, check, instruction_file, report, run, text_file  # noqa: E402
+from common import TINY, TempDir, check, instruction_file, report, run, safetensors_header, text_file  # noqa: E402
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs")
 
@@ -84,9 +83,8 @@ def main():
         # the model directory: HF config keys and tensor names/layouts; the embedded default is a Llama
         def hf_files(run_dir):
             final = os.path.join(run_dir, "final")
-            raw = open(os.path.join(final, "model.safetensors"), "rb").read()
-            (n,) = struct.unpack("<Q", raw[:8])
-            return final, json.load(open(os.path.join(final, "config.json"))), json.loads(raw[8:8 + n])
+            return (final, json.load(open(os.path.join(final, "config.json"))),
+                    safetensors_header(os.path.join(final, "model.safetensors")))
 
         final, cfg, header = hf_files(out)
         for k, v in (("model_type", "llama"), ("num_hidden_layers", 4), ("num_attention_heads", 4),

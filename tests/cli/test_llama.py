@@ -14,16 +14,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import ONE_LINE_ERROR, TempDir, check, report, run, text_file  # noqa: E402
+from common import safetensors_header as header  # noqa: E402
 
 SHAPE = ["--arch", "llama", "--layers", "2", "--heads", "4", "--dim", "32", "--seq", "32", "--threads", "2", "--batch",
          "4", "--log-every", "1", "--shuffle", "off"]
 LLAMA = [*SHAPE, "--kv-heads", "2"]
-
-
-def header(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + n])
 
 
 def losses(run_dir):

@@ -7,14 +7,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ONE_LINE_ERROR, TempDir, check, report, run, text_file  # noqa: E402
+from common import safetensors_header as header  # noqa: E402
 
 SMALL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq", "32", "--threads", "2"]
-
-
-def header(path):
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        return json.loads(fh.read(n))
 
 
 def one_line_error(r, needle, what, f):
