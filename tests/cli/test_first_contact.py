@@ -2,7 +2,8 @@
 """What a new user stumbled on (issue 15), one check group per stumble:
 
 1. --json alone prints JSON to stdout; --json FILE prints the text and writes the file (bench, doctor, eval);
-   --version and doctor name the version and commit.
+   --version and doctor name the version and commit; the binary links none of CUDA's large libraries, so a
+   command that never touches a GPU starts at once (they are loaded when the CUDA backend is made).
 2. Re-running the first command with --resume added works; an architecture flag that differs is refused,
    naming both values.
 3. data prepare counts records in one unit: records in = kept + rejected + duplicates in the summary line,
@@ -37,6 +38,21 @@ def version(doctor, f):
     check(r.returncode == 0 and m is not None, f"anvil --version: {r.stdout.strip()!r}", f)
     check(m is not None and doctor.get("anvil") == r.stdout.strip()[len("anvil "):],
           "anvil doctor --json names the same version", f)
+
+
+def no_gpu_library_at_start(f):
+    """cuBLASLt (540 MB, about 0.35 s of static initialisers), cuDNN and NCCL are loaded at run time by the
+    CUDA backend, never named in the binary's dynamic section."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        print("  (readelf not found: the dynamic-section check is left out)")
+        return
+    r = subprocess.run([readelf, "-d", ANVIL], capture_output=True, text=True)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
+    heavy = [n for n in needed if re.match(r"lib(cublas|cudnn|nccl|cufft|cusparse|curand)", n)]
+    check(r.returncode == 0 and needed and not heavy,
+          f"the binary needs none of CUDA's large libraries at start ({len(needed)} needed; {heavy or 'none'} of them)",
+          f)
 
 
 def json_flag(d, f):
@@ -202,6 +218,7 @@ def stale_temporaries(out, f):
 
 def main():
     f = []
+    no_gpu_library_at_start(f)
     with TempDir() as d:
         json_flag(d, f)
         resume_same_command(d, f)

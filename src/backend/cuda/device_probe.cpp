@@ -19,7 +19,7 @@ std::string version_str(int v) {
     return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
-// cuDNN and NCCL are looked up at run time: their absence is reported, not fatal.
+// cuDNN and NCCL are looked up here: their absence is reported, not fatal.
 std::string runtime_library_version(const char* lib, const char* fn, bool nccl) {
     void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!h) return "not found";
@@ -39,6 +39,15 @@ std::string runtime_library_version(const char* lib, const char* fn, bool nccl) 
     }
     dlclose(h);
     return out;
+}
+
+// cuBLASLt is loaded on its first call too (cublaslt_loader.cpp), which throws where it cannot be.
+std::string cublaslt_version() {
+    try {
+        return fmt::format("{}", cublasLtGetVersion());
+    } catch (const DeviceError&) {
+        return "not found";
+    }
 }
 
 }  // namespace
@@ -69,6 +78,7 @@ nlohmann::json cuda_device_report(std::string* problem) {
     }
     const std::string cudnn = runtime_library_version("libcudnn.so.9", "cudnnGetVersion", false);
     const std::string nccl = runtime_library_version("libnccl.so.2", "ncclGetVersion", true);
+    const std::string cublaslt = cublaslt_version();
     for (int i = 0; i < n; i++) {
         cudaDeviceProp p{};
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
@@ -80,7 +90,7 @@ nlohmann::json cuda_device_report(std::string* problem) {
                            {"l2_mib", double(p.l2CacheSize) / double(1 << 20)},
                            {"driver_cuda", version_str(drv)},
                            {"runtime", version_str(rt)},
-                           {"cublaslt", fmt::format("{}", cublasLtGetVersion())},
+                           {"cublaslt", cublaslt},
                            {"cudnn", cudnn},
                            {"nccl", nccl}});
     }
