@@ -50,6 +50,7 @@ BpeTokenizer::BpeTokenizer(std::vector<std::string> tokens,
         is_special[size_t(id)] = true;
         if (text == kEndOfText) eot_ = id;
     }
+    index_.reserve(tokens_.size());
     for (size_t id = 0; id < tokens_.size(); id++) {
         if (is_special[id]) continue;
         index_.emplace(tokens_[id], int32_t(id));
@@ -62,9 +63,11 @@ BpeTokenizer::BpeTokenizer(std::vector<std::string> tokens,
                     source_, b);
     std::vector<std::pair<std::pair<int32_t, int32_t>, BpeMerge>> items;
     items.reserve(merges.size());
+    merges_.reserve(merges.size());
+    std::string merged;
     for (size_t r = 0; r < merges.size(); r++) {
         const auto [a, b] = merges[r];
-        const std::string merged = tokens_[size_t(a)] + tokens_[size_t(b)];
+        merged.assign(tokens_[size_t(a)]).append(tokens_[size_t(b)]);
         const auto it = index_.find(merged);
         ANVIL_CHECK(it != index_.end(),
                     "{}: merge {} (\"{} {}\") makes a token that is not in the vocabulary", source_, r + 1,

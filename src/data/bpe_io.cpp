@@ -47,6 +47,7 @@ void read_vocab(const nlohmann::json& vocab, const std::string& path, Parts& p,
     ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object",
                 path);
     p.tokens.assign(vocab.size(), std::string());
+    by_string.reserve(vocab.size());
     std::vector<bool> seen(vocab.size(), false);
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
         ANVIL_CHECK(it.value().is_number_integer(), "{}: id of token {} is not an integer", path, it.key());
@@ -55,20 +56,21 @@ void read_vocab(const nlohmann::json& vocab, const std::string& path, Parts& p,
                     "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path,
                     vocab.size() - 1, it.key(), id);
         seen[size_t(id)] = true;
-        std::string bytes;
+        std::string& bytes = p.tokens[size_t(id)];
         if (!vocab_string_to_bytes(it.key(), &bytes)) bytes = it.key();  // added tokens are stored as text
-        p.tokens[size_t(id)] = bytes;
-        by_string[it.key()] = int32_t(id);
+        by_string.emplace(it.key(), int32_t(id));
     }
 }
 
-void add_merge(const std::string& a, const std::string& b, const std::string& where,
+// `where(n)` names merge n for an error (built only then: a vocabulary has 50k-280k merges).
+template <typename Where>
+void add_merge(const std::string& a, const std::string& b, const Where& where,
                const std::unordered_map<std::string, int32_t>& by_string, Parts& p) {
     const auto ia = by_string.find(a), ib = by_string.find(b);
     ANVIL_CHECK(ia != by_string.end() && ib != by_string.end(),
                 "{}: merge \"{} {}\" names a token that is not in the "
                 "vocabulary",
-                where, a, b);
+                where(), a, b);
     p.merges.push_back({ia->second, ib->second});
 }
 
@@ -88,7 +90,9 @@ void read_merges_txt(const std::string& path, const std::unordered_map<std::stri
         ANVIL_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < l.size() &&
                         l.find(' ', sp + 1) == std::string::npos,
                     "{}:{}: a merge line is two tokens separated by one space", path, line);
-        add_merge(l.substr(0, sp), l.substr(sp + 1), path + ":" + std::to_string(line), by_string, p);
+        add_merge(
+            l.substr(0, sp), l.substr(sp + 1), [&] { return path + ":" + std::to_string(line); }, by_string,
+            p);
     }
 }
 
@@ -111,17 +115,18 @@ std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::j
                                                                const std::string& path) {
     ANVIL_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model has no merges list", path);
     std::vector<std::pair<std::string, std::string>> out;
+    out.reserve(m["merges"].size());
     for (const auto& e : m["merges"]) {
-        const std::string where = path + ": merge " + std::to_string(out.size() + 1);
         if (e.is_string()) {
-            const std::string s = e.get<std::string>();
+            const std::string& s = e.get_ref<const std::string&>();
             const size_t sp = s.find(' ', 1);
-            ANVIL_CHECK(sp != std::string::npos, "{}: \"{}\" is not two tokens", where, s);
-            out.push_back({s.substr(0, sp), s.substr(sp + 1)});
+            ANVIL_CHECK(sp != std::string::npos, "{}: merge {}: \"{}\" is not two tokens", path,
+                        out.size() + 1, s);
+            out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
         } else {
             ANVIL_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
-                        "{}: a merge is \"a b\" or [\"a\", \"b\"]", where);
-            out.push_back({e[0].get<std::string>(), e[1].get<std::string>()});
+                        "{}: merge {}: a merge is \"a b\" or [\"a\", \"b\"]", path, out.size() + 1);
+            out.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
         }
     }
     return out;
@@ -189,8 +194,13 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
     std::unordered_map<std::string, int32_t> by_string;
     read_vocab(m["vocab"], path, p, by_string);
     size_t r = 0;
-    for (const auto& [a, b] : merge_strings(m, path))
-        add_merge(a, b, path + ": merge " + std::to_string(++r), by_string, p);
+    const auto merges = merge_strings(m, path);
+    p.merges.reserve(merges.size());
+    for (const auto& [a, b] : merges) {
+        ++r;
+        add_merge(
+            a, b, [&] { return path + ": merge " + std::to_string(r); }, by_string, p);
+    }
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
         for (const auto& t : j["added_tokens"]) {
             if (!t.is_object() || !t.contains("content") || !t.contains("id")) continue;

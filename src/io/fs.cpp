@@ -17,7 +17,8 @@ namespace anvil {
 
 namespace fsys = std::filesystem;
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ANVIL_CHECK(fd_ >= 0, "{}: cannot create ({}); check the directory exists and is writable", tmp_,
                 std::strerror(errno));
@@ -74,10 +75,24 @@ std::ifstream open_file(const std::string& path) {
 
 std::string read_file(const std::string& path) {
     std::ifstream f = open_file(path);
+    // one allocation and one read where the size is known (a regular file); a stream through a buffer else
+    std::error_code ec;
+    const auto size = fsys::is_regular_file(path, ec) ? fsys::file_size(path, ec) : std::uintmax_t(0);
+    std::string out;
+    if (!ec && size > 0) {
+        out.resize(size_t(size));
+        f.read(out.data(), std::streamsize(size));
+        out.resize(size_t(f.gcount()));
+        if (f.gcount() == std::streamsize(size) && f.peek() == std::char_traits<char>::eof()) {
+            ANVIL_CHECK(!f.bad(), "{}: read error", path);
+            return out;
+        }
+        f.clear();  // the file changed size while read: take the rest as it comes
+    }
     std::ostringstream ss;
     ss << f.rdbuf();
     ANVIL_CHECK(!f.bad(), "{}: read error", path);
-    return ss.str();
+    return out + ss.str();
 }
 
 void read_lines(const std::string& path, const std::function<void(const std::string&, size_t)>& f) {

@@ -162,6 +162,19 @@ TEST(Bpe, RejectsBrokenVocabularies) {
            "merge 1 (\"a b\") makes a token that is not in the vocabulary");
     expect(full.dump(), "#version: 0.2\nzz q\n", "names a token that is not in the vocabulary");
     expect(full.dump(), "#version: 0.2\nabc\n", "merges.txt:2: a merge line is two tokens");
+    fsys::remove(d + "/vocab.json");
+    fsys::remove(d + "/merges.txt");
+    // tokenizer.json's merges: the error names the file and the merge's place in the list
+    auto expect_json = [&](const nlohmann::json& merges, const std::string& needle) {
+        const nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", full}, {"merges", merges}}}};
+        std::ofstream(d + "/tokenizer.json") << j.dump();
+        expect_error([&] { BpeTokenizer::load(d); }, needle);
+    };
+    full[bytes_to_vocab_string("ab")] = 256;
+    expect_json({"a b", "zz q"},
+                "tokenizer.json: merge 2: merge \"zz q\" names a token that is not in the vocabulary");
+    expect_json({"a b", "c d", "abc"}, "tokenizer.json: merge 3: \"abc\" is not two tokens");
+    expect_json({"a b", {"c"}}, "tokenizer.json: merge 2: a merge is");
     fsys::remove_all(d);
 }
 
