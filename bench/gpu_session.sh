@@ -138,9 +138,10 @@ case "$what" in
     data=(); [ -d "$root/corpus" ] && data=(--data "$root/corpus")
     want train && step train 240 python3 bench/loss_match.py --anvil "$root/bin/anvil" "${data[@]}" \
       --out "$work/train"
-    # fp8 against bf16 at GPT-2 124M and 24 layers x 1024
-    want fp8 && step fp8 200 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
-      --steps 10 --warmup 3 --out "$work/fp8"
+    # fp8 against bf16 at GPT-2 124M and 24 layers x 1024, and each linear layer's product in both from the runs'
+    # --profile (3 steps each: about 10 s a run more; the four runs took 165 s without them on the H200)
+    want fp8 && step fp8 240 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
+      --steps 8 --warmup 2 --profile-steps 3 --out "$work/fp8"
     [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
     # compute-sanitizer on the op tests (memcheck took 9 s on the H100; synccheck and initcheck 5 s each on the
     # H200, where racecheck got through 174 of the 227 tests in a minute), then the op rates
