@@ -93,11 +93,14 @@ __global__ void quantize_t_kernel(uint8_t* q, const T* x, int R, int C, const fl
 
 // The same, wider: a tile of 32 rows x 8 packs (64 columns of bf16/f16, 32 of f32) per block of 256 threads,
 // read a 16-byte pack a thread, rounded on the way into shared memory (transposed, as bytes), written 8 bytes
-// a thread (32 rows of one column are 32 bytes of q). For R % 32 == 0 and C a whole number of tiles.
+// a thread (32 rows of one column are 32 bytes of q). With q_rows, the same bytes also untransposed (a pack's
+// N bytes in one store), so an operand needed both ways is read once. For R % 32 == 0 and C a whole number of
+// tiles.
 constexpr int kTRows = 32;
 static_assert(kThreads == kTRows * 8, "a thread per 16-byte pack of the tile");
 template <typename T, DType F>
-__global__ void quantize_t_packed_kernel(uint8_t* q, const T* x, int R, int C, const float* scale) {
+__global__ void quantize_t_packed_kernel(uint8_t* q, uint8_t* q_rows, const T* x, int R, int C,
+                                         const float* scale) {
     constexpr int N = Pack<T>::N, kCols = 8 * N;
     alignas(8) __shared__ uint8_t tile[kCols][kTRows + 8];  // rows of 40 bytes keep 8-byte alignment
     const float s = scale[0];
@@ -105,8 +108,12 @@ __global__ void quantize_t_packed_kernel(uint8_t* q, const T* x, int R, int C, c
     {
         const int row = t / 8, col = (t % 8) * N;
         const Floats<N> f = load_floats<N>(x + size_t(r0 + row) * C + c0 + col);
+        Vec<uint8_t, N> b;
 #pragma unroll
-        for (int k = 0; k < N; k++) tile[col + k][row] = to_fp8<F>(f.v[k] * s);
+        for (int k = 0; k < N; k++) b.v[k] = to_fp8<F>(f.v[k] * s);
+#pragma unroll
+        for (int k = 0; k < N; k++) tile[col + k][row] = b.v[k];
+        if (q_rows) *reinterpret_cast<Vec<uint8_t, N>*>(q_rows + size_t(r0 + row) * C + c0 + col) = b;
     }
     __syncthreads();
     if (t < kCols * 4) {  // 4 threads a column, 8 bytes each
@@ -176,13 +183,27 @@ const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
     return scale;
 }
 
+// Whether quantize(..., transpose, as_is) writes both orientations in one pass: the packed transposing
+// kernel's shapes (R % 32 == 0, C whole tiles of 8 packs, 16-byte aligned).
+bool both_in_one_pass(Tensor x, int R, int C) {
+    bool ok = false;
+    dispatch(x.dtype, [&](auto tag) { ok = R % kTRows == 0 && C % (8 * Pack<decltype(tag)>::N) == 0; });
+    return ok && aligned16(x.data);
+}
+
 // x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C,
-// R).
+// R); with `as_is` (transposing, where both_in_one_pass) the untransposed rounding is written there too.
 Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose,
-                 const float* scale = nullptr) {
+                 const float* scale = nullptr, Operand* as_is = nullptr) {
     if (!scale) scale = scale_of(c, sc, x, fmt);
     uint8_t* q = sc.take<uint8_t>(size_t(x.numel()));
     const size_t n = size_t(x.numel());
+    uint8_t* q_rows = nullptr;
+    if (as_is) {
+        ANVIL_ASSERT(transpose && both_in_one_pass(x, R, C));
+        q_rows = sc.take<uint8_t>(n);
+        *as_is = {q_rows, fmt, scale + kDequantAt, n};
+    }
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
         dispatch_fp8(fmt, [&](auto f) {
@@ -190,7 +211,8 @@ Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, boo
             constexpr int kCols = 8 * Pack<T>::N;
             if (transpose && R % kTRows == 0 && C % kCols == 0 && aligned16(x.data)) {
                 const dim3 grid(C / kCols, R / kTRows);
-                quantize_t_packed_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
+                quantize_t_packed_kernel<T, F>
+                    <<<grid, kThreads, 0, c.stream>>>(q, q_rows, x.ptr<T>(), R, C, scale);
             } else if (transpose) {
                 const dim3 grid((C + kTile - 1) / kTile, (R + kTile - 1) / kTile);
                 quantize_t_kernel<T, F><<<grid, kThreads, 0, c.stream>>>(q, x.ptr<T>(), R, C, scale);
@@ -300,13 +322,18 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
     const int OC = int(dout.shape[dout.shape.ndim - 1]);
     const bool fp8 = fp8_kernels_take(in.dtype, N, C, OC);
     Carve sc{static_cast<char*>(scratch)};
-    // dout's one scale serves both of its roundings: it stays below `mark`, where the scratch starts over
+    // dout's one scale serves both of its roundings; where both are needed and the shape allows, one pass
+    // writes both (dout is the largest operand: read once instead of twice). What stays below `mark` is kept
+    // for the weight gradient; above it the scratch starts over.
     const float* dout_scale = scale_of(c, sc, dout, DType::F8E5M2);
+    Operand qdout, tdout;
+    if (!din.empty() && !dw.empty() && both_in_one_pass(dout, N, OC))
+        tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale, &qdout);
     char* const mark = sc.p;
     if (!din.empty()) {
         // din^T (C x N) = W''^T . dout^T: W'' stored OC x C (row-major (C, OC): InOut as is), dout^T stored
         // OC x N
-        const Operand qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false, dout_scale);
+        if (!qdout.data) qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false, dout_scale);
         const Operand qw = layout == WLayout::InOut ? quantize(c, sc, w, C, OC, DType::F8E4M3, false)
                                                     : quantize(c, sc, w, OC, C, DType::F8E4M3, true);
         product(c, sc, fp8, qw, qdout, C, N, OC, din, 0.0f, {});
@@ -316,7 +343,7 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
     if (dw.empty()) return;  // a frozen weight
     // the contraction runs over the N rows: dout^T (OC, N) and in^T (C, N), both written transposed
     sc = Carve{mark};
-    const Operand tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale);
+    if (!tdout.data) tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale);
     const Operand tin = quantize(c, sc, in, N, C, DType::F8E4M3, true);
     if (layout == WLayout::InOut)  // dW (C,OC) row-major = (OC x C): dout^T stored N x OC, in^T stored N x C
         product(c, sc, fp8, tdout, tin, OC, C, N, dw, 1.0f, {});
