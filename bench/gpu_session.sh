@@ -53,8 +53,12 @@ pylibs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(d for p in n
   for d in glob.glob(os.path.join(p, "*", "lib")))))' 2> /dev/null || true)
 export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${pylibs:+$pylibs:}${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
-# a library the binaries still miss (a toolkit laid out otherwise): its folder, wherever it is, joins the path
-for lib in $(ldd "$root"/bin/* 2> /dev/null | awk '/not found/{print $1}' | sort -u); do
+# a library the binaries still miss (a toolkit laid out otherwise): its folder, wherever it is, joins the path;
+# cuBLASLt too, which anvil loads at run time (so ldd does not list it) unless the path already has it
+have_lt=$(for d in $(tr : ' ' <<< "$LD_LIBRARY_PATH"); do ls "$d"/libcublasLt.so.13 > /dev/null 2>&1 && echo yes &&
+  break; done)
+for lib in $(ldd "$root"/bin/* 2> /dev/null | awk '/not found/{print $1}' | sort -u) \
+  $( [ -z "$have_lt" ] && ! ldconfig -p 2> /dev/null | grep -q 'libcublasLt\.so\.13 ' && echo libcublasLt.so.13); do
   found=$(find /usr /opt /lib* -name "$lib" -print -quit 2> /dev/null)
   [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
 done
