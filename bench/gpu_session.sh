@@ -20,9 +20,12 @@
 #                                     last; at most 8 files under $OUT (the loss comparison's, fp8's and
 #                                     ncu's in extra.tar.gz).
 #                                     CONTACT_STEPS="gpu_tests bench ..." runs only the steps named, in this
-#                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log) and ncu (Nsight
-#                                     Compute's per-kernel time and DRAM bytes for one 124M step) run only
-#                                     when named.
+#                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log), ncu (Nsight
+#                                     Compute's per-kernel time and DRAM bytes for one 124M step), bench774
+#                                     (GPT-2 774M), llama1b (a Llama 1B-class, against the reference's
+#                                     --arch llama) and decode (batch-1 decode against the bandwidth roofline
+#                                     and anvil serve at 16 and 64 in flight, beside transformers: see
+#                                     bench/gpu_decode_bench.py) run only when named.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -147,6 +150,24 @@ case "$what" in
     want fp8 && step fp8 240 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --steps 8 --warmup 2 --profile-steps 3 --out "$work/fp8"
     [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
+    # opt-in (a second call's, CONTACT_STEPS="bench774 llama1b"): issue 44's larger goals against the reference,
+    # GPT-2 774M (36 layers x 1280, 20 heads) and a Llama of Llama 3.2 1B's shape (16 layers x 2048, 32 query and
+    # 8 key/value heads, MLP 8192; GPT-2's vocabulary padded to 50304), each JSON back, its table in contact.log
+    for big in "bench774 --layers 36 --dim 1280 --heads 20 --batch 16" \
+      "llama1b --arch llama --layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn-dim 8192 --batch 8"; do
+      read -r name flags <<< "$big"
+      # shellcheck disable=SC2086
+      want "$name" opt-in && step "$name" 240 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
+        --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$work/$name" $flags \
+        --steps 6 --warmup 2 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,cudnn}"
+      [ -f "$work/$name/gpu_train_bench.json" ] && mkdir -p "$out/$name" &&
+        cp "$work/$name/gpu_train_bench.json" "$out/$name/"
+    done
+    # opt-in: inference (bench/gpu_decode_bench.py): batch-1 decode of GPT-2 124M and the Llama 1B-class against
+    # the bandwidth roofline, and anvil serve at 16 and 64 in flight, each beside transformers' generate
+    want decode opt-in && step decode 240 python3 bench/gpu_decode_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --out "$work/decode"
+    [ -f "$work/decode/gpu_decode_bench.json" ] && cp "$work/decode/gpu_decode_bench.json" "$out/"
     # compute-sanitizer on the op tests (memcheck took 9 s on the H100; synccheck and initcheck 5 s each on the
     # H200, where racecheck got through 174 of the 227 tests in a minute), then the op rates
     for tool in racecheck synccheck initcheck memcheck; do
@@ -169,7 +190,8 @@ case "$what" in
     [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
-      [ -f "$work/bench16/summary.txt" ] && { echo; cat "$work/bench16/summary.txt"; }
+      for d in bench16 bench774 llama1b decode; do [ -f "$work/$d/summary.txt" ] && { echo; cat "$work/$d/summary.txt"; }
+      done
       [ -f "$work/train/summary.txt" ] && cat "$work/train/summary.txt"
       [ -f "$work/fp8/fp8_summary.txt" ] && cat "$work/fp8/fp8_summary.txt"
       # attention at GPT-2 124M's sizes, anvil's implementations and PyTorch's kernels side by side

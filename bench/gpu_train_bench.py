@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""GPU training throughput, in one device run: anvil against PyTorch on GPT-2 124M (bf16).
+"""GPU training throughput, in one device run: anvil against PyTorch on GPT-2 124M (bf16), or another shape
+(--layers/--dim/--heads), or a Llama (--arch llama --kv-heads --ffn-dim; the reference then trains the same
+Llama and the GPT-2-only shared baseline is left out).
 
 Steps, all on the same card:
   1. `anvil doctor --json` and `anvil bench --device cuda --json`: the card, its measured bf16 matrix-product
@@ -46,6 +48,9 @@ def parse():
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches a step, for anvil and the reference (the shared baseline has no accumulation: "
                         "it runs the same micro-batch with an optimizer step each)")
+    p.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--ffn-dim", type=int, default=0, help="llama: MLP width (0: anvil's default, 8/3 of --dim)")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dim", type=int, default=768)
@@ -139,6 +144,14 @@ PLAN_KINDS = [("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("
               ("RTX 3090", "rtx3090"), ("A10", "a10")]
 
 
+def llama_flags(a):
+    """--arch and a Llama's shape flags, as anvil train, anvil plan and the reference take them."""
+    if a.arch != "llama":
+        return []
+    return ["--arch", "llama"] + (["--kv-heads", str(a.kv_heads)] if a.kv_heads else []) + \
+        (["--ffn-dim", str(a.ffn_dim)] if a.ffn_dim else [])
+
+
 def plan_check(a, card_name, anvil, log):
     """`anvil plan`'s prediction for this very run (its card kind, shape and flags) beside what the run measured:
     every card run checks the planner on a new shape (memory and speed ratios in the record)."""
@@ -150,7 +163,8 @@ def plan_check(a, card_name, anvil, log):
     impl = impl.split(":")[0]
     try:
         j = json.loads(sh([a.anvil, "plan", "--tokens", "1B", "--gpus", f"{kind}:1", "--layers", str(a.layers),
-                           "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--seq", str(a.seq),
+                           *llama_flags(a), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab),
+                           "--seq", str(a.seq),
                            "--batch", str(a.batch), "--global-batch", str(a.batch * a.grad_accum), "--precision",
                            a.precision, "--recompute", a.recompute, "--logits-chunk", chunk, "--attention", impl,
                            "--json"], log))
@@ -182,8 +196,8 @@ def main():
     data = os.path.join(work, "data")
     make_data(a, data, B * T * A * (total_steps + 1) + 1)
     common = [a.anvil, "train", "--data", data, "--device", a.device, "--precision", a.precision,
-              "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab),
-              "--seq", str(T), "--batch", str(B), "--grad-accum", str(A), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
+              *llama_flags(a), "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab",
+              str(a.vocab), "--seq", str(T), "--batch", str(B), "--grad-accum", str(A), "--lr", "6e-4", "--warmup", "0", "--weight-decay", "0.1",
               "--grad-clip", "1.0", "--shuffle", "off", "--log-every", "1", "--eval-every", "0",
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute != "off":
@@ -248,14 +262,16 @@ def main():
         torch_prof = os.path.join(work, "torch_profile.json")
         ref = sh([a.python, os.path.join(HERE, "torch_gpt_reference.py"), "--shard",
                   os.path.join(data, "train_000000.bin"), "--batch", str(B), "--grad-accum", str(A), "--seq",
-                  str(T), "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--vocab",
-                  str(a.vocab), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+                  str(T), *llama_flags(a), "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim),
+                  "--vocab", str(a.vocab), "--steps", str(a.steps), "--warmup", str(a.warmup)]
                  + (["--profile-steps", str(a.torch_profile_steps), "--profile-out", torch_prof]
                     if a.torch_profile_steps > 0 else []), log)
         contenders["torch_reference"] = json.loads(ref.strip().splitlines()[-1])
         if os.path.exists(torch_prof):
             torch_profile = json.load(open(torch_prof))
-        if os.path.exists(a.shared_bench):
+        if a.arch != "gpt2":
+            print(f"note: {a.shared_bench} trains GPT-2 only; with --arch {a.arch} the reference is the one baseline")
+        elif os.path.exists(a.shared_bench):
             shared = sh([a.python, a.shared_bench, "--batch", str(B), "--seq", str(T), "--layers", str(a.layers),
                          "--heads", str(a.heads), "--dim", str(a.dim), "--vocab", str(a.vocab), "--steps",
                          str(a.steps), "--warmup", str(a.warmup)], log)
@@ -283,7 +299,8 @@ def main():
 
     ref_tps = contenders.get("torch_reference", {}).get("tokens_per_s")  # each variant's ratio to the reference
     lines = [f"device: {gpu.get('name', '?')}, driver CUDA {gpu.get('driver_cuda', '?')}, commit {git[:10]}",
-             f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}"
+             ("GPT-2" if a.arch == "gpt2" else f"Llama ({a.kv_heads or a.heads} KV heads)")
+             + f" {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, batch {B} x {T}"
              + (f" x {A} accumulated ({B * T * A} tokens a step; the shared baseline: {B} x {T} a step)"
                 if A > 1 else "") + f", {a.precision}, "
              f"median of {a.steps} steps after {a.warmup}",

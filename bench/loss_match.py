@@ -2,8 +2,8 @@
 """anvil's training loss against PyTorch's, step by step, from the same initial weights on the same tokens.
 
   1. Data: an `anvil data prepare` directory (--data), or one prepared here from --text files (--tokenizer).
-  2. Weights: bench/torch_gpt_reference.py --save-init writes seeded GPT-2 weights as a Hugging Face directory;
-     every run starts from it (anvil: --init).
+  2. Weights: bench/torch_gpt_reference.py --save-init writes seeded GPT-2 (or, with --arch llama, Llama)
+     weights as a Hugging Face directory; every run starts from it (anvil: --init).
   3. Runs, each --steps optimizer steps of --batch x --seq (x --grad-accum), the same schedule and AdamW:
      anvil (--precision), the PyTorch reference (bf16 autocast with torch.compile, or fp32 for --precision
      fp32), and with --fp8 anvil --precision fp8 too. Data order is anvil's --shuffle off, which the reference
@@ -49,9 +49,12 @@ def parse():
                                        "--window and --tolerance)")
     p.add_argument("--tokenizer", default="byte", help="with --text: byte, or a directory of GPT-2 BPE files")
     p.add_argument("--val-fraction", type=float, default=0.05, help="with --text: documents held out")
+    p.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--ffn-dim", type=int, default=0, help="llama: MLP width (0: anvil's default)")
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--batch", type=int, default=8)
@@ -165,8 +168,8 @@ def compare(a, out, work):
     train_tokens = meta["splits"]["train"]["tokens"]
     init = os.path.join(work, "init")
     ref = os.path.join(HERE, "torch_gpt_reference.py")
-    shape = ["--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--seq", str(a.seq),
-             "--vocab", str(a.vocab)]
+    shape = ["--arch", a.arch, "--layers", str(a.layers), "--heads", str(a.heads), "--dim", str(a.dim), "--seq",
+             str(a.seq), "--vocab", str(a.vocab), "--kv-heads", str(a.kv_heads), "--ffn-dim", str(a.ffn_dim)]
     sh([a.python, ref, "--save-init", init, "--seed", str(a.seed), *shape], out)
 
     runs, summaries = {}, {}
@@ -201,7 +204,8 @@ def compare(a, out, work):
            "lr_max_rel_gap": lr_gap, "loss_rel_gap": g,
            f"mean_loss_last_{len(tail)}": mean,
            "losses": {k: [r[s]["loss"] for s in steps] for k, r in runs.items()}}
-    lines = [f"GPT-2 {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, {a.steps} steps of {a.batch} x {a.seq}"
+    model = "GPT-2" if a.arch == "gpt2" else f"Llama ({a.kv_heads or a.heads} KV heads)"
+    lines = [f"{model} {a.layers}L/{a.dim}/{a.heads}H vocab {a.vocab}, {a.steps} steps of {a.batch} x {a.seq}"
              f"{f' x {a.grad_accum}' if a.grad_accum > 1 else ''} on {train_tokens} training tokens "
              f"({res['epochs']:.2f} epochs), {a.device}, anvil {a.precision} against PyTorch "
              f"{torch_summary['torch']} ({torch_summary['dtype']}, compile {torch_summary['compile']})",

@@ -56,6 +56,7 @@ def parse():
     p.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
     p.add_argument("--kv-cache-mb", type=float, default=6000, help="the server's --kv-cache-mb")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", help="the server's --precision (default: the server's, fp32)")
     p.add_argument("--long-prompt-words", type=int, default=0, help="one more client sending prompts this long")
     p.add_argument("--prefill-chunk", type=int, help="the server's --prefill-chunk (default: the server's)")
     p.add_argument("--shared-prefix-words", type=int, default=0,
@@ -93,6 +94,8 @@ def make_model(tmp, threads, layers=12, dim=768):
 def start(model, args):
     cmd = [ANVIL, "serve", "--model", model, "--port", "0", "--threads", str(args.threads), "--max-batch", "64",
            "--max-queue", "256", "--kv-cache-mb", str(args.kv_cache_mb), "--device", args.device]
+    if args.precision is not None:
+        cmd += ["--precision", args.precision]
     if args.prefill_chunk is not None:
         cmd += ["--prefill-chunk", str(args.prefill_chunk)]
     if args.prefix_cache is not None:

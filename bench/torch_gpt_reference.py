@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""anvil's own PyTorch 2.x reference for GPU training: GPT-2 with PyTorch's fastest plain recipe.
+"""anvil's own PyTorch 2.x reference for GPU training: GPT-2 (or, with --arch llama, a Llama: RMSNorm, rotary
+positions, grouped-query attention, SwiGLU, an untied head, as anvil's --arch llama) with PyTorch's fastest
+plain recipe.
 
 torch.compile, scaled_dot_product_attention (flash attention), fused AdamW, bf16 autocast with fp32 master
 weights, TF32 allowed for whatever stays in fp32. It reads the same tokens as anvil in the same order as
@@ -41,9 +43,15 @@ def parse():
     p.add_argument("--save-init", help="write the seeded initial model there as a Hugging Face GPT-2 "
                    "directory and exit")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--ffn-dim", type=int, default=0, help="llama: MLP width (0: 8/3 of --dim up to a multiple of "
+                   "64, anvil's default)")
+    p.add_argument("--rope-theta", type=float, default=10000.0, help="llama: rotary base")
+    p.add_argument("--norm-eps", type=float, default=1e-6, help="llama: RMSNorm epsilon")
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--batch", type=int, default=16)
@@ -128,6 +136,96 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def causal_attention(q, k, v):
+    """q (B, NH, T, hs), k and v (B, KVH, T, hs), KVH dividing NH: softmax(q k^T / sqrt(hs), causal) v."""
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves NH / KVH query heads
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T = q.shape[2]  # PyTorch 1.x
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    return att.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, in f32 (as Hugging Face's LlamaRMSNorm)."""
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    """Rotary positions, Hugging Face's layout: the head's first half paired with its second."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, NH, KVH, ffn, eps):
+        super().__init__()
+        self.NH, self.KVH, self.hs = NH, KVH, C // NH
+        self.input_layernorm, self.post_attention_layernorm = RMSNorm(C, eps), RMSNorm(C, eps)
+        self.q_proj = nn.Linear(C, C, bias=False)
+        self.k_proj, self.v_proj = (nn.Linear(C, KVH * self.hs, bias=False) for _ in range(2))
+        self.o_proj = nn.Linear(C, C, bias=False)
+        self.gate_proj, self.up_proj = (nn.Linear(C, ffn, bias=False) for _ in range(2))
+        self.down_proj = nn.Linear(ffn, C, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, self.NH, self.hs).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, self.KVH, self.hs).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, self.KVH, self.hs).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # (bf16 under autocast, as the projections)
+        y = causal_attention(rotate(q, cos, sin), rotate(k, cos, sin), v)
+        x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, L, NH, KVH, C, ffn, V, theta, eps):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList(LlamaBlock(C, NH, KVH, ffn, eps) for _ in range(L))
+        self.norm = RMSNorm(C, eps)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        hs = C // NH
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs),
+                             persistent=False)
+        for p in self.parameters():  # anvil's initialisation: every matrix N(0, 0.02), the norms ones
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        freqs = torch.outer(torch.arange(T, device=idx.device, dtype=torch.float32), self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        x = self.embed_tokens(idx)
+        for b in self.layers:
+            x = b(x, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def llama_ffn(a):
+    return a.ffn_dim or (8 * a.dim // 3 + 63) // 64 * 64
+
+
+def make_model(a):
+    if a.arch == "llama":
+        return Llama(a.layers, a.heads, a.kv_heads or a.heads, a.dim, llama_ffn(a), a.vocab, a.rope_theta, a.norm_eps)
+    return GPT(a.layers, a.heads, a.dim, a.seq, a.vocab)
+
+
 # ---- Hugging Face GPT-2 layout: names, and Conv1D weights stored (in, out) ------------------------------
 HF_NAMES = {"ln_1": "ln_1", "ln_2": "ln_2", "c_attn": "attn.c_attn", "attn_proj": "attn.c_proj",
             "c_fc": "mlp.c_fc", "c_proj": "mlp.c_proj"}
@@ -135,6 +233,14 @@ HF_NAMES = {"ln_1": "ln_1", "ln_2": "ln_2", "c_attn": "attn.c_attn", "attn_proj"
 
 def hf_name(name):
     """This module's parameter name -> (Hugging Face name, transposed?)."""
+    if not name.startswith(("h.", "wte", "wpe", "ln_f")):  # a Llama: Hugging Face's names and layout but for
+        parts = name.split(".")                             # the blocks' grouping
+        if parts[0] == "layers":
+            group = "self_attn" if parts[2].endswith("_proj") and parts[2][0] in "qkvo" else "mlp"
+            if parts[2].endswith("layernorm"):
+                return f"model.layers.{parts[1]}.{parts[2]}.{parts[3]}", False
+            return f"model.layers.{parts[1]}.{group}.{parts[2]}.{parts[3]}", False
+        return (name if name.startswith("lm_head") else "model." + name), False
     parts = name.split(".")
     if parts[0] == "h":
         hf = f"transformer.h.{parts[1]}.{HF_NAMES[parts[2]]}.{parts[3]}"
@@ -157,9 +263,16 @@ def save_hf(model, a, path):
         f.write(struct.pack("<Q", len(text)) + text)
         for b in blobs:
             f.write(b)
-    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": a.layers, "n_head": a.heads,
-              "n_embd": a.dim, "n_positions": a.seq, "n_ctx": a.seq, "vocab_size": a.vocab,
-              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    if a.arch == "llama":
+        config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": a.layers,
+                  "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads or a.heads,
+                  "hidden_size": a.dim, "intermediate_size": llama_ffn(a), "max_position_embeddings": a.seq,
+                  "vocab_size": a.vocab, "rms_norm_eps": a.norm_eps, "rope_theta": a.rope_theta,
+                  "hidden_act": "silu", "tie_word_embeddings": False}
+    else:
+        config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": a.layers,
+                  "n_head": a.heads, "n_embd": a.dim, "n_positions": a.seq, "n_ctx": a.seq, "vocab_size": a.vocab,
+                  "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 
@@ -198,7 +311,7 @@ def main():
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
-    model = GPT(a.layers, a.heads, a.dim, a.seq, a.vocab)
+    model = make_model(a)
     if a.save_init:
         save_hf(model, a, a.save_init)
         print(json.dumps({"saved": a.save_init, "params": sum(p.numel() for p in model.parameters())}))
@@ -270,7 +383,7 @@ def main():
             f.writelines(json.dumps(r) + "\n" for r in rows)
     step_s = statistics.median(times) if times else float("nan")
     print(json.dumps({
-        "impl": "torch-reference", "torch": torch.__version__,
+        "impl": "torch-reference", "arch": a.arch, "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": compiled, "dtype": a.dtype,
         "params": n_params, "batch": B, "seq": T, "grad_accum": A,
         "step_ms_median": round(step_s * 1e3, 2), "tokens_per_s": round(B * T * A / step_s) if times else 0,

@@ -7,7 +7,10 @@ reference's Hugging Face init through anvil's --shuffle off data order, warmup a
 clipping. Every step's loss must agree within 1e-4 relative and every learning rate exactly; the fp8 run (its
 rounding simulated on the CPU) must land within 2% of fp32. Scenarios:
   1. byte tokens, gradient accumulation 2, a padded vocabulary (320 rows for 257 ids), plus the fp8 run;
-  2. GPT-2 BPE padded to 50304 rows, as on the GPU (when the tokenizer test has fetched the vocabulary).
+  2. GPT-2 BPE padded to 50304 rows, as on the GPU (when the tokenizer test has fetched the vocabulary);
+  3. a Llama with grouped-query attention (4 query heads, 2 key/value heads), byte tokens: the reference's
+     --arch llama is the model anvil trains, so its tokens/s on a card (gpu_train_bench.py --arch llama) is a
+     fair competitor.
 Skips (exit 77) without python3-torch.
 """
 import glob
@@ -65,10 +68,12 @@ def main():
             failures += match("gpt2-bpe", tmp, ["--tokenizer", vocab, "--vocab", "50304", "--steps", "12"])
         else:
             print(f"note: no GPT-2 vocabulary in {vocab} yet (the tokenizer test fetches it); scenario 2 not run")
+        failures += match("llama-gqa", tmp, ["--tokenizer", "byte", "--vocab", "320", "--arch", "llama", "--kv-heads",
+                                             "2", "--steps", "15"])
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1
-    print("PASSED: anvil's losses match PyTorch's step by step through bench/loss_match.py")
+    print("PASSED: anvil's losses (GPT-2 and Llama) match PyTorch's step by step through bench/loss_match.py")
     return 0
 
 
