@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """--precision fp8 against bf16 on one card: tokens/s, MFU and peak memory at GPT-2 124M and at a larger config
-(24 layers, width 1024), each pair from the same data (bench/gpu_train_bench.py runs each training; PyTorch is
+(24 layers, width 1024), or at GPT-2 XL's shape (--configs gpt2-1.5B: 48 layers x 1600, issue 44's FP8 goal), each
+pair from the same data (bench/gpu_train_bench.py runs each training; PyTorch is
 not run here). Then, from each run's --profile (every op synchronised), each linear layer's shape with its
 product's time in bf16 and in fp8 (the fp8 op: the operands' amax, scales and rounding, and the FP8 product),
 forward and backward: where fp8's time goes. Prints the tables and writes fp8_bench.json and fp8_summary.txt to
@@ -21,7 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = [  # name, layers, width, heads, batch
     ("gpt2-124M", 12, 768, 12, 16),
     ("gpt2-24L-1024", 24, 1024, 16, 8),
+    ("gpt2-1.5B", 48, 1600, 25, 4),  # issue 44's FP8 goal: GPT-2 XL's shape (--configs gpt2-1.5B)
 ]
+DEFAULT_CONFIGS = "gpt2-124M,gpt2-24L-1024"
 TINY = [("tiny", 2, 64, 4, 2)]
 # a profile row's op: "matmul_fwd 16384x768>2304", "matmul_fp8_bwd 16384x768>2304", "matmul_fp8_fwd+gelu ..."
 OP = re.compile(r"^matmul(_fp8)?_(fwd|bwd)(\+gelu)? (\d+x\d+>\d+)$")
@@ -57,13 +60,19 @@ def main():
     p.add_argument("--profile-steps", type=int, default=3,
                    help="steps of each run's --profile, for the per-shape table (0: none)")
     p.add_argument("--device", default="cuda", help="cpu only to try the script itself (with --tiny)")
-    p.add_argument("--tiny", action="store_true", help="one small model instead of the two configs")
+    p.add_argument("--tiny", action="store_true", help="one small model instead of the configs")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="which configurations (comma list of " + ", ".join(c[0] for c in CONFIGS) + ")")
     p.add_argument("--out", default=os.environ.get("OUT") or "bench/results/fp8")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, lines = [], []
     seq = 64 if a.tiny else 1024
-    for name, layers, dim, heads, batch in TINY if a.tiny else CONFIGS:
+    wanted = a.configs.split(",")
+    unknown = [c for c in wanted if c not in [k[0] for k in CONFIGS]]
+    if unknown:
+        p.error(f"--configs: unknown {unknown}")
+    for name, layers, dim, heads, batch in TINY if a.tiny else [c for c in CONFIGS if c[0] in wanted]:
         runs, profiles = {}, {}
         for precision in ("bf16", "fp8"):
             with tempfile.TemporaryDirectory(prefix="anvil-fp8-") as d:

@@ -23,7 +23,8 @@
 #                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log), ncu (Nsight
 #                                     Compute's per-kernel time and DRAM bytes for one 124M step), bench774
 #                                     (GPT-2 774M), llama1b (a Llama 1B-class, against the reference's
-#                                     --arch llama) and decode (batch-1 decode against the bandwidth roofline
+#                                     --arch llama), fp8_xl (fp8 against bf16 at GPT-2 XL's shape) and
+#                                     decode (batch-1 decode against the bandwidth roofline
 #                                     and anvil serve at 16 and 64 in flight, beside transformers: see
 #                                     bench/gpu_decode_bench.py) run only when named.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
@@ -150,6 +151,10 @@ case "$what" in
     want fp8 && step fp8 240 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" --gpt2-vocab "$root/gpt2" \
       --steps 8 --warmup 2 --profile-steps 3 --out "$work/fp8"
     [ -f "$work/fp8/fp8_bench.json" ] && cp "$work/fp8/fp8_bench.json" "$out/"
+    # opt-in: the same at GPT-2 XL's shape (48 layers x 1600, batch 4 x 1024), issue 44's FP8 goal (>= 1.25x bf16)
+    want fp8_xl opt-in && step fp8_xl 240 python3 bench/gpu_fp8_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --configs gpt2-1.5B --steps 6 --warmup 2 --profile-steps 2 --out "$work/fp8_xl"
+    [ -f "$work/fp8_xl/fp8_bench.json" ] && mkdir -p "$out/fp8_xl" && cp "$work/fp8_xl/fp8_bench.json" "$out/fp8_xl/"
     # opt-in (a second call's, CONTACT_STEPS="bench774 llama1b"): issue 44's larger goals against the reference,
     # GPT-2 774M (36 layers x 1280, 20 heads) and a Llama of Llama 3.2 1B's shape (16 layers x 2048, 32 query and
     # 8 key/value heads, MLP 8192; GPT-2's vocabulary padded to 50304), each JSON back, its table in contact.log
@@ -186,7 +191,7 @@ case "$what" in
       --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-run"' "$root/bin/anvil" \
       "$root/corpus" "$work"
     # the loss comparison's files, fp8's runs and the kernel table: one archive (at most 8 files come back)
-    extra=(); for f in train fp8 ncu.csv fp8_diag; do [ -e "$work/$f" ] && extra+=("$f"); done
+    extra=(); for f in train fp8 fp8_xl ncu.csv fp8_diag; do [ -e "$work/$f" ] && extra+=("$f"); done
     [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
