@@ -77,7 +77,7 @@ test-emu: deps
 	else \
 	  cmake $(call cmake_gen,$(EMU_BUILD)) -S . -B $(EMU_BUILD) -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA_EMU=ON $(CMAKE_FLAGS) \
 	    > $(EMU_BUILD).configure.log 2>&1 || { cat $(EMU_BUILD).configure.log; exit 1; }; \
-	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_gpu_tests || exit 1; \
+	  cmake --build $(EMU_BUILD) -j $(JOBS) --target anvil_emu_checks || exit 1; \
 	  (cd $(EMU_BUILD) && ctest --output-on-failure -j $(JOBS) -R '^gpu_tests'); rc=$$?; \
 	  python3 scripts/slowest_tests.py $(EMU_BUILD) 6; exit $$rc; \
 	fi
