@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/bpe.h"
 #include "data/sp_bpe.h"
+#include "data/tokenizer_json.h"
 #include "data/utf8.h"
 #include "io/fs.h"
 #include "io/json_text.h"
@@ -41,25 +42,51 @@ struct Parts {
     std::vector<std::pair<std::string, int32_t>> specials;
 };
 
-// vocab: {token string: id}; ids must be 0..n-1 without gaps.
-void read_vocab(const nlohmann::json& vocab, const std::string& path, Parts& p,
-                std::unordered_map<std::string, int32_t>& by_string) {
-    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object",
-                path);
-    p.tokens.assign(vocab.size(), std::string());
-    by_string.reserve(vocab.size());
+// A vocabulary's {token string: id} entries; ids must be 0..n-1 without gaps or repeats.
+using VocabEntries = std::vector<std::pair<std::string, int64_t>>;
+
+void check_vocab_ids(const VocabEntries& vocab, const std::string& path) {
+    ANVIL_CHECK(!vocab.empty(), "{}: the vocabulary must be a non-empty JSON object", path);
     std::vector<bool> seen(vocab.size(), false);
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        ANVIL_CHECK(it.value().is_number_integer(), "{}: id of token {} is not an integer", path, it.key());
-        const int64_t id = it.value().get<int64_t>();
+    for (const auto& [token, id] : vocab) {
         ANVIL_CHECK(id >= 0 && id < int64_t(vocab.size()) && !seen[size_t(id)],
                     "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path,
-                    vocab.size() - 1, it.key(), id);
+                    vocab.size() - 1, token, id);
         seen[size_t(id)] = true;
-        std::string& bytes = p.tokens[size_t(id)];
-        if (!vocab_string_to_bytes(it.key(), &bytes)) bytes = it.key();  // added tokens are stored as text
-        by_string.emplace(it.key(), int32_t(id));
     }
+}
+
+void read_vocab(const VocabEntries& vocab, const std::string& path, Parts& p,
+                std::unordered_map<std::string, int32_t>& by_string) {
+    check_vocab_ids(vocab, path);
+    p.tokens.assign(vocab.size(), std::string());
+    by_string.reserve(vocab.size());
+    for (const auto& [token, id] : vocab) {
+        std::string& bytes = p.tokens[size_t(id)];
+        if (!vocab_string_to_bytes(token, &bytes)) bytes = token;  // added tokens are stored as text
+        by_string.emplace(token, int32_t(id));
+    }
+}
+
+// vocab.json / encoder.json: the same entries from a JSON object.
+VocabEntries vocab_entries(const nlohmann::json& vocab, const std::string& path) {
+    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object",
+                path);
+    VocabEntries out;
+    out.reserve(vocab.size());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        ANVIL_CHECK(it.value().is_number_integer(), "{}: id of token {} is not an integer", path, it.key());
+        out.emplace_back(it.key(), it.value().get<int64_t>());
+    }
+    return out;
+}
+
+// tokenizer.json's model.vocab, checked as vocab_entries checks a vocab.json.
+const VocabEntries& vocab_entries(const TokenizerJson& t, const std::string& path) {
+    ANVIL_CHECK(t.has_vocab && t.vocab_object && !t.vocab.empty(),
+                "{}: the vocabulary must be a non-empty JSON object", path);
+    ANVIL_CHECK(t.vocab_bad.empty(), "{}: id of token {} is not an integer", path, t.vocab_bad);
+    return t.vocab;
 }
 
 // `where(n)` names merge n for an error (built only then: a vocabulary has 50k-280k merges).
@@ -99,7 +126,7 @@ void read_merges_txt(const std::string& path, const std::unordered_map<std::stri
 BpeTokenizer from_vocab_and_merges(const std::string& vocab_path, const std::string& merges_path) {
     Parts p;
     std::unordered_map<std::string, int32_t> by_string;
-    read_vocab(read_json_file(vocab_path), vocab_path, p, by_string);
+    read_vocab(vocab_entries(read_json_file(vocab_path), vocab_path), vocab_path, p, by_string);
     read_merges_txt(merges_path, by_string, p);
     const auto eot = by_string.find(std::string(kEndOfText));
     if (eot != by_string.end()) p.specials.push_back({std::string(kEndOfText), eot->second});
@@ -111,25 +138,11 @@ std::string type_of(const nlohmann::json& j) {
 }
 
 // The merges list: "a b" strings or ["a", "b"] pairs.
-std::vector<std::pair<std::string, std::string>> merge_strings(const nlohmann::json& m,
-                                                               const std::string& path) {
-    ANVIL_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model has no merges list", path);
-    std::vector<std::pair<std::string, std::string>> out;
-    out.reserve(m["merges"].size());
-    for (const auto& e : m["merges"]) {
-        if (e.is_string()) {
-            const std::string& s = e.get_ref<const std::string&>();
-            const size_t sp = s.find(' ', 1);
-            ANVIL_CHECK(sp != std::string::npos, "{}: merge {}: \"{}\" is not two tokens", path,
-                        out.size() + 1, s);
-            out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-        } else {
-            ANVIL_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
-                        "{}: merge {}: a merge is \"a b\" or [\"a\", \"b\"]", path, out.size() + 1);
-            out.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-        }
-    }
-    return out;
+const std::vector<std::pair<std::string, std::string>>& merge_strings(const TokenizerJson& t,
+                                                                      const std::string& path) {
+    ANVIL_CHECK(t.has_merges, "{}: model has no merges list", path);
+    ANVIL_CHECK(t.merges_bad.empty(), "{}: {}", path, t.merges_bad);
+    return t.merges;
 }
 
 // The Unicode normalization form a tokenizer.json's normalizer is (Qwen's NFC; alone or the only member of a
@@ -146,7 +159,8 @@ bool has_normalizer(const nlohmann::json& j) {
 }
 
 // Byte-level BPE: GPT-2's ByteLevel pre-tokenizer, or a Split pattern followed by ByteLevel(use_regex false).
-BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& path) {
+BpeTokenizer byte_level_from_json(const TokenizerJson& tj, const std::string& path) {
+    const nlohmann::json& j = tj.doc;
     const auto& m = j["model"];
     const auto empty_or_null = [&](const char* k) {
         return !m.contains(k) || m[k].is_null() || (m[k].is_string() && m[k].get<std::string>().empty());
@@ -192,9 +206,9 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
     }
     Parts p;
     std::unordered_map<std::string, int32_t> by_string;
-    read_vocab(m["vocab"], path, p, by_string);
+    read_vocab(vocab_entries(tj, path), path, p, by_string);
     size_t r = 0;
-    const auto merges = merge_strings(m, path);
+    const auto& merges = merge_strings(tj, path);
     p.merges.reserve(merges.size());
     for (const auto& [a, b] : merges) {
         ++r;
@@ -225,7 +239,8 @@ BpeTokenizer byte_level_from_json(const nlohmann::json& j, const std::string& pa
 }
 
 // SentencePiece-style BPE: the Prepend + Replace normalizer (or Metaspace), byte fallback.
-SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std::string& path) {
+SpBpeTokenizer::Spec sentencepiece_from_json(const TokenizerJson& tj, const std::string& path) {
+    const nlohmann::json& j = tj.doc;
     const auto& m = j["model"];
     SpBpeTokenizer::Spec s;
     s.source = path;
@@ -266,18 +281,11 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
         s.prepend = scheme == "never" ? "" : "\u2581";
         s.prepend_every_stretch = scheme == "always";
     }
-    const auto& vocab = m["vocab"];
-    ANVIL_CHECK(vocab.is_object() && !vocab.empty(), "{}: the vocabulary must be a non-empty JSON object",
-                path);
+    const VocabEntries& vocab = vocab_entries(tj, path);
+    check_vocab_ids(vocab, path);
     s.pieces.assign(vocab.size(), std::string());
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        const int64_t id = it.value().get<int64_t>();
-        ANVIL_CHECK(id >= 0 && id < int64_t(vocab.size()) && s.pieces[size_t(id)].empty(),
-                    "{}: token ids must be 0..{} without gaps or repeats (token {} has {})", path,
-                    vocab.size() - 1, it.key(), id);
-        s.pieces[size_t(id)] = it.key();
-    }
-    s.merges = merge_strings(m, path);
+    for (const auto& [token, id] : vocab) s.pieces[size_t(id)] = token;
+    s.merges = merge_strings(tj, path);
     if (j.contains("added_tokens") && j["added_tokens"].is_array())
         for (const auto& t : j["added_tokens"]) {
             const std::string text = t.value("content", std::string());
@@ -288,9 +296,11 @@ SpBpeTokenizer::Spec sentencepiece_from_json(const nlohmann::json& j, const std:
             s.added.push_back({text, int32_t(id)});
             s.added_special.push_back(t.value("special", false));
         }
-    if (m.contains("unk_token") && m["unk_token"].is_string())
-        if (const auto it = vocab.find(m["unk_token"].get<std::string>()); it != vocab.end())
-            s.unk = it->get<int32_t>();
+    if (m.contains("unk_token") && m["unk_token"].is_string()) {
+        const std::string unk = m["unk_token"].get<std::string>();
+        for (const auto& [token, id] : vocab)
+            if (token == unk) s.unk = int32_t(id);
+    }
     return s;
 }
 
@@ -349,12 +359,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
     const std::string path = fs::is_directory(spec, ec) ? (fs::path(spec) / "tokenizer.json").string() : spec;
     const std::string cfg_path = (fs::path(path).parent_path() / "tokenizer_config.json").string();
     const std::string text = read_file(path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON ({})", path, e.what());
-    }
+    const TokenizerJson tj = parse_tokenizer_json(text, path);
+    const nlohmann::json& j = tj.doc;
     ANVIL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
                 "{}: no \"model\" section; is this a Hugging Face tokenizer.json?", path);
     const auto& m = j["model"];
@@ -385,12 +391,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& spec) {
     }
     std::unique_ptr<Tokenizer> tok;
     if (sentencepiece) {
-        SpBpeTokenizer::Spec s = sentencepiece_from_json(j, path);
+        SpBpeTokenizer::Spec s = sentencepiece_from_json(tj, path);
         auto sp = std::make_unique<SpBpeTokenizer>(std::move(s));
         sp->set_hf_files(files);
         tok = std::move(sp);
     } else {
-        auto bl = std::make_unique<BpeTokenizer>(byte_level_from_json(j, path));
+        auto bl = std::make_unique<BpeTokenizer>(byte_level_from_json(tj, path));
         bl->set_hf_files(files);
         tok = std::move(bl);
     }
@@ -443,7 +449,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
             "--tokenizer {}: give a directory with encoder.json + vocab.bpe or vocab.json + merges.txt, or "
             "a tokenizer.json file",
             path);
-        return byte_level_from_json(read_json_file(path), path);
+        return byte_level_from_json(parse_tokenizer_json(read_file(path), path), path);
     }
     ANVIL_CHECK(fs::is_directory(path, ec),
                 "--tokenizer {}: no such file or directory; GPT-2's vocabulary comes with "
@@ -452,7 +458,9 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     const auto has = [&](const char* f) { return fs::is_regular_file(fs::path(path) / f, ec); };
     const auto at = [&](const char* f) { return (fs::path(path) / f).string(); };
     if (has("tokenizer.json"))
-        return byte_level_from_json(read_json_file(at("tokenizer.json")), at("tokenizer.json"));
+        return byte_level_from_json(
+            parse_tokenizer_json(read_file(at("tokenizer.json")), at("tokenizer.json")),
+            at("tokenizer.json"));
     if (has("vocab.json") && has("merges.txt"))
         return from_vocab_and_merges(at("vocab.json"), at("merges.txt"));
     if (has("encoder.json") && has("vocab.bpe"))

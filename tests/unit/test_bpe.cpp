@@ -8,6 +8,7 @@
 #include "data/bpe.h"
 #include "data/pretokenize.h"
 #include "data/sp_bpe.h"
+#include "data/tokenizer_json.h"
 #include "data/utf8.h"
 #include "harness.h"
 
@@ -176,6 +177,37 @@ TEST(Bpe, RejectsBrokenVocabularies) {
     expect_json({"a b", "c d", "abc"}, "tokenizer.json: merge 3: \"abc\" is not two tokens");
     expect_json({"a b", {"c"}}, "tokenizer.json: merge 2: a merge is");
     fsys::remove_all(d);
+}
+
+// tokenizer.json in two parts: model.vocab and model.merges as vectors (file order), the rest as a document
+// without them; a "vocab" or "merges" member anywhere else stays in the document.
+TEST(TokenizerJson, SplitsTheTablesFromTheRest) {
+    const std::string text = R"({"added_tokens": [{"id": 3, "content": "<s>"}],
+        "normalizer": {"vocab": 1, "merges": [2]},
+        "model": {"type": "BPE", "vocab": {"b": 1, "a": 0, "ab": 2}, "merges": ["a b", ["ab", "c d"]],
+                  "ignore_merges": true}})";
+    const TokenizerJson t = parse_tokenizer_json(text, "tok.json");
+    EXPECT_TRUE(t.has_vocab && t.vocab_object && t.has_merges);
+    EXPECT_EQ(t.vocab, (std::vector<std::pair<std::string, int64_t>>{{"b", 1}, {"a", 0}, {"ab", 2}}));
+    EXPECT_EQ(t.merges, (std::vector<std::pair<std::string, std::string>>{{"a", "b"}, {"ab", "c d"}}));
+    EXPECT_TRUE(t.vocab_bad.empty() && t.merges_bad.empty());
+    EXPECT_FALSE(t.doc["model"].contains("vocab") || t.doc["model"].contains("merges"));
+    EXPECT_EQ(t.doc["model"]["type"], "BPE");
+    EXPECT_EQ(t.doc["model"]["ignore_merges"], true);
+    EXPECT_EQ(t.doc["normalizer"]["vocab"], 1);
+    EXPECT_EQ(t.doc["normalizer"]["merges"][0], 2);
+    EXPECT_EQ(t.doc["added_tokens"][0]["content"], "<s>");
+
+    const TokenizerJson bad = parse_tokenizer_json(
+        R"({"model": {"vocab": {"a": 0, "b": "one", "c": 1.5}, "merges": ["a b", "ab", ["a"], {"x": 1}]}})",
+        "t");
+    EXPECT_EQ(bad.vocab_bad, "b");
+    EXPECT_EQ(bad.vocab.size(), 1u);
+    EXPECT_EQ(bad.merges_bad, "merge 2: \"ab\" is not two tokens");
+    EXPECT_EQ(bad.merges, (std::vector<std::pair<std::string, std::string>>{{"a", "b"}}));
+    EXPECT_FALSE(parse_tokenizer_json(R"({"model": {"merges": {}}})", "t").has_merges);
+    expect_error([] { parse_tokenizer_json(R"({"model": {"vocab": {"a": 0,}})", "t.json"); },
+                 "t.json: not valid JSON");
 }
 
 TEST(Utf8, NormalizationForms) {
