@@ -89,15 +89,14 @@ const VocabEntries& vocab_entries(const TokenizerJson& t, const std::string& pat
     return t.vocab;
 }
 
-// `where(n)` names merge n for an error (built only then: a vocabulary has 50k-280k merges).
+// `where()` names the merge for an error, "FILE:LINE: merge" or "FILE: merge N" (built only then: a
+// vocabulary has 50k-280k merges).
 template <typename Where>
 void add_merge(const std::string& a, const std::string& b, const Where& where,
                const std::unordered_map<std::string, int32_t>& by_string, Parts& p) {
     const auto ia = by_string.find(a), ib = by_string.find(b);
     ANVIL_CHECK(ia != by_string.end() && ib != by_string.end(),
-                "{}: merge \"{} {}\" names a token that is not in the "
-                "vocabulary",
-                where(), a, b);
+                "{} \"{} {}\" names a token that is not in the vocabulary", where(), a, b);
     p.merges.push_back({ia->second, ib->second});
 }
 
@@ -118,8 +117,8 @@ void read_merges_txt(const std::string& path, const std::unordered_map<std::stri
                         l.find(' ', sp + 1) == std::string::npos,
                     "{}:{}: a merge line is two tokens separated by one space", path, line);
         add_merge(
-            l.substr(0, sp), l.substr(sp + 1), [&] { return path + ":" + std::to_string(line); }, by_string,
-            p);
+            l.substr(0, sp), l.substr(sp + 1), [&] { return path + ":" + std::to_string(line) + ": merge"; },
+            by_string, p);
     }
 }
 

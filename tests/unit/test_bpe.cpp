@@ -161,7 +161,8 @@ TEST(Bpe, RejectsBrokenVocabularies) {
     for (int b = 0; b < 256; b++) full[bytes_to_vocab_string(std::string(1, char(b)))] = b;
     expect(full.dump(), "#version: 0.2\na b\n",
            "merge 1 (\"a b\") makes a token that is not in the vocabulary");
-    expect(full.dump(), "#version: 0.2\nzz q\n", "names a token that is not in the vocabulary");
+    expect(full.dump(), "#version: 0.2\nzz q\n",
+           "merges.txt:2: merge \"zz q\" names a token that is not in the vocabulary");
     expect(full.dump(), "#version: 0.2\nabc\n", "merges.txt:2: a merge line is two tokens");
     fsys::remove(d + "/vocab.json");
     fsys::remove(d + "/merges.txt");
@@ -173,7 +174,7 @@ TEST(Bpe, RejectsBrokenVocabularies) {
     };
     full[bytes_to_vocab_string("ab")] = 256;
     expect_json({"a b", "zz q"},
-                "tokenizer.json: merge 2: merge \"zz q\" names a token that is not in the vocabulary");
+                "tokenizer.json: merge 2 \"zz q\" names a token that is not in the vocabulary");
     expect_json({"a b", "c d", "abc"}, "tokenizer.json: merge 3: \"abc\" is not two tokens");
     expect_json({"a b", {"c"}}, "tokenizer.json: merge 2: a merge is");
     fsys::remove_all(d);
