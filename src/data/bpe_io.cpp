@@ -206,14 +206,12 @@ BpeTokenizer byte_level_from_json(const TokenizerJson& tj, const std::string& pa
     Parts p;
     std::unordered_map<std::string, int32_t> by_string;
     read_vocab(vocab_entries(tj, path), path, p, by_string);
-    size_t r = 0;
     const auto& merges = merge_strings(tj, path);
     p.merges.reserve(merges.size());
-    for (const auto& [a, b] : merges) {
-        ++r;
+    for (size_t r = 0; r < merges.size(); r++)
         add_merge(
-            a, b, [&] { return path + ": merge " + std::to_string(r); }, by_string, p);
-    }
+            merges[r].first, merges[r].second, [&] { return path + ": merge " + std::to_string(r + 1); },
+            by_string, p);
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
         for (const auto& t : j["added_tokens"]) {
             if (!t.is_object() || !t.contains("content") || !t.contains("id")) continue;

@@ -209,7 +209,7 @@ Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, boo
         dispatch_fp8(fmt, [&](auto f) {
             constexpr DType F = decltype(f)::value;
             constexpr int kCols = 8 * Pack<T>::N;
-            if (transpose && R % kTRows == 0 && C % kCols == 0 && aligned16(x.data)) {
+            if (transpose && both_in_one_pass(x, R, C)) {  // the packed transposing kernel's shapes
                 const dim3 grid(C / kCols, R / kTRows);
                 quantize_t_packed_kernel<T, F>
                     <<<grid, kThreads, 0, c.stream>>>(q, q_rows, x.ptr<T>(), R, C, scale);
