@@ -64,7 +64,7 @@ OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares);
 // `drop`: dropout on the probabilities (dropout_mask.h), the reference applying the mask as documented there
 OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop = {});
 OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop = {});
-OpCase attention_cached(const OpSizes& s, int KVH);
+OpCase attention_cached(const OpSizes& s, int KVH, int T = 0);  // T = 0: min(s.T, 40)
 OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false);
 
 }  // namespace anvil::test::cases

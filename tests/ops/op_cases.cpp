@@ -727,8 +727,11 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         adamw(s),
         convert(s),
     };
-    if (s.T > 64)  // the benchmarks: attention at llm.c's micro-batch too, where the kernels fill the card
+    if (s.T > 64) {  // the benchmarks: attention at llm.c's micro-batch too, where the kernels fill the card
         t.push_back(attention(s, 64, s.T, s.NH, s.C / s.NH));
+        // and a serving decode step: 64 sequences in flight, one new token each, up to s.T positions cached
+        t.push_back(attention_cached_rows(s, s.NH, 64, s.T));
+    }
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
         // CUDA's fused LayerNorm backward (widths of 32 P packs a row, P <= 4), rows over several chunks, the
         // last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is bf16/f16's P = 3 (GPT-2 124M)
@@ -748,7 +751,19 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention(s, 2, 40, 2, 20, {0.2f, 9, 0}));
         t.push_back(attention_gqa(2, 70, 4, 2, 16, {0.25f, 11, 1}));
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
-        t.push_back(token_logprobs_case(2, 50257, 50304, 20));    // GPT-2's vocabulary, OpenAI's most
+        // decoding at the head sizes the CUDA kernel loads as whole vectors (32, 64, 128: a lane's 4, 8, 16
+        // dimensions) and at one it does not (20), over more keys than its sixteen groups take in one step
+        const auto sized = [&](int C, int NH) {
+            OpSizes z = s;
+            z.C = C, z.NH = NH;
+            return z;
+        };
+        t.push_back(attention_cached(sized(128, 2), 1, 70));
+        t.push_back(attention_cached(sized(64, 2), 2, 40));
+        t.push_back(attention_cached(sized(256, 2), 1, 40));
+        t.push_back(attention_cached(sized(40, 2), 1, 40));
+        t.push_back(attention_cached_rows(sized(256, 4), 2, 5, 70));
+        t.push_back(token_logprobs_case(2, 50257, 50304, 20));  // GPT-2's vocabulary, OpenAI's most
         t.push_back(classifier(s, s.V, s.V));  // rows not all 16-byte aligned: the CUDA kernel's element path
         // whole 32 x 64 tiles: the CUDA backend's packed transposing FP8 rounding
         t.push_back(matmul_fp8(64, 64, 128, WLayout::InOut, true));

@@ -192,9 +192,10 @@ OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& d
 
 // Generation's incremental attention: a prompt, then one position at a time, appending to the caches. With
 // KVH < NH, grouped-query: the caches hold KVH heads.
-OpCase attention_cached(const OpSizes& s, int KVH) {
+OpCase attention_cached(const OpSizes& s, int KVH, int T_) {
     OpCase c;
-    const int T = std::min(s.T, 40), NH = s.NH, C = s.C, prefill = T / 3, HS = C / NH, KC = KVH * HS;
+    const int T = T_ > 0 ? T_ : std::min(s.T, 40), NH = s.NH, C = s.C, prefill = T / 3, HS = C / NH,
+              KC = KVH * HS;
     const int W = C + 2 * KC;
     c.name = fmt::format("attention_cached T={} NH={} KVH={} C={}", T, NH, KVH, C);
     c.args = {in("qkv", {1, T, W}, 1.0f, false), out("out", {T, C}), out("k", {T, KC}, false),

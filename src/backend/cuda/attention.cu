@@ -230,49 +230,88 @@ __global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, Rows r
     vc[at] = qkv[row + QC + KC + c];
 }
 
-// One warp per (new query, head): online softmax over the cached keys 0..its position. Query head h reads
-// key/value head h / group (grouped-query attention; group 1 for GPT-2). qkv rows (QC + 2 KC), out rows QC.
-template <typename T, int D, typename Rows>
-__global__ void attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, Rows r, int QC, int KC,
-                                   int HS, int group, float scale) {
-    __shared__ float q[D];
-    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, last = r.last(i);
-    const size_t kv_off = size_t(h / group) * HS;
-    for (int d = lane; d < D; d += 32)
-        q[d] = d < HS ? to_f(qkv[size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d]) : 0.0f;
-    __syncwarp();
-    float m = -INFINITY, l = 0.0f, o[D / 32];
+// A block of kCachedWarps warps per (new query, head): online softmax over the cached keys 0..its position.
+// Eight lanes share a key, each holding E = D / 8 of its dimensions (one 16-byte load of K and one of V at
+// head size 64 in bf16), so a warp reads four keys' rows at once and the block sixteen; the dot product is
+// summed across the eight lanes with three shuffles. Each group of eight keeps its own running maximum, sum
+// and output over its keys (key = group, group + 16, ...); the block merges the sixteen at the end through
+// shared memory. (It was one warp per (query, head), a lane per key reading its key's row element by element:
+// at batch 1 a dozen warps on the whole card, each walking the cache serially.) Query head h reads key/value
+// head h / group (grouped-query attention; group 1 for GPT-2). qkv rows (QC + 2 KC), out rows QC. `vec`: head
+// size D and the caches' rows 16-byte aligned, so a lane's dimensions load as whole vectors.
+constexpr int kCachedWarps = 4, kKeyLanes = 8, kGroups = kCachedWarps * 32 / kKeyLanes;
+
+// E consecutive elements of a row from p (those from `valid` on are 0): vector loads where `vec`.
+template <int E, typename T>
+__device__ __forceinline__ void load_dims(float* dst, const T* p, bool vec, int valid) {
+    constexpr int L = E * int(sizeof(T)) >= 16 ? 16 / int(sizeof(T)) : E;
+    if (vec) {
 #pragma unroll
-    for (int j = 0; j < D / 32; j++) o[j] = 0.0f;
-    for (int k0 = 0; k0 <= last; k0 += 32) {
-        const int key = k0 + lane;
-        float s = -INFINITY;
-        if (key <= last) {
-            s = 0.0f;
-            const T* k = kc + r.row(i, key) * KC + kv_off;
-            for (int d = 0; d < HS; d++) s += q[d] * to_f(k[d]);
-            s *= scale;
+        for (int e = 0; e < E; e += L) {
+            const Floats<L> f = load_floats<L>(p + e);
+#pragma unroll
+            for (int k = 0; k < L; k++) dst[e + k] = f.v[k];
         }
-        const float m_new = fmaxf(m, warp_max(s));
-        const float p = key <= last ? __expf(s - m_new) : 0.0f, corr = __expf(m - m_new);
-        l = l * corr + warp_sum(p);
+    } else {
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) o[j] *= corr;
-        for (int kk = 0; kk < 32 && k0 + kk <= last; kk++) {
-            const float pk = __shfl_sync(0xffffffffu, p, kk);
-            const T* v = vc + r.row(i, k0 + kk) * KC + kv_off;
-#pragma unroll
-            for (int j = 0; j < D / 32; j++) {
-                const int d = lane + 32 * j;
-                if (d < HS) o[j] += pk * to_f(v[d]);
-            }
-        }
-        m = m_new;
+        for (int e = 0; e < E; e++) dst[e] = e < valid ? to_f(p[e]) : 0.0f;
     }
+}
+
+template <typename T, int D, typename Rows>
+__global__ void __launch_bounds__(kCachedWarps * 32)
+    attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, Rows r, int QC, int KC, int HS,
+                       int group, float scale, bool vec) {
+    constexpr int E = D / kKeyLanes, G = 32 / kKeyLanes;  // a lane's dimensions; key groups a warp
+    __shared__ float gm[kGroups], gl[kGroups], go[kGroups][D + 1];
+    const int i = blockIdx.x, h = blockIdx.y, last = r.last(i);
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, sub = lane % kKeyLanes;
+    const int grp = warp * G + lane / kKeyLanes;  // this lane's group: keys grp, grp + kGroups, ...
+    const int d0 = sub * E, valid = HS - d0;      // its dimensions d0..d0 + E - 1, those below HS real
+    const size_t kv_off = size_t(h / group) * HS + size_t(d0);
+    float q[E], o[E];
+    load_dims<E>(q, qkv + size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d0, false, valid);
+    float m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int j = 0; j < D / 32; j++) {
-        const int d = lane + 32 * j;
-        if (d < HS) out[size_t(i) * QC + size_t(h) * HS + d] = from_f<T>(o[j] / l);
+    for (int e = 0; e < E; e++) o[e] = 0.0f;
+        // The warp's lanes walk together (the shuffles need all 32); a group past the last key reads the last
+        // one again and sits the step out, so the loads do not wait on a branch and two steps' are in flight
+        // at once.
+#pragma unroll 2
+    for (int k0 = warp * G; k0 <= last; k0 += kGroups) {
+        const int key = k0 + lane / kKeyLanes;
+        const bool real = key <= last;
+        const size_t row = r.row(i, real ? key : last) * KC + kv_off;
+        float k[E], v[E];
+        load_dims<E>(k, kc + row, vec, valid);
+        load_dims<E>(v, vc + row, vec, valid);
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) s += q[e] * k[e];
+#pragma unroll
+        for (int x = 1; x < kKeyLanes; x *= 2) s += __shfl_xor_sync(0xffffffffu, s, x);
+        if (real) {
+            s *= scale;
+            const float m_new = fmaxf(m, s), corr = __expf(m - m_new), p = __expf(s - m_new);
+            l = l * corr + p;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = o[e] * corr + p * v[e];
+            m = m_new;
+        }
+    }
+    if (sub == 0) gm[grp] = m, gl[grp] = l;
+#pragma unroll
+    for (int e = 0; e < E; e++) go[grp][d0 + e] = o[e];
+    __syncthreads();
+    // the groups merged: weights exp(m_g - M) (a group that had no key has l = 0 and m = -inf: weight 0)
+    float M = -INFINITY;
+    for (int g = 0; g < kGroups; g++) M = fmaxf(M, gm[g]);
+    float L = 0.0f;
+    for (int g = 0; g < kGroups; g++) L += gl[g] > 0.0f ? gl[g] * __expf(gm[g] - M) : 0.0f;
+    for (int d = int(threadIdx.x); d < HS; d += int(blockDim.x)) {
+        float acc = 0.0f;
+        for (int g = 0; g < kGroups; g++) acc += gl[g] > 0.0f ? go[g][d] * __expf(gm[g] - M) : 0.0f;
+        out[size_t(i) * QC + size_t(h) * HS + d] = from_f<T>(acc / L);
     }
 }
 
@@ -363,9 +402,10 @@ void run_cached(const Ctx& c, void* out, const void* qkv, void* kc, void* vc, DT
                static_cast<T*>(vc), static_cast<const T*>(qkv), Tq, rows, QC, KC);
         dispatch_head(HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
-            attn_cached_kernel<T, D, Rows><<<dim3(Tq, NH), 32, 0, c.stream>>>(
+            const bool vec = HS == D && aligned16(kc, vc) && (size_t(KC) * sizeof(T)) % 16 == 0;
+            attn_cached_kernel<T, D, Rows><<<dim3(Tq, NH), kCachedWarps * 32, 0, c.stream>>>(
                 static_cast<T*>(out), static_cast<const T*>(qkv), static_cast<const T*>(kc),
-                static_cast<const T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)));
+                static_cast<const T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)), vec);
             CUDA_LAUNCH_CHECK();
         });
     });
