@@ -97,6 +97,13 @@ public:
     // dtype: backend-defined (what its implementation keeps).
     virtual size_t attention_saved_elems(const AttnDims& d) const = 0;
     virtual size_t attention_scratch_elems(const AttnDims& d) const = 0;
+    // The size of matmul_fp8_fwd/_bwd's `kept` for N rows of C inputs and OC outputs, in elements of the
+    // activations' dtype `dt`: what the forward can leave for the backward (0: nothing, the backward derives
+    // it).
+    virtual size_t fp8_kept_elems(int N, int C, int OC, DType dt) const {
+        (void)N, (void)C, (void)OC, (void)dt;
+        return 0;
+    }
 
     // ---- ops: one pure virtual member each, from the op list (ops.def has each op's contract) -----------
 #define ANVIL_OP(name, params, args, rule, label, bytes) virtual void name params = 0;

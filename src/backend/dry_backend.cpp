@@ -45,6 +45,10 @@ size_t DryBackend::attention_saved_elems(const AttnDims& d) const {
         d, sizes::cuda_gemm_planned(target_.attention, d, tensor_cores, sizes::cuda_gemm_fits(d)));
 }
 
+size_t DryBackend::fp8_kept_elems(int N, int C, int OC, DType dt) const {
+    return target_.device == Device::CPU ? 0 : sizes::cuda_fp8_kept_elems(N, C, OC, dt);
+}
+
 size_t DryBackend::attention_scratch_elems(const AttnDims& d) const {
     if (target_.device == Device::CPU) return sizes::cpu_attention_scratch_elems(d, target_.threads);
     return sizes::cuda_attention_scratch_elems(d);

@@ -40,6 +40,7 @@ public:
 
     size_t attention_saved_elems(const AttnDims& d) const override;
     size_t attention_scratch_elems(const AttnDims& d) const override;
+    size_t fp8_kept_elems(int N, int C, int OC, DType dt) const override;
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"

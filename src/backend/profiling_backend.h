@@ -56,6 +56,9 @@ public:
     void set_memory_limit(size_t bytes) override { in_.set_memory_limit(bytes); }
 
     size_t attention_saved_elems(const AttnDims& d) const override { return in_.attention_saved_elems(d); }
+    size_t fp8_kept_elems(int N, int C, int OC, DType dt) const override {
+        return in_.fp8_kept_elems(N, C, OC, dt);
+    }
     size_t attention_scratch_elems(const AttnDims& d) const override {
         return in_.attention_scratch_elems(d);
     }

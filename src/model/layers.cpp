@@ -52,6 +52,7 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLa
     : reg_(&reg),
       name_(name),
       fp8_(reg.fp8 && layer >= 0),
+      fp8_kept_(reg.acts.id(name + ".fp8_kept")),
       in_(in),
       out_(out),
       layer_(layer),
@@ -99,6 +100,16 @@ Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t sc
 
 void Linear::plan(ActPlan& plan) const {
     if (adapter_) adapter_->plan(plan);
+    if (fp8_ &&
+        plan.training()) {  // what the backward's weight gradient reads instead of rounding `in` again
+        const int64_t n = int64_t(
+            reg_->store->backend().fp8_kept_elems(plan.max_B() * plan.max_T(), in_, out_, reg_->dtype));
+        if (n > 0) plan.add_flat(fp8_kept_, n, reg_->dtype, Keep::Saved, "linear.fp8_kept");
+    }
+}
+
+Tensor Linear::fp8_kept(const Pass& p) const {
+    return p.acts.has(fp8_kept_) ? p.act(fp8_kept_) : Tensor{};
 }
 
 void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
@@ -107,7 +118,7 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
     const bool add_bias = b_ != ParamStore::npos && !(parallel_ == Parallel::Row && reg_->tp.rank != 0);
     const Tensor bias = add_bias ? s.param(b_) : Tensor{};
     const auto product = [&](Tensor o, Tensor pg) {
-        if (fp8_) return p.be.matmul_fp8_fwd(o, in, s.param(w_), layout_, bias, pg);
+        if (fp8_) return p.be.matmul_fp8_fwd(o, in, s.param(w_), layout_, bias, pg, fp8_kept(p));
         if (scale_ == ParamStore::npos) return p.be.matmul_fwd(o, in, s.param(w_), layout_, bias, pg);
         p.be.matmul_q8_fwd(o, in, s.param(w_), s.param(scale_), layout_, bias, pg);
     };
@@ -123,7 +134,9 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
     const ParamStore& s = *reg_->store;
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
     const auto product = [&](Tensor pg) {
-        if (fp8_) return p.be.matmul_fp8_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
+        if (fp8_)
+            return p.be.matmul_fp8_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg,
+                                       fp8_kept(p));
         if (scale_ == ParamStore::npos)
             return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
         ANVIL_CHECK(dbias.empty(), "{}: an int8 layer is a frozen base; its bias takes no gradient", name_);

@@ -134,11 +134,14 @@ public:
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu = {}) const;
 
 private:
+    Tensor fp8_kept(const Pass& p) const;  // empty where the plan has none
+
     const ParamRegistry* reg_ = nullptr;
     std::string name_;
     size_t w_ = 0, b_ = ParamStore::npos;
     size_t scale_ = ParamStore::npos;  // int8 weight: its per-output-channel scales
     bool fp8_ = false;                 // FP8 products (a block's layer under ModelOptions::fp8)
+    ActId fp8_kept_;  // what the FP8 forward keeps for the backward (Backend::fp8_kept_elems)
     int in_ = 0, out_ = 0, layer_ = -1;
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;

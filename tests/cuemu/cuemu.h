@@ -211,6 +211,14 @@ inline void __syncthreads() {
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
     ::cuemu::sync_warp(mask);
 }
+// Blocks run one at a time and a block's threads switch only at barriers and shuffles, so an atomic is a
+// plain read-modify-write and a fence has nothing to order. (Races between blocks stay compute-sanitizer's.)
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    const unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+inline void __threadfence() {}
 template <typename T>
 T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     return ::cuemu::shfl(mask, v, ::cuemu::Shfl::Idx, src, width);

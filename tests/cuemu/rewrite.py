@@ -66,10 +66,11 @@ def rewrite_launches(src):
 
 def register_shared(match):
     """A static __shared__ declaration, plus a one-time registration of each array with the emulator, which
-    fills them with 0xFF before every later block of the kernel (shared memory starts as garbage on a GPU)."""
+    fills them (arrays and single values alike) with 0xFF before every later block of the kernel (shared
+    memory starts as garbage on a GPU)."""
     indent, type_, decls = match.group(1), match.group(2), match.group(3)
     names = [re.match(r'\s*(\w+)', d).group(1) for d in decls.split(',')]
-    regs = ', '.join(f'::cuemu::register_shared({n}, sizeof {n})' for n in names)
+    regs = ', '.join(f'::cuemu::register_shared(&{n}, sizeof {n})' for n in names)
     flag = f'cuemu_shared_{names[0]}_'  # one per declaration: a kernel may declare several
     return f'{indent}__shared__ {type_} {decls}; static const bool {flag} = ({regs}, true); (void){flag};'
 

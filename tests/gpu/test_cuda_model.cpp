@@ -385,6 +385,23 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
                     EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
             }
         }
+    // FP8 products: 64 rows, so every linear layer's forward keeps its input's transposed rounding for the
+    // backward (Backend::fp8_kept_elems), which --recompute full refills block by block in shared buffers
+    for (const char* family : {"gpt2", "llama"}) {
+        const ModelConfig cfg = small(family);
+        const Batches data(B, 32, cfg.vocab_size, 1, test_seed());
+        TrainRun plain(*be.gpu, DType::BF16, 5, B, 32, Recompute::Off, {}, cfg, true);
+        const double loss = plain.grads_only(data.step(0), B, 32);
+        const auto a = plain.grads();
+        for (Recompute r : {Recompute::Selective, Recompute::Full}) {
+            SCOPED_TRACE(std::string(family) + " fp8, --recompute " + recompute_name(r));
+            TrainRun run(*be.gpu, DType::BF16, 5, B, 32, r, {}, cfg, true);
+            EXPECT_EQ(run.grads_only(data.step(0), B, 32), loss);
+            const auto b = run.grads();
+            for (size_t i = 0; i < a.size(); i++)
+                EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
+        }
+    }
 }
 
 // The loss a sequence at a time (the head's backward in the forward, chunk by chunk) against the whole batch

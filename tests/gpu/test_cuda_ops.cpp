@@ -178,7 +178,8 @@ protected:
 // The optimizer in low precision: f32 master weights updated like the CPU's f32 weights, parameters the
 // master rounded once, and a non-finite norm that changes not one byte.
 TEST_P(CudaOptimizer, MasterWeightsAndSkippedStep) {
-    const std::vector<Shape> shapes = {{64, 48}, {48}, {1000}, {7, 9}};
+    // the last is large enough for many blocks of the norm's pass, its packs in runs of four and the rest
+    const std::vector<Shape> shapes = {{64, 48}, {48}, {1000}, {7, 9}, {257, 1031}};
     std::vector<std::vector<float>> p, g, m, v;
     for (const Shape& s : shapes) {
         const size_t n = size_t(s.numel());
@@ -259,6 +260,96 @@ TEST_P(CudaOptimizer, MasterWeightsAndSkippedStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOptimizer, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                         dtype_param_name);
+
+// FP8's amax pass (one launch: each block's maximum, then the scale in the block that finishes last) sees the
+// largest element whichever block, run of unrolled loads or tail holds it. x is 2^-12 everywhere but one
+// element of 256: a scale from a pass that missed the 256 makes it overflow E4M3 (NaN), one that saw it
+// rounds the 2^-12 to 0, leaving that row 256 w and every other row 0, as on the CPU. The same for the
+// backward's output gradient in E5M2 (2^-20 and one 2^14, overflowing to infinity). 80 x 1040: 83,200
+// elements, 11 blocks in bf16 (21 in f32), runs of four loads and the rest; 5 x 13: a tail after the packs
+// (and a product on the rounded values scaled back, not FP8's kernels).
+class CudaFp8Scale : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaFp8Scale, SeesTheLargestElementWhereverItIs) {
+    const DType dt = GetParam();
+    Backends be;
+    std::mt19937_64 gen(test_seed());
+    for (const auto& [N, C] : {std::pair{80, 1040}, std::pair{5, 13}}) {
+        const int OC = 16;
+        const size_t n = size_t(N) * C, nd = size_t(N) * OC;
+        const std::vector<float> w = rounded(randn(gen, size_t(C) * OC, 0.5f), dt);
+        for (const size_t at : {size_t(0), n / 2 + 3, n - 9, n - 1}) {
+            SCOPED_TRACE(fmt::format("{}x{} {}, the large element at {}", N, C, dtype_name(dt), at));
+            std::vector<float> x(n, 1.0f / 4096), dout(nd, 1.0f / (1 << 20));
+            x[at] = 256.0f;
+            dout[at % nd] = 16384.0f;
+            DevTensor xc = put(*be.cpu, x, {N, C}, DType::F32), wc = put(*be.cpu, w, {C, OC}, DType::F32);
+            DevTensor dc = put(*be.cpu, dout, {N, OC}, DType::F32);
+            DevTensor oc(*be.cpu, {N, OC}), dxc(*be.cpu, {N, C});
+            DevTensor xg = put(*be.gpu, x, {N, C}, dt), wg = put(*be.gpu, w, {C, OC}, dt);
+            DevTensor dg = put(*be.gpu, dout, {N, OC}, dt);
+            DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
+            be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {});
+            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, {});
+            be.cpu->matmul_fp8_bwd(dxc, {}, {}, dc, xc, wc, WLayout::InOut, {}, {});
+            be.gpu->matmul_fp8_bwd(dxg, {}, {}, dg, xg, wg, WLayout::InOut, {}, {});
+            const std::vector<float> want = download(*be.cpu, oc), dx_want = download(*be.cpu, dxc);
+            EXPECT_TRUE(close(get(*be.gpu, og), want, tol_for(dt), "out"));
+            EXPECT_TRUE(close(get(*be.gpu, dxg), dx_want, tol_for(dt), "dx"));
+            // what makes the case telling: the small values rounded to 0 under the large one's scale
+            const size_t row = at / size_t(C);
+            for (size_t i = 0; i < want.size(); i++)
+                ASSERT_EQ(want[i] == 0.0f, i / OC != row) << "the CPU's output " << i;
+        }
+    }
+}
+
+// What an FP8 forward keeps for its backward (x's transposed rounding and scale) gives the same bits as the
+// backward rounding x again: output, input and weight gradients, both weight layouts; and a `kept` that is
+// too small is refused, saying what it needs.
+TEST_P(CudaFp8Scale, KeptRoundingGivesTheSameBits) {
+    const DType dt = GetParam();
+    Backends be;
+    std::mt19937_64 gen(test_seed());
+    const int N = 64, C = 128, OC = 48;
+    const int64_t need = int64_t(be.gpu->fp8_kept_elems(N, C, OC, dt));
+    EXPECT_EQ(need == 0, dt == DType::F32) << "kept elements: " << need;
+    for (const WLayout layout : {WLayout::InOut, WLayout::OutIn}) {
+        SCOPED_TRACE(layout == WLayout::InOut ? "W(in,out)" : "W(out,in)");
+        const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+        const std::vector<float> x = randn(gen, size_t(N) * C), w = randn(gen, size_t(C) * OC, 0.5f),
+                                 dout = randn(gen, size_t(N) * OC), dw0 = randn(gen, size_t(C) * OC);
+        std::vector<std::vector<uint8_t>> runs[2];
+        for (const bool keep : {false, true}) {
+            DevTensor xg = put(*be.gpu, x, {N, C}, dt), wg = put(*be.gpu, w, ws, dt);
+            DevTensor dg = put(*be.gpu, dout, {N, OC}, dt), dwg = put(*be.gpu, dw0, ws, dt);
+            DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
+            DevTensor kept = poisoned(*be.gpu, {std::max<int64_t>(need, 1)}, dt);
+            be.gpu->matmul_fp8_fwd(og, xg, wg, layout, {}, {}, keep ? kept.t : Tensor{});
+            be.gpu->matmul_fp8_bwd(dxg, dwg, {}, dg, xg, wg, layout, {}, keep ? kept.t : Tensor{});
+            runs[keep] = {bytes(*be.gpu, og), bytes(*be.gpu, dxg), bytes(*be.gpu, dwg)};
+        }
+        EXPECT_TRUE(runs[0][0] == runs[1][0]) << "the output differs with `kept`";
+        EXPECT_TRUE(runs[0][1] == runs[1][1]) << "the input gradient differs with `kept`";
+        EXPECT_TRUE(runs[0][2] == runs[1][2]) << "the weight gradient differs with `kept`";
+    }
+    if (need > 1) {
+        DevTensor xg = put(*be.gpu, randn(gen, size_t(N) * C), {N, C}, dt);
+        DevTensor wg = put(*be.gpu, randn(gen, size_t(C) * OC), {C, OC}, dt);
+        DevTensor og(*be.gpu, {N, OC}, dt), small(*be.gpu, {need - 1}, dt);
+        try {
+            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, small);
+            ADD_FAILURE() << "a kept buffer one element short was taken";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("keeps " + std::to_string(need) + " elements"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFp8Scale, ::testing::Values(DType::F32, DType::BF16, DType::F16),
                          dtype_param_name);
 
 // Conversions round to nearest even exactly as the host's, specials included.

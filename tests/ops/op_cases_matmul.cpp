@@ -61,14 +61,21 @@ OpCase matmul_fp8(int N, int C, int OC, WLayout layout, bool bias) {
     const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
     // no finite differences: the backward is FP8's (rounded operands), not the derivative of the rounded
     // forward
+    // what the backend's forward keeps for its backward (the CUDA backend: x's transposed rounding where one
+    // pass can write it, e.g. 64 rows of 64 columns); as many 2-byte elements as bf16 needs, whatever the
+    // dtype
+    Arg kept = out("kept", {1}, false);
+    kept.elems = [=](const Backend& be) { return int64_t(be.fp8_kept_elems(N, C, OC, DType::BF16)); };
+    kept.compare = false;
     c.args = {in("x", {N, C}, 1.0f, false), in("w", ws, 0.5f, false), out("out", {N, OC}),
-              grad("dx", {N, C}, false), grad("dw", ws, true)};
+              grad("dx", {N, C}, false),    grad("dw", ws, true),     kept};
     if (bias) c.args.insert(c.args.end(), {in("b", {OC}, 1.0f, false), grad("db", {OC}, true)});
     c.forward = [layout, bias](Backend& be, const Args& a) {
-        be.matmul_fp8_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {});
+        be.matmul_fp8_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {}, a["kept"]);
     };
     c.backward = [layout, bias](Backend& be, const Args& a) {
-        be.matmul_fp8_bwd(a["dx"], a["dw"], bias ? a["db"] : Tensor{}, a["dout"], a["x"], a["w"], layout, {});
+        be.matmul_fp8_bwd(a["dx"], a["dw"], bias ? a["db"] : Tensor{}, a["dout"], a["x"], a["w"], layout, {},
+                          a["kept"]);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         const Fp8Grid e4(DType::F8E4M3), e5(DType::F8E5M2);

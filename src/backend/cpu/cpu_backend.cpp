@@ -213,8 +213,9 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 
 // FP8: the operands rounded as the FP8 product sees them (f32 values on the format's grid, scaled back), then
 // the f32 product: the specification of CUDA's FP8 tensor-core products, not a fast path.
-void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                                Tensor pre_gelu) {
+// The CPU keeps nothing for the backward (fp8_kept_elems is 0): `kept` goes unused.
+void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu,
+                                Tensor /*kept*/) {
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     fp8_scratch_.resize(size_t(in.numel() + w.numel()));
     float *qin = fp8_scratch_.data(), *qw = qin + in.numel();
@@ -227,7 +228,7 @@ void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout,
 }
 
 void CpuBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                                WLayout layout, Tensor in_pre_gelu) {
+                                WLayout layout, Tensor in_pre_gelu, Tensor /*kept*/) {
     const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
     fp8_scratch_.resize(size_t(dout.numel() + in.numel() + w.numel()));
     float *qdout = fp8_scratch_.data(), *qin = qdout + dout.numel(), *qw = qin + in.numel();

@@ -210,20 +210,35 @@ void CudaBackend::check_fp8() const {
                 prop_.name, prop_.major, prop_.minor);
 }
 
+// The op's `kept` as fp8.cu takes it: null where none was given or none is needed at these sizes.
+void* CudaBackend::fp8_kept(Tensor kept, const MatDims& d, DType dt) const {
+    const size_t want = sizes::cuda_fp8_kept_elems(d.N, d.C, d.OC, dt);
+    ANVIL_CHECK(
+        kept.empty() || (kept.dtype == dt && size_t(kept.numel()) >= want && kept.contiguous()),
+        "matmul_fp8: `kept` is {} {}; an FP8 product of {} x {} -> {} in {} keeps {} elements of its dtype",
+        kept.shape.str(), dtype_name(kept.dtype), d.N, d.C, d.OC, dtype_name(dt), want);
+    return kept.empty() || want == 0 ? nullptr : kept.data;
+}
+
+size_t CudaBackend::fp8_kept_elems(int N, int C, int OC, DType dt) const {
+    return sizes::cuda_fp8_kept_elems(N, C, OC, dt);
+}
+
 void CudaBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                                 Tensor pre_gelu) {
+                                 Tensor pre_gelu, Tensor kept) {
     const MatDims d = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     check_fp8();
     void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
-    cuda::matmul_fp8_fwd(ctx_, scratch, out, in, w, layout, bias, pre_gelu);
+    cuda::matmul_fp8_fwd(ctx_, scratch, fp8_kept(kept, d, in.dtype), out, in, w, layout, bias, pre_gelu);
 }
 
 void CudaBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                                 WLayout layout, Tensor in_pre_gelu) {
+                                 WLayout layout, Tensor in_pre_gelu, Tensor kept) {
     const MatDims d = check_matmul_bwd(din, dw, dout, in, w, layout);
     check_fp8();
     void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
-    cuda::matmul_fp8_bwd(ctx_, scratch, din, dw, dbias, dout, in, w, layout, in_pre_gelu);
+    cuda::matmul_fp8_bwd(ctx_, scratch, fp8_kept(kept, d, in.dtype), din, dw, dbias, dout, in, w, layout,
+                         in_pre_gelu);
 }
 
 void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,

@@ -10,13 +10,15 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/device_sizes.h"
 #include "core/fp8.h"
 
 namespace anvil::cuda {
 
 namespace {
 
-constexpr int kParts = 256;  // at most this many blocks in the amax pass (partial maxima)
+constexpr int kParts = 1024;  // at most this many blocks in the amax pass (partial maxima)
+constexpr int kUnroll = 4;    // 16-byte loads in flight a thread of the amax pass
 // Where 2^-k sits after 2^k (floats): 256 bytes on, as aligned as any pointer cuBLASLt is given. At 4 bytes
 // past a 256-byte boundary, the first H100 run (cuBLASLt 13.1) had every FP8 product refused at run time
 // (CUBLAS_STATUS_NOT_SUPPORTED) while `anvil bench`'s FP8 product, with no scale pointers, ran.
@@ -34,32 +36,38 @@ __device__ __forceinline__ float from_fp8(uint8_t q) {
     return __half2float(__half(h));
 }
 
-// partial[block] = max |x| over the block's grid-stride share in 16-byte packs (NaN skipped, as fmaxf does)
-template <typename T>
-__global__ void amax_partial_kernel(float* partial, const T* x, size_t n, bool packed) {
+// The amax pass and the scale from it, in one launch: each block's max |x| (16-byte packs, kUnroll of them in
+// flight a thread; NaN skipped, as fmaxf does) goes to partial[block], and the block that finishes last
+// reduces those to scale[0] = 2^k and scale[kDequantAt] = 2^-k (fp8_scale_exp, the CPU backend's rule): the
+// factor the quantizing kernels multiply by, and the one cuBLASLt scales the product back with. `done` counts
+// the finished blocks; it is 0 before the pass (the scratch is zeroed when allocated) and the last block sets
+// it back to 0. The maximum is exact in any order, so the grid's size cannot change a bit.
+template <typename T, DType F>
+__global__ void amax_scale_kernel(float* scale, float* partial, unsigned* done, const T* x, size_t n,
+                                  bool packed) {
     __shared__ float red[32];
+    __shared__ bool last;
     float m = 0.0f;
-    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(x + i);
-#pragma unroll
-        for (int k = 0; k < L; k++) m = fmaxf(m, fabsf(f.v[k]));
+    for_each_loaded<kUnroll>(x, n, packed, [&](const auto& f) {
+        for (const float v : f.v) m = fmaxf(m, fabsf(v));
     });
     m = block_reduce(m, red, 0.0f, MaxOp{});
-    if (threadIdx.x == 0) partial[blockIdx.x] = m;
-}
-
-// scale[0] = 2^k, scale[kDequantAt] = 2^-k from the partial maxima (one warp): the factor the quantizing
-// kernels multiply by, and the one cuBLASLt scales the product back with
-template <DType F>
-__global__ void scale_kernel(float* scale, const float* partial, int parts) {
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < parts; i += 32) m = fmaxf(m, partial[i]);
-    m = warp_max(m);
     if (threadIdx.x == 0) {
-        const int k = fp8_scale_exp(m, F);
+        partial[blockIdx.x] = m;
+        __threadfence();  // the maximum is visible to every block before this block counts as done
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    float g = 0.0f;
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x)
+        g = fmaxf(g, static_cast<const volatile float*>(partial)[i]);  // past L1: other blocks wrote them
+    g = block_reduce(g, red, 0.0f, MaxOp{});
+    if (threadIdx.x == 0) {
+        const int k = fp8_scale_exp(g, F);
         scale[0] = ldexpf(1.0f, k);
         scale[kDequantAt] = ldexpf(1.0f, -k);
+        *done = 0;
     }
 }
 
@@ -138,8 +146,12 @@ __global__ void alpha_beta_kernel(float* alpha_beta, const float* a_scale, const
     alpha_beta[64] = beta;
 }
 
-// Sub-buffers of one call's scratch, 256-aligned.
+// Sub-buffers of one call's scratch, 256-aligned, after its first 256 bytes: the amax passes' count of
+// finished blocks, 0 between passes.
 struct Carve {
+    explicit Carve(void* scratch)
+        : done(static_cast<unsigned*>(scratch)), p(static_cast<char*>(scratch) + 256) {}
+    unsigned* done;
     char* p;
     template <typename T>
     T* take(size_t count) {
@@ -164,21 +176,24 @@ void dispatch_fp8(DType fmt, F&& f) {
     f(std::integral_constant<DType, DType::F8E5M2>{});
 }
 
-// x's scale for fmt from its amax: 2^k and, kDequantAt floats on, 2^-k, on the device.
-const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt) {
+// x's scale for fmt from its amax: 2^k and, kDequantAt floats on, 2^-k, on the device (at `into`, or in the
+// scratch).
+const float* scale_of(const Ctx& c, Carve& sc, Tensor x, DType fmt, float* into = nullptr) {
     float* partial = sc.take<float>(kParts);
-    float* scale = sc.take<float>(kDequantAt + 1);
+    float* scale = into ? into : sc.take<float>(kDequantAt + 1);
     const size_t n = size_t(x.numel());
-    // at least 16 elements per thread of the amax pass
-    const int parts = int(std::min<size_t>(kParts, std::max<size_t>(1, n / (16 * kThreads))));
     dispatch(x.dtype, [&](auto tag) {
-        amax_partial_kernel<decltype(tag)>
-            <<<parts, kThreads, 0, c.stream>>>(partial, x.ptr<decltype(tag)>(), n, aligned16(x.data));
-        CUDA_LAUNCH_CHECK();
-    });
-    dispatch_fp8(fmt, [&](auto f) {
-        scale_kernel<decltype(f)::value><<<1, 32, 0, c.stream>>>(scale, partial, parts);
-        CUDA_LAUNCH_CHECK();
+        using T = decltype(tag);
+        // a block for each kUnroll packs a thread, up to 4 blocks an SM (8.6 MiB of loads in flight on 132
+        // SMs)
+        const size_t per_block = size_t(kUnroll) * Pack<T>::N * kThreads;
+        const size_t most = std::max<size_t>(1, std::min<size_t>(kParts, 4 * size_t(c.sm_count)));
+        const unsigned parts = unsigned(std::clamp<size_t>((n + per_block - 1) / per_block, 1, most));
+        dispatch_fp8(fmt, [&](auto f) {
+            amax_scale_kernel<T, decltype(f)::value>
+                <<<parts, kThreads, 0, c.stream>>>(scale, partial, sc.done, x.ptr<T>(), n, aligned16(x.data));
+            CUDA_LAUNCH_CHECK();
+        });
     });
     return scale;
 }
@@ -192,11 +207,12 @@ bool both_in_one_pass(Tensor x, int R, int C) {
 }
 
 // x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C,
-// R); with `as_is` (transposing, where both_in_one_pass) the untransposed rounding is written there too.
+// R), at `into` or in the scratch; with `as_is` (transposing, where both_in_one_pass) the untransposed
+// rounding is written there too.
 Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose,
-                 const float* scale = nullptr, Operand* as_is = nullptr) {
+                 const float* scale = nullptr, Operand* as_is = nullptr, uint8_t* into = nullptr) {
     if (!scale) scale = scale_of(c, sc, x, fmt);
-    uint8_t* q = sc.take<uint8_t>(size_t(x.numel()));
+    uint8_t* q = into ? into : sc.take<uint8_t>(size_t(x.numel()));
     const size_t n = size_t(x.numel());
     uint8_t* q_rows = nullptr;
     if (as_is) {
@@ -289,6 +305,20 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
             : "");
 }
 
+// Where the forward leaves in's transposed rounding for the backward (`kept`, sizes::cuda_fp8_kept_elems):
+// the scale (2^k, and 2^-k kDequantAt floats on) at its start, the N x C bytes kCudaFp8KeptHeader on. Only
+// where one pass can round `in` both ways and FP8's kernels take the product; forward and backward decide
+// alike from the same shapes.
+bool keeps(const void* kept, Tensor in, int N, int C, int OC) {
+    return kept && fp8_kernels_take(in.dtype, N, C, OC) && both_in_one_pass(in, N, C);
+}
+float* kept_scale(void* kept) {
+    return static_cast<float*>(kept);
+}
+uint8_t* kept_rows(void* kept) {
+    return static_cast<uint8_t*>(kept) + sizes::kCudaFp8KeptHeader;
+}
+
 }  // namespace
 
 size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
@@ -296,17 +326,25 @@ size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
     const size_t elems = 2 * size_t(N) * OC + size_t(N) * C + size_t(C) * OC;  // the backward's operands
     const size_t dequantized = fp8_kernels_take(t, N, C, OC) ? 0 : elems * dtype_size(t) + 4 * 256;
     // + a product's alpha and beta where cuBLASLt refuses the scale pointers (2 x 256 bytes)
-    return 4 * per_operand + elems + 4 * 256 + dequantized + 2 * 256;
+    // + the amax passes' counter (256 bytes before the rest)
+    return 256 + 4 * per_operand + elems + 4 * 256 + dequantized + 2 * 256;
 }
 
 // out (N,OC) = fp8(in) (N,C) @ fp8(W) + bias [-> gelu]. Column-major: out^T (OC x N) = W'^T . in^T with W'
-// stored C x OC (row-major (OC, C): OutIn as is, InOut transposed) and in^T stored C x N (in as is).
-void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                    Tensor pre_gelu) {
+// stored C x OC (row-major (OC, C): OutIn as is, InOut transposed) and in^T stored C x N (in as is). With
+// `kept`, in is rounded both ways in one pass and the transposed rounding stays there for the backward.
+void matmul_fp8_fwd(const Ctx& c, void* scratch, void* kept, Tensor out, Tensor in, Tensor w, WLayout layout,
+                    Tensor bias, Tensor pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(out.shape[out.shape.ndim - 1]);
-    Carve sc{static_cast<char*>(scratch)};
-    const Operand qin = quantize(c, sc, in, N, C, DType::F8E4M3, false);
+    Carve sc(scratch);
+    Operand qin;
+    if (keeps(kept, in, N, C, OC)) {
+        const float* scale = scale_of(c, sc, in, DType::F8E4M3, kept_scale(kept));
+        quantize(c, sc, in, N, C, DType::F8E4M3, true, scale, &qin, kept_rows(kept));
+    } else {
+        qin = quantize(c, sc, in, N, C, DType::F8E4M3, false);
+    }
     const Operand qw = layout == WLayout::OutIn ? quantize(c, sc, w, OC, C, DType::F8E4M3, false)
                                                 : quantize(c, sc, w, C, OC, DType::F8E4M3, true);
     const Tensor target = pre_gelu.empty() ? out : pre_gelu;
@@ -316,12 +354,12 @@ void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w
 }
 
 // din (N,C) = fp8(dout) @ fp8(W)^T [* gelu'], dW += fp8(in)^T @ fp8(dout), dbias += column sums of dout.
-void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                    Tensor w, WLayout layout, Tensor in_pre_gelu) {
+void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor dw, Tensor dbias, Tensor dout,
+                    Tensor in, Tensor w, WLayout layout, Tensor in_pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(dout.shape[dout.shape.ndim - 1]);
     const bool fp8 = fp8_kernels_take(in.dtype, N, C, OC);
-    Carve sc{static_cast<char*>(scratch)};
+    Carve sc(scratch);
     // dout's one scale serves both of its roundings; where both are needed and the shape allows, one pass
     // writes both (dout is the largest operand: read once instead of twice). What stays below `mark` is kept
     // for the weight gradient; above it the scratch starts over.
@@ -341,10 +379,13 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor d
     }
     if (!dbias.empty()) colsum_accumulate(c, dbias, dout);
     if (dw.empty()) return;  // a frozen weight
-    // the contraction runs over the N rows: dout^T (OC, N) and in^T (C, N), both written transposed
-    sc = Carve{mark};
+    // the contraction runs over the N rows: dout^T (OC, N) and in^T (C, N), both written transposed; in's
+    // from the forward where it kept it
+    sc.p = mark;
     if (!tdout.data) tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale);
-    const Operand tin = quantize(c, sc, in, N, C, DType::F8E4M3, true);
+    const Operand tin = keeps(kept, in, N, C, OC) ? Operand{kept_rows(kept), DType::F8E4M3,
+                                                            kept_scale(kept) + kDequantAt, size_t(N) * C}
+                                                  : quantize(c, sc, in, N, C, DType::F8E4M3, true);
     if (layout == WLayout::InOut)  // dW (C,OC) row-major = (OC x C): dout^T stored N x OC, in^T stored N x C
         product(c, sc, fp8, tdout, tin, OC, C, N, dw, 1.0f, {});
     else  // dW (OC,C) row-major = (C x OC)

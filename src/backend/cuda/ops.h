@@ -95,12 +95,13 @@ void bias_add(const Ctx& c, Tensor out,
               Tensor bias);  // out (N,OC) += bias (OC), every row (out may be strided)
 
 // fp8.cu: FP8 products (Backend::matmul_fp8_fwd/_bwd) in a scratch of matmul_fp8_scratch_bytes for the
-// product's N, C, OC and activation dtype (either direction)
+// product's N, C, OC and activation dtype (either direction); `kept` (null: none) the op's buffer of
+// sizes::cuda_fp8_kept_elems, the same for a backward as for its forward
 size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t);
-void matmul_fp8_fwd(const Ctx& c, void* scratch, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                    Tensor pre_gelu);
-void matmul_fp8_bwd(const Ctx& c, void* scratch, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                    Tensor w, WLayout layout, Tensor in_pre_gelu);
+void matmul_fp8_fwd(const Ctx& c, void* scratch, void* kept, Tensor out, Tensor in, Tensor w, WLayout layout,
+                    Tensor bias, Tensor pre_gelu);
+void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor dw, Tensor dbias, Tensor dout,
+                    Tensor in, Tensor w, WLayout layout, Tensor in_pre_gelu);
 
 // attention.cu: anvil's flash-style kernels (keep only the log-sum-exp); with `tensor_cores`, bf16 and f16
 // run attention_tc.cu's kernels (f32 always the CUDA-core ones)
