@@ -58,14 +58,18 @@ inline size_t cuda_attention_saved_elems(const AttnDims& d, bool gemm_planned) {
 inline size_t cuda_attention_scratch_elems(const AttnDims& d) {
     return (cuda_flash_scratch_bytes(d) + 1) / 2;
 }
-// What an FP8 product's forward keeps for its backward (Backend::fp8_kept_elems): the input's rounding,
-// transposed (N C bytes), after its scale (a header of kCudaFp8KeptHeader bytes), where FP8's kernels take
-// the product (16-bit activations, every dimension a multiple of 16) and the rounding is the transposing
-// kernel's (C whole tiles of 64 columns; N, a multiple of 32, is checked per call). Elements of the
-// activations' 16-bit dtype.
-inline constexpr size_t kCudaFp8KeptHeader = 512;
+// What an FP8 product's forward keeps for its backward (Backend::fp8_kept_elems), where FP8's kernels take
+// the product (16-bit activations, every dimension a multiple of 16): a header of kCudaFp8KeptHeader bytes
+// (the input's scale, then at 512 the weight's), the weight's rounding in the backward's orientation (C OC
+// bytes, rounded up to 256), then the input's rounding transposed (N C bytes). Each part is used where the
+// transposing kernel takes its operand's shape (checked per call). Elements of the activations' 16-bit dtype.
+inline constexpr size_t kCudaFp8KeptHeader = 1024;
+inline size_t cuda_fp8_kept_weight_bytes(int C, int OC) {
+    return (size_t(C) * size_t(OC) + 255) / 256 * 256;
+}
 inline size_t cuda_fp8_kept_elems(int N, int C, int OC, DType dt) {
-    const bool takes = (dt == DType::BF16 || dt == DType::F16) && N % 16 == 0 && C % 64 == 0 && OC % 16 == 0;
-    return takes ? (kCudaFp8KeptHeader + size_t(N) * size_t(C) + 1) / 2 : 0;
+    const bool takes = (dt == DType::BF16 || dt == DType::F16) && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+    return takes ? (kCudaFp8KeptHeader + cuda_fp8_kept_weight_bytes(C, OC) + size_t(N) * size_t(C) + 1) / 2
+                 : 0;
 }
 }  // namespace anvil::sizes

@@ -208,16 +208,17 @@ bool both_in_one_pass(Tensor x, int R, int C) {
 
 // x (R, C) rounded to fmt with the scale from scale_of (given, or computed here), as is or transposed to (C,
 // R), at `into` or in the scratch; with `as_is` (transposing, where both_in_one_pass) the untransposed
-// rounding is written there too.
+// rounding is written too, at `as_is_into` or in the scratch.
 Operand quantize(const Ctx& c, Carve& sc, Tensor x, int R, int C, DType fmt, bool transpose,
-                 const float* scale = nullptr, Operand* as_is = nullptr, uint8_t* into = nullptr) {
+                 const float* scale = nullptr, Operand* as_is = nullptr, uint8_t* into = nullptr,
+                 uint8_t* as_is_into = nullptr) {
     if (!scale) scale = scale_of(c, sc, x, fmt);
     uint8_t* q = into ? into : sc.take<uint8_t>(size_t(x.numel()));
     const size_t n = size_t(x.numel());
     uint8_t* q_rows = nullptr;
     if (as_is) {
         ANVIL_ASSERT(transpose && both_in_one_pass(x, R, C));
-        q_rows = sc.take<uint8_t>(n);
+        q_rows = as_is_into ? as_is_into : sc.take<uint8_t>(n);
         *as_is = {q_rows, fmt, scale + kDequantAt, n};
     }
     dispatch(x.dtype, [&](auto tag) {
@@ -305,18 +306,27 @@ void product(const Ctx& c, Carve& sc, bool fp8, Operand a, Operand b, int m, int
             : "");
 }
 
-// Where the forward leaves in's transposed rounding for the backward (`kept`, sizes::cuda_fp8_kept_elems):
-// the scale (2^k, and 2^-k kDequantAt floats on) at its start, the N x C bytes kCudaFp8KeptHeader on. Only
-// where one pass can round `in` both ways and FP8's kernels take the product; forward and backward decide
-// alike from the same shapes.
-bool keeps(const void* kept, Tensor in, int N, int C, int OC) {
-    return kept && fp8_kernels_take(in.dtype, N, C, OC) && both_in_one_pass(in, N, C);
-}
-float* kept_scale(void* kept) {
-    return static_cast<float*>(kept);
-}
-uint8_t* kept_rows(void* kept) {
-    return static_cast<uint8_t*>(kept) + sizes::kCudaFp8KeptHeader;
+// What the forward leaves in `kept` for the backward (sizes::cuda_fp8_kept_elems's layout): the input's
+// rounding transposed, as the weight gradient takes it, and the weight's rounding in the input gradient's
+// orientation, each with its scale (2^k, and 2^-k kDequantAt floats on). Only where FP8's kernels take the
+// product, and each part only where one pass can round its operand both ways; the forward and the backward
+// decide alike from the same shapes.
+struct Kept {
+    float *in_scale = nullptr, *w_scale = nullptr;
+    uint8_t *in_t = nullptr, *w_bwd = nullptr;
+    bool in = false, w = false;  // the parts kept
+};
+Kept kept_parts(void* kept, Tensor in, Tensor w, int N, int C, int OC, WLayout layout) {
+    Kept k;
+    if (!kept || !fp8_kernels_take(in.dtype, N, C, OC)) return k;
+    auto* base = static_cast<uint8_t*>(kept);
+    k.in_scale = reinterpret_cast<float*>(base);
+    k.w_scale = reinterpret_cast<float*>(base + 512);
+    k.w_bwd = base + sizes::kCudaFp8KeptHeader;
+    k.in_t = k.w_bwd + sizes::cuda_fp8_kept_weight_bytes(C, OC);
+    k.in = both_in_one_pass(in, N, C);
+    k.w = layout == WLayout::InOut ? both_in_one_pass(w, C, OC) : both_in_one_pass(w, OC, C);
+    return k;
 }
 
 }  // namespace
@@ -332,21 +342,30 @@ size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t) {
 
 // out (N,OC) = fp8(in) (N,C) @ fp8(W) + bias [-> gelu]. Column-major: out^T (OC x N) = W'^T . in^T with W'
 // stored C x OC (row-major (OC, C): OutIn as is, InOut transposed) and in^T stored C x N (in as is). With
-// `kept`, in is rounded both ways in one pass and the transposed rounding stays there for the backward.
+// `kept`, in and W are each rounded both ways in one pass, the backward's roundings left there.
 void matmul_fp8_fwd(const Ctx& c, void* scratch, void* kept, Tensor out, Tensor in, Tensor w, WLayout layout,
                     Tensor bias, Tensor pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(out.shape[out.shape.ndim - 1]);
     Carve sc(scratch);
-    Operand qin;
-    if (keeps(kept, in, N, C, OC)) {
-        const float* scale = scale_of(c, sc, in, DType::F8E4M3, kept_scale(kept));
-        quantize(c, sc, in, N, C, DType::F8E4M3, true, scale, &qin, kept_rows(kept));
-    } else {
+    const Kept k = kept_parts(kept, in, w, N, C, OC, layout);
+    Operand qin, qw;
+    if (k.in)  // both ways: as is for this product, transposed into `kept`
+        quantize(c, sc, in, N, C, DType::F8E4M3, true, scale_of(c, sc, in, DType::F8E4M3, k.in_scale), &qin,
+                 k.in_t);
+    else
         qin = quantize(c, sc, in, N, C, DType::F8E4M3, false);
-    }
-    const Operand qw = layout == WLayout::OutIn ? quantize(c, sc, w, OC, C, DType::F8E4M3, false)
-                                                : quantize(c, sc, w, C, OC, DType::F8E4M3, true);
+    // W' stored C x OC: InOut transposed (the backward's, as is, into `kept`), OutIn as is (the backward's,
+    // transposed, into `kept`)
+    const float* w_scale = k.w ? scale_of(c, sc, w, DType::F8E4M3, k.w_scale) : nullptr;
+    Operand w_bwd;  // (in `kept`: the backward reads it from there)
+    if (layout == WLayout::InOut)
+        qw = k.w ? quantize(c, sc, w, C, OC, DType::F8E4M3, true, w_scale, &w_bwd, nullptr, k.w_bwd)
+                 : quantize(c, sc, w, C, OC, DType::F8E4M3, true);
+    else if (k.w)
+        quantize(c, sc, w, OC, C, DType::F8E4M3, true, w_scale, &qw, k.w_bwd);
+    else
+        qw = quantize(c, sc, w, OC, C, DType::F8E4M3, false);
     const Tensor target = pre_gelu.empty() ? out : pre_gelu;
     product(c, sc, fp8_kernels_take(in.dtype, N, C, OC), qw, qin, OC, N, C, target, 0.0f, bias,
             /*fast_accum=*/true);
@@ -360,6 +379,7 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor 
     const int OC = int(dout.shape[dout.shape.ndim - 1]);
     const bool fp8 = fp8_kernels_take(in.dtype, N, C, OC);
     Carve sc(scratch);
+    const Kept k = kept_parts(kept, in, w, N, C, OC, layout);
     // dout's one scale serves both of its roundings; where both are needed and the shape allows, one pass
     // writes both (dout is the largest operand: read once instead of twice). What stays below `mark` is kept
     // for the weight gradient; above it the scratch starts over.
@@ -372,8 +392,9 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor 
         // din^T (C x N) = W''^T . dout^T: W'' stored OC x C (row-major (C, OC): InOut as is), dout^T stored
         // OC x N
         if (!qdout.data) qdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, false, dout_scale);
-        const Operand qw = layout == WLayout::InOut ? quantize(c, sc, w, C, OC, DType::F8E4M3, false)
-                                                    : quantize(c, sc, w, OC, C, DType::F8E4M3, true);
+        const Operand qw = k.w ? Operand{k.w_bwd, DType::F8E4M3, k.w_scale + kDequantAt, size_t(C) * OC}
+                           : layout == WLayout::InOut ? quantize(c, sc, w, C, OC, DType::F8E4M3, false)
+                                                      : quantize(c, sc, w, OC, C, DType::F8E4M3, true);
         product(c, sc, fp8, qw, qdout, C, N, OC, din, 0.0f, {});
         if (!in_pre_gelu.empty()) gelu_bwd(c, din, din, in_pre_gelu);
     }
@@ -383,9 +404,8 @@ void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor 
     // from the forward where it kept it
     sc.p = mark;
     if (!tdout.data) tdout = quantize(c, sc, dout, N, OC, DType::F8E5M2, true, dout_scale);
-    const Operand tin = keeps(kept, in, N, C, OC) ? Operand{kept_rows(kept), DType::F8E4M3,
-                                                            kept_scale(kept) + kDequantAt, size_t(N) * C}
-                                                  : quantize(c, sc, in, N, C, DType::F8E4M3, true);
+    const Operand tin = k.in ? Operand{k.in_t, DType::F8E4M3, k.in_scale + kDequantAt, size_t(N) * C}
+                             : quantize(c, sc, in, N, C, DType::F8E4M3, true);
     if (layout == WLayout::InOut)  // dW (C,OC) row-major = (OC x C): dout^T stored N x OC, in^T stored N x C
         product(c, sc, fp8, tdout, tin, OC, C, N, dw, 1.0f, {});
     else  // dW (OC,C) row-major = (C x OC)
