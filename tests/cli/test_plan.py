@@ -30,6 +30,17 @@ def plan(*args):
     return json.loads(run(["plan", "--tokens", "1B", *args, "--json"], check=True).stdout)
 
 
+# The FP8 records came before the CUDA backend kept each FP8 product's roundings for its backward (fca962e,
+# d9f1f06): one byte for every element of a block linear layer's input and weight, a 1 KiB header and the weight's
+# part rounded up to 256 bytes (src/backend/device_sizes.h). The card's peak grows by exactly that: the
+# buffers are planned activations. For GPT-2 blocks of width C over N rows: inputs C, C, C and 4C a row, weights
+# 3C^2, C^2, 4C^2 and 4C^2.
+def fp8_kept_gib(layers, C, N):
+    def one(cin, cout):
+        return 1024 + (cin * cout + 255) // 256 * 256 + N * cin
+    return layers * (one(C, 3 * C) + one(C, C) + one(C, 4 * C) + one(4 * C, C)) / 2**30
+
+
 def trained_peak(tmp, name, args, ranks=1):
     out = os.path.join(tmp, name)
     cmd = ["train", "--data", os.path.join(tmp, "data.txt"), "--steps", "2", "--out", out, "--eval-every", "0",
@@ -108,8 +119,10 @@ def check_cards(failures):
             row = plan("--layers", "24", "--heads", "16", "--dim", "1024", "--seq", "1024", "--vocab", "50304",
                        "--gpus", f"{card}:1", "--batch", "8", "--global-batch", "8", "--precision", precision)["rows"][0]
             mem, tps = row["memory"]["total"] / 2**30, row["speed"]["tokens_per_s"]
-            check(abs(mem / rec["peak_mem_gib"] - 1) < 0.10 and abs(tps / rec["tokens_per_s"] - 1) < 0.10,
-                  f"{card}, GPT-2 24x1024 8x1024 {precision}: {mem:.3f} GiB (measured {rec['peak_mem_gib']:.3f}), "
+            kept = fp8_kept_gib(24, 1024, 8 * 1024) if precision == "fp8" else 0.0
+            since = f" + {kept:.3f} kept since" if kept else ""
+            check(abs(mem / (rec["peak_mem_gib"] + kept) - 1) < 0.10 and abs(tps / rec["tokens_per_s"] - 1) < 0.10,
+                  f"{card}, GPT-2 24x1024 8x1024 {precision}: {mem:.3f} GiB (measured {rec['peak_mem_gib']:.3f}{since}), "
                   f"{tps:.0f} tokens/s (measured {rec['tokens_per_s']:.0f}, {100 * (tps / rec['tokens_per_s'] - 1):+.1f}%)",
                   failures)
     # every rate says where it came from; a measured one quotes its record's figure
