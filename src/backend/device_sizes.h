@@ -67,9 +67,14 @@ inline constexpr size_t kCudaFp8KeptHeader = 1024;
 inline size_t cuda_fp8_kept_weight_bytes(int C, int OC) {
     return (size_t(C) * size_t(OC) + 255) / 256 * 256;
 }
+// Whether cuBLASLt's FP8 kernels take an N x C -> OC product (fp8.cu; else the rounded values scaled back
+// go through the ordinary product).
+inline bool cuda_fp8_kernels_take(int N, int C, int OC, DType dt) {
+    return (dt == DType::BF16 || dt == DType::F16) && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+}
 inline size_t cuda_fp8_kept_elems(int N, int C, int OC, DType dt) {
-    const bool takes = (dt == DType::BF16 || dt == DType::F16) && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
-    return takes ? (kCudaFp8KeptHeader + cuda_fp8_kept_weight_bytes(C, OC) + size_t(N) * size_t(C) + 1) / 2
-                 : 0;
+    return cuda_fp8_kernels_take(N, C, OC, dt)
+               ? (kCudaFp8KeptHeader + cuda_fp8_kept_weight_bytes(C, OC) + size_t(N) * size_t(C) + 1) / 2
+               : 0;
 }
 }  // namespace anvil::sizes

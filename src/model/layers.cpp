@@ -100,8 +100,8 @@ Linear Linear::tied(ParamRegistry& reg, size_t weight, WLayout layout, size_t sc
 
 void Linear::plan(ActPlan& plan) const {
     if (adapter_) adapter_->plan(plan);
-    if (fp8_ &&
-        plan.training()) {  // what the backward's weight gradient reads instead of rounding `in` again
+    // what the FP8 backward reads instead of rounding `in` and the weight again (Backend::fp8_kept_elems)
+    if (fp8_ && plan.training()) {
         const int64_t n = int64_t(
             reg_->store->backend().fp8_kept_elems(plan.max_B() * plan.max_T(), in_, out_, reg_->dtype));
         if (n > 0) plan.add_flat(fp8_kept_, n, reg_->dtype, Keep::Saved, "linear.fp8_kept");

@@ -385,7 +385,7 @@ TEST_F(CudaModel, RecomputeGivesIdenticalGradients) {
                     EXPECT_TRUE(a[i] == b[i]) << plain.model->params().spec(i).name;
             }
         }
-    // FP8 products: 64 rows, so every linear layer's forward keeps its input's transposed rounding for the
+    // FP8 products: 64 rows, so the linear layers' forwards keep their inputs' and weights' roundings for the
     // backward (Backend::fp8_kept_elems), which --recompute full refills block by block in shared buffers
     for (const char* family : {"gpt2", "llama"}) {
         const ModelConfig cfg = small(family);

@@ -61,9 +61,9 @@ OpCase matmul_fp8(int N, int C, int OC, WLayout layout, bool bias) {
     const Shape ws = layout == WLayout::InOut ? Shape{C, OC} : Shape{OC, C};
     // no finite differences: the backward is FP8's (rounded operands), not the derivative of the rounded
     // forward
-    // what the backend's forward keeps for its backward (the CUDA backend: x's transposed rounding where one
-    // pass can write it, e.g. 64 rows of 64 columns); as many 2-byte elements as bf16 needs, whatever the
-    // dtype
+    // what the backend's forward keeps for its backward (the CUDA backend: x's and W's roundings where one
+    // pass can write both orientations, e.g. 64 rows of 64 columns); as many 2-byte elements as bf16 needs,
+    // whatever the dtype
     Arg kept = out("kept", {1}, false);
     kept.elems = [=](const Backend& be) { return int64_t(be.fp8_kept_elems(N, C, OC, DType::BF16)); };
     kept.compare = false;

@@ -19,30 +19,18 @@ namespace anvil::cuda {
 using bf16_t = __nv_bfloat16;
 using f16_t = __half;
 
-__device__ __forceinline__ float to_f(float x) {
-    return x;
-}
-__device__ __forceinline__ float to_f(bf16_t x) {
-    return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_f(f16_t x) {
-    return __half2float(x);
-}
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(f16_t x) { return __half2float(x); }
 
 template <typename T>
 __device__ __forceinline__ T from_f(float x);
 template <>
-__device__ __forceinline__ float from_f<float>(float x) {
-    return x;
-}
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <>
-__device__ __forceinline__ bf16_t from_f<bf16_t>(float x) {
-    return __float2bfloat16_rn(x);
-}
+__device__ __forceinline__ bf16_t from_f<bf16_t>(float x) { return __float2bfloat16_rn(x); }
 template <>
-__device__ __forceinline__ f16_t from_f<f16_t>(float x) {
-    return __float2half_rn(x);
-}
+__device__ __forceinline__ f16_t from_f<f16_t>(float x) { return __float2half_rn(x); }
 
 // 16 bytes of T: the unit of coalesced loads and stores.
 template <typename T>
@@ -256,12 +244,11 @@ void col_sums(const Ctx& c, ColOut<T, Q> out, int N, int C, bool packed, Term te
     const ColPartials p = col_partials(c, N, Q, C);
     if (packed) {
         constexpr int L = Pack<T>::N;
-        col_partial_kernel<Q, L, Term>
-            <<<dim3((C + 32 * L - 1) / (32 * L), p.chunks), dim3(32, kColLanes), 0, c.stream>>>(
-                p.partial, N, C, p.chunks, term);
+        col_partial_kernel<Q, L, Term><<<dim3((C + 32 * L - 1) / (32 * L), p.chunks), dim3(32, kColLanes), 0,
+                                         c.stream>>>(p.partial, N, C, p.chunks, term);
     } else {
-        col_partial_kernel<Q, 1, Term><<<dim3((C + 31) / 32, p.chunks), dim3(32, kColLanes), 0, c.stream>>>(
-            p.partial, N, C, p.chunks, term);
+        col_partial_kernel<Q, 1, Term>
+            <<<dim3((C + 31) / 32, p.chunks), dim3(32, kColLanes), 0, c.stream>>>(p.partial, N, C, p.chunks, term);
     }
     CUDA_LAUNCH_CHECK();
     col_finish(c, out, p, C);
@@ -321,15 +308,9 @@ __device__ __forceinline__ float block_reduce(float v, float* shared, float iden
     v = lane < warps ? shared[lane] : identity;
     return warp_reduce(v, op);
 }
-__device__ __forceinline__ float warp_sum(float v) {
-    return warp_reduce(v, SumOp{});
-}
-__device__ __forceinline__ float warp_max(float v) {
-    return warp_reduce(v, MaxOp{});
-}
-__device__ __forceinline__ float block_sum(float v, float* shared) {
-    return block_reduce(v, shared, 0.0f, SumOp{});
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
+__device__ __forceinline__ float block_sum(float v, float* shared) { return block_reduce(v, shared, 0.0f, SumOp{}); }
 __device__ __forceinline__ float block_max(float v, float* shared) {
     return block_reduce(v, shared, -FLT_MAX, MaxOp{});
 }
@@ -338,23 +319,14 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 template <typename F>
 void dispatch(DType t, F&& f) {
     switch (t) {
-        case DType::F32:
-            f(float{});
-            return;
-        case DType::BF16:
-            f(bf16_t{});
-            return;
-        case DType::F16:
-            f(f16_t{});
-            return;
-        default:
-            ::anvil::fail("cuda backend: dtype {} is not a float type", dtype_name(t));
+        case DType::F32: f(float{}); return;
+        case DType::BF16: f(bf16_t{}); return;
+        case DType::F16: f(f16_t{}); return;
+        default: ::anvil::fail("cuda backend: dtype {} is not a float type", dtype_name(t));
     }
 }
 
-inline unsigned blocks_for(size_t n, unsigned threads) {
-    return unsigned((n + threads - 1) / threads);
-}
+inline unsigned blocks_for(size_t n, unsigned threads) { return unsigned((n + threads - 1) / threads); }
 
 // The launch helper: grid from the element count, then the launch check.
 template <typename Kernel, typename... Args>

@@ -46,23 +46,20 @@ public:
 private:
     bool attention_gemm_planned(const AttnDims& d) const;
     bool attention_uses_gemm(const AttnDims& d, const Tensor& saved) const;
-    // b, grown to at least `bytes` (after the queued work is done with it): scratch that grows to the largest
-    // use.
+    // b, grown to at least `bytes` (after the queued work is done with it): scratch that grows to the largest use.
     void* grown(Buffer& b, size_t bytes);
-    // An int8 weight dequantized into `dtype` in the backend's growing scratch buffer (products over many
-    // rows).
+    // An int8 weight dequantized into `dtype` in the backend's growing scratch buffer (products over many rows).
     Tensor dequantized(Tensor q, Tensor scale, WLayout layout, DType dtype);
     void check_fp8() const;  // FP8 tensor cores (compute capability 8.9+), or a clear error
-    void* fp8_kept(Tensor kept, const MatDims& d, DType dt) const;
+    void* fp8_kept(Tensor kept, const MatDims& d, DType dt) const;  // null: nothing kept
 
     int device_;
     AttentionImpl attention_;
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;
-    Buffer q8_weight_;  // the largest int8 weight so far, dequantized (see dequantized())
-    Buffer
-        fp8_scratch_;  // FP8 products: the rounded operands and their scales (cuda::matmul_fp8_scratch_bytes)
+    Buffer q8_weight_;    // the largest int8 weight so far, dequantized (see dequantized())
+    Buffer fp8_scratch_;  // FP8 products: the rounded operands and their scales (cuda::matmul_fp8_scratch_bytes)
     std::shared_ptr<cuda::LtPlans> lt_plans_;
     std::shared_ptr<cuda::CudnnAttention> cudnn_;  // --attention cudnn (loads cuDNN on its first call)
     MemoryAccount memory_;

@@ -260,7 +260,7 @@ Operand dequantize(const Ctx& c, Carve& sc, const Operand& o, DType t) {
 }
 
 bool fp8_kernels_take(DType t, int N, int C, int OC) {
-    return (t == DType::BF16 || t == DType::F16) && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+    return sizes::cuda_fp8_kernels_take(N, C, OC, t);
 }
 
 // d (m x n column-major, i.e. row-major (n, m)) = beta d + A^T B (+ bias), A stored k x m and B k x n (the TN

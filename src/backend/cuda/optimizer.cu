@@ -34,9 +34,9 @@ __global__ void sumsq_finish_kernel(float* out, const float* partial) {
 }
 
 template <typename T>
-__global__ void adamw_kernel(T* p, const T* g, float* m, float* v, float* master, size_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, float bc1, float bc2_sqrt,
-                             float grad_scale, float max_norm, const float* norm_sq, bool packed) {
+__global__ void adamw_kernel(T* p, const T* g, float* m, float* v, float* master, size_t n, float lr, float beta1,
+                             float beta2, float eps, float wd, float bc1, float bc2_sqrt, float grad_scale,
+                             float max_norm, const float* norm_sq, bool packed) {
     const float nsq = *norm_sq;
     if (!isfinite(nsq)) return;  // the trainer reports the skipped step
     float scale = grad_scale;
@@ -88,17 +88,17 @@ void adamw(const Ctx& c, const std::vector<ParamSlot>& slots, const AdamWArgs& a
     for (const ParamSlot& s : slots) {
         const size_t n = size_t(s.param.numel());
         if (n == 0) continue;
-        ANVIL_CHECK(s.param.dtype == DType::F32 || !s.master.empty(),
-                    "adamw: {} parameters need f32 master weights", dtype_name(s.param.dtype));
+        ANVIL_CHECK(s.param.dtype == DType::F32 || !s.master.empty(), "adamw: {} parameters need f32 master weights",
+                    dtype_name(s.param.dtype));
         const unsigned grid = std::min<unsigned>(blocks_for(n, 4 * 256), unsigned(c.sm_count) * 8);
         float* master = s.master.empty() ? nullptr : s.master.ptr<float>();
         const bool packed = aligned16(s.param.data, s.grad.data, s.m.data, s.v.data, master);
         dispatch(s.param.dtype, [&](auto tag) {
             using T = decltype(tag);
             adamw_kernel<T><<<grid, 256, 0, c.stream>>>(s.param.ptr<T>(), s.grad.ptr<T>(), s.m.ptr<float>(),
-                                                        s.v.ptr<float>(), master, n, a.lr, a.beta1, a.beta2,
-                                                        a.eps, s.weight_decay, bc1, bc2_sqrt, a.grad_scale,
-                                                        a.max_grad_norm, norm_sq.ptr<float>(), packed);
+                                                         s.v.ptr<float>(), master, n, a.lr, a.beta1, a.beta2, a.eps,
+                                                         s.weight_decay, bc1, bc2_sqrt, a.grad_scale,
+                                                         a.max_grad_norm, norm_sq.ptr<float>(), packed);
             CUDA_LAUNCH_CHECK();
         });
     }
