@@ -7,7 +7,8 @@ Llama 3.2 1B's shape: 16 layers x 2048, 32 query and 8 key/value heads, MLP 8192
   1. the model: `anvil train --steps 1` on random GPT-2 tokens (the weights look random; decode speed does not
      depend on them), saved as a Hugging Face directory (final/);
   2. anvil: `anvil generate` at batch 1, greedy, --new-tokens tokens after a short prompt, --rounds times: the
-     decode rate (tokens after the first, over their time), median;
+     decode rate (tokens after the first, over their time), median; on CUDA again with ANVIL_CUDA_GRAPHS=0 (each
+     step's kernels launched one by one instead of replayed as a CUDA graph);
   3. the roofline: a decoded token reads every weight once (the position table aside: one row) and the KV cache
      so far, so at the card's copy bandwidth (`anvil bench`'s copy_d2d) it cannot beat
      bandwidth / (weight bytes + mean KV bytes); the record gives anvil's rate as a share of that;
@@ -101,15 +102,24 @@ def kv_bytes_per_token(cfg, dtype_bytes):
     return 2 * layers * kv * (width // heads) * dtype_bytes
 
 
-def anvil_decode(a, model_dir, log):
-    rates = []
-    for _ in range(a.rounds):
-        out = gpu_train_bench.sh([a.anvil, "generate", "--model", model_dir, "--device", a.device, "--precision",
-                                  a.precision, "--prompt", PROMPT, "--max-new-tokens", str(a.new_tokens),
-                                  "--temperature", "0", "--no-stop", "--json", "--threads", str(a.threads)], log)
-        j = json.loads(out[out.index("{"):])
-        rates.append(j["tokens_per_s"])
-    return {"tokens_per_s": statistics.median(rates), "rounds": rates}
+def anvil_decode(a, model_dir, log, graphs=True):
+    """anvil generate's decode rate; graphs=False launches each step's kernels one by one (ANVIL_CUDA_GRAPHS=0)
+    instead of replaying the step's CUDA graph: the lever's before and after in one call."""
+    rates, replayed = [], []
+    if not graphs:
+        os.environ["ANVIL_CUDA_GRAPHS"] = "0"  # gpu_train_bench.sh's commands inherit the environment
+    try:
+        for _ in range(a.rounds):
+            out = gpu_train_bench.sh([a.anvil, "generate", "--model", model_dir, "--device", a.device,
+                                      "--precision", a.precision, "--prompt", PROMPT, "--max-new-tokens",
+                                      str(a.new_tokens), "--temperature", "0", "--no-stop", "--json", "--threads",
+                                      str(a.threads)], log)
+            j = json.loads(out[out.index("{"):])
+            rates.append(j["tokens_per_s"])
+            replayed.append(j.get("replayed_steps"))
+    finally:
+        os.environ.pop("ANVIL_CUDA_GRAPHS", None)
+    return {"tokens_per_s": statistics.median(rates), "rounds": rates, "replayed_steps": replayed}
 
 
 HF_SCRIPT = r"""
@@ -192,10 +202,12 @@ def main():
         kv = kv_bytes_per_token(cfg, dtype_bytes) * (len(prompt_ids) + a.new_tokens / 2)
         roofline = copy_gbs * 1e9 / (w + kv) if copy_gbs else None
         mine = anvil_decode(a, model_dir, log)
+        launched = anvil_decode(a, model_dir, log, graphs=False) if a.device == "cuda" else None
         hf = hf_run(a, model_dir, prompt_ids, log)
         served = serve_run(a, model_dir, work, name, log)
         row = {"model": name, "config": cfg, "weight_bytes": w, "kv_bytes_mean": kv, "copy_gbs": copy_gbs,
-               "roofline_tokens_per_s": roofline, "anvil_decode": mine, "transformers": hf, "anvil_serve": served}
+               "roofline_tokens_per_s": roofline, "anvil_decode": mine, "anvil_decode_launched": launched,
+               "transformers": hf, "anvil_serve": served}
         share = mine["tokens_per_s"] / roofline if roofline else None
         row["anvil_share_of_roofline"] = share
         hf_rate = hf.get("decode_tokens_per_s")
@@ -203,6 +215,8 @@ def main():
         lines.append(f"{name}: batch-1 decode {mine['tokens_per_s']:.0f} tokens/s"
                      + (f", {100 * share:.0f}% of the roofline {roofline:.0f} ({(w + kv) / 1e6:.0f} MB a token "
                         f"at {copy_gbs:.0f} GB/s)" if share else "")
+                     + (f"; kernels launched one by one (ANVIL_CUDA_GRAPHS=0) {launched['tokens_per_s']:.0f}"
+                        if launched else "")
                      + (f"; transformers {hf_rate:.0f} ({row['ratio_vs_transformers_decode']:.2f}x)" if hf_rate
                         else f"; transformers: {hf.get('skipped') or 'failed'}"))
         for level, r in served.items():

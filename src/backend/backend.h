@@ -20,6 +20,7 @@
 //  - Tensors live on the backend's device; upload/download move bytes to and from host memory.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
@@ -56,6 +57,18 @@ struct AdamWArgs {
     float grad_scale = 1.0f;     // multiplies every gradient before use (1/loss_scale for fp16)
 };
 
+// A stretch of a backend's queued work recorded once and replayed as one launch (a CUDA graph): the same
+// kernels and library calls with the same arguments on the same memory, reading what that memory holds when
+// it replays (so what changes from one replay to the next travels in device memory: a decode step's tokens,
+// positions and slots).
+class Recording {
+public:
+    virtual ~Recording() = default;
+    // Queues the recorded work; false (nothing queued) where the backend has since moved memory the recording
+    // names (a scratch buffer grew): record again.
+    virtual bool replay() = 0;
+};
+
 class Backend : public Allocator {
 public:
     ~Backend() override = default;
@@ -78,6 +91,16 @@ public:
     std::vector<float> download_f32(Tensor src);
     virtual void convert(Tensor dst, Tensor src) = 0;  // same numel, any float dtypes
     virtual void synchronize() = 0;
+    // Records what `work` queues on this backend without running it and returns the recording (replay() runs
+    // it); null where this backend records nothing (the CPU, whose ops run as they are called; CUDA with
+    // BackendOptions::record off or under --profile) or where `work` did what a recording cannot hold (a
+    // wait for the device, an allocation: said once on stderr). Null means nothing of `work` ran on the
+    // device: run it as usual. `work` must queue the same work for every replay and read nothing back; a
+    // throw from it ends the recording and propagates.
+    virtual std::unique_ptr<Recording> record(const std::function<void()>& work) {
+        (void)work;
+        return nullptr;
+    }
     // Device memory accounting (what alloc handed out, not including library workspaces).
     virtual size_t memory_in_use() const = 0;
     virtual size_t memory_peak() const = 0;
@@ -146,6 +169,9 @@ struct BackendOptions {
     // CUDA: time cuBLASLt's best few algorithms for each product shape once and keep the fastest (--gemm-tune
     // on); runs may then differ in the last bits, as with PyTorch's cudnn.benchmark
     bool gemm_tune = false;
+    // CUDA: record a decode step once per shape and replay it as one CUDA graph (Backend::record);
+    // ANVIL_CUDA_GRAPHS=0 in the environment turns it off (each kernel launched from the host, as before)
+    bool record = true;
 };
 
 // Creates the backend for `opts.device`; throws a clear error if it is not built in or not usable.

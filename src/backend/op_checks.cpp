@@ -222,9 +222,22 @@ CachedDims check_attention_cached(const Tensor& out, const Tensor& qkv, const Te
     return {Tq, int(KC / HS), HS};
 }
 
+namespace {
+
+// A (B) i32 tensor of a decode step's row integers; their values where the host can read them (the CPU
+// backend's memory), else null: a device's kernels guard them instead.
+const int* row_ints(const Tensor& t, int64_t B, const char* op, const char* what) {
+    ANVIL_CHECK(t.dtype == DType::I32 && t.numel() == B && t.contiguous(),
+                "{}: {} {} ({}) for {} rows, want ({}) i32", op, what, t.shape.str(), dtype_name(t.dtype), B,
+                B);
+    return t.device == Device::CPU ? t.ptr<int32_t>() : nullptr;
+}
+
+}  // namespace
+
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
-                                           const Tensor& vcache, const Tensor& pages,
-                                           std::span<const int> slot, std::span<const int> pos, int NH) {
+                                           const Tensor& vcache, const Tensor& pages, const Tensor& slot_t,
+                                           const Tensor& pos_t, int NH) {
     ANVIL_CHECK(kcache.shape.ndim == 3 && kcache.shape == vcache.shape,
                 "attention_cached_rows: caches {} and {}, want (pages, positions, width)", kcache.shape.str(),
                 vcache.shape.str());
@@ -245,31 +258,33 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
     ANVIL_CHECK(out.dtype == qkv.dtype && kcache.dtype == qkv.dtype && vcache.dtype == qkv.dtype,
                 "attention_cached_rows: out {}, qkv {} and caches {}/{} in one dtype", dtype_name(out.dtype),
                 dtype_name(qkv.dtype), dtype_name(kcache.dtype), dtype_name(vcache.dtype));
-    ANVIL_CHECK(slot.size() == size_t(B) && pos.size() == size_t(B),
-                "attention_cached_rows: {} slots and {} positions for {} rows", slot.size(), pos.size(), B);
-    std::vector<int64_t> at(static_cast<size_t>(B));
-    for (int b = 0; b < B; b++) {
-        ANVIL_CHECK(slot[size_t(b)] >= 0 && slot[size_t(b)] < S,
-                    "attention_cached_rows: row {} in slot {} of {}", b, slot[size_t(b)], S);
-        ANVIL_CHECK(pos[size_t(b)] >= 0 && pos[size_t(b)] < maxT,
-                    "generation: position {} is past the cache's {} positions a sequence", pos[size_t(b)],
-                    maxT);
-        at[size_t(b)] = int64_t(slot[size_t(b)]) * maxT + pos[size_t(b)];
+    const int* slot = row_ints(slot_t, B, "attention_cached_rows", "slots");
+    const int* pos = row_ints(pos_t, B, "attention_cached_rows", "positions");
+    if (slot && pos) {
+        std::vector<int64_t> at(static_cast<size_t>(B));
+        for (int b = 0; b < B; b++) {
+            ANVIL_CHECK(slot[b] >= 0 && slot[b] < S, "attention_cached_rows: row {} in slot {} of {}", b,
+                        slot[b], S);
+            ANVIL_CHECK(pos[b] >= 0 && pos[b] < maxT,
+                        "generation: position {} is past the cache's {} positions a sequence", pos[b], maxT);
+            at[size_t(b)] = int64_t(slot[b]) * maxT + pos[b];
+        }
+        std::sort(at.begin(), at.end());
+        ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
+                    "attention_cached_rows: two rows at one position of one slot");
     }
-    std::sort(at.begin(), at.end());
-    ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
-                "attention_cached_rows: two rows at one position of one slot");
     return {B, S, P, page, PPS, int(KC / HS), HS};
 }
 
-int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows) {
-    ANVIL_CHECK(table.shape.ndim == 2 && cols(out) == table.dim(1) &&
-                    rows.size() == size_t(::anvil::rows(out)) && out.dtype == table.dtype,
-                "embedding_rows_add: out {} ({}), table {} ({}) and {} rows", out.shape.str(),
-                dtype_name(out.dtype), table.shape.str(), dtype_name(table.dtype), rows.size());
-    for (int r : rows)
-        ANVIL_CHECK(r >= 0 && r < table.dim(0), "position {} is past the model's context {}", r,
-                    table.dim(0));
+int check_embedding_rows_add(const Tensor& out, const Tensor& table, const Tensor& rows_t) {
+    ANVIL_CHECK(table.shape.ndim == 2 && cols(out) == table.dim(1) && out.dtype == table.dtype,
+                "embedding_rows_add: out {} ({}), table {} ({})", out.shape.str(), dtype_name(out.dtype),
+                table.shape.str(), dtype_name(table.dtype));
+    const int64_t B = rows(out);
+    if (const int* r = row_ints(rows_t, B, "embedding_rows_add", "rows"))
+        for (int64_t b = 0; b < B; b++)
+            ANVIL_CHECK(r[b] >= 0 && r[b] < table.dim(0), "position {} is past the model's context {}", r[b],
+                        table.dim(0));
     return int(cols(out));
 }
 
@@ -283,10 +298,10 @@ std::pair<int64_t, int> check_neftune(const Tensor& out, const Tensor& lengths, 
     return {lengths.numel(), int(out.dim(2))};
 }
 
-RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos) {
+RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, const Tensor& pos_t) {
     const RopeDims d = check_rope(x, inv_freq, H);
-    ANVIL_CHECK(pos.size() == size_t(d.B), "rope_rows: {} positions for {} rows", pos.size(), d.B);
-    for (int p : pos) ANVIL_CHECK(p >= 0, "rope_rows: position {}", p);
+    if (const int* pos = row_ints(pos_t, d.B, "rope_rows", "positions"))
+        for (int b = 0; b < d.B; b++) ANVIL_CHECK(pos[b] >= 0, "rope_rows: position {}", pos[b]);
     return d;
 }
 

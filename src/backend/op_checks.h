@@ -86,14 +86,15 @@ struct CachedRowsDims {
     int B, S, P, page, PPS, KVH, HS;
 };
 // qkv (B, (NH + 2 KVH) HS), caches (P, page, KVH HS), pages (S, PPS) i32, out (B, NH HS); B slots in [0, S)
-// and positions in [0, PPS page), no pair twice
+// and positions in [0, PPS page), no pair twice. The row integers are (B) i32; their values are checked where
+// the host can read them (a CPU tensor), a device's kernels guarding them instead.
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
-                                           const Tensor& vcache, const Tensor& pages,
-                                           std::span<const int> slot, std::span<const int> pos, int NH);
-// rope_rows: x (B, T, H HS) and B non-negative positions
-RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, std::span<const int> pos);
-// embedding_rows_add: out (B, C), table (R, C), B rows in [0, R); returns C
-int check_embedding_rows_add(const Tensor& out, const Tensor& table, std::span<const int> rows);
+                                           const Tensor& vcache, const Tensor& pages, const Tensor& slot,
+                                           const Tensor& pos, int NH);
+// rope_rows: x (B, T, H HS) and B non-negative positions (B) i32
+RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, const Tensor& pos);
+// embedding_rows_add: out (B, C), table (R, C), rows (B) i32 in [0, R); returns C
+int check_embedding_rows_add(const Tensor& out, const Tensor& table, const Tensor& rows);
 // neftune_noise: out (B, T, C), lengths (B, T) i32, alpha >= 0; returns (B*T, C)
 std::pair<int64_t, int> check_neftune(const Tensor& out, const Tensor& lengths, float alpha);
 

@@ -267,6 +267,7 @@ std::string stream_reply(Generator& gen, const Tokenizer& tok, const SampleOptio
              {"time_to_first_token_ms", c.ttft_ms},
              {"total_ms", c.total_ms},
              {"tokens_per_s", c.tokens_per_s},
+             {"replayed_steps", gen.replays()},  // decode steps replayed as CUDA graphs so far (0: launched)
              {"tokens", c.tokens}};
     if (logprobs) stats["logprobs"] = c.logprobs;
     return c.text;

@@ -1,5 +1,7 @@
 #include "model/activations.h"
 
+#include "backend/backend.h"
+
 namespace anvil {
 
 Recompute parse_recompute(const std::string& s) {
@@ -21,7 +23,7 @@ const char* recompute_name(Recompute r) {
 }
 
 ActNames::ActNames() {
-    for (const char* n : {"tokens", "targets", "losses", "logits", "lengths"}) id(n);
+    for (const char* n : {"tokens", "targets", "losses", "logits", "lengths", "rows"}) id(n);
 }
 
 ActId ActNames::id(const std::string& name) {
@@ -115,6 +117,33 @@ const ActPlan::Slot& Activations::slot(ActId id) const {
 int Activations::capacity(ActId id) const {
     const ActPlan::Slot& s = slot(id);
     return s.bt ? s.max_b : 0;
+}
+
+Activations::~Activations() = default;
+
+bool Activations::run_recorded(Backend& be, const std::vector<int64_t>& key,
+                               const std::function<void()>& work) {
+    auto it = recorded_.find(key);
+    if (it == recorded_.end()) {
+        if (recorded_.size() == kMaxRecorded) {  // enough shapes: the rest run as they are
+            work();
+            return false;
+        }
+        it = recorded_.emplace(key, Recorded{}).first;
+    }
+    Recorded& r = it->second;
+    if (r.rec) {
+        if (r.rec->replay()) return ++replays_, true;
+        r.rec.reset(), r.runs = 0;  // stale (the backend moved a buffer it names): run, then record again
+    }
+    if (!r.refused && ++r.runs >= 2) {
+        r.rec = be.record(work);
+        r.refused = !r.rec;
+        if (r.rec && r.rec->replay()) return ++replays_, true;
+        r.rec.reset();
+    }
+    work();
+    return false;
 }
 
 Tensor Activations::get(ActId id, int B, int T) const {

@@ -22,6 +22,9 @@
 // block whose backward runs next holds them.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +32,9 @@
 #include "core/arena.h"
 
 namespace anvil {
+
+class Backend;
+class Recording;
 
 // A handle to an activation buffer, valid in every plan of the model that made it.
 class ActId {
@@ -44,8 +50,10 @@ private:
 
 // The batch's buffers, which every model's plan holds: tokens and targets (B, T) i32 (-1 = ignore), losses
 // (B, T) f32, logits (B, T, V) (or fewer sequences at a time when the loss is taken in chunks).
+// A decode step of one-token rows (ForwardPass::row_slot) also has rows: (B, 1, 2) i32, its B slots then its
+// B positions, on the backend, where the ops read them.
 namespace act {
-inline constexpr ActId tokens{0}, targets{1}, losses{2}, logits{3}, lengths{4};
+inline constexpr ActId tokens{0}, targets{1}, losses{2}, logits{3}, lengths{4}, rows{5};
 }
 
 // The names of a model's activation buffers, each with its handle (made once, while layers are built).
@@ -145,6 +153,7 @@ struct Tape {
 class Activations {
 public:
     Activations(Allocator& alloc, const ActPlan& plan);
+    ~Activations();  // (the recordings' type is complete in activations.cpp)
     int max_B() const { return B_; }
     int max_T() const { return T_; }
     ActMode mode() const { return mode_; }
@@ -163,7 +172,23 @@ public:
     Tape& tape() { return tape_; }
     const Tape& tape() const { return tape_; }
 
+    // A pass whose device work depends only on `key` (its shape, and the memory it names beside these buffers
+    // and the weights: a KV cache) runs as it is the first time (the libraries choose and allocate what they
+    // need), is recorded (Backend::record) and replayed the second time, and replayed after; where the
+    // backend records nothing it runs as it is. What changes between replays must travel in device memory
+    // (tokens, the rows' slots and positions). True when it replayed.
+    bool run_recorded(Backend& be, const std::vector<int64_t>& key, const std::function<void()>& work);
+    size_t replays() const { return replays_; }  // passes replayed so far
+
 private:
+    struct Recorded {
+        int runs = 0;
+        bool refused = false;  // the backend records nothing for it
+        std::unique_ptr<Recording> rec;
+    };
+    static constexpr size_t kMaxRecorded = 256;  // shapes kept (a server's batch sizes)
+    std::map<std::vector<int64_t>, Recorded> recorded_;
+    size_t replays_ = 0;
     Tape tape_;
     int B_, T_;
     ActMode mode_;

@@ -1,6 +1,10 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "model/kv_cache.h"
 
 namespace anvil {
 
@@ -72,21 +76,65 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
                         f.row_slot[b], config_.n_ctx, f.cache->slots());
     }
     const bool train = f.dloss != 0.0f;  // a pass that takes gradients drops (ModelOptions::dropout)
-    const Pass p{.be = be_,
-                 .acts = acts,
-                 .B = B,
-                 .T = T,
-                 .pos0 = f.pos0,
-                 .cache = f.cache,
-                 .slot = f.slot,
-                 .row_slot = f.row_slot,
-                 .row_pos = f.row_pos,
-                 .seed = f.seed,
-                 .train = train,
-                 .dropout = train ? options_.dropout : 0.0f,
-                 .attn_dropout = train ? options_.attn_dropout : 0.0f,
-                 .neftune = train ? options_.neftune_alpha : 0.0f,
-                 .tp = options_.tp.reducer.get()};
+    Pass p{.be = be_,
+           .acts = acts,
+           .B = B,
+           .T = T,
+           .pos0 = f.pos0,
+           .cache = f.cache,
+           .slot = f.slot,
+           .row_slot = f.row_slot,
+           .row_pos = f.row_pos,
+           .seed = f.seed,
+           .train = train,
+           .dropout = train ? options_.dropout : 0.0f,
+           .attn_dropout = train ? options_.attn_dropout : 0.0f,
+           .neftune = train ? options_.neftune_alpha : 0.0f,
+           .tp = options_.tp.reducer.get()};
+    Tape& tape = acts.tape();
+    tape = Tape{.tokens = f.tokens, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
+    if (!f.row_slot) {
+        tape.head_done = run(p, f);
+        return tape;
+    }
+    // one-token rows: their slots and positions to the backend (act::rows), where the ops read them, so that
+    // the step's device work is the same for every step of this shape and replays as one recording
+    ANVIL_CHECK(acts.has(act::rows),
+                "forward: per-row cache slots need decoding activations (ActMode::Decode)");
+    const Tensor rows = acts.get(act::rows, B, 1);  // (B, 1, 2): the slots, then the positions
+    std::vector<int32_t> host(size_t(2 * B));
+    std::copy(f.row_slot, f.row_slot + B, host.begin());
+    std::copy(f.row_pos, f.row_pos + B, host.begin() + B);
+    be_.upload(rows, host.data());
+    p.row_slots = rows.range(0, size_t(B)).view(Shape{B});
+    p.row_positions = rows.range(size_t(B), size_t(B)).view(Shape{B});
+    // recorded where nothing else varies: every logit row in place (gather_rows moves none), no collectives
+    bool in_place = f.n_logit_rows < 0;
+    if (f.n_logit_rows >= 0) {
+        in_place = true;
+        for (int i = 0; i < f.n_logit_rows && f.logit_rows; i++) in_place = in_place && f.logit_rows[i] == i;
+    }
+    if (!in_place || p.tp) {
+        tape.head_done = run(p, f);
+        return tape;
+    }
+    const KvCache& c = *f.cache;
+    const std::vector<int64_t> key{B,
+                                   f.n_logit_rows,
+                                   int64_t(reinterpret_cast<uintptr_t>(c.k(0).data)),
+                                   int64_t(reinterpret_cast<uintptr_t>(c.pages().data)),
+                                   c.k(0).dim(0),
+                                   c.k(0).dim(1),
+                                   c.pages().dim(0),
+                                   c.pages().dim(1),
+                                   int64_t(reinterpret_cast<uintptr_t>(f.tokens.data))};
+    acts.run_recorded(be_, key, [&] { tape.head_done = run(p, f); });
+    return tape;
+}
+
+bool DecoderModel::run(const Pass& p, const ForwardPass& f) {
+    const bool targets = !f.targets.empty();
+    const int B = p.B, T = p.T;
     const Tensor encoded = p.act(encoded_);
     embed(p, f, encoded);
     Tensor x = encoded;
@@ -94,16 +142,13 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
         b->forward(p, x);
         x = b->out(p);
     }
-    Tape& tape = acts.tape();
-    tape = Tape{.tokens = f.tokens, .pos0 = f.pos0, .seed = f.seed, .grad_logits = f.dloss != 0.0f};
-    if (const int chunk = acts.capacity(act::logits); B > chunk && !f.last_logits && f.n_logit_rows < 0) {
+    if (const int chunk = p.acts.capacity(act::logits); B > chunk && !f.last_logits && f.n_logit_rows < 0) {
         ANVIL_CHECK(
             targets,
             "forward: the logits of {} sequences are made {} at a time (--logits-chunk); give targets "
             "for the loss, or a batch of {} or fewer",
             B, chunk, chunk);
-        tape.head_done = chunked_loss(p, x, f, chunk);
-        return tape;
+        return chunked_loss(p, x, f, chunk);
     }
     // the final norm, the logits and the loss: over every position, or (last_logits) over the last one, or
     // over the logit rows
@@ -122,7 +167,7 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     }
     if (targets)
         be_.classifier(q.act(act::losses), q.act(act::logits), f.targets, f.dloss, config_.vocab_size);
-    return tape;
+    return false;
 }
 
 bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) const {

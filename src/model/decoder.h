@@ -127,6 +127,9 @@ protected:
     void plan(ActPlan& plan) const override;
     // The embeddings' output into `encoded`, with NEFTune's noise and dropout where the pass has them.
     void embed(const Pass& p, const ForwardPass& f, Tensor encoded) const;
+    // The pass's device work: the embeddings, the blocks, the head and the loss; true when the loss was
+    // taken in chunks (Tape::head_done)
+    bool run(const Pass& p, const ForwardPass& f);
     Tensor gather_rows(Tensor x, const ForwardPass& f) const;
     // Sequences whose logits a plan keeps at once (ModelOptions::logits_chunk_bytes).
     int logits_chunk(const ActPlan& plan) const;

@@ -46,6 +46,11 @@ int32_t TokenCounts::sample(std::vector<float>& logits, Rng& rng) {
     return next;
 }
 
+bool greedy_on_device(const SampleOptions& opt) {
+    return opt.temperature <= 0.0f && opt.logit_bias.empty() && opt.repetition_penalty == 1.0f &&
+           opt.presence_penalty == 0.0f && opt.frequency_penalty == 0.0f;
+}
+
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top) {
     TokenLogprob r;
     r.token = token;
@@ -122,20 +127,53 @@ Generator::Generator(Model& model, int prefill_chunk)
     : model_(model),
       chunk_(prefill_chunk_size(prefill_chunk, model.config().n_ctx)),
       acts_(model.make_activations(1, chunk_, ActMode::Decode)),
-      cache_(model.make_cache()) {}  // one sequence, slot 0
+      cache_(model.make_cache()) {
+    // one sequence, slot 0; greedy_step's target
+    model.backend().zero(acts_->get(act::targets, 1, 1));
+}
 
-std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot,
-                                  const int32_t* ids, int n, int pos0) {
-    Backend& be = model.backend();
+size_t Generator::replays() const {
+    return acts_->replays();
+}
+
+namespace {
+
+// Runs ids[0..n) at positions pos0.. of cache slot `slot`: one token as a decode step's row (a pass the model
+// records once and replays), more as a piece of a prompt with the last position's logits.
+void run_cached(Model& model, Activations& acts, KvCache& cache, int slot, const int32_t* ids, int n,
+                int pos0) {
     const Tensor tokens = acts.get(act::tokens, 1, n);
-    be.upload(tokens, ids);
+    model.backend().upload(tokens, ids);
+    if (n == 1) return void(model.forward(acts, rows_pass(tokens, &cache, &slot, &pos0)));
     ForwardPass f{.tokens = tokens};
     f.pos0 = pos0;
     f.cache = &cache;
     f.slot = slot;
     f.last_logits = true;
     model.forward(acts, f);
-    return be.download_f32(acts.get(act::logits, 1, 1));
+}
+
+}  // namespace
+
+std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cache, int slot,
+                                  const int32_t* ids, int n, int pos0) {
+    run_cached(model, acts, cache, slot, ids, n, pos0);
+    return model.backend().download_f32(acts.get(act::logits, 1, 1));
+}
+
+int32_t Generator::greedy_step(int32_t id, int pos, int V) {
+    Backend& be = model_.backend();
+    run_cached(model_, *acts_, *cache_, 0, &id, 1, pos);
+    // token_logprobs' top 1 over the first V columns, in the pass's own buffers: the target (0, set by the
+    // constructor; its log-probability unused) and the outputs, which the next step writes again
+    const Tensor logits = acts_->get(act::logits, 1, 1), ints = acts_->get(act::targets, 1, 2);
+    const Tensor floats = acts_->get(act::losses, 1, 2);
+    const Tensor target = ints.range(0, 1), top = ints.range(1, 1).view(Shape{1, 1});
+    be.token_logprobs(floats.range(0, 1), top, floats.range(1, 1).view(Shape{1, 1}),
+                      logits.view(Shape{1, logits.shape[logits.shape.ndim - 1]}), target, V);
+    int32_t next = 0;
+    be.download(&next, top);
+    return next;
 }
 
 void Generator::step(const int32_t* ids, int n, int pos0, std::vector<float>& logits) {
@@ -164,11 +202,15 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
     TokenCounts counts(ctx, opt);
     step(ctx.data(), int(ctx.size()), 0, logits);
     int pos = int(ctx.size());
+    // greedy without log-probabilities: the decode steps' choices are made on the device
+    const bool on_device = greedy_on_device(opt) && !logprobs;
+    const int V = opt.vocab_real > 0 ? std::min(opt.vocab_real, int(logits.size())) : int(logits.size());
+    int32_t chosen = -1;  // the device's choice for this step, or -1: sample the logits
     for (int i = 0; i < opt.max_new_tokens; i++) {
         if (opt.vocab_real > 0 && size_t(opt.vocab_real) < logits.size())
             logits.resize(size_t(opt.vocab_real));
         if (logprobs) raw = logits;  // sampling overwrites them
-        const int32_t next = counts.sample(logits, rng);
+        const int32_t next = chosen >= 0 ? chosen : counts.sample(logits, rng);
         out.push_back(next);
         if (logprobs) logprobs->push_back(token_logprob(raw, next, 0).logprob);
         const bool ended = on_token && !on_token(next);
@@ -180,7 +222,11 @@ std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, con
             const int keep = n_ctx / 2;
             std::vector<int32_t> tail(ctx.end() - keep, ctx.end());
             step(tail.data(), keep, 0, logits);
+            chosen = -1;
             pos = keep;
+        } else if (on_device) {
+            chosen = greedy_step(next, pos, V);
+            pos++;
         } else {
             step(&next, 1, pos, logits);
             pos++;

@@ -63,6 +63,9 @@ private:
 // Picks the next token from logits (V) on the host (they may be overwritten); TokenCounts::sample applies the
 // penalties first.
 int32_t sample_token(std::vector<float>& logits, const SampleOptions& opt, Rng& rng);
+// True when opt's choice is the first largest raw logit (greedy, nothing adjusting the logits), which the
+// device can make without sending the logits back.
+bool greedy_on_device(const SampleOptions& opt);
 
 // A token's log-probability under the model, and the `top` likeliest tokens' (most likely first; ties by id):
 // the log-softmax of the raw logits (V), before temperature, penalties and logit_bias (what OpenAI's logprobs
@@ -111,10 +114,16 @@ public:
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                   const std::function<bool(int32_t)>& on_token = {},
                                   std::vector<float>* logprobs = nullptr);
+    // Decode steps replayed from a recording so far (Activations::run_recorded; 0 where the backend records
+    // nothing): what the benchmarks and tests read to know the CUDA graphs ran.
+    size_t replays() const;
 
 private:
     // Runs positions pos0.. for `ids` through the model, appending to the cache; returns the last logits.
     void step(const int32_t* ids, int n, int pos0, std::vector<float>& logits);
+    // A decode step whose next token the device picks: the first largest of the logits' first V columns
+    // (token_logprobs' top 1), so 4 bytes come back instead of the logits.
+    int32_t greedy_step(int32_t id, int pos, int V);
 
     Model& model_;
     int chunk_;                          // positions per forward

@@ -39,8 +39,8 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
     }
     // one token a row (T = 1): every row in one call
     const auto rows = [&](Tensor t) { return t.view(Shape{p.B, t.shape[t.shape.ndim - 1]}); };
-    p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), c.pages(),
-                               {p.row_slot, size_t(p.B)}, {p.row_pos, size_t(p.B)}, heads);
+    p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), c.pages(), p.row_slots,
+                               p.row_positions, heads);
 }
 
 }  // namespace
@@ -226,7 +226,7 @@ void Embedding::forward(const Pass& p, Tensor out, Tensor tokens) const {
     ANVIL_ASSERT(p.T == 1);
     lookup(out, tokens, {});
     p.be.embedding_rows_add(out.view(Shape{p.B, out.shape[out.shape.ndim - 1]}), s.param(wpe_),
-                            {p.row_pos, size_t(p.B)});
+                            p.row_positions);
 }
 
 void Embedding::backward(const Pass& p, Tensor dout, Tensor tokens) const {
@@ -415,8 +415,8 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     k_.forward(p, k, in);
     v_.forward(p, v, in);
     if (p.row_pos) {  // each row at its own position
-        p.be.rope_rows(q, inv_freq_, heads_, {p.row_pos, size_t(p.B)}, false);
-        p.be.rope_rows(k, inv_freq_, kv_heads_, {p.row_pos, size_t(p.B)}, false);
+        p.be.rope_rows(q, inv_freq_, heads_, p.row_positions, false);
+        p.be.rope_rows(k, inv_freq_, kv_heads_, p.row_positions, false);
     } else {
         p.be.rope(q, inv_freq_, heads_, p.pos0, false);
         p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);

@@ -63,6 +63,8 @@ struct Pass {
     int slot = 0;
     const int* row_slot = nullptr;
     const int* row_pos = nullptr;
+    Tensor row_slots = {},
+           row_positions = {};  // the same on the backend ((B) i32, act::rows), which the ops read
     uint64_t seed = 0;  // this pass's randomness (dropout masks), the same in its backward
     // The pass takes gradients (a forward with a nonzero dloss, and its backward): dropout is on, as in
     // PyTorch's model.train(). An evaluation on training activations (the validation loss during a run) runs

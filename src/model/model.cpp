@@ -102,6 +102,7 @@ std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMo
     p.add(act::losses, {}, DType::F32, Keep::Saved, "losses");
     if (mode == ActMode::Train && options_.neftune_alpha > 0.0f)
         p.add(act::lengths, {}, DType::I32, Keep::Saved, "lengths");
+    if (mode == ActMode::Decode) p.add(act::rows, {2}, DType::I32, Keep::Saved, "rows");
     plan(p);
     return std::make_unique<Activations>(be_, p);
 }

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "capture.h"
+
 namespace {
 
 struct Desc {
@@ -249,9 +251,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               cublasLtMatrixLayout_t al, const void* B, cublasLtMatrixLayout_t bl,
                               const void* beta_p, const void* C, cublasLtMatrixLayout_t cl, void* D,
                               cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t*, void*, size_t,
-                              cudaStream_t) {
-    const Desc& m = desc(d);
-    const Layout &la = layout(al), &lb = layout(bl), &lc = layout(cl), &ld = layout(dl);
+                              cudaStream_t stream) {
+    // the descriptors' values now: a captured product keeps them, whatever the caller sets on them later
+    const Desc m = desc(d);
+    const Layout la = layout(al), lb = layout(bl), lc = layout(cl), ld = layout(dl);
     const bool ta = m.ta == CUBLAS_OP_T, tb = m.tb == CUBLAS_OP_T;
     const uint64_t M = ld.rows, N = ld.cols, K = ta ? la.rows : la.cols;
     if ((ta ? la.cols : la.rows) != M || (tb ? lb.cols : lb.rows) != K || (tb ? lb.rows : lb.cols) != N ||
@@ -260,35 +263,41 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS, dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
     if ((bias && m.bias == nullptr) || (dgelu_epi && (m.aux == nullptr || m.ld_aux < int64_t(M))))
         return CUBLAS_STATUS_INVALID_VALUE;
-    // (device and host memory are one here: alpha and beta read the same either pointer mode)
-    float alpha = *static_cast<const float*>(alpha_p);
-    const float beta = *static_cast<const float*>(beta_p);
-    if (fp8(la.type) || fp8(lb.type)) {  // the scales multiply the product (D = alpha sA sB op(A) op(B) + ...)
+    const bool scaled = fp8(la.type) || fp8(lb.type);
+    if (scaled) {
         // CUEMU_LT_FP8_SCALES_REFUSED=1: every algorithm refuses an FP8 product with scale pointers at run
         // time, as cuBLASLt 13.1 did on an H100 (its heuristic had offered them)
         const char* refuse = std::getenv("CUEMU_LT_FP8_SCALES_REFUSED");
         if ((m.a_scale || m.b_scale) && refuse && *refuse && std::string_view(refuse) != "0")
             return CUBLAS_STATUS_NOT_SUPPORTED;
-        if (m.a_scale) alpha *= *m.a_scale;  // an absent scale is 1
-        if (m.b_scale) alpha *= *m.b_scale;
     }
-    for (int32_t bi = 0; bi < ld.batch; bi++) {
-        const std::vector<float> a = dense(A, la, ta, size_t(bi) * size_t(la.stride), M, K);
-        const std::vector<float> b = dense(B, lb, tb, size_t(bi) * size_t(lb.stride), K, N);
-        std::vector<float> p(M * N, 0.0f);
-        if (K > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a.data(),
-                        int(K), b.data(), int(N), 0.0f, p.data(), int(N));
-        const size_t doff = size_t(bi) * size_t(ld.stride), coff = size_t(bi) * size_t(lc.stride);
-        for (uint64_t i = 0; i < M; i++)
-            for (uint64_t j = 0; j < N; j++) {
-                float v = alpha * p[i * N + j];
-                if (beta != 0.0f) v += beta * read(C, lc.type, coff + i + j * uint64_t(lc.ld));
-                if (bias) v += read(m.bias, ld.type, i);
-                if (dgelu_epi) v *= dgelu(read(m.aux, ld.type, i + j * uint64_t(m.ld_aux)));
-                write(D, ld.type, doff + i + j * uint64_t(ld.ld), v);
-            }
-    }
+    // host scalars are read at the call (a capture keeps their values, as cuBLASLt's does), device ones (and
+    // the FP8 scales) when the product runs; device and host memory are one here
+    const bool device_scalars = m.pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;
+    const float alpha_h = *static_cast<const float*>(alpha_p), beta_h = *static_cast<const float*>(beta_p);
+    cuemu::enqueue(stream, [=] {
+        float alpha = device_scalars ? *static_cast<const float*>(alpha_p) : alpha_h;
+        const float beta = device_scalars ? *static_cast<const float*>(beta_p) : beta_h;
+        if (scaled && m.a_scale) alpha *= *m.a_scale;  // FP8's scales multiply the product (D = alpha sA sB
+        if (scaled && m.b_scale) alpha *= *m.b_scale;  // op(A) op(B) + ...); an absent scale is 1
+        for (int32_t bi = 0; bi < ld.batch; bi++) {
+            const std::vector<float> a = dense(A, la, ta, size_t(bi) * size_t(la.stride), M, K);
+            const std::vector<float> b = dense(B, lb, tb, size_t(bi) * size_t(lb.stride), K, N);
+            std::vector<float> p(M * N, 0.0f);
+            if (K > 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a.data(),
+                            int(K), b.data(), int(N), 0.0f, p.data(), int(N));
+            const size_t doff = size_t(bi) * size_t(ld.stride), coff = size_t(bi) * size_t(lc.stride);
+            for (uint64_t i = 0; i < M; i++)
+                for (uint64_t j = 0; j < N; j++) {
+                    float v = alpha * p[i * N + j];
+                    if (beta != 0.0f) v += beta * read(C, lc.type, coff + i + j * uint64_t(lc.ld));
+                    if (bias) v += read(m.bias, ld.type, i);
+                    if (dgelu_epi) v *= dgelu(read(m.aux, ld.type, i + j * uint64_t(m.ld_aux)));
+                    write(D, ld.type, doff + i + j * uint64_t(ld.ld), v);
+                }
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "capture.h"
+
 namespace {
 
 thread_local std::string g_last_error;
@@ -792,6 +794,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t pack) {
+    // (a captured execution is not emulated: the capture is given up, and the caller runs without a graph)
+    if (cuemu::capture_refuses("cudnnBackendExecute"))
+        return fail(CUDNN_STATUS_NOT_SUPPORTED, "executing inside a stream capture is not emulated");
     const Desc* pl = live(plan);
     const Desc* vp = live(pack);
     if (!handle || !pl || !vp || !pl->finalized || !vp->finalized)

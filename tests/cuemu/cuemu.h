@@ -32,8 +32,11 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
+
+#include "capture.h"
 
 #undef __global__
 #undef __device__
@@ -90,14 +93,23 @@ void run_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem, const st
 struct Launch {
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
     template <typename... P, typename... A>
     void operator()(void (*kernel)(P...), A&&... args) const {
-        // every thread calls the kernel with its own copies of the arguments, as on a GPU
-        run_kernel(reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); });
+        if (!capturing(stream)) {
+            // every thread calls the kernel with its own copies of the arguments, as on a GPU
+            run_kernel(reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); });
+            return;
+        }
+        // captured (capture.h): the arguments as they are now, for every replay
+        enqueue(
+            stream, [kernel, g = grid, b = block, sm = smem, a = std::tuple<std::decay_t<A>...>(args...)] {
+                run_kernel(reinterpret_cast<const void*>(kernel), g, b, sm, [&] { std::apply(kernel, a); });
+            });
     }
 };
-inline Launch launch_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = nullptr) {
-    return Launch{grid, block, smem};
+inline Launch launch_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr) {
+    return Launch{grid, block, smem, stream};
 }
 
 // Every `reinterpret_cast` in a kernel source becomes this (rewrite.py): a pointer cast checks that the

@@ -453,6 +453,7 @@ struct Event {
 extern "C" {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+    if (cuemu::capture_refuses("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
     const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     if (g_allocated + n > kDeviceBytes) return cudaErrorMemoryAllocation;
@@ -465,6 +466,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+    if (cuemu::capture_refuses("cudaFree")) return cudaErrorStreamCaptureUnsupported;
     if (p == nullptr) return cudaSuccess;
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     auto it = g_allocs.find(p);
@@ -476,10 +478,12 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+    if (cuemu::capture_refuses("cudaHostAlloc")) return cudaErrorStreamCaptureUnsupported;
     *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* p) {
+    if (cuemu::capture_refuses("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
     std::free(p);
     return cudaSuccess;
 }
@@ -491,18 +495,20 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
-    if (n) std::memmove(dst, src, n);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t s) {
+    if (n) cuemu::enqueue(s, [=] { std::memmove(dst, src, n); });
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
-    if (n) std::memset(p, value, n);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+    if (n) cuemu::enqueue(s, [=] { std::memset(p, value, n); });
     return cudaSuccess;
 }
 // `height` rows of `width` bytes, `pitch` bytes apart (a pitch below the width is an error, as on a GPU)
-cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height, cudaStream_t) {
+cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
     if (pitch < width) return cudaErrorInvalidPitchValue;
-    for (size_t r = 0; r < height; r++) std::memset(static_cast<char*>(p) + r * pitch, value, width);
+    cuemu::enqueue(s, [=] {
+        for (size_t r = 0; r < height; r++) std::memset(static_cast<char*>(p) + r * pitch, value, width);
+    });
     return cudaSuccess;
 }
 
@@ -518,6 +524,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    if (cuemu::capture_refuses("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
@@ -535,14 +542,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete reinterpret_cast<Event*>(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    reinterpret_cast<Event*>(e)->t = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    cuemu::enqueue(s, [e] { reinterpret_cast<Event*>(e)->t = std::chrono::steady_clock::now(); });
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t) {
+    if (cuemu::capture_refuses("cudaEventQuery")) return cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    if (cuemu::capture_refuses("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
@@ -607,6 +616,10 @@ const char* cudaGetErrorString(cudaError_t e) {
             return "invalid argument";
         case cudaErrorInvalidDevice:
             return "invalid device ordinal";
+        case cudaErrorStreamCaptureUnsupported:
+            return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated:
+            return "operation failed due to a previous error during capture";
         default:
             return "cuemu: unexpected error";
     }

@@ -6,6 +6,7 @@
 #include "../unit/model_harness.h"
 #include "dist/comm.h"
 #include "gpu_harness.h"
+#include "model/generate.h"
 #include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -253,6 +254,59 @@ TEST_P(CudaModelFamily, BatchedDecodeMatchesTheCpu) {
                               1e-4 * scale, "fp32 decode-step logits" + how));
         EXPECT_TRUE(all_close(batched_decode_logits(*be.gpu, cfg, DType::BF16, packed, paged), want, 5e-2,
                               5e-2 * scale, "bf16 decode-step logits" + how));
+    }
+}
+
+// Decode steps recorded once and replayed as CUDA graphs (Backend::record, Activations::run_recorded) give
+// the bits of the same steps launched kernel by kernel (BackendOptions::record off): continuous batching's
+// rows (a decode step's slots and positions read from device memory at every replay) and the generator's one
+// sequence, sampled, whose steps from the second on are replays.
+TEST_P(CudaModelFamily, RecordedDecodeStepsGiveTheLaunchedBits) {
+    const ModelConfig cfg = small(GetParam());
+    BackendOptions o;
+    o.device = Device::CUDA;
+    o.record = false;
+    const auto launched = make_backend(o);
+    for (DType dt : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(dtype_name(dt));
+        for (bool packed : {false, true})
+            EXPECT_EQ(batched_decode_logits(*be.gpu, cfg, dt, packed, packed),
+                      batched_decode_logits(*launched, cfg, dt, packed, packed))
+                << (packed ? "packed prefill, paged cache" : "contiguous cache");
+        Backend* backends[2] = {be.gpu.get(), launched.get()};
+        std::vector<int32_t> tokens[2];
+        std::vector<float> logprobs[2];
+        size_t replays[2] = {};
+        for (int r = 0; r < 2; r++) {
+            ModelOptions mo;
+            mo.dtype = dt;
+            auto m = make_model(*backends[r], cfg, mo);
+            m->params().init(7);
+            Generator g(*m);
+            SampleOptions so;
+            so.max_new_tokens = 12;
+            so.temperature = 0.9f;
+            so.seed = 5;
+            tokens[r] = g.generate({3, 1, 4, 1, 5}, so, {}, &logprobs[r]);
+            replays[r] = g.replays();
+        }
+        EXPECT_EQ(tokens[0], tokens[1]);
+        EXPECT_EQ(logprobs[0], logprobs[1]);
+        // 11 decode steps: the first launched, the second recorded and replayed, the rest replayed
+        EXPECT_EQ(replays[0], 10u);
+        EXPECT_EQ(replays[1], 0u);
+        // greedy: the device picks each decode step's token unless log-probabilities are asked for
+        ModelOptions mo;
+        mo.dtype = dt;
+        auto m = make_model(*be.gpu, cfg, mo);
+        m->params().init(7);
+        Generator g(*m);
+        SampleOptions so;
+        so.max_new_tokens = 12;
+        so.temperature = 0.0f;
+        so.vocab_real = cfg.vocab_size - 5;
+        std::vector<float> lps;
+        EXPECT_EQ(g.generate({2, 7, 1, 8}, so), g.generate({2, 7, 1, 8}, so, {}, &lps));
     }
 }
 

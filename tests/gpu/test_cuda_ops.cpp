@@ -400,5 +400,50 @@ TEST(CudaBackend, AllocZeroesAndHonoursTheMemoryLimit) {
     EXPECT_NO_THROW(DevTensor(*be.gpu, {1 << 20}));
 }
 
+// Backend::record: recording runs nothing; each replay runs the work on what its memory holds then (a
+// product and a conversion, cuBLASLt's and a kernel); work that waits for the device is not recorded (null,
+// nothing of it ran) and a throw inside the work ends the recording and propagates; the CPU records nothing.
+TEST(CudaBackend, RecordsWorkAndReplaysItOnTodaysValues) {
+    Backends be;
+    const int n = 16;
+    std::mt19937_64 gen(test_seed());
+    std::vector<float> a = randn(gen, n * n, 1.0f), x = randn(gen, n, 1.0f);
+    DevTensor A = put(*be.gpu, a, {n, n}, DType::F32), X = put(*be.gpu, x, {1, n}, DType::F32);
+    DevTensor Y = poisoned(*be.gpu, {1, n}, DType::F32), Z = poisoned(*be.gpu, {1, n}, DType::BF16);
+    const auto work = [&] {
+        be.gpu->matmul_fwd(Y, X, A, WLayout::InOut, {}, {});
+        be.gpu->convert(Z, Y);
+    };
+    const auto want = [&] {  // on the CPU backend, from the GPU's inputs of the moment
+        DevTensor a_c = put(*be.cpu, get(*be.gpu, A), {n, n}, DType::F32);
+        DevTensor x_c = put(*be.cpu, get(*be.gpu, X), {1, n}, DType::F32), y_c(*be.cpu, {1, n});
+        be.cpu->matmul_fwd(y_c, x_c, a_c, WLayout::InOut, {}, {});
+        return rounded(get(*be.cpu, y_c), DType::BF16);
+    };
+    auto rec = be.gpu->record(work);
+    ASSERT_NE(rec, nullptr);
+    for (float z : get(*be.gpu, Z)) ASSERT_TRUE(std::isnan(z)) << "recording ran the work";
+    for (int r = 0; r < 3; r++) {
+        x = randn(gen, n, 1.0f);
+        be.gpu->upload(X, x.data());  // new values in the same memory
+        ASSERT_TRUE(rec->replay());
+        EXPECT_TRUE(all_close(get(*be.gpu, Z), want(), 1e-2, 1e-2, "replay " + std::to_string(r)));
+    }
+    poison(*be.gpu, Z);
+    EXPECT_EQ(be.gpu->record([&] {
+        work();
+        be.gpu->synchronize();  // a wait for the device: no graph holds it
+    }),
+              nullptr);
+    for (float z : get(*be.gpu, Z)) EXPECT_TRUE(std::isnan(z)) << "a refused recording ran its work";
+    EXPECT_THROW(be.gpu->record([&] {
+        work();
+        be.gpu->matmul_fwd(Y, A, A, WLayout::InOut, {}, {});  // shapes that do not fit: the op's error
+    }),
+                 Error);
+    ASSERT_NE(be.gpu->record(work), nullptr) << "a recording after a failed one";
+    EXPECT_EQ(be.cpu->record(work), nullptr);
+}
+
 }  // namespace
 }  // namespace anvil::test

@@ -117,19 +117,23 @@ OpCase rope_case(const OpSizes& s, int H, int HS, int pos0, bool per_row = false
     c.args = {in("x", {s.B, s.T, H * HS}), f, out("y", {s.B, s.T, H * HS}),
               grad("dx", {s.B, s.T, H * HS}, false)};
     std::vector<int> first(size_t(s.B), pos0);
-    if (per_row)
+    if (per_row) {
         for (int b = 0; b < s.B; b++) first[size_t(b)] = pos0 + 5 * b;
-    const auto turn = [=](Backend& be, Tensor x, Tensor inv_freq, bool inverse) {
-        if (per_row) return be.rope_rows(x, inv_freq, H, first, inverse);
-        be.rope(x, inv_freq, H, pos0, inverse);
+        Arg pos = ids("pos", {s.B}, 0, pos0 + 5 * s.B);
+        pos.fixed_ints = first;
+        c.args.push_back(pos);
+    }
+    const auto turn = [=](Backend& be, const Args& a, Tensor x, bool inverse) {
+        if (per_row) return be.rope_rows(x, a["inv_freq"], H, a["pos"], inverse);
+        be.rope(x, a["inv_freq"], H, pos0, inverse);
     };
     c.forward = [=](Backend& be, const Args& a) {
         be.convert(a["y"], a["x"]);  // the op works in place
-        turn(be, a["y"], a["inv_freq"], false);
+        turn(be, a, a["y"], false);
     };
     c.backward = [=](Backend& be, const Args& a) {
         be.convert(a["dx"], a["dy"]);
-        turn(be, a["dx"], a["inv_freq"], true);
+        turn(be, a, a["dx"], true);
     };
     const int T = s.T;
     c.reference = [=](const HostArgs& h, HostArgs& want) {
@@ -151,11 +155,15 @@ OpCase rope_strided(const OpSizes& s, int H, int HS, int first, int W, bool per_
     f.positive = true;
     c.args = {f, arg("x", {s.B, s.T, W}, Role::InOut)};
     std::vector<int> pos(size_t(s.B), 3);
-    if (per_row)
+    if (per_row) {
         for (int b = 0; b < s.B; b++) pos[size_t(b)] = 3 + 7 * b;
+        Arg p = ids("pos", {s.B}, 0, 3 + 7 * s.B);
+        p.fixed_ints = pos;
+        c.args.push_back(p);
+    }
     c.forward = [=](Backend& be, const Args& a) {
         const Tensor x = a["x"].cols(first, H * HS);
-        if (per_row) return be.rope_rows(x, a["inv_freq"], H, pos, false);
+        if (per_row) return be.rope_rows(x, a["inv_freq"], H, a["pos"], false);
         be.rope(x, a["inv_freq"], H, pos[0], false);
     };
     const int T = s.T;
@@ -476,8 +484,10 @@ OpCase embedding_rows_add_case(const OpSizes& s) {
     const int B = 5, C = s.C, R = s.T;
     const std::vector<int> rows = {R - 1, 0, 3 % R, 3 % R, R / 2};
     c.name = fmt::format("embedding_rows_add B={} C={} R={}", B, C, R);
-    c.args = {in("table", {R, C}, 1.0f, false), arg("out", {B, C}, Role::InOut)};
-    c.forward = [=](Backend& be, const Args& a) { be.embedding_rows_add(a["out"], a["table"], rows); };
+    Arg r = ids("rows", {B}, 0, R);
+    r.fixed_ints = rows;
+    c.args = {in("table", {R, C}, 1.0f, false), arg("out", {B, C}, Role::InOut), r};
+    c.forward = [=](Backend& be, const Args& a) { be.embedding_rows_add(a["out"], a["table"], a["rows"]); };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         Vec out = h.at("out");
         for (int b = 0; b < B; b++)

@@ -261,10 +261,17 @@ OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool pa
                          packed ? "_packed" : "", B, maxT, NH, KVH, C, P, page);
     Arg pages = ids("pages", {S, PPS}, 0, P);
     pages.fixed_ints = table;
-    c.args = {in("qkv", {B, W}, 1.0f, false), out("out", {B, C}), arg("k", {P, page, KC}, Role::InOut),
-              arg("v", {P, page, KC}, Role::InOut), pages};
+    Arg slots = ids("slot", {B}, 0, S), positions = ids("pos", {B}, 0, maxT);
+    slots.fixed_ints = slot, positions.fixed_ints = pos;
+    c.args = {in("qkv", {B, W}, 1.0f, false),
+              out("out", {B, C}),
+              arg("k", {P, page, KC}, Role::InOut),
+              arg("v", {P, page, KC}, Role::InOut),
+              pages,
+              slots,
+              positions};
     c.forward = [=](Backend& be, const Args& a) {
-        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], a["pages"], slot, pos, NH);
+        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], a["pages"], a["slot"], a["pos"], NH);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         Vec k = h.at("k"), v = h.at("v"), out(size_t(B) * C);

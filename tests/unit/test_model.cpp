@@ -356,6 +356,25 @@ void cached_generation_matches_full_forward(ModelConfig c) {
     EXPECT_GE(rebuilt, 1) << "the test must reach the cache rebuild";
 }
 
+// Greedy decode steps pick their token on the device (token_logprobs' top 1, Generator::greedy_step) unless
+// log-probabilities are asked for; both choose the first largest logit among the tokenizer's ids.
+TEST(Model, GreedyOnTheDeviceChoosesAsTheHost) {
+    ModelConfig c = tiny();
+    auto be = make_backend({Device::CPU, 2, 0});
+    auto m = make_model(*be, c);
+    m->params().init(test_seed());
+    SampleOptions opt;
+    opt.temperature = 0.0f;
+    opt.max_new_tokens = 20;
+    opt.vocab_real = c.vocab_size - 9;
+    Generator gen(*m);
+    std::vector<float> lps;
+    const std::vector<int32_t> device = gen.generate({3, 1, 4}, opt),
+                               host = gen.generate({3, 1, 4}, opt, {}, &lps);
+    EXPECT_EQ(device, host);
+    for (int32_t t : device) EXPECT_LT(t, opt.vocab_real);
+}
+
 TEST(Model, CachedGenerationMatchesFullForward) {
     cached_generation_matches_full_forward(tiny());
 }

@@ -146,9 +146,9 @@ void CpuBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) 
     cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, pos0, inverse);
 }
 
-void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) {
+void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, Tensor pos, bool inverse) {
     const auto [B, T, h, HS] = check_rope_rows(x, inv_freq, H, pos);
-    cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.data());
+    cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.ptr<int32_t>());
 }
 
 void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
@@ -262,9 +262,9 @@ void CpuBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, 
         cpu::gelu_backward(din.f32(), din.f32(), in_pre_gelu.f32(), size_t(din.numel()));
 }
 
-void CpuBackend::embedding_rows_add(Tensor out, Tensor table, std::span<const int> rows) {
+void CpuBackend::embedding_rows_add(Tensor out, Tensor table, Tensor rows) {
     const int C = check_embedding_rows_add(out, table, rows);
-    cpu::embedding_rows_add(out.f32(), table.f32(), rows.data(), int(rows.size()), C);
+    cpu::embedding_rows_add(out.f32(), table.f32(), rows.ptr<int32_t>(), int(rows.numel()), C);
 }
 
 void CpuBackend::embedding_q8_fwd(Tensor out, Tensor tokens, Tensor q, Tensor scale, Tensor wpe) {
@@ -322,17 +322,18 @@ void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor 
 }
 
 void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                                       std::span<const int> slot, std::span<const int> pos, int NH) {
-    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot, pos, NH);
+                                       Tensor slot_t, Tensor pos_t, int NH) {
+    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot_t, pos_t, NH);
     const int* table = static_cast<const int*>(pages.data);
+    const int *slot = slot_t.ptr<int32_t>(), *pos = pos_t.ptr<int32_t>();
     for (int b = 0; b < d.B; b++)  // the spec checks every page a row reads or writes
-        for (int i = 0; i <= pos[size_t(b)] / d.page; i++) {
-            const int pg = table[size_t(slot[size_t(b)]) * d.PPS + size_t(i)];
-            ANVIL_CHECK(pg >= 0 && pg < d.P, "attention_cached_rows: slot {} names page {} of {}",
-                        slot[size_t(b)], pg, d.P);
+        for (int i = 0; i <= pos[b] / d.page; i++) {
+            const int pg = table[size_t(slot[b]) * d.PPS + size_t(i)];
+            ANVIL_CHECK(pg >= 0 && pg < d.P, "attention_cached_rows: slot {} names page {} of {}", slot[b],
+                        pg, d.P);
         }
-    cpu::attention_cached_rows(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), table, d.B, slot.data(),
-                               pos.data(), d.page, d.PPS, NH, d.KVH, d.HS);
+    cpu::attention_cached_rows(out.f32(), qkv.f32(), kcache.f32(), vcache.f32(), table, d.B, slot, pos,
+                               d.page, d.PPS, NH, d.KVH, d.HS);
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {

@@ -204,19 +204,25 @@ __global__ void attn_bwd_q_kernel(T* dqkv, const T* qkv, const T* dout, const fl
 // one slot given, its rows in order.
 struct SeqRows {
     int pos0;
+    __device__ bool ok(int) const { return true; }  // (checked by the backend)
     __device__ size_t row(int, int j) const { return size_t(j); }
     __device__ int last(int i) const { return pos0 + i; }
 };
-// A decode step: query i is position pos[i] of slot slot[i] (by value); the caches (P, page, KC) in pages,
-// position j of slot s in row j % page of page pages[s PPS + j / page].
+// A decode step: query i is position pos[i] of slot slot[i] (read from device memory, so that a recorded step
+// replays with the next step's); the caches (P, page, KC) in pages, position j of slot s in row j % page of
+// page pages[s PPS + j / page]. A row whose slot or position is out of range (S slots, PPS page positions)
+// writes nothing and reads nothing (its output 0): the host cannot check device values.
 struct SlotRows {
     const int* pages;
-    int page, PPS;
-    RowInts slot, pos;
-    __device__ size_t row(int i, int j) const {
-        return size_t(pages[size_t(slot.v[i]) * PPS + j / page]) * page + size_t(j % page);
+    int page, PPS, S;
+    const int *slot, *pos;
+    __device__ bool ok(int i) const {
+        return slot[i] >= 0 && slot[i] < S && pos[i] >= 0 && pos[i] < PPS * page;
     }
-    __device__ int last(int i) const { return pos.v[i]; }
+    __device__ size_t row(int i, int j) const {
+        return size_t(pages[size_t(slot[i]) * PPS + j / page]) * page + size_t(j % page);
+    }
+    __device__ int last(int i) const { return pos[i]; }
 };
 
 // qkv rows (QC + 2 KC): the new keys and values into the caches (rows of KC)
@@ -225,6 +231,7 @@ __global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, Rows r
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(Tq) * KC) return;
     const int i = int(idx / KC), c = int(idx % KC);
+    if (!r.ok(i)) return;
     const size_t row = size_t(i) * (QC + 2 * KC), at = r.row(i, r.last(i)) * KC + c;
     kc[at] = qkv[row + QC + c];
     vc[at] = qkv[row + QC + KC + c];
@@ -264,7 +271,7 @@ __global__ void __launch_bounds__(kCachedWarps * 32)
                        int group, float scale, bool vec) {
     constexpr int E = D / kKeyLanes, G = 32 / kKeyLanes;  // a lane's dimensions; key groups a warp
     __shared__ float gm[kGroups], gl[kGroups], go[kGroups][D + 1];
-    const int i = blockIdx.x, h = blockIdx.y, last = r.last(i);
+    const int i = blockIdx.x, h = blockIdx.y, last = r.ok(i) ? r.last(i) : -1;  // -1: no key
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, sub = lane % kKeyLanes;
     const int grp = warp * G + lane / kKeyLanes;  // this lane's group: keys grp, grp + kGroups, ...
     const int d0 = sub * E, valid = HS - d0;      // its dimensions d0..d0 + E - 1, those below HS real
@@ -311,7 +318,7 @@ __global__ void __launch_bounds__(kCachedWarps * 32)
     for (int d = int(threadIdx.x); d < HS; d += int(blockDim.x)) {
         float acc = 0.0f;
         for (int g = 0; g < kGroups; g++) acc += gl[g] > 0.0f ? go[g][d] * __expf(gm[g] - M) : 0.0f;
-        out[size_t(i) * QC + size_t(h) * HS + d] = from_f<T>(acc / L);
+        out[size_t(i) * QC + size_t(h) * HS + d] = from_f<T>(L > 0.0f ? acc / L : 0.0f);
     }
 }
 
@@ -421,18 +428,18 @@ void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tenso
 }
 
 void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                           std::span<const int> slot, std::span<const int> pos, int NH) {
-    // shapes, slots and positions checked by the backend (check_attention_cached_rows); the pages are the
-    // caller's (KvCache checks what it is given)
+                           Tensor slot, Tensor pos, int NH) {
+    // shapes checked by the backend (check_attention_cached_rows); slots and positions by the kernels
+    // (SlotRows); the pages are the caller's (KvCache checks what it is given)
     const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[2]), QC = W - 2 * KC;
-    const size_t esz = dtype_size(qkv.dtype);
-    for_row_runs(int(slot.size()), [&](int r0, int n) {
-        const SlotRows rows{static_cast<const int*>(pages.data), int(kcache.shape[1]), int(pages.shape[1]),
-                            row_ints(slot, r0, n), row_ints(pos, r0, n)};
-        run_cached(c, static_cast<char*>(out.data) + size_t(r0) * QC * esz,
-                   static_cast<const char*>(qkv.data) + size_t(r0) * W * esz, kcache.data, vcache.data,
-                   qkv.dtype, n, rows, QC, KC, NH);
-    });
+    const SlotRows rows{static_cast<const int*>(pages.data),
+                        int(kcache.shape[1]),
+                        int(pages.shape[1]),
+                        int(pages.shape[0]),
+                        slot.ptr<int32_t>(),
+                        pos.ptr<int32_t>()};
+    run_cached(c, out.data, qkv.data, kcache.data, vcache.data, qkv.dtype, int(slot.numel()), rows, QC, KC,
+               NH);
 }
 
 }  // namespace anvil::cuda

@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -75,6 +76,8 @@ const char* cublas_status_name(cublasStatus_t s) {
 }  // namespace cuda
 
 CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), attention_(opts.attention) {
+    const char* graphs = std::getenv("ANVIL_CUDA_GRAPHS");
+    record_ = opts.record && !(graphs && std::string(graphs) == "0");
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
@@ -93,8 +96,12 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), 
     ctx_.lt_workspace_bytes = kLtWorkspaceBytes;
     lt_plans_ = cuda::make_lt_plans();
     ctx_.lt_plans = lt_plans_.get();
-    cudnn_ = cuda::make_cudnn_attention([this](size_t bytes) { return alloc(bytes); },
-                                        prop_.major * 10 + prop_.minor);
+    cudnn_ = cuda::make_cudnn_attention(
+        [this](size_t bytes) {
+            moved_++;  // the workspace grows: what a recording named is freed
+            return alloc(bytes);
+        },
+        prop_.major * 10 + prop_.minor);
     ctx_.cudnn = cudnn_.get();
 }
 
@@ -170,12 +177,75 @@ void CudaBackend::synchronize() {
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
+namespace {
+
+// A captured CUDA graph, replayed on the stream it was captured from while the backend's scratch buffers stay
+// where they were (`moved` unchanged). It must not outlive its backend.
+class CudaRecording final : public Recording {
+public:
+    CudaRecording(cudaGraphExec_t exec, cudaStream_t stream, const uint64_t* moved)
+        : exec_(exec), stream_(stream), moved_(moved), at_(*moved) {}
+    ~CudaRecording() override { (void)cudaGraphExecDestroy(exec_); }
+    bool replay() override {
+        if (*moved_ != at_) return false;
+        CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+        return true;
+    }
+
+private:
+    cudaGraphExec_t exec_;
+    cudaStream_t stream_;
+    const uint64_t* moved_;
+    uint64_t at_;
+};
+
+}  // namespace
+
+std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& work) {
+    if (!record_) return nullptr;
+    // thread-local: another thread's CUDA calls (a data loader's uploads) do not break this capture
+    CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    const uint64_t moved = moved_;
+    cudaGraph_t graph = nullptr;
+    const auto refused = [&](const char* why) -> std::unique_ptr<Recording> {
+        if (graph) (void)cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        if (!said_)
+            std::fprintf(stderr,
+                         "anvil: a decode step could not be recorded as a CUDA graph (%s); its kernels are "
+                         "launched one by one instead\n",
+                         why);
+        said_ = true;
+        return nullptr;
+    };
+    try {
+        work();
+    } catch (...) {
+        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        (void)cudaStreamIsCapturing(ctx_.stream, &st);
+        (void)cudaStreamEndCapture(ctx_.stream, &graph);
+        // a call the capture could not hold failed (a wait, an allocation): run the work without it
+        if (st == cudaStreamCaptureStatusInvalidated) return refused("a call inside it is not capturable");
+        if (graph) (void)cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        throw;
+    }
+    if (cudaStreamEndCapture(ctx_.stream, &graph) != cudaSuccess || !graph)
+        return refused("the capture was invalidated");
+    if (moved != moved_) return refused("a scratch buffer grew while it was captured");
+    cudaGraphExec_t exec = nullptr;
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        return refused("instantiating the graph failed");
+    (void)cudaGraphDestroy(graph);
+    return std::make_unique<CudaRecording>(exec, ctx_.stream, &moved_);
+}
+
 void CudaBackend::rope(Tensor x, Tensor inv_freq, int H, int pos0, bool inverse) {
     const RopeDims d = check_rope(x, inv_freq, H);
     cuda::rope(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos0, inverse);
 }
 
-void CudaBackend::rope_rows(Tensor x, Tensor inv_freq, int H, std::span<const int> pos, bool inverse) {
+void CudaBackend::rope_rows(Tensor x, Tensor inv_freq, int H, Tensor pos, bool inverse) {
     const RopeDims d = check_rope_rows(x, inv_freq, H, pos);
     cuda::rope_rows(ctx_, x, inv_freq, d.B, d.T, d.H, d.HS, pos, inverse);
 }
@@ -190,6 +260,7 @@ void* CudaBackend::grown(Buffer& b, size_t bytes) {
         CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
         b.reset();
         b = alloc(bytes);
+        moved_++;
     }
     return b.data();
 }

@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 
 class CudaBackend final : public Backend {
 public:
-    // opts.device_id, .attention, .attn_fwd_rows (0: Ctx's default) and .gemm_tune
+    // opts.device_id, .attention, .attn_fwd_rows (0: Ctx's default), .gemm_tune and .record
     explicit CudaBackend(const BackendOptions& opts);
     ~CudaBackend() override;
     Device device() const override { return Device::CUDA; }
@@ -31,6 +31,9 @@ public:
     void download_async(void* host, Tensor src) override;
     void convert(Tensor dst, Tensor src) override;
     void synchronize() override;
+    // A CUDA graph captured from the compute stream (thread-local capture mode); null when `record_` is off
+    // or the capture was invalidated (a wait or an allocation inside `work`), said once on stderr
+    std::unique_ptr<Recording> record(const std::function<void()>& work) override;
     size_t memory_in_use() const override { return memory_.in_use(); }
     size_t memory_peak() const override { return memory_.peak(); }
     void set_memory_limit(size_t bytes) override { memory_.set_limit(bytes); }
@@ -55,6 +58,9 @@ private:
 
     int device_;
     AttentionImpl attention_;
+    bool record_ = true;  // BackendOptions::record and ANVIL_CUDA_GRAPHS
+    bool said_ = false;   // a refused recording was reported
+    uint64_t moved_ = 0;  // how often a growing scratch buffer moved: a recording made before is stale
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;

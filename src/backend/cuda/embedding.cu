@@ -91,25 +91,25 @@ void embedding_fwd(const Ctx& c, Tensor out, Tensor tokens, Tensor wte, Tensor w
 
 namespace {
 
-// out (n, C) += table[rows.r[i]]; thread per element
+// out (n, C) += table[rows[i]] (R rows; one outside is skipped: the host cannot check device values); thread
+// per element
 template <typename T>
-__global__ void rows_add_kernel(T* out, const T* table, RowInts rows, int n, int C) {
+__global__ void rows_add_kernel(T* out, const T* table, const int* rows, int R, int n, int C) {
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(n) * C) return;
-    const int i = int(idx / C), c = int(idx % C);
-    out[idx] = from_f<T>(to_f(out[idx]) + to_f(table[size_t(rows.v[i]) * C + c]));
+    const int i = int(idx / C), c = int(idx % C), r = rows[i];
+    if (r < 0 || r >= R) return;
+    out[idx] = from_f<T>(to_f(out[idx]) + to_f(table[size_t(r) * C + c]));
 }
 
 }  // namespace
 
-void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, std::span<const int> rows) {
-    const int C = int(table.dim(1)), B = int(rows.size());
+void embedding_rows_add(const Ctx& c, Tensor out, Tensor table, Tensor rows) {
+    const int C = int(table.dim(1)), B = int(rows.numel());
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        for_row_runs(B, [&](int b0, int n) {
-            launch(rows_add_kernel<T>, size_t(n) * C, 256, c.stream, out.ptr<T>() + size_t(b0) * C, table.ptr<T>(),
-                   row_ints(rows, b0, n), n, C);
-        });
+        launch(rows_add_kernel<T>, size_t(B) * C, 256, c.stream, out.ptr<T>(), table.ptr<T>(),
+               rows.ptr<int32_t>(), int(table.dim(0)), B, C);
     });
 }
 

@@ -16,25 +16,6 @@
 
 namespace anvil::cuda {
 
-// A decode step's rows per launch of the per-row kernels (attention_cached_rows, rope_rows,
-// embedding_rows_add): their slots and positions travel by value in the kernel's parameters (1 KiB each of
-// the 4 KiB a launch may pass), no upload and no host wait.
-constexpr int kDecodeRows = 256;
-struct RowInts {
-    int v[kDecodeRows];
-};
-// Rows first..first+n-1 of s, n <= kDecodeRows, for a kernel's parameters.
-inline RowInts row_ints(std::span<const int> s, int first, int n) {
-    RowInts r;
-    for (int i = 0; i < n; i++) r.v[i] = s[size_t(first + i)];
-    return r;
-}
-// f(first, n) for each run of at most kDecodeRows of B rows: one launch each.
-template <typename F>
-void for_row_runs(int B, F&& f) {
-    for (int b0 = 0; b0 < B; b0 += kDecodeRows) f(b0, std::min(kDecodeRows, B - b0));
-}
-
 // cuBLASLt plans (descriptors + chosen algorithm) per product shape, owned by the backend.
 struct LtPlans;
 std::shared_ptr<LtPlans> make_lt_plans();
@@ -84,8 +65,8 @@ void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
 
 // rope.cu: rotary embeddings on x (B, T, H*HS) in place (x may be strided); grouped-query gradient unpacking
 void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, int pos0, bool inverse);
-// row b from pos[b] (a launch per kDecodeRows rows: the positions go by value in the kernel's parameters)
-void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, std::span<const int> pos,
+// row b from pos[b] ((B) i32 in device memory)
+void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T, int H, int HS, Tensor pos,
                bool inverse);
 void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int N, int NH, int KVH, int KH,
                 int HS);
@@ -141,8 +122,7 @@ void token_logprobs(const Ctx& c, Tensor lp, Tensor top_ids, Tensor top_lp, Tens
 
 // The kernels of the listed ops (ops.def's ANVIL_OP): cuda::name(ctx, the op's parameters), one family per
 // .cu file (layernorm.cu has the norms and add_norm_fwd, elementwise.cu residual_fwd, ...). CudaBackend's
-// member for each is generated in cuda_backend.cpp: the op's rule, then this. A decode step's per-row ops
-// (embedding_rows_add, attention_cached_rows) launch once per kDecodeRows rows.
+// member for each is generated in cuda_backend.cpp: the op's rule, then this.
 #define ANVIL_CTX_PARAMS(...) (const Ctx& c, __VA_ARGS__)
 #define ANVIL_OP(name, params, args, rule, label, bytes) void name ANVIL_CTX_PARAMS params;
 #include "backend/ops.def"

@@ -7,14 +7,15 @@ namespace anvil::cuda {
 
 namespace {
 
-// The position of row b's first token: pos0 for every row, or each row's own (a decode step, by value).
+// The position of row b's first token: pos0 for every row, or each row's own (a decode step, in device
+// memory).
 struct FromPos0 {
     int pos0;
     __device__ int at(int) const { return pos0; }
 };
-struct RowPos {
-    RowInts pos;
-    __device__ int at(int b) const { return pos.v[b]; }
+struct RowPos {  // read from device memory: a recorded decode step replays with the next step's
+    const int* pos;
+    __device__ int at(int b) const { return pos[b]; }
 };
 
 // x (B*T, H, HS), rows ld apart: thread per (row, head, i < HS/2); angle (first + t) * inv_freq[i] in f32
@@ -68,15 +69,13 @@ void rope(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS,
     });
 }
 
-void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS,
-               std::span<const int> pos, bool inverse) {
+void rope_rows(const Ctx& c, Tensor x, Tensor inv_freq, int B, int T_, int H, int HS, Tensor pos,
+               bool inverse) {
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        for_row_runs(B, [&](int b0, int n) {
-            launch(rope_kernel<T, RowPos>, size_t(n) * T_ * H * (HS / 2), 256, c.stream,
-                   x.row0<T>() + size_t(b0) * T_ * size_t(x.ld()), size_t(x.ld()), inv_freq.ptr<float>(),
-                   n * T_, T_, H, HS, RowPos{row_ints(pos, b0, n)}, inverse ? -1.0f : 1.0f);
-        });
+        launch(rope_kernel<T, RowPos>, size_t(B) * T_ * H * (HS / 2), 256, c.stream, x.row0<T>(),
+               size_t(x.ld()), inv_freq.ptr<float>(), B * T_, T_, H, HS, RowPos{pos.ptr<int32_t>()},
+               inverse ? -1.0f : 1.0f);
     });
 }
 
