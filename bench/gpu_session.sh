@@ -24,9 +24,11 @@
 #                                     Compute's per-kernel time and DRAM bytes for one 124M step), bench774
 #                                     (GPT-2 774M), llama1b (a Llama 1B-class, against the reference's
 #                                     --arch llama), fp8_xl (fp8 against bf16 at GPT-2 XL's shape) and
-#                                     decode (batch-1 decode against the bandwidth roofline
+#                                     decode (batch-1 decode of both models against the bandwidth roofline
 #                                     and anvil serve at 16 and 64 in flight, beside transformers: see
-#                                     bench/gpu_decode_bench.py) run only when named.
+#                                     bench/gpu_decode_bench.py) run only when named. decode124 (GPT-2
+#                                     124M's batch-1 decode with and without CUDA graphs, in extra.tar.gz)
+#                                     runs by default, after the training steps.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
 #                                     tests, each at most $SAN_TIMEOUT seconds (default 135: the four fit one
@@ -168,6 +170,10 @@ case "$what" in
       [ -f "$work/$name/gpu_train_bench.json" ] && mkdir -p "$out/$name" &&
         cp "$work/$name/gpu_train_bench.json" "$out/$name/"
     done
+    # batch-1 decode of GPT-2 124M, each step replayed as a CUDA graph and then launched kernel by kernel
+    # (ANVIL_CUDA_GRAPHS=0), against the bandwidth roofline: the decode levers' first figure, in under a minute
+    want decode124 && step decode124 60 python3 bench/gpu_decode_bench.py --anvil "$root/bin/anvil" \
+      --gpt2-vocab "$root/gpt2" --skip-llama --skip-hf --levels '' --rounds 2 --new-tokens 128 --out "$work/decode124"
     # opt-in: inference (bench/gpu_decode_bench.py): batch-1 decode of GPT-2 124M and the Llama 1B-class against
     # the bandwidth roofline, and anvil serve at 16 and 64 in flight, each beside transformers' generate
     want decode opt-in && step decode 240 python3 bench/gpu_decode_bench.py --anvil "$root/bin/anvil" \
@@ -191,11 +197,11 @@ case "$what" in
       --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-run"' "$root/bin/anvil" \
       "$root/corpus" "$work"
     # the loss comparison's files, fp8's runs and the kernel table: one archive (at most 8 files come back)
-    extra=(); for f in train fp8 fp8_xl ncu.csv fp8_diag; do [ -e "$work/$f" ] && extra+=("$f"); done
+    extra=(); for f in train fp8 fp8_xl ncu.csv fp8_diag decode124; do [ -e "$work/$f" ] && extra+=("$f"); done
     [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
-      for d in bench16 bench774 llama1b decode; do [ -f "$work/$d/summary.txt" ] && { echo; cat "$work/$d/summary.txt"; }
+      for d in bench16 bench774 llama1b decode124 decode; do [ -f "$work/$d/summary.txt" ] && { echo; cat "$work/$d/summary.txt"; }
       done
       [ -f "$work/train/summary.txt" ] && cat "$work/train/summary.txt"
       [ -f "$work/fp8/fp8_summary.txt" ] && cat "$work/fp8/fp8_summary.txt"

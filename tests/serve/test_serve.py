@@ -63,6 +63,13 @@ class Server:
         if self.port is None:
             raise AssertionError("the server did not start:\n" + "".join(self.lines))
 
+    def saw(self, text, timeout=10):
+        """True once a line of the server's log holds `text` (the lines after the address may come later)."""
+        end = time.time() + timeout
+        while not any(text in x for x in self.lines) and time.time() < end:
+            time.sleep(0.05)
+        return any(text in x for x in self.lines)
+
     def request(self, method, path, body=None, raw=None, timeout=120, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
@@ -356,7 +363,7 @@ def small_pool(model, refs, failures):
     srv = Server(model, "--kv-cache-mb", "1")
     try:
         wrong, results = clients(srv, refs, 16)
-        check(any("in 16 pages of 16 positions" in l for l in srv.lines),
+        check(srv.saw("in 16 pages of 16 positions"),
               f"--kv-cache-mb 1 buys 16 pages: {''.join(srv.lines).strip()}", failures)
         check(not wrong, f"16 clients in a pool of 16 pages get generate's answers (wrong: {wrong[:5]} "
                          f"{[results[i] for i in wrong[:2]]})", failures)
@@ -420,7 +427,7 @@ def api_keys(model, d, failures):
     env = dict(os.environ, ANVIL_API_KEY="sk-env-key")
     srv = Server(model, "--api-key", "sk-one", "--api-key", "sk-two", "--api-key-file", key_file, env=env)
     try:
-        check(any("4 API keys" in x for x in srv.lines), "the server says it has 4 API keys", failures)
+        check(srv.saw("4 API keys"), "the server says it has 4 API keys", failures)
         body = {"prompt": "alpha", "max_tokens": 2, "temperature": 0}
         for name, headers in (("no key", {}), ("a wrong key", {"Authorization": "Bearer sk-onf"}),
                               ("a key's prefix", {"Authorization": "Bearer sk-on"}),
