@@ -417,17 +417,19 @@ bool Scheduler::pass(bool decode) {
                        rows_pass(tokens, cache_.get(), r.slot.data(), r.pos.data(), r.logit_rows.data(), n));
         const Tensor logits = acts_->get(act::logits, n, 1);
         const size_t V = n > 0 ? size_t(logits.numel() / n) : 0;
-        // the rows that sample come back whole, a run of them at a time, one after another in `sampled`
-        // (row k at at[k]); the scored ones as a few values each
+        // the greedy rows' choices come back as ids; the rows that sample on the host come back whole, a run
+        // of them at a time, one after another in `sampled` (row k at at[k]); the scored ones as a few values
+        const std::vector<int32_t> chosen = greedy_rows(r, logits);
+        const auto on_host = [&](int k) { return r.uses[size_t(k)].score < 0 && chosen[size_t(k)] < 0; };
         std::vector<float> sampled;
         std::vector<size_t> at(static_cast<size_t>(n));
         for (int k0 = 0; k0 < n;) {
-            if (r.uses[size_t(k0)].score >= 0) {
+            if (!on_host(k0)) {
                 k0++;
                 continue;
             }
             int k1 = k0 + 1;
-            while (k1 < n && r.uses[size_t(k1)].score < 0) k1++;
+            while (k1 < n && on_host(k1)) k1++;
             for (int k = k0; k < k1; k++) at[size_t(k)] = sampled.size() + size_t(k - k0) * V;
             const std::vector<float> run = be.download_f32(logits.range(size_t(k0) * V, size_t(k1 - k0) * V));
             sampled.insert(sampled.end(), run.begin(), run.end());
@@ -452,8 +454,15 @@ bool Scheduler::pass(bool decode) {
                 score_prompt(*running_[u.seq], u.score, scores, k);
                 continue;
             }
-            row.assign(sampled.begin() + std::ptrdiff_t(at[k]), sampled.begin() + std::ptrdiff_t(at[k] + V));
-            const Finish fin = sample_into(*running_[u.seq], row);
+            Sequence& s = *running_[u.seq];
+            Finish fin;
+            if (chosen[k] >= 0) {
+                fin = s.opt_.max_new_tokens == 0 ? Finish::Length : take(s, chosen[k], {});
+            } else {
+                row.assign(sampled.begin() + std::ptrdiff_t(at[k]),
+                           sampled.begin() + std::ptrdiff_t(at[k] + V));
+                fin = sample_into(s, row);
+            }
             if (fin != Finish::None) ended.emplace_back(u.seq, fin);
         }
     } catch (const std::exception& e) {  // every sequence of the pass ends with the error
@@ -478,6 +487,11 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     if (s.lp_.top >= 0) raw = logits;  // sampling overwrites them
     const int32_t next = s.counts_.sample(logits, s.rng_);
     if (s.lp_.top >= 0) lp = token_logprob(raw, next, s.lp_.top);
+    return take(s, next, std::move(lp));
+}
+
+Finish Scheduler::take(Sequence& s, int32_t next, TokenLogprob lp) {
+    const SampleOptions& o = s.opt_;
     const Clock::time_point now = Clock::now();
     if (observer_) {
         if (s.produced_ == 0)
@@ -496,6 +510,36 @@ Finish Scheduler::sample_into(Sequence& s, std::vector<float>& logits) {
     }
     s.next_ = next;
     return fin;
+}
+
+std::vector<int32_t> Scheduler::greedy_rows(const PassRows& r, Tensor logits) {
+    const int n = int(r.uses.size()), Vp = n > 0 ? int(logits.numel() / n) : 0;
+    std::vector<int32_t> chosen(size_t(n), -1);
+    if (model_.backend().device() == Device::CPU && !opt_.device_greedy_on_cpu) return chosen;
+    int V = 0;  // the first greedy row's vocabulary; a row over another one samples on the host
+    std::vector<bool> greedy(size_t(n), false);
+    for (size_t k = 0; k < r.uses.size(); k++) {
+        if (r.uses[k].score >= 0) continue;
+        const Sequence& s = *running_[r.uses[k].seq];
+        const int vr = s.opt_.vocab_real > 0 && s.opt_.vocab_real < Vp ? s.opt_.vocab_real : Vp;
+        if (!greedy_on_device(s.opt_) || s.lp_.top >= 0 || (V != 0 && vr != V)) continue;
+        V = vr;
+        greedy[k] = true;
+    }
+    if (V == 0) return chosen;
+    // token_logprobs' top 1 over every logit row (targets 0, their log-probabilities unused), in the scored
+    // rows' buffers, which score_rows fills after
+    Backend& be = model_.backend();
+    const Tensor tg = scores_[0].range(0, size_t(n)), lp = scores_[1].range(0, size_t(n)),
+                 ids = scores_[2].range(0, size_t(n)).view({n, 1}),
+                 top = scores_[3].range(0, size_t(n)).view({n, 1});
+    be.zero(tg);
+    be.token_logprobs(lp, ids, top, logits, tg, V);
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    be.download(all.data(), ids);
+    for (size_t k = 0; k < size_t(n); k++)
+        if (greedy[k]) chosen[k] = all[k];
+    return chosen;
 }
 
 Scheduler::Scores Scheduler::score_rows(const PassRows& r, Tensor logits) {

@@ -128,6 +128,10 @@ struct SchedulerOptions {
     // decoding rows, so a long prompt slows the running sequences by one chunk's rows at a time. 0: every
     // admitted prompt whole, in that forward and as many more as they need.
     int prefill_chunk = kPrefillChunk;
+    // Greedy rows (greedy_on_device, no log-probabilities) take the backend's choice (token_logprobs' top 1)
+    // instead of their logits: always on a device, where it saves the copy back; on the CPU only when this
+    // asks (its log-sum-exp costs more than the host's scan at a few rows, the tests cover the path with it)
+    bool device_greedy_on_cpu = false;
 };
 
 class Scheduler {
@@ -171,6 +175,10 @@ private:
     void add_decode_rows(PassRows& r) const;
     void add_prompt_pieces(PassRows& r) const;
     Finish sample_into(Sequence& s, std::vector<float>& logits);
+    Finish take(Sequence& s, int32_t next, TokenLogprob lp);  // the sampled token into s
+    // The device's greedy choice for every logit row whose sequence takes it (greedy_on_device, no log-
+    // probabilities), over the first V columns, else -1: those rows' logits need not come back
+    std::vector<int32_t> greedy_rows(const PassRows& r, Tensor logits);
     struct Scores;
     Scores score_rows(const PassRows& r, Tensor logits);
     void score_prompt(Sequence& s, int pos, const Scores& sc, size_t row);

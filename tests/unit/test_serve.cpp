@@ -141,50 +141,56 @@ void answers_equal_the_generator(int chunk, int longest_prompt, Pool pool = {}) 
                 std::count(cases[i].opt.stop_tokens.begin(), cases[i].opt.stop_tokens.end(), want[i].back()))
                 want[i].pop_back();
     }
-    serve::SchedulerOptions so;
-    so.slots = kv_pages > 0 ? 4 : 2;
-    so.max_queue = 16;
-    so.prefill_chunk = chunk;
-    so.kv_pages = kv_pages;
-    so.kv_page = kv_page;
-    so.prefix_caching = pool.prefix_cache;
-    StepLog log;
-    serve::Scheduler sched(*m, so, &log);
-    std::vector<std::vector<int32_t>> got(cases.size());
-    std::vector<serve::Finish> finish(cases.size());
-    std::thread client([&] {
-        std::vector<std::shared_ptr<serve::Sequence>> seqs;
-        for (const Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt));
-        for (size_t i = 0; i < seqs.size(); i++) {
-            ASSERT_TRUE(seqs[i]);
-            for (;;) {
-                serve::Sequence::Update u = seqs[i]->wait(got[i].size(), std::chrono::milliseconds(100));
-                got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
-                if (u.finish != serve::Finish::None) {
-                    finish[i] = u.finish;
-                    break;
+    // the greedy rows' choices on the host, then the backend's
+    for (const bool device_greedy : {false, true}) {
+        SCOPED_TRACE(device_greedy ? "greedy rows chosen by the backend" : "every row sampled on the host");
+        serve::SchedulerOptions so;
+        so.device_greedy_on_cpu = device_greedy;
+        so.slots = kv_pages > 0 ? 4 : 2;
+        so.max_queue = 16;
+        so.prefill_chunk = chunk;
+        so.kv_pages = kv_pages;
+        so.kv_page = kv_page;
+        so.prefix_caching = pool.prefix_cache;
+        StepLog log;
+        serve::Scheduler sched(*m, so, &log);
+        std::vector<std::vector<int32_t>> got(cases.size());
+        std::vector<serve::Finish> finish(cases.size());
+        std::thread client([&] {
+            std::vector<std::shared_ptr<serve::Sequence>> seqs;
+            for (const Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt));
+            for (size_t i = 0; i < seqs.size(); i++) {
+                ASSERT_TRUE(seqs[i]);
+                for (;;) {
+                    serve::Sequence::Update u = seqs[i]->wait(got[i].size(), std::chrono::milliseconds(100));
+                    got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
+                    if (u.finish != serve::Finish::None) {
+                        finish[i] = u.finish;
+                        break;
+                    }
                 }
             }
+            sched.stop();
+        });
+        sched.run();  // the model's thread is this one, as in anvil serve
+        client.join();
+        EXPECT_EQ(sched.load().pages_used, 0) << "every page back in the pool";
+        if (kv_pages > 0) {  // the requests outgrow the pages: some are preempted and recomputed
+            EXPECT_GT(log.preemptions, 0) << kv_pages << " pages of " << kv_page;
+        } else {
+            EXPECT_EQ(log.preemptions, 0);
         }
-        sched.stop();
-    });
-    sched.run();  // the model's thread is this one, as in anvil serve
-    client.join();
-    EXPECT_EQ(sched.load().pages_used, 0) << "every page back in the pool";
-    if (kv_pages > 0) {  // the requests outgrow the pages: some are preempted and recomputed
-        EXPECT_GT(log.preemptions, 0) << kv_pages << " pages of " << kv_page;
-    } else {
-        EXPECT_EQ(log.preemptions, 0);
-    }
-    if (pool.shared > 0 && pool.prefix_cache) {
-        EXPECT_GE(log.cached, 4 * (pool.shared / kv_page) * kv_page) << "prefix pages taken from the cache";
-    } else if (!pool.prefix_cache) {
-        EXPECT_EQ(log.cached, 0);
-    }
-    for (size_t i = 0; i < cases.size(); i++) {
-        EXPECT_EQ(got[i], want[i]) << "request " << i << ", prefill chunk " << chunk;
-        const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
-        EXPECT_EQ(finish[i], stopped ? serve::Finish::Stop : serve::Finish::Length) << "request " << i;
+        if (pool.shared > 0 && pool.prefix_cache) {
+            EXPECT_GE(log.cached, 4 * (pool.shared / kv_page) * kv_page)
+                << "prefix pages taken from the cache";
+        } else if (!pool.prefix_cache) {
+            EXPECT_EQ(log.cached, 0);
+        }
+        for (size_t i = 0; i < cases.size(); i++) {
+            EXPECT_EQ(got[i], want[i]) << "request " << i << ", prefill chunk " << chunk;
+            const bool stopped = int(got[i].size()) < cases[i].opt.max_new_tokens;
+            EXPECT_EQ(finish[i], stopped ? serve::Finish::Stop : serve::Finish::Length) << "request " << i;
+        }
     }
 }
 
