@@ -421,8 +421,8 @@ bool Scheduler::pass(bool decode) {
         // of them at a time, one after another in `sampled` (row k at at[k]); the scored ones as a few values
         const std::vector<int32_t> chosen = greedy_rows(r, logits);
         const auto on_host = [&](int k) { return r.uses[size_t(k)].score < 0 && chosen[size_t(k)] < 0; };
-        std::vector<float> sampled;
         std::vector<size_t> at(static_cast<size_t>(n));
+        size_t used = 0;  // of host_logits_
         for (int k0 = 0; k0 < n;) {
             if (!on_host(k0)) {
                 k0++;
@@ -430,9 +430,14 @@ bool Scheduler::pass(bool decode) {
             }
             int k1 = k0 + 1;
             while (k1 < n && on_host(k1)) k1++;
-            for (int k = k0; k < k1; k++) at[size_t(k)] = sampled.size() + size_t(k - k0) * V;
-            const std::vector<float> run = be.download_f32(logits.range(size_t(k0) * V, size_t(k1 - k0) * V));
-            sampled.insert(sampled.end(), run.begin(), run.end());
+            for (int k = k0; k < k1; k++) at[size_t(k)] = used + size_t(k - k0) * V;
+            const Tensor run = logits.range(size_t(k0) * V, size_t(k1 - k0) * V);
+            if (host_raw_.size() < run.nbytes()) host_raw_.resize(run.nbytes());  // grown, never shrunk
+            if (host_logits_.size() < used + size_t(run.numel()))
+                host_logits_.resize(used + size_t(run.numel()));
+            be.download(host_raw_.data(), run);
+            convert_to_f32(host_logits_.data() + used, host_raw_.data(), run.dtype, size_t(run.numel()));
+            used += size_t(run.numel());
             k0 = k1;
         }
         const Scores scores = score_rows(r, logits);
@@ -447,7 +452,6 @@ bool Scheduler::pass(bool decode) {
             running_[i]->pos_ = at;
             publish_pages(*running_[i]);
         }
-        std::vector<float> row;
         for (size_t k = 0; k < r.uses.size(); k++) {
             const PassRows::Use u = r.uses[k];
             if (u.score >= 0) {
@@ -459,9 +463,9 @@ bool Scheduler::pass(bool decode) {
             if (chosen[k] >= 0) {
                 fin = s.opt_.max_new_tokens == 0 ? Finish::Length : take(s, chosen[k], {});
             } else {
-                row.assign(sampled.begin() + std::ptrdiff_t(at[k]),
-                           sampled.begin() + std::ptrdiff_t(at[k] + V));
-                fin = sample_into(s, row);
+                const auto first = host_logits_.begin() + std::ptrdiff_t(at[k]);
+                host_row_.assign(first, first + std::ptrdiff_t(V));  // (sampling overwrites it)
+                fin = sample_into(s, host_row_);
             }
             if (fin != Finish::None) ended.emplace_back(u.seq, fin);
         }

@@ -191,6 +191,11 @@ private:
     size_t cache_bytes_ = 0;
     int chunk_ = 0;  // prompt positions per pass (opt_.prefill_chunk, or the context when that is 0)
     std::unique_ptr<Activations> acts_;  // a pass's rows: every slot's, and the prompt pieces'
+    // the host's copies of a pass's sampled logits, kept from pass to pass: at 64 rows of GPT-2's vocabulary
+    // a fresh 12.8 MB a pass cost its page faults and zeroing every step (CPU serving at 64 in flight ran at
+    // a fifth of 16's rate)
+    std::vector<uint8_t> host_raw_;
+    std::vector<float> host_logits_, host_row_;
     Arena
         scores_;  // a pass's scored rows on the device: targets, log-probabilities, the likeliest ids, theirs
     int pages_to_admit(const Sequence& s) const;
