@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""--precision fp8 against bf16 on one card: tokens/s, MFU and peak memory at GPT-2 124M and at a larger config
+"""--precision fp8 (current scaling, then --fp8-scaling delayed) against bf16 on one card: tokens/s, MFU and peak
+memory at GPT-2 124M and at a larger config
 (24 layers, width 1024), or at GPT-2 XL's shape (--configs gpt2-1.5B: 48 layers x 1600, issue 44's FP8 goal), each
 pair from the same data (bench/gpu_train_bench.py runs each training; PyTorch is
 not run here). Then, from each run's --profile (every op synchronised), each linear layer's shape with its
@@ -74,10 +75,12 @@ def main():
         p.error(f"--configs: unknown {unknown}")
     for name, layers, dim, heads, batch in TINY if a.tiny else [c for c in CONFIGS if c[0] in wanted]:
         runs, profiles = {}, {}
-        for precision in ("bf16", "fp8"):
+        for precision in ("bf16", "fp8", "fp8_delayed"):
             with tempfile.TemporaryDirectory(prefix="anvil-fp8-") as d:
+                scaling = ["--fp8-scaling", "delayed"] if precision == "fp8_delayed" else []
                 cmd = [sys.executable, os.path.join(HERE, "gpu_train_bench.py"), "--anvil", a.anvil, "--gpt2-vocab",
-                       a.gpt2_vocab, "--precision", precision, "--layers", str(layers), "--dim", str(dim), "--heads",
+                       a.gpt2_vocab, "--precision", precision.split("_")[0], *scaling, "--layers", str(layers),
+                       "--dim", str(dim), "--heads",
                        str(heads), "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
                        str(a.warmup), "--profile-steps", str(a.profile_steps), "--skip-torch", "--device", a.device,
                        "--out", d]
@@ -93,7 +96,7 @@ def main():
         for prec, res in runs.items():
             row[prec] = {k: res.get(k) for k in ("tokens_per_s", "step_ms_median", "mfu_measured_bf16", "mfu_vs_989TF",
                                                   "peak_mem_gib", "losses", "error")}
-        b, f = runs.get("bf16", {}), runs.get("fp8", {})
+        b, f, fd = runs.get("bf16", {}), runs.get("fp8", {}), runs.get("fp8_delayed", {})
         if b.get("tokens_per_s") and f.get("tokens_per_s"):
             row["fp8_speedup"] = f["tokens_per_s"] / b["tokens_per_s"]
             row["final_loss_gap"] = abs(f["losses"][-1] - b["losses"][-1]) / b["losses"][-1]
@@ -103,6 +106,11 @@ def main():
                          f"{100 * (f['mfu_measured_bf16'] or 0):.1f}%")
         else:
             lines.append(f"{name:16} failed: see fp8_bench.json")
+        if b.get("tokens_per_s") and fd.get("tokens_per_s"):  # --fp8-scaling delayed: no amax pass first
+            row["fp8_delayed_speedup"] = fd["tokens_per_s"] / b["tokens_per_s"]
+            row["fp8_delayed_final_loss_gap"] = abs(fd["losses"][-1] - b["losses"][-1]) / b["losses"][-1]
+            lines.append(f"{'':16} fp8 delayed scaling {fd['tokens_per_s']:9.0f} tok/s  "
+                         f"x{row['fp8_delayed_speedup']:.2f} bf16, final loss gap {row['fp8_delayed_final_loss_gap']:.4f}")
         if profiles.get("bf16") and profiles.get("fp8"):
             row["products"] = product_rows(profiles["bf16"], profiles["fp8"])
             row["profiles"] = profiles

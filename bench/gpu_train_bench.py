@@ -59,6 +59,8 @@ def parse():
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     p.add_argument("--profile-steps", type=int, default=4, help="steps of the --profile run (0 = skip it)")
     p.add_argument("--precision", default="bf16")
+    p.add_argument("--fp8-scaling", default="current", choices=["current", "delayed"],
+                   help="anvil's --fp8-scaling with --precision fp8")
     p.add_argument("--device", default="cuda", help="cpu only to try the script itself on a small model")
     p.add_argument("--recompute", choices=["off", "selective", "full"], default="off",
                    help="anvil's --recompute (full: activation checkpointing, for batches that do not fit otherwise)")
@@ -202,6 +204,8 @@ def main():
               "--tensorboard", "off", "--bench", os.path.join(work, "bench.json")]
     if a.recompute != "off":
         common += ["--recompute", a.recompute]
+    if a.precision == "fp8" and a.fp8_scaling != "current":
+        common += ["--fp8-scaling", a.fp8_scaling]
     impls = a.attention.split(",")
 
     def variant(impl):

@@ -19,4 +19,11 @@ std::vector<float> Backend::download_f32(Tensor src) {
     return v;
 }
 
+void Backend::argmax_rows(int32_t* out, Tensor logits, int V, Tensor zeros, Tensor lp, Tensor ids,
+                          Tensor top) {
+    const int64_t N = logits.shape[0];
+    token_logprobs(lp, ids.view(Shape{N, 1}), top.view(Shape{N, 1}), logits, zeros, V);
+    download(out, ids);
+}
+
 }  // namespace anvil

@@ -57,6 +57,16 @@ struct AdamWArgs {
     float grad_scale = 1.0f;     // multiplies every gradient before use (1/loss_scale for fp16)
 };
 
+// FP8 delayed scaling for one linear layer's products (core/fp8.h's Fp8History): `state` (3, F) f32 on the
+// backend, F = Fp8History::floats(H), the histories of its input, its weight and its output gradient in that
+// order. Empty: every operand scaled from its own amax (current scaling).
+struct Fp8Scaling {
+    Tensor state;
+    bool record = false;  // a training pass: the forward's and the backward's amaxes join the histories
+    bool again = false;   // a forward run a second time (--recompute full): its first run's scales, kept
+    bool on() const { return !state.empty(); }
+};
+
 // A stretch of a backend's queued work recorded once and replayed as one launch (a CUDA graph): the same
 // kernels and library calls with the same arguments on the same memory, reading what that memory holds when
 // it replays (so what changes from one replay to the next travels in device memory: a decode step's tokens,
@@ -89,6 +99,11 @@ public:
     virtual void download_async(void* host, Tensor src) = 0;
     // src's values as f32 on the host, whatever its dtype (download, then convert).
     std::vector<float> download_f32(Tensor src);
+    // The likeliest of the first V columns of each row of logits (N,Vp), into out (N) on the host: greedy
+    // decoding's choice made on the device (token_logprobs' top 1, ties to the lower id), so N ids come back
+    // instead of N * Vp logits. zeros (N) i32 must hold 0 (the targets, whose log-probabilities go to lp
+    // (N) f32 unread); ids (N) i32 and top (N) f32 are scratch.
+    void argmax_rows(int32_t* out, Tensor logits, int V, Tensor zeros, Tensor lp, Tensor ids, Tensor top);
     virtual void convert(Tensor dst, Tensor src) = 0;  // same numel, any float dtypes
     virtual void synchronize() = 0;
     // Records what `work` queues on this backend without running it and returns the recording (replay() runs

@@ -1,8 +1,9 @@
 #include "backend/op_checks.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include <algorithm>
+#include "core/fp8.h"
 
 namespace anvil {
 
@@ -101,6 +102,18 @@ MatDims check_matmul_fwd(const Tensor& out, const Tensor& in, const Tensor& w, W
     ANVIL_CHECK(pre_gelu.empty() || pre_gelu.numel() == out.numel(), "matmul: pre_gelu {} vs out {}",
                 pre_gelu.shape.str(), out.shape.str());
     return d;
+}
+
+int check_fp8_scaling(const Fp8Scaling& s) {
+    if (!s.on()) return 0;
+    const int64_t F = s.state.shape.ndim == 2 ? s.state.shape[1] : 0;
+    ANVIL_CHECK(s.state.dtype == DType::F32 && s.state.shape.ndim == 2 && s.state.shape[0] == 3 &&
+                    F >= Fp8History::floats(1) && F <= Fp8History::floats(Fp8History::kMaxLength) &&
+                    F % 64 == 0,
+                "FP8 delayed scaling: the state {} {} must be F32 (3, Fp8History::floats(H)), 1 <= H <= {}",
+                dtype_name(s.state.dtype), s.state.shape.str(), Fp8History::kMaxLength);
+    expect_contiguous({&s.state}, "FP8 delayed scaling");
+    return int(F);
 }
 
 MatDims check_matmul_bwd(const Tensor& din, const Tensor& dw, const Tensor& dout, const Tensor& in,

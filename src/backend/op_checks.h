@@ -24,6 +24,10 @@ void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op);
 // residual_fwd: out, a, b of one element count, or, where any is a strided view, of one shape
 void check_residual(const Tensor& out, const Tensor& a, const Tensor& b);
 
+// FP8 delayed scaling's state: (3, F) f32, F a history's floats (Fp8History::floats). Returns F, the floats
+// from one operand's history to the next (0 when scaling is off).
+int check_fp8_scaling(const Fp8Scaling& s);
+
 struct EmbDims {
     int B, T, C, V;
 };

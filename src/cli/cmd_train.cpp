@@ -91,6 +91,12 @@ void check_resume_flags(const CLI::App& sub, const TrainOptions& given, const Re
             "change "
             "(drop the flag, or start a new run from {} with --init)",
             given.gemm_tune ? "on" : "off", tune ? "on" : "off", ckpt);
+    const std::string scaling = stored.value("fp8_scaling", std::string("current"));
+    if (sub.get_option("--fp8-scaling")->count() && given.fp8_scaling != scaling)
+        fail(
+            "--fp8-scaling {}: the run being resumed used --fp8-scaling {}; its products would round "
+            "otherwise (drop the flag, or start a new run from {} with --init)",
+            given.fp8_scaling, scaling, ckpt);
 }
 
 // A checkpoint of a job with another number of ranks: the global batch (every rank's rows of a step) stays,
@@ -437,6 +443,17 @@ void add_device_flags(CLI::App* sub, TrainOptions& o) {
            "simulated in fp32); auto: bf16 on CUDA, fp32 on the CPU")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16", "fp8"}));
+    sub->add_option("--fp8-scaling", o.fp8_scaling,
+                    "with --precision fp8: each operand's scale from its own largest value (current: a pass "
+                    "over it first) or from the largest of its last --fp8-history uses (delayed, as "
+                    "Transformer Engine: no pass first, its largest value found while it is rounded; values "
+                    "that outgrow the history saturate)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"current", "delayed"}));
+    sub->add_option("--fp8-history", o.fp8_history,
+                    "--fp8-scaling delayed: the uses each scale looks back over")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
     sub->add_option(
            "--recompute", o.recompute,
            "what the backward recomputes instead of keeping: off; selective (alone: --recompute), the "

@@ -60,13 +60,63 @@ float fp8_value(uint8_t bits, DType t) {
     return sign * std::ldexp(1.0f + float(mant) / float(1 << f.mbits), exp - f.bias);
 }
 
-int fp8_fake_quantize(float* dst, const float* src, size_t n, DType t) {
+namespace {
+
+float amax_of(const float* x, size_t n) {
     float amax = 0.0f;
-    for (size_t i = 0; i < n; i++) amax = std::fmax(amax, std::fabs(src[i]));
-    const int k = fp8_scale_exp(amax, t);
-    const float s = std::ldexp(1.0f, k), inv = std::ldexp(1.0f, -k);
-    for (size_t i = 0; i < n; i++) dst[i] = fp8_round(src[i] * s, t) * inv;
+    for (size_t i = 0; i < n; i++) amax = std::fmax(amax, std::fabs(x[i]));
+    return amax;
+}
+
+}  // namespace
+
+float fp8_fake_quantize_scaled(float* dst, const float* src, size_t n, DType t, float scale, float dequant) {
+    const float m = fp8_max(t);
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        amax = std::fmax(amax, std::fabs(src[i]));
+        const float v = src[i] * scale;  // (may overflow to Inf where the scale is large: saturated too)
+        dst[i] = fp8_round(std::isfinite(src[i]) ? std::clamp(v, -m, m) : v, t) * dequant;
+    }
+    return amax;
+}
+
+int fp8_fake_quantize(float* dst, const float* src, size_t n, DType t) {
+    const int k = fp8_scale_exp(amax_of(src, n), t);
+    fp8_fake_quantize_scaled(dst, src, n, t, std::ldexp(1.0f, k), std::ldexp(1.0f, -k));
     return k;
+}
+
+void fp8_history_init(float* st, int H) {
+    std::fill(st, st + Fp8History::floats(H), 0.0f);
+    st[Fp8History::kLength] = float(H);
+}
+
+int fp8_history_begin(float* st, const float* x, size_t n, DType t, bool record) {
+    using S = Fp8History;
+    const int H = int(st[S::kLength]);
+    if (st[S::kPending] != 0.0f) {
+        const float a = st[S::kAmax];
+        const int next = int(st[S::kNext]);
+        st[S::kRing + next] = a <= 3.4028234663852886e38f ? a : 0.0f;
+        st[S::kNext] = float((next + 1) % H);
+        st[S::kFilled] = 1.0f;
+        st[S::kPending] = 0.0f;
+    }
+    const bool own = st[S::kFilled] == 0.0f;
+    const float amax = own ? amax_of(x, n) : *std::max_element(st + S::kRing, st + S::kRing + H);
+    const int k = fp8_scale_exp(amax, t);
+    st[S::kScale] = std::ldexp(1.0f, k);
+    st[S::kDequant] = std::ldexp(1.0f, -k);
+    if (record) {
+        st[S::kAmax] = own ? amax : 0.0f;
+        st[S::kPending] = 1.0f;
+    }
+    return k;
+}
+
+void fp8_history_note(float* st, float amax) {
+    st[Fp8History::kAmax] = std::fmax(st[Fp8History::kAmax], amax);
 }
 
 }  // namespace anvil

@@ -45,5 +45,39 @@ float fp8_value(uint8_t bits, DType t);
 // dst = fp8_round(src * 2^k) * 2^-k with k = fp8_scale_exp(max |src|): src as the FP8 product sees it.
 // Returns k. NaN elements are skipped by the amax (as fmaxf skips them) and stay NaN.
 int fp8_fake_quantize(float* dst, const float* src, size_t n, DType t);
+// The same under a given scale (2^k, and dequant = 2^-k), a finite value whose scaled magnitude passes the
+// format's max saturated to it (delayed scaling's scale may be outgrown; a scale from the operand's own amax
+// never is, so this is fp8_fake_quantize's rounding there); Inf and NaN as fp8_round makes them. Returns max
+// |src|, NaN skipped.
+float fp8_fake_quantize_scaled(float* dst, const float* src, size_t n, DType t, float scale, float dequant);
+
+// FP8 delayed scaling (--fp8-scaling delayed; Transformer Engine's DelayedScaling with amax_compute_algo
+// "max", margin 0): an operand is scaled by fp8_scale_exp of the largest amax of its last H uses instead of
+// its own, so no pass over it has to come before it is rounded; its own amax is found while it is rounded
+// and joins the history for the uses after. A use is a training pass's forward of a linear layer (its input
+// and weight) and that pass's backward (its output gradient). One operand's state is floats(H) f32 values:
+struct Fp8History {
+    static constexpr int kScale = 0;      // 2^k, the current use's scale
+    static constexpr int kDequant = 64;   // 2^-k (256 bytes on, as cuBLASLt's scale pointers want them)
+    static constexpr int kAmax = 128;     // the current use's amax while kPending
+    static constexpr int kPending = 129;  // 1: kAmax holds an amax the ring has not taken yet
+    static constexpr int kNext = 130;     // the ring's next slot, 0..H-1
+    static constexpr int kFilled = 131;   // 1 once the ring holds an amax
+    static constexpr int kLength = 132;   // H
+    static constexpr int kRing = 192;     // H amaxes, the newest at kNext - 1
+    static constexpr int kMaxLength = 1024;
+    static constexpr int floats(int H) { return (kRing + H + 63) / 64 * 64; }
+};
+// A fresh state of history length H at st (floats(H) values): no use yet.
+void fp8_history_init(float* st, int H);
+// Begins a use of an operand under delayed scaling (st: its state; x: the operand, n values): the amax of the
+// use before, if pending, joins the ring (as 0 if it is not finite: an overflowed step should not hold the
+// scale down for H uses); then 2^k and 2^-k go to kScale and kDequant, k = fp8_scale_exp of the ring's
+// largest amax or, while the ring is empty, of x's own (the first use is scaled as current scaling scales
+// it). With `record`, this use's amax is pending: x's own where it was found here, else 0, raised by the
+// roundings (fp8_history_note). Returns k.
+int fp8_history_begin(float* st, const float* x, size_t n, DType t, bool record);
+// A recording use's rounding: the pending amax raised to `amax`.
+void fp8_history_note(float* st, float amax);
 
 }  // namespace anvil

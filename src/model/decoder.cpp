@@ -223,7 +223,11 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
         const Tensor in = l == 0 ? p.act(encoded_) : blocks_[size_t(l - 1)]->out(p);
         // --recompute full: the blocks share one set of buffers, which the forward left holding the last
         // block's; every other block runs its forward again (the same bits) to fill them
-        if (acts.recompute_blocks() && l != config_.n_layer - 1) blocks_[size_t(l)]->forward(p, in);
+        if (acts.recompute_blocks() && l != config_.n_layer - 1) {
+            Pass again = p;
+            again.again = true;
+            blocks_[size_t(l)]->forward(again, in);
+        }
         blocks_[size_t(l)]->backward(p, dres, dln, in);
         if (hooks) hooks->on_layer_grads_ready(l);
     }

@@ -164,15 +164,13 @@ std::vector<float> forward_cached(Model& model, Activations& acts, KvCache& cach
 int32_t Generator::greedy_step(int32_t id, int pos, int V) {
     Backend& be = model_.backend();
     run_cached(model_, *acts_, *cache_, 0, &id, 1, pos);
-    // token_logprobs' top 1 over the first V columns, in the pass's own buffers: the target (0, set by the
-    // constructor; its log-probability unused) and the outputs, which the next step writes again
+    // the top 1 in the pass's own buffers: the target (0, set by the constructor) and the outputs, which the
+    // next step writes again
     const Tensor logits = acts_->get(act::logits, 1, 1), ints = acts_->get(act::targets, 1, 2);
     const Tensor floats = acts_->get(act::losses, 1, 2);
-    const Tensor target = ints.range(0, 1), top = ints.range(1, 1).view(Shape{1, 1});
-    be.token_logprobs(floats.range(0, 1), top, floats.range(1, 1).view(Shape{1, 1}),
-                      logits.view(Shape{1, logits.shape[logits.shape.ndim - 1]}), target, V);
     int32_t next = 0;
-    be.download(&next, top);
+    be.argmax_rows(&next, logits.view(Shape{1, logits.shape[logits.shape.ndim - 1]}), V, ints.range(0, 1),
+                   floats.range(0, 1), ints.range(1, 1), floats.range(1, 1));
     return next;
 }
 

@@ -74,6 +74,7 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int in, int out, WLa
             ws_shard = {1 - out_dim, 1, tp.size, tp.rank};
         }
     }
+    if (fp8_ && reg.fp8_history > 0) fp8_slot_ = reg.fp8_layers++;
     const Shape ws = layout == WLayout::InOut ? Shape{in_, out_} : Shape{out_, in_};
     if (reg.int8)  // the model refuses tensor parallelism with int8 weights
         w_ = reg.add_int8(name + ".weight", ws, layout == WLayout::InOut ? 1 : 0, layer, &scale_);
@@ -112,13 +113,19 @@ Tensor Linear::fp8_kept(const Pass& p) const {
     return p.acts.has(fp8_kept_) ? p.act(fp8_kept_) : Tensor{};
 }
 
+Fp8Scaling Linear::fp8_scaling(const Pass& p) const {
+    if (fp8_slot_ < 0) return {};
+    return {reg_->fp8_state.slice0(fp8_slot_), p.train, p.again};
+}
+
 void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
     const ParamStore& s = *reg_->store;
     // row-parallel: the outputs are partial sums, summed over the ranks afterwards; one rank adds the bias
     const bool add_bias = b_ != ParamStore::npos && !(parallel_ == Parallel::Row && reg_->tp.rank != 0);
     const Tensor bias = add_bias ? s.param(b_) : Tensor{};
     const auto product = [&](Tensor o, Tensor pg) {
-        if (fp8_) return p.be.matmul_fp8_fwd(o, in, s.param(w_), layout_, bias, pg, fp8_kept(p));
+        if (fp8_)
+            return p.be.matmul_fp8_fwd(o, in, s.param(w_), layout_, bias, pg, fp8_kept(p), fp8_scaling(p));
         if (scale_ == ParamStore::npos) return p.be.matmul_fwd(o, in, s.param(w_), layout_, bias, pg);
         p.be.matmul_q8_fwd(o, in, s.param(w_), s.param(scale_), layout_, bias, pg);
     };
@@ -136,7 +143,7 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
     const auto product = [&](Tensor pg) {
         if (fp8_)
             return p.be.matmul_fp8_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg,
-                                       fp8_kept(p));
+                                       fp8_kept(p), fp8_scaling(p));
         if (scale_ == ParamStore::npos)
             return p.be.matmul_bwd(din, s.grad(w_), dbias, dout, in, s.param(w_), layout_, pg);
         ANVIL_CHECK(dbias.empty(), "{}: an int8 layer is a frozen base; its bias takes no gradient", name_);

@@ -45,6 +45,9 @@ struct ParamRegistry {
     // ("weight"), each with an f32 scale per output channel ("weight_scale"), and frozen.
     bool int8 = false;
     bool fp8 = false;         // the blocks' linear layers multiply in FP8 (ModelOptions::fp8)
+    int fp8_history = 0;      // with fp8: delayed scaling's history length (ModelOptions::fp8_history)
+    int fp8_layers = 0;       // the linear layers that hold a slot of the delayed-scaling state
+    Tensor fp8_state;         // (fp8_layers, 3, Fp8History::floats) f32, the model's (after allocation)
     size_t add(ParamSpec s);  // in the registry's dtype unless the spec keeps its own
     // An int8 weight whose output channels run along dimension out_dim, and its scales (names: weight_name
     // and weight_name + "_scale"); returns the weight's index and sets *scale.
@@ -70,6 +73,9 @@ struct Pass {
     // PyTorch's model.train(). An evaluation on training activations (the validation loss during a run) runs
     // with it off, as after model.eval().
     bool train = false;
+    // A block's forward run a second time within its pass (--recompute full, before the block's backward):
+    // the same bits as the first, so FP8's delayed scaling takes the scales the first run took.
+    bool again = false;
     float dropout = 0.0f;       // train: dropout on the embeddings and on each residual branch (ModelOptions)
     float attn_dropout = 0.0f;  // train: dropout on the attention probabilities (ModelOptions)
     float neftune = 0.0f;  // train: NEFTune's alpha on the embeddings' output (ModelOptions::neftune_alpha)
@@ -137,6 +143,7 @@ public:
 
 private:
     Tensor fp8_kept(const Pass& p) const;  // empty where the plan has none
+    Fp8Scaling fp8_scaling(const Pass& p) const;  // off where the model scales FP8 from each operand
 
     const ParamRegistry* reg_ = nullptr;
     std::string name_;
@@ -144,6 +151,7 @@ private:
     size_t scale_ = ParamStore::npos;  // int8 weight: its per-output-channel scales
     bool fp8_ = false;                 // FP8 products (a block's layer under ModelOptions::fp8)
     ActId fp8_kept_;  // what the FP8 forward keeps for the backward (Backend::fp8_kept_elems)
+    int fp8_slot_ = -1;  // its row of ParamRegistry::fp8_state (delayed scaling)
     int in_ = 0, out_ = 0, layer_ = -1;
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;

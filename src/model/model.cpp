@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "core/fp8.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 
@@ -41,6 +42,12 @@ Model::Model(Backend& be, const ModelConfig& c, ModelOptions o)
     reg_.tp = options_.tp;
     reg_.int8 = c.int8_weights;
     reg_.fp8 = options_.fp8;
+    reg_.fp8_history = options_.fp8 ? options_.fp8_history : 0;
+    ANVIL_CHECK(reg_.fp8_history >= 0 && reg_.fp8_history <= Fp8History::kMaxLength,
+                "--fp8-history {}: give a length from 1 to {}", options_.fp8_history, Fp8History::kMaxLength);
+    ANVIL_CHECK(reg_.fp8_history == 0 || options_.tp.size == 1,
+                "--fp8-scaling delayed does not combine with tensor parallelism yet (each rank would keep "
+                "the histories of its own slices); use --fp8-scaling current");
     ANVIL_CHECK(!(c.int8_weights && options_.fp8),
                 "an int8 model (anvil quantize) does not take FP8 products; "
                 "fine-tune the unquantized model with --precision fp8, or use bf16");
@@ -88,6 +95,15 @@ void Model::allocate_params() {
                 *frozen.begin());
     store_ = ParamStore(be_, reg_.specs);
     if (attach) attach();
+    if (reg_.fp8_layers > 0) {  // delayed scaling: every history fresh
+        const int F = Fp8History::floats(reg_.fp8_history);
+        std::vector<float> fresh(size_t(reg_.fp8_layers) * 3 * size_t(F));
+        for (size_t h = 0; h < size_t(reg_.fp8_layers) * 3; h++)
+            fp8_history_init(fresh.data() + h * size_t(F), reg_.fp8_history);
+        fp8_state_ = be_.alloc(fresh.size() * sizeof(float));
+        reg_.fp8_state = {fp8_state_.data(), Shape{reg_.fp8_layers, 3, F}, DType::F32, be_.device()};
+        be_.upload(reg_.fp8_state, fresh.data());
+    }
 }
 
 std::unique_ptr<Activations> Model::make_activations(int max_B, int max_T, ActMode mode) const {

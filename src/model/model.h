@@ -88,6 +88,10 @@ struct ModelOptions {
     // FP8 products (--precision fp8) for the blocks' linear layers (Backend::matmul_fp8_fwd); the embedding,
     // the head and attention's own products keep the model's dtype, as Transformer Engine's recipes do.
     bool fp8 = false;
+    // With fp8: delayed scaling's history length (--fp8-scaling delayed, --fp8-history; core/fp8.h's
+    // Fp8History), each operand scaled from the largest amax of its last uses; 0: each from its own amax
+    // (current scaling).
+    int fp8_history = 0;
     // Dropout while training (--dropout, nanoGPT's `dropout`, Hugging Face GPT-2's embd_pdrop and
     // resid_pdrop): on the embeddings' output and on each block's attention and MLP output before its
     // residual add. Off in every pass that takes no gradient (evaluation, generation).
@@ -127,6 +131,10 @@ public:
     // buffers here.
     ActNames& act_names() { return reg_.acts; }
     int n_layers() const { return config_.n_layer; }
+    // FP8 delayed scaling's state (ModelOptions::fp8_history): the amax histories of every FP8 linear layer's
+    // input, weight and output gradient, (layers, 3, Fp8History::floats(H)) f32 on the backend, layers in the
+    // order the blocks build them; empty without delayed scaling. Training checkpoints keep it.
+    Tensor fp8_state() const { return reg_.fp8_state; }
 
     // Activations for batches up to (max_B, max_T) in a mode.
     std::unique_ptr<Activations> make_activations(int max_B, int max_T, ActMode mode) const;
@@ -180,6 +188,7 @@ protected:
     ModelOptions options_;
     ParamRegistry reg_;
     ParamStore store_;
+    Buffer fp8_state_;  // reg_.fp8_state's memory
     std::unique_ptr<Activations> acts_;
 };
 

@@ -38,6 +38,18 @@ void write_optimizer_state(const std::string& dir, const ParamStore& store,
     });
 }
 
+constexpr const char* kFp8File = "fp8_state.safetensors";
+constexpr const char* kFp8Tensor = "fp8_amax_history";
+
+// fp8_state.safetensors: FP8 delayed scaling's histories (Model::fp8_state), as they stand
+void write_fp8_state(const std::string& dir, const Model& m) {
+    const Tensor t = m.fp8_state();
+    const std::vector<float> v = m.backend().download_f32(t);
+    write_safetensors_streamed(
+        dir + "/" + kFp8File, {{kFp8Tensor, DType::F32, t.shape.vec()}},
+        [&](size_t, void* dst) { std::memcpy(dst, v.data(), v.size() * sizeof(float)); });
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
@@ -50,6 +62,7 @@ void write_checkpoint(const std::string& dir, const CheckpointContents& c) {
             write_model_dir(tmp, *c.model, c.config_extra, c.weights, c.format);
         c.tok->save(tmp);
         write_optimizer_state(tmp, c.model->params(), c.moments);
+        if (!c.model->fp8_state().empty()) write_fp8_state(tmp, *c.model);
         std::vector<std::string> names;  // the manifest: every file but trainer_state.json, which holds it
         for (const auto& e : std::filesystem::directory_iterator(tmp))
             if (e.is_regular_file()) names.push_back(e.path().filename().string());
@@ -149,6 +162,25 @@ void read_optimizer_state(const std::string& dir, const ParamStore& store,
         }
         set(i, mv[0].data(), mv[1].data());
     }
+}
+
+bool read_fp8_state(const std::string& dir, Model& m) {
+    const Tensor t = m.fp8_state();
+    const std::string path = dir + "/" + kFp8File;
+    if (t.empty() || !file_exists(path)) return false;
+    SafetensorsReader st(path);
+    const StEntry* e = st.find(kFp8Tensor);
+    ANVIL_CHECK(e && e->known && e->dtype == DType::F32, "{}: tensor \"{}\" (F32) is missing", path,
+                kFp8Tensor);
+    ANVIL_CHECK(
+        e->shape == t.shape.vec(),
+        "{}: FP8 histories of {} values where this run keeps {} ({} values: its --fp8-history differs from "
+        "the run that wrote the checkpoint: resume with the same --fp8-history)",
+        path, e->numel(), t.shape.str(), t.numel());
+    std::vector<float> v(size_t(t.numel()));
+    std::memcpy(v.data(), st.raw(*e), v.size() * sizeof(float));
+    m.backend().upload(t, v.data());
+    return true;
 }
 
 }  // namespace anvil

@@ -1,7 +1,8 @@
 // The training checkpoint's format, written and read here only. A checkpoint directory is a model directory
 // (model/model_io.h: config.json, model.safetensors, the tokenizer's files; a LoRA run's: its PEFT adapter,
 // whose base stays where it is) plus the training state: optimizer.safetensors (AdamW moments of the
-// trainable parameters as "exp_avg.NAME" and "exp_avg_sq.NAME", F32, whole) and trainer_state.json (the step,
+// trainable parameters as "exp_avg.NAME" and "exp_avg_sq.NAME", F32, whole), fp8_state.safetensors (FP8
+// delayed scaling's amax histories, where the run keeps them) and trainer_state.json (the step,
 // every option, the data's path and fingerprint, the fp16 loss scale, ...: what train/ puts there), which
 // also keeps the checkpoint's manifest under "files": every other file's size and CRC-32 (io/checksum.h), so
 // a truncated or damaged checkpoint is found before it is read. Directories are written under a temporary
@@ -53,5 +54,9 @@ std::optional<ResumePoint> find_resume_point(const std::string& resume_arg, bool
 // (ParamSpec::shape), whatever the world size, sharding or tensor parallelism of the run that wrote them.
 void read_optimizer_state(const std::string& dir, const ParamStore& store,
                           const std::function<void(size_t, const float*, const float*)>& set);
+// FP8 delayed scaling's histories (Model::fp8_state, kept in fp8_state.safetensors) into `m`: false where the
+// model keeps none or the checkpoint has none (it was written without delayed scaling); an error where their
+// shape differs.
+bool read_fp8_state(const std::string& dir, Model& m);
 
 }  // namespace anvil

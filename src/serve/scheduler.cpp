@@ -531,16 +531,13 @@ std::vector<int32_t> Scheduler::greedy_rows(const PassRows& r, Tensor logits) {
         greedy[k] = true;
     }
     if (V == 0) return chosen;
-    // token_logprobs' top 1 over every logit row (targets 0, their log-probabilities unused), in the scored
-    // rows' buffers, which score_rows fills after
-    Backend& be = model_.backend();
-    const Tensor tg = scores_[0].range(0, size_t(n)), lp = scores_[1].range(0, size_t(n)),
-                 ids = scores_[2].range(0, size_t(n)).view({n, 1}),
-                 top = scores_[3].range(0, size_t(n)).view({n, 1});
-    be.zero(tg);
-    be.token_logprobs(lp, ids, top, logits, tg, V);
+    // the top 1 of every logit row in the scored rows' buffers, which score_rows fills after (so the targets
+    // are zeroed again each pass)
+    const Tensor tg = scores_[0].range(0, size_t(n));
+    model_.backend().zero(tg);
     std::vector<int32_t> all(static_cast<size_t>(n));
-    be.download(all.data(), ids);
+    model_.backend().argmax_rows(all.data(), logits, V, tg, scores_[1].range(0, size_t(n)),
+                                 scores_[2].range(0, size_t(n)), scores_[3].range(0, size_t(n)));
     for (size_t k = 0; k < size_t(n); k++)
         if (greedy[k]) chosen[k] = all[k];
     return chosen;

@@ -15,9 +15,11 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     std::vector<int32_t> tokens, targets, lengths;  // lengths: --neftune-alpha's record lengths
     AdamWArgs zero_lr;
     zero_lr.lr = 0.0f;  // the weights do not move (p * (1 - 0) - 0)
-    // trial steps leave no trace: moments, loss scale and outlier windows restored
+    // trial steps leave no trace: moments, loss scale, outlier windows and FP8 amax histories restored
     const LossScaler scaler = trainer.scaler();
     const OutlierState outliers = trainer.outliers();
+    const std::vector<float> fp8 =
+        model.fp8_state().empty() ? std::vector<float>{} : be.download_f32(model.fp8_state());
     double best_tps = 0;
     std::vector<int32_t>* want_lengths = trainer.needs_lengths() ? &lengths : nullptr;
     for (int b = 1; b <= global; b *= 2) {
@@ -48,6 +50,7 @@ AutoBatch find_batch_size(Trainer& trainer, const TokenView& data, int T, int gl
     trainer.optimizer().reset_moments();
     trainer.scaler() = scaler;
     trainer.outliers() = outliers;
+    if (!fp8.empty()) be.upload(model.fp8_state(), fp8.data());
     ANVIL_CHECK(r.micro > 0,
                 "--batch auto: not even one sequence of {} tokens fits ({}); use a smaller model, "
                 "--seq or a larger --memory-limit",

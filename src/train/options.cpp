@@ -20,7 +20,7 @@ namespace anvil {
     X(logits_chunk) X(eval_choices) X(eval_choices_limit) X(sample_every) X(sample_prompt) X(sample_tokens) \
     X(decay_frac) X(keep_best) X(early_stop) X(dropout) X(attn_dropout) \
     X(skip_loss_z) X(skip_grad_z) X(skip_window) X(augment) X(augment_fields) X(synonyms) X(augment_p) \
-    X(augment_prob) X(neftune_alpha)
+    X(augment_prob) X(neftune_alpha) X(fp8_scaling) X(fp8_history)
 // clang-format on
 
 namespace {

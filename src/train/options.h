@@ -112,6 +112,10 @@ struct TrainOptions {
     std::string device = "auto";  // CUDA when a usable GPU is visible, else the CPU
     std::string precision =
         "auto";  // fp32, bf16, fp16 (dynamic loss scaling); auto: bf16 on CUDA, fp32 on CPU
+    // with fp8: each operand's scale from its own amax (current) or from the largest of its last
+    // fp8_history uses' amaxes (delayed, Transformer Engine's recipe)
+    std::string fp8_scaling = "current";
+    int fp8_history = 1024;
     // what the backward recomputes instead of keeping: off, selective (layer norms, GELU/SwiGLU) or full
     // (every block from its input: activation checkpointing)
     std::string recompute = "off";

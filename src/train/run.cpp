@@ -555,7 +555,12 @@ int train(TrainOptions& o, const ResumePoint* resume, Comm& comm, Clock::time_po
     if (model.options().fp8)
         std::fprintf(stderr,
                      "anvil: fp8: the blocks' matrix products take E4M3 operands (E5M2 gradients), one "
-                     "power-of-two scale per tensor; %s\n",
+                     "power-of-two scale per tensor from %s; %s\n",
+                     model.options().fp8_history > 0
+                         ? fmt::format("the largest amax of its last {} uses (delayed scaling)",
+                                       model.options().fp8_history)
+                               .c_str()
+                         : "its own amax",
                      model.backend().device() == Device::CUDA
                          ? "bf16 elsewhere, fp32 master weights"
                          : "the CPU simulates FP8's rounding in fp32 (a check, not a speed-up)");

@@ -320,6 +320,9 @@ ModelOptions training_model_options(TrainOptions& o, Device device, const LoraOp
     ModelOptions mo;
     mo.dtype = run_dtype(o, device);
     mo.fp8 = o.precision == "fp8";
+    ANVIL_CHECK(o.fp8_scaling == "current" || o.fp8_scaling == "delayed",
+                "--fp8-scaling {}: use current or delayed", o.fp8_scaling);
+    if (mo.fp8 && o.fp8_scaling == "delayed") mo.fp8_history = o.fp8_history;
     mo.recompute = parse_recompute(o.recompute);
     mo.logits_chunk_bytes = parse_bytes(o.logits_chunk, "--logits-chunk", true);
     mo.lora = lora;
@@ -339,6 +342,10 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }
+    ANVIL_CHECK(mo.fp8_history == 0 || r.grid.dp->size() == 1,
+                "--fp8-scaling delayed does not combine with data parallelism yet (each replica would keep "
+                "histories of its own data); use --fp8-scaling current with {} replicas",
+                r.grid.dp->size());
     r.model = make_model(be, cfg, mo);
     ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)",
                 o.zero);
@@ -418,6 +425,10 @@ void restore_state(RunSetup& r, const TrainOptions& o, const ResumePoint& rp) {
                      "anvil: the optimizer state was %s and is now %s: resharded from the checkpoint\n",
                      was.c_str(), now.c_str());
     scaler_from_json(rp.state, r.trainer->scaler());
+    if (!r.model->fp8_state().empty() && !read_fp8_state(rp.dir, *r.model))
+        std::fprintf(stderr,
+                     "anvil: the checkpoint keeps no FP8 amax histories (it was written without "
+                     "--fp8-scaling delayed): they start empty\n");
     if (const auto w = rp.state.find("outlier_windows"); w != rp.state.end() && w->is_object()) {
         r.trainer->outliers().loss.set_values(w->value("loss", std::vector<double>{}));
         r.trainer->outliers().grad.set_values(w->value("grad_norm", std::vector<double>{}));

@@ -13,6 +13,9 @@ D: --recompute only trades memory for compute: A again with --recompute full log
    stays within 1e-6 of A's losses at every step, with less activation memory.
 E: a --dropout run resumed from its checkpoint-12 logs the uninterrupted run's losses bit for bit (and G: an
    --augment run, and H: a --neftune-alpha run).
+I: a --precision fp8 --fp8-scaling delayed run resumed from its checkpoint-12 logs the uninterrupted run's
+   losses bit for bit (the amax histories travel in the checkpoint), and a resume that changes the scaling is
+   refused.
 F: --skip-loss-z/--skip-grad-z judge each step against the last --skip-window steps' losses and gradient
    norms; the windows travel in the checkpoint, so a run resumed at 12 logs the same z-scores, skips the same
    steps and logs the same losses as the uninterrupted one.
@@ -180,6 +183,29 @@ def main():
         lh = resumed_alike(d, data, "h", ["--neftune-alpha", "5"], failures)
         if lh[1] == la[1]:
             failures.append(f"--neftune-alpha 5 logged step 1's loss without noise ({la[1]})")
+        # I: FP8 delayed scaling's amax histories travel in the checkpoint (fp8_state.safetensors), so a run
+        # resumed at 12 scales its products as the uninterrupted one did and ends with the same histories, bit
+        # for bit (without them it would scale the first resumed uses from their own amaxes, and its rings
+        # would hold 24 uses where the uninterrupted one's hold 16 of 48). (Power-of-two scales change a
+        # rounding only at the format's ends, saturation and subnormals, so the losses alone would rarely tell.)
+        delayed = ["--precision", "fp8", "--fp8-scaling", "delayed", "--fp8-history", "16"]
+        li = resumed_alike(d, data, "i", delayed, failures)
+        states = [os.path.join(d, n, "final", "fp8_state.safetensors") for n in ("i", "i2")]
+        if not os.path.exists(os.path.join(d, "i", "checkpoint-12", "fp8_state.safetensors")) or \
+                not all(os.path.exists(p) for p in states):
+            failures.append("--fp8-scaling delayed: a checkpoint keeps no fp8_state.safetensors")
+        elif open(states[0], "rb").read() != open(states[1], "rb").read():
+            failures.append("--fp8-scaling delayed: the resumed run ends with other amax histories than the "
+                            "uninterrupted one")
+        cur = os.path.join(d, "cur")
+        run(["train", "--data", data, "--out", cur, "--precision", "fp8", *ARGS], check=True)
+        lcur = losses(cur)
+        if lcur == li:
+            failures.append("--fp8-scaling delayed logged current scaling's losses: it scaled nothing otherwise")
+        r = run(["train", "--resume", os.path.join(d, "i", "checkpoint-12"), "--fp8-scaling", "current",
+                 "--out", os.path.join(d, "refused-fp8")])
+        if r.returncode == 0 or "--fp8-scaling current: the run being resumed used" not in r.stderr:
+            failures.append(f"--resume with --fp8-scaling current: exit {r.returncode}, {r.stderr[-300:]}")
         z = os.path.join(d, "z")
         run(["train", "--data", data, "--out", z, "--neftune-alpha", "0", *ARGS], check=True)
         if losses(z) != la:

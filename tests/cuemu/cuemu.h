@@ -230,6 +230,11 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = old + v;
     return old;
 }
+inline int atomicMax(int* p, int v) {
+    const int old = *p;
+    *p = std::max(old, v);
+    return old;
+}
 inline void __threadfence() {}
 template <typename T>
 T __shfl_sync(unsigned mask, T v, int src, int width = 32) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "../ops/op_cases.h"
+#include "core/fp8.h"
 #include "gpu_harness.h"
 
 namespace anvil::test {
@@ -290,10 +291,10 @@ TEST_P(CudaFp8Scale, SeesTheLargestElementWhereverItIs) {
             DevTensor xg = put(*be.gpu, x, {N, C}, dt), wg = put(*be.gpu, w, {C, OC}, dt);
             DevTensor dg = put(*be.gpu, dout, {N, OC}, dt);
             DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
-            be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {});
-            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, {});
-            be.cpu->matmul_fp8_bwd(dxc, {}, {}, dc, xc, wc, WLayout::InOut, {}, {});
-            be.gpu->matmul_fp8_bwd(dxg, {}, {}, dg, xg, wg, WLayout::InOut, {}, {});
+            be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {}, {});
+            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, {}, {});
+            be.cpu->matmul_fp8_bwd(dxc, {}, {}, dc, xc, wc, WLayout::InOut, {}, {}, {});
+            be.gpu->matmul_fp8_bwd(dxg, {}, {}, dg, xg, wg, WLayout::InOut, {}, {}, {});
             const std::vector<float> want = download(*be.cpu, oc), dx_want = download(*be.cpu, dxc);
             EXPECT_TRUE(close(get(*be.gpu, og), want, tol_for(dt), "out"));
             EXPECT_TRUE(close(get(*be.gpu, dxg), dx_want, tol_for(dt), "dx"));
@@ -326,8 +327,8 @@ TEST_P(CudaFp8Scale, KeptRoundingGivesTheSameBits) {
             DevTensor dg = put(*be.gpu, dout, {N, OC}, dt), dwg = put(*be.gpu, dw0, ws, dt);
             DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
             DevTensor kept = poisoned(*be.gpu, {std::max<int64_t>(need, 1)}, dt);
-            be.gpu->matmul_fp8_fwd(og, xg, wg, layout, {}, {}, keep ? kept.t : Tensor{});
-            be.gpu->matmul_fp8_bwd(dxg, dwg, {}, dg, xg, wg, layout, {}, keep ? kept.t : Tensor{});
+            be.gpu->matmul_fp8_fwd(og, xg, wg, layout, {}, {}, keep ? kept.t : Tensor{}, {});
+            be.gpu->matmul_fp8_bwd(dxg, dwg, {}, dg, xg, wg, layout, {}, keep ? kept.t : Tensor{}, {});
             runs[keep] = {bytes(*be.gpu, og), bytes(*be.gpu, dxg), bytes(*be.gpu, dwg)};
         }
         EXPECT_TRUE(runs[0][0] == runs[1][0]) << "the output differs with `kept`";
@@ -339,12 +340,148 @@ TEST_P(CudaFp8Scale, KeptRoundingGivesTheSameBits) {
         DevTensor wg = put(*be.gpu, randn(gen, size_t(C) * OC), {C, OC}, dt);
         DevTensor og(*be.gpu, {N, OC}, dt), small(*be.gpu, {need - 1}, dt);
         try {
-            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, small);
+            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, small, {});
             ADD_FAILURE() << "a kept buffer one element short was taken";
         } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find("keeps " + std::to_string(need) + " elements"),
                       std::string::npos)
                 << e.what();
+        }
+    }
+}
+
+// An operand with an infinity stays non-finite through FP8's rounding (its amax is Inf, so its scale is 1,
+// and Inf rounds to NaN in E4M3 and to Inf in E5M2): the outputs and gradients the CPU makes non-finite are
+// the ones the GPU makes non-finite, the rest agree. The GPU rounds with the saturating conversion, the
+// hardware's instruction, and puts an Inf back by hand. 64 x 128: the one-pass rounding both ways; 5 x 13:
+// element by element and the small transposing tiles.
+TEST_P(CudaFp8Scale, NonFiniteOperandsStayNonFinite) {
+    const DType dt = GetParam();
+    Backends be;
+    std::mt19937_64 gen(test_seed());
+    for (const auto& [N, C] : {std::pair{64, 128}, std::pair{5, 13}}) {
+        const int OC = 16;
+        for (const int which : {0, 1, 2}) {  // the infinity in x, in W, in dout
+            SCOPED_TRACE(fmt::format("{}x{}x{} {}, Inf in {}", N, C, OC, dtype_name(dt),
+                                     which == 0   ? "x"
+                                     : which == 1 ? "W"
+                                                  : "dout"));
+            std::vector<float> x = rounded(randn(gen, size_t(N) * C), dt);
+            std::vector<float> w = rounded(randn(gen, size_t(C) * OC, 0.5f), dt);
+            std::vector<float> dout = rounded(randn(gen, size_t(N) * OC), dt);
+            std::vector<float>& v = which == 0 ? x : which == 1 ? w : dout;
+            v[v.size() / 3] = INFINITY;
+            v[v.size() - 2] = -INFINITY;
+            DevTensor xc = put(*be.cpu, x, {N, C}, DType::F32), wc = put(*be.cpu, w, {C, OC}, DType::F32);
+            DevTensor dc = put(*be.cpu, dout, {N, OC}, DType::F32);
+            DevTensor oc(*be.cpu, {N, OC}), dxc(*be.cpu, {N, C}), dwc(*be.cpu, {C, OC});
+            DevTensor xg = put(*be.gpu, x, {N, C}, dt), wg = put(*be.gpu, w, {C, OC}, dt);
+            DevTensor dg = put(*be.gpu, dout, {N, OC}, dt);
+            DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
+            DevTensor dwg = put(*be.gpu, std::vector<float>(size_t(C) * OC, 0.0f), {C, OC}, dt);
+            be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {}, {});
+            be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, {}, {});
+            be.cpu->matmul_fp8_bwd(dxc, dwc, {}, dc, xc, wc, WLayout::InOut, {}, {}, {});
+            be.gpu->matmul_fp8_bwd(dxg, dwg, {}, dg, xg, wg, WLayout::InOut, {}, {}, {});
+            const std::pair<DevTensor*, DevTensor*> outs[] = {{&oc, &og}, {&dxc, &dxg}, {&dwc, &dwg}};
+            for (const auto& [c, g] : outs) {
+                const std::vector<float> want = download(*be.cpu, *c), got = get(*be.gpu, *g);
+                size_t nonfinite = 0;
+                std::vector<float> a, b;  // the finite ones
+                for (size_t i = 0; i < want.size(); i++) {
+                    ASSERT_EQ(std::isfinite(want[i]), std::isfinite(got[i]))
+                        << "element " << i << ": CPU " << want[i] << ", GPU " << got[i];
+                    if (std::isfinite(want[i]))
+                        a.push_back(want[i]), b.push_back(got[i]);
+                    else
+                        nonfinite++;
+                }
+                EXPECT_TRUE(close(b, a, tol_for(dt), "finite elements"));
+                if (c == &oc) {
+                    EXPECT_GT(nonfinite + size_t(which == 2), 0u) << "the case must reach the output";
+                }
+            }
+        }
+    }
+}
+
+// FP8 delayed scaling on the GPU as on the CPU (the spec): training uses of one product (a forward, then its
+// backward) with a history of 2, the operands' magnitudes changing from use to use (growing 8-fold past what
+// the history's scales hold, so values saturate, then shrinking), an evaluation forward that records nothing,
+// and a forward run again (--recompute's) between a forward and its backward. After every call the histories
+// hold the same bits on both backends and the outputs agree; the forward run again gives its first run's
+// bits and leaves the histories as they were. With and without `kept`; 64 x 128 -> 64 (FP8's kernels, the
+// one-pass roundings both ways) and 5 x 13 -> 16 (the rounded values scaled back, the small tiles).
+TEST_P(CudaFp8Scale, DelayedScalingMatchesTheCpu) {
+    const DType dt = GetParam();
+    Backends be;
+    std::mt19937_64 gen(test_seed());
+    const int H = 2, F = Fp8History::floats(H);
+    std::vector<float> fresh(size_t(3 * F));
+    for (size_t i = 0; i < 3; i++) fp8_history_init(fresh.data() + i * size_t(F), H);
+    for (const auto& [N, C, OC] : {std::tuple{64, 128, 64}, std::tuple{5, 13, 16}}) {
+        const int64_t need = int64_t(be.gpu->fp8_kept_elems(N, C, OC, dt));
+        for (const bool keep : {false, true}) {
+            if (keep && need == 0) continue;
+            SCOPED_TRACE(fmt::format("{}x{}x{} {}{}", N, C, OC, dtype_name(dt), keep ? ", kept" : ""));
+            DevTensor hc = put(*be.cpu, fresh, {3, F}, DType::F32),
+                      hg = put(*be.gpu, fresh, {3, F}, DType::F32);
+            DevTensor kept = poisoned(*be.gpu, {std::max<int64_t>(need, 1)}, dt);
+            const Tensor kg = keep ? kept.t : Tensor{};
+            const std::vector<float> w0 = randn(gen, size_t(C) * OC, 0.5f);
+            const auto same_histories = [&](const char* after) {
+                EXPECT_TRUE(bytes(*be.cpu, hc) == bytes(*be.gpu, hg))
+                    << "the histories differ after " << after;
+            };
+            const float mags[] = {1.0f, 1.0f, 8.0f, 0.25f, 1.0f};
+            for (size_t u = 0; u < std::size(mags); u++) {
+                SCOPED_TRACE(fmt::format("use {} (magnitude {})", u, mags[u]));
+                const std::vector<float> x = rounded(randn(gen, size_t(N) * C, mags[u]), dt);
+                std::vector<float> w = w0;
+                for (float& v : w) v *= mags[u];
+                w = rounded(w, dt);
+                const std::vector<float> dout = rounded(randn(gen, size_t(N) * OC, mags[u]), dt);
+                DevTensor xc = put(*be.cpu, x, {N, C}, DType::F32), wc = put(*be.cpu, w, {C, OC}, DType::F32);
+                DevTensor dc = put(*be.cpu, dout, {N, OC}, DType::F32);
+                DevTensor oc(*be.cpu, {N, OC}), dxc(*be.cpu, {N, C}), dwc(*be.cpu, {C, OC});
+                DevTensor xg = put(*be.gpu, x, {N, C}, dt), wg = put(*be.gpu, w, {C, OC}, dt);
+                DevTensor dg = put(*be.gpu, dout, {N, OC}, dt), dwg(*be.gpu, {C, OC}, dt);
+                DevTensor og = poisoned(*be.gpu, {N, OC}, dt), dxg = poisoned(*be.gpu, {N, C}, dt);
+                if (u == 1) {  // an evaluation's forward: scaled by the history, nothing recorded
+                    be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {}, {hc.t, false, false});
+                    be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, kg, {hg.t, false, false});
+                    EXPECT_TRUE(
+                        close(get(*be.gpu, og), download(*be.cpu, oc), tol_for(dt), "evaluation out"));
+                    same_histories("an evaluation");
+                }
+                be.cpu->matmul_fp8_fwd(oc, xc, wc, WLayout::InOut, {}, {}, {}, {hc.t, true, false});
+                be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, kg, {hg.t, true, false});
+                EXPECT_TRUE(close(get(*be.gpu, og), download(*be.cpu, oc), tol_for(dt), "out"));
+                same_histories("a forward");
+                if (u == 2) {  // what makes the case telling: x outgrew its history's scale
+                    float amax = 0.0f;
+                    for (float v : x) amax = std::max(amax, std::fabs(v));
+                    EXPECT_GT(amax * download(*be.cpu, hc)[Fp8History::kScale], fp8_max(DType::F8E4M3));
+                }
+                if (u == 3) {  // run again: the same bits, the histories untouched
+                    const std::vector<uint8_t> first = bytes(*be.gpu, og), held = bytes(*be.gpu, hg);
+                    poison(*be.gpu, og);
+                    be.gpu->matmul_fp8_fwd(og, xg, wg, WLayout::InOut, {}, {}, kg, {hg.t, true, true});
+                    EXPECT_TRUE(bytes(*be.gpu, og) == first) << "the forward run again differs";
+                    EXPECT_TRUE(bytes(*be.gpu, hg) == held) << "the forward run again moved the histories";
+                }
+                be.cpu->matmul_fp8_bwd(dxc, dwc, {}, dc, xc, wc, WLayout::InOut, {}, {}, {hc.t, true, false});
+                be.gpu->matmul_fp8_bwd(dxg, dwg, {}, dg, xg, wg, WLayout::InOut, {}, kg, {hg.t, true, false});
+                EXPECT_TRUE(close(get(*be.gpu, dxg), download(*be.cpu, dxc), tol_for(dt), "dx"));
+                EXPECT_TRUE(close(get(*be.gpu, dwg), download(*be.cpu, dwc), tol_for(dt), "dw"));
+                same_histories("a backward");
+            }
+            // and every ring slot was written
+            const std::vector<float> h = download(*be.cpu, hc);
+            for (size_t i = 0; i < 3; i++) {
+                EXPECT_EQ(h[i * size_t(F) + Fp8History::kFilled], 1.0f);
+                EXPECT_GT(h[i * size_t(F) + Fp8History::kRing + 1], 0.0f);
+            }
         }
     }
 }

@@ -71,11 +71,11 @@ OpCase matmul_fp8(int N, int C, int OC, WLayout layout, bool bias) {
               grad("dx", {N, C}, false),    grad("dw", ws, true),     kept};
     if (bias) c.args.insert(c.args.end(), {in("b", {OC}, 1.0f, false), grad("db", {OC}, true)});
     c.forward = [layout, bias](Backend& be, const Args& a) {
-        be.matmul_fp8_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {}, a["kept"]);
+        be.matmul_fp8_fwd(a["out"], a["x"], a["w"], layout, bias ? a["b"] : Tensor{}, {}, a["kept"], {});
     };
     c.backward = [layout, bias](Backend& be, const Args& a) {
         be.matmul_fp8_bwd(a["dx"], a["dw"], bias ? a["db"] : Tensor{}, a["dout"], a["x"], a["w"], layout, {},
-                          a["kept"]);
+                          a["kept"], {});
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         const Fp8Grid e4(DType::F8E4M3), e5(DType::F8E5M2);

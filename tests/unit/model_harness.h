@@ -39,6 +39,18 @@ inline ModelConfig tiny_llama(bool tied = false) {
     return c;
 }
 
+// A model of config c on a 2-thread CPU backend, its parameters drawn from test_seed().
+struct CpuModel {
+    std::unique_ptr<Backend> be;
+    std::unique_ptr<Model> m;
+};
+inline CpuModel cpu_model(const ModelConfig& c) {
+    CpuModel r{make_backend({Device::CPU, 2, 0}), nullptr};
+    r.m = make_model(*r.be, c);
+    r.m->params().init(test_seed());
+    return r;
+}
+
 inline std::vector<std::vector<float>> all_params(const ParamStore& s) {
     std::vector<std::vector<float>> v;
     for (size_t i = 0; i < s.size(); i++) v.push_back(s.read_f32(i));

@@ -1,7 +1,9 @@
 // FP8 (--precision fp8): the formats' rounding and the per-tensor scale against an independent model of them
 // (tests/ops: every value decoded from its bits, the nearest found by search), and a model trained with FP8
 // products (simulated on the CPU) against the same model in fp32.
+#include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "../ops/op_cases.h"
 #include "core/fp8.h"
@@ -85,13 +87,80 @@ TEST_P(Fp8Format, ScaleIsTheLargestPowerOfTwoThatFits) {
     EXPECT_EQ(q, grid.quantize(x));
 }
 
+// Delayed scaling's rounding under a scale the operand outgrows: a finite value past the format's max
+// saturates to it (also where x times the scale overflows f32), Inf and NaN stay non-finite as fp8_round
+// makes them; inside the range it is fp8_fake_quantize's rounding. The amax comes back, NaN skipped.
+TEST_P(Fp8Format, ScaledRoundingSaturatesWhatOutgrowsTheScale) {
+    const DType t = GetParam();
+    const Fp8Grid grid(t);
+    std::mt19937_64 g(test_seed());
+    std::vector<float> x = randn(g, 500, 3.0f);
+    x.insert(x.end(), {1e30f, -1e30f, 3e38f, INFINITY, -INFINITY, std::nanf(""), 0.0f, -0.0f});
+    for (const int k : {0, 4, 40, 126}) {
+        SCOPED_TRACE("scale 2^" + std::to_string(k));
+        std::vector<float> q(x.size());
+        const float amax = fp8_fake_quantize_scaled(q.data(), x.data(), x.size(), t, std::ldexp(1.0f, k),
+                                                    std::ldexp(1.0f, -k));
+        EXPECT_EQ(amax, INFINITY);
+        for (size_t i = 0; i < x.size(); i++) {
+            if (std::isnan(x[i])) {
+                EXPECT_TRUE(std::isnan(q[i]));
+            } else if (std::isinf(x[i])) {  // NaN in E4M3 (no infinities), Inf in E5M2
+                EXPECT_TRUE(t == DType::F8E4M3 ? std::isnan(q[i]) : q[i] == x[i]) << q[i];
+            } else {
+                const double v = std::clamp(double(x[i]) * std::ldexp(1.0, k), -grid.max, grid.max);
+                EXPECT_EQ(double(q[i]), grid.nearest(v) * std::ldexp(1.0, -k)) << "x " << x[i];
+            }
+        }
+    }
+}
+
+// Delayed scaling's history against a model of it written here: each use's scale from the largest amax of
+// the H uses before it (the first use from its own), the ring overwriting its oldest, a non-finite amax kept
+// as 0, a use that does not record leaving no amax behind, the roundings' amax raising a use's own.
+TEST_P(Fp8Format, HistoryScalesEachUseFromTheUsesBefore) {
+    const DType t = GetParam();
+    const Fp8Grid grid(t);
+    const int H = 3;
+    std::vector<float> st(size_t(Fp8History::floats(H)), -1.0f);
+    fp8_history_init(st.data(), H);
+    EXPECT_EQ(st[Fp8History::kLength], float(H));
+    std::deque<double> ring;  // the model: the last H recorded amaxes
+    const std::vector<float> amaxes = {2.0f, 0.5f, 300.0f, 1e-3f, INFINITY, 7.0f, 0.25f, 40.0f, 1e4f};
+    for (size_t u = 0; u < amaxes.size(); u++) {
+        const bool record = u != 5;  // one use (an evaluation) records nothing
+        SCOPED_TRACE(fmt::format("use {}, amax {}, {}", u, amaxes[u], record ? "recorded" : "not recorded"));
+        std::vector<float> x = {0.1f, -amaxes[u], 0.0f, amaxes[u] / 3};
+        const double want_amax =
+            ring.empty() ? double(amaxes[u]) : *std::max_element(ring.begin(), ring.end());
+        const int k = fp8_history_begin(st.data(), x.data(), x.size(), t, record);
+        EXPECT_EQ(k, grid.scale_exp(std::isfinite(want_amax) ? want_amax : 0.0));
+        EXPECT_EQ(st[Fp8History::kScale], std::ldexp(1.0f, k));
+        EXPECT_EQ(st[Fp8History::kDequant], std::ldexp(1.0f, -k));
+        if (record) {
+            fp8_history_note(st.data(), amaxes[u]);  // the roundings' amax
+            ring.push_back(std::isfinite(amaxes[u]) ? amaxes[u] : 0.0);
+            if (int(ring.size()) > H) ring.pop_front();
+        }
+    }
+    // the last use's amax joins the ring at the next use
+    std::vector<float> x = {1.0f};
+    fp8_history_begin(st.data(), x.data(), x.size(), t, false);
+    std::vector<double> got(st.begin() + Fp8History::kRing, st.begin() + Fp8History::kRing + H);
+    std::sort(got.begin(), got.end());
+    std::vector<double> want(ring.begin(), ring.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, Fp8Format, ::testing::Values(DType::F8E4M3, DType::F8E5M2),
                          [](const auto& p) {
                              return std::string(p.param == DType::F8E4M3 ? "E4M3" : "E5M2");
                          });
 
 // A tiny GPT-2 and Llama trained 30 AdamW steps on one batch with FP8 products (the blocks' linear layers;
-// on the CPU the rounding is simulated in f32) and in fp32 from the same weights: the FP8 gradients point
+// on the CPU the rounding is simulated in f32; GPT-2 also with delayed scaling) and in fp32 from the same
+// weights: the FP8 gradients point
 // where fp32's do, and the FP8 loss curve follows fp32's while differing from it (the rounding is there).
 class Fp8Training : public ::testing::TestWithParam<const char*> {};
 
@@ -102,6 +171,7 @@ TEST_P(Fp8Training, TracksFp32) {
     for (int r = 0; r < 2; r++) {
         ModelOptions mo;
         mo.fp8 = r == 1;
+        if (mo.fp8 && std::string(GetParam()) == "gpt2_delayed") mo.fp8_history = 16;
         TinyRun run(5, mo, cfg);
         run.loss(true);
         for (size_t i : run.model->params().trainable())
@@ -130,7 +200,7 @@ TEST_P(Fp8Training, TracksFp32) {
                 GetParam(), worst, curve[1].back(), curve[0].back());
 }
 
-INSTANTIATE_TEST_SUITE_P(Family, Fp8Training, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Family, Fp8Training, ::testing::Values("gpt2", "llama", "gpt2_delayed"));
 
 }  // namespace
 }  // namespace anvil::test

@@ -318,9 +318,7 @@ TEST(Model, LinearAdapterJoinsForwardAndBackward) {
 // conditions on, including after the context fills and the cache is rebuilt from its last half.
 void cached_generation_matches_full_forward(ModelConfig c) {
     c.n_ctx = 16;
-    auto be = make_backend({Device::CPU, 2, 0});
-    auto m = make_model(*be, c);
-    m->params().init(test_seed());
+    auto [be, m] = cpu_model(c);
     auto params = all_params(m->params());
     std::mt19937_64 g(test_seed());
     for (auto& p : params)
@@ -360,9 +358,7 @@ void cached_generation_matches_full_forward(ModelConfig c) {
 // log-probabilities are asked for; both choose the first largest logit among the tokenizer's ids.
 TEST(Model, GreedyOnTheDeviceChoosesAsTheHost) {
     ModelConfig c = tiny();
-    auto be = make_backend({Device::CPU, 2, 0});
-    auto m = make_model(*be, c);
-    m->params().init(test_seed());
+    auto [be, m] = cpu_model(c);
     SampleOptions opt;
     opt.temperature = 0.0f;
     opt.max_new_tokens = 20;
@@ -714,9 +710,7 @@ TEST(Sampling, RepetitionPenaltyAndMinP) {
 // without it 7 repeats.
 TEST(Sampling, GeneratorCountsTheAnswersTokens) {
     ModelConfig c = tiny();
-    auto be = make_backend({Device::CPU, 2, 0});
-    auto m = make_model(*be, c);
-    m->params().init(test_seed());
+    auto [be, m] = cpu_model(c);
     SampleOptions o;
     o.temperature = 0.0f;
     o.max_new_tokens = 12;
@@ -752,8 +746,8 @@ TEST(Sampling, WholeDistributionFollowsTheSoftmax) {
 // Every --recompute mode gives the loss and the gradients of keeping everything, bit for bit, with less
 // activation memory: selective (norms and GELU/SwiGLU recomputed) less than off, full (each block run again
 // from its input) least. GPT-2 and Llama with grouped-query attention, alone, with LoRA adapters on every
-// projection (with dropout, whose mask the second forward must draw again), with fp8 products and with
-// --dropout.
+// projection (with dropout, whose mask the second forward must draw again), with fp8 products (also under
+// delayed scaling, whose scales the second forward must take from the first) and with --dropout.
 TEST(Model, RecomputeGivesIdenticalGradients) {
     ModelOptions with_lora;
     with_lora.lora.rank = 2;
@@ -761,6 +755,8 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     with_lora.lora.dropout = 0.25f;
     ModelOptions fp8;
     fp8.fp8 = true;
+    ModelOptions delayed = fp8;  // FP8 delayed scaling: the second forward takes the first's scales
+    delayed.fp8_history = 2;
     ModelOptions drop;
     drop.dropout = drop.attn_dropout = 0.25f;
     struct Case {
@@ -778,6 +774,7 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
          with_lora,
          {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
         {"gpt2 fp8", tiny(), fp8, {}},
+        {"gpt2 fp8 delayed", tiny(), delayed, {}},
         {"gpt2 dropout", tiny(), drop, {}},
         {"llama dropout", tiny_llama(false), drop, {}},
     };
@@ -793,6 +790,10 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
             ModelConfig c = k.c;
             c.n_layer = 3;
             TinyRun run(seed, mo, c);
+            // delayed scaling: a pass before the weights move, so the measured pass scales by that pass's
+            // amaxes (smaller than its own), and a second forward that began a use of its own would scale
+            // otherwise
+            if (mo.fp8_history > 0) run.loss(true);
             run.shake(seed + 1, 0.1f);  // LoRA's B starts at zero: give every path a gradient
             act_bytes[r] = run.model->activations().bytes();
             loss[r] = run.loss(true);

@@ -214,13 +214,41 @@ void CpuBackend::matmul_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 // FP8: the operands rounded as the FP8 product sees them (f32 values on the format's grid, scaled back), then
 // the f32 product: the specification of CUDA's FP8 tensor-core products, not a fast path.
 // The CPU keeps nothing for the backward (fp8_kept_elems is 0): `kept` goes unused.
+namespace {
+
+// One operand rounded: under its own amax's scale, or (delayed scaling) under its history's, which the use
+// begins first where `begin` and which notes the operand's amax where the use records.
+void fp8_operand(float* dst, Tensor x, DType fmt, float* history, bool begin, bool record) {
+    const size_t n = size_t(x.numel());
+    if (!history) return void(fp8_fake_quantize(dst, x.f32(), n, fmt));
+    if (begin) fp8_history_begin(history, x.f32(), n, fmt, record);
+    const float amax = fp8_fake_quantize_scaled(dst, x.f32(), n, fmt, history[Fp8History::kScale],
+                                                history[Fp8History::kDequant]);
+    if (begin && record) fp8_history_note(history, amax);
+}
+
+// Operand i's history in the state (nullptr where scaling is off), checked against its own length.
+float* fp8_history(const Fp8Scaling& s, int F, int i) {
+    if (F == 0) return nullptr;
+    float* h = s.state.f32() + size_t(i) * size_t(F);
+    const float H = h[Fp8History::kLength];
+    ANVIL_CHECK(H >= 1 && H <= Fp8History::kMaxLength && Fp8History::floats(int(H)) == F,
+                "FP8 delayed scaling: history {} holds length {} in a row of {} floats; make the state with "
+                "fp8_history_init",
+                i, H, F);
+    return h;
+}
+
+}  // namespace
+
 void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu,
-                                Tensor /*kept*/) {
+                                Tensor /*kept*/, const Fp8Scaling& scaling) {
     const auto [N, C, OC] = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
+    const int F = check_fp8_scaling(scaling);
     fp8_scratch_.resize(size_t(in.numel() + w.numel()));
     float *qin = fp8_scratch_.data(), *qw = qin + in.numel();
-    fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
-    fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
+    fp8_operand(qin, in, DType::F8E4M3, fp8_history(scaling, F, 0), !scaling.again, scaling.record);
+    fp8_operand(qw, w, DType::F8E4M3, fp8_history(scaling, F, 1), !scaling.again, scaling.record);
     const Tensor y = pre_gelu.empty() ? out : pre_gelu;
     cpu::matmul_forward(rows_f32(y), int(y.ld()), qin, qw, bias.empty() ? nullptr : bias.f32(), N, C, OC,
                         layout);
@@ -228,13 +256,16 @@ void CpuBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout,
 }
 
 void CpuBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                                WLayout layout, Tensor in_pre_gelu, Tensor /*kept*/) {
+                                WLayout layout, Tensor in_pre_gelu, Tensor /*kept*/,
+                                const Fp8Scaling& scaling) {
     const auto [N, C, OC] = check_matmul_bwd(din, dw, dout, in, w, layout);
+    const int F = check_fp8_scaling(scaling);
     fp8_scratch_.resize(size_t(dout.numel() + in.numel() + w.numel()));
     float *qdout = fp8_scratch_.data(), *qin = qdout + dout.numel(), *qw = qin + in.numel();
-    fp8_fake_quantize(qdout, dout.f32(), size_t(dout.numel()), DType::F8E5M2);
-    if (!dw.empty()) fp8_fake_quantize(qin, in.f32(), size_t(in.numel()), DType::F8E4M3);
-    if (!din.empty()) fp8_fake_quantize(qw, w.f32(), size_t(w.numel()), DType::F8E4M3);
+    fp8_operand(qdout, dout, DType::F8E5M2, fp8_history(scaling, F, 2), true, scaling.record);
+    // in and W under their forward's scales
+    if (!dw.empty()) fp8_operand(qin, in, DType::F8E4M3, fp8_history(scaling, F, 0), false, false);
+    if (!din.empty()) fp8_operand(qw, w, DType::F8E4M3, fp8_history(scaling, F, 1), false, false);
     cpu::matmul_backward(din.empty() ? nullptr : din.f32(), dw.empty() ? nullptr : dw.f32(), nullptr, qdout,
                          qin, qw, N, C, OC, layout);
     if (!dbias.empty())  // from the unrounded gradient

@@ -205,7 +205,6 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& work
     if (!record_) return nullptr;
     // thread-local: another thread's CUDA calls (a data loader's uploads) do not break this capture
     CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
-    const uint64_t moved = moved_;
     cudaGraph_t graph = nullptr;
     const auto refused = [&](const char* why) -> std::unique_ptr<Recording> {
         if (graph) (void)cudaGraphDestroy(graph);
@@ -224,7 +223,8 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& work
         cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
         (void)cudaStreamIsCapturing(ctx_.stream, &st);
         (void)cudaStreamEndCapture(ctx_.stream, &graph);
-        // a call the capture could not hold failed (a wait, an allocation): run the work without it
+        // a call the capture could not hold failed (a wait, an allocation: so a scratch buffer that grows,
+        // which waits and allocates, is refused here): run the work without it
         if (st == cudaStreamCaptureStatusInvalidated) return refused("a call inside it is not capturable");
         if (graph) (void)cudaGraphDestroy(graph);
         (void)cudaGetLastError();
@@ -232,7 +232,6 @@ std::unique_ptr<Recording> CudaBackend::record(const std::function<void()>& work
     }
     if (cudaStreamEndCapture(ctx_.stream, &graph) != cudaSuccess || !graph)
         return refused("the capture was invalidated");
-    if (moved != moved_) return refused("a scratch buffer grew while it was captured");
     cudaGraphExec_t exec = nullptr;
     if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
         return refused("instantiating the graph failed");
@@ -295,21 +294,32 @@ size_t CudaBackend::fp8_kept_elems(int N, int C, int OC, DType dt) const {
     return sizes::cuda_fp8_kept_elems(N, C, OC, dt);
 }
 
+namespace {
+
+cuda::Fp8Hist fp8_hist(const Fp8Scaling& s) {
+    const int F = check_fp8_scaling(s);
+    return {F ? s.state.f32() : nullptr, F, s.record, s.again};
+}
+
+}  // namespace
+
 void CudaBackend::matmul_fp8_fwd(Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias,
-                                 Tensor pre_gelu, Tensor kept) {
+                                 Tensor pre_gelu, Tensor kept, const Fp8Scaling& scaling) {
     const MatDims d = check_matmul_fwd(out, in, w, layout, bias, pre_gelu);
     check_fp8();
+    const cuda::Fp8Hist h = fp8_hist(scaling);
     void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
-    cuda::matmul_fp8_fwd(ctx_, scratch, fp8_kept(kept, d, in.dtype), out, in, w, layout, bias, pre_gelu);
+    cuda::matmul_fp8_fwd(ctx_, scratch, fp8_kept(kept, d, in.dtype), out, in, w, layout, bias, pre_gelu, h);
 }
 
 void CudaBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                                 WLayout layout, Tensor in_pre_gelu, Tensor kept) {
+                                 WLayout layout, Tensor in_pre_gelu, Tensor kept, const Fp8Scaling& scaling) {
     const MatDims d = check_matmul_bwd(din, dw, dout, in, w, layout);
     check_fp8();
+    const cuda::Fp8Hist h = fp8_hist(scaling);
     void* scratch = grown(fp8_scratch_, cuda::matmul_fp8_scratch_bytes(d.N, d.C, d.OC, in.dtype));
     cuda::matmul_fp8_bwd(ctx_, scratch, fp8_kept(kept, d, in.dtype), din, dw, dbias, dout, in, w, layout,
-                         in_pre_gelu);
+                         in_pre_gelu, h);
 }
 
 void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,

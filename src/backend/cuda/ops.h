@@ -79,10 +79,18 @@ void bias_add(const Ctx& c, Tensor out,
 // product's N, C, OC and activation dtype (either direction); `kept` (null: none) the op's buffer of
 // sizes::cuda_fp8_kept_elems, the same for a backward as for its forward
 size_t matmul_fp8_scratch_bytes(int N, int C, int OC, DType t);
+// Delayed scaling's histories of one product's operands (the op's Fp8Scaling): none where `state` is null.
+struct Fp8Hist {
+    float* state = nullptr;
+    int stride = 0;  // floats from one operand's history to the next
+    bool record = false, again = false;
+    bool on() const { return state != nullptr; }
+    float* of(int i) const { return state ? state + size_t(i) * size_t(stride) : nullptr; }
+};
 void matmul_fp8_fwd(const Ctx& c, void* scratch, void* kept, Tensor out, Tensor in, Tensor w, WLayout layout,
-                    Tensor bias, Tensor pre_gelu);
+                    Tensor bias, Tensor pre_gelu, const Fp8Hist& h);
 void matmul_fp8_bwd(const Ctx& c, void* scratch, void* kept, Tensor din, Tensor dw, Tensor dbias, Tensor dout,
-                    Tensor in, Tensor w, WLayout layout, Tensor in_pre_gelu);
+                    Tensor in, Tensor w, WLayout layout, Tensor in_pre_gelu, const Fp8Hist& h);
 
 // attention.cu: anvil's flash-style kernels (keep only the log-sum-exp); with `tensor_cores`, bf16 and f16
 // run attention_tc.cu's kernels (f32 always the CUDA-core ones)
