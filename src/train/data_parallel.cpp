@@ -143,6 +143,16 @@ void DataParallel::finish() {
     if (device_) device_->wait_all();
     armed_ = false;
     exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (fp8_state_.empty()) return;
+    // (a few floats a linear layer: through the host, once a step)
+    Backend& be = store_.backend();
+    const std::vector<float> mine = be.download_f32(fp8_state_);
+    std::vector<float> all(mine.size() * size_t(comm_.size()));
+    comm_.allgather(mine.data(), mine.size() * sizeof(float), all.data(), "the FP8 amax histories' maximum");
+    std::vector<float> top = mine;
+    for (size_t r = 0; r < size_t(comm_.size()); r++)
+        for (size_t i = 0; i < top.size(); i++) top[i] = std::max(top[i], all[r * top.size() + i]);
+    be.upload(fp8_state_, top.data());
 }
 
 double DataParallel::norm_sq_of(Tensor scratch, const std::vector<Tensor>& grads) {

@@ -52,8 +52,12 @@ public:
     void arm(bool last_micro_batch) { armed_ = last_micro_batch; }
     void on_layer_grads_ready(int layer) override;
     // Waits for every bucket: the gradients are then summed over the ranks (ZeRO-1: this rank's range of
-    // them).
+    // them). With FP8 delayed scaling's state given (set_fp8_state), the replicas' amax histories are then
+    // made one: each value the largest any replica holds, so every replica scales the next step alike, each
+    // use's amax that of the whole batch (as one process with every replica's rows would find it), and a
+    // checkpoint's histories are every replica's.
     void finish();
+    void set_fp8_state(Tensor state) { fp8_state_ = state; }
     // The squared global norm of the summed gradients into the device scalar `out`.
     void global_norm_sq(Tensor out);
     // After the optimizer's update: ZeRO-1 gives every rank every rank's updated weights.
@@ -95,6 +99,7 @@ private:
     bool armed_ = false, stop_vote_ = false, stop_agreed_ = false;
     double exposed_s_ = 0.0;
     size_t bytes_ = 0;
+    Tensor fp8_state_;  // Model::fp8_state, or empty
 };
 
 // ZeRO-1: where each rank's range of the optimizer's layout lies in the gradient arena, as size()+1 element

@@ -342,10 +342,6 @@ void build_model(RunSetup& r, TrainOptions& o, const ModelConfig& cfg, const Mod
     if (r.grid.tp) {
         mo.tp = {r.grid.tp->rank(), r.grid.tp->size(), make_tp_reducer(*r.grid.tp, *r.backend)};
     }
-    ANVIL_CHECK(mo.fp8_history == 0 || r.grid.dp->size() == 1,
-                "--fp8-scaling delayed does not combine with data parallelism yet (each replica would keep "
-                "histories of its own data); use --fp8-scaling current with {} replicas",
-                r.grid.dp->size());
     r.model = make_model(be, cfg, mo);
     ANVIL_CHECK(o.zero == 0 || o.zero == 1, "--zero {}: anvil shards the optimizer state (1) or nothing (0)",
                 o.zero);
@@ -512,6 +508,7 @@ void build_run(RunSetup& r, TrainOptions& o, const ResumePoint* resume, Comm& co
         check_same_options(comm, options_to_json(o));
         check_same(comm, r.data.fingerprint, "the training data (its fingerprint)");
         r.dp = std::make_unique<DataParallel>(r.grid, r.model->params(), *r.opt);
+        r.dp->set_fp8_state(r.model->fp8_state());
         r.trainer->set_data_parallel(r.dp.get());
     }
     r.opts = o;

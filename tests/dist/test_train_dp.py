@@ -11,7 +11,9 @@
      collective;
   6. SIGUSR1 and Ctrl-C (SIGINT) on mpirun stop every rank after a consistent checkpoint, which resumes;
   7. ZeRO-1 (--zero 1): the same losses as one process, half the optimizer state per rank, its checkpoints
-     resumed on 2 ranks bit for bit and on 1 rank, an unsharded checkpoint resharded, --zero 1 alone warned.
+     resumed on 2 ranks bit for bit and on 1 rank, an unsharded checkpoint resharded, --zero 1 alone warned;
+  8. FP8 delayed scaling: the replicas' amax histories made one after each step (the whole batch's amaxes, as one
+     process finds them), and a 2-rank checkpoint resumed bit for bit, histories included.
 Skips (exit 77) where mpirun or the MPI plugin is missing.
 """
 import json
@@ -51,6 +53,24 @@ def rank_pids(launcher_pid):
             continue
         if b"OMPI_COMM_WORLD_RANK" in env and os.path.basename(ANVIL).encode() in cmd.split(b"\0")[0]:
             out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return out
+
+
+def fp8_rings(run_dir):
+    """Every amax a run's fp8_state.safetensors holds (each history's pending amax and its ring, core/fp8.h's
+    Fp8History layout), in order."""
+    import struct
+    with open(os.path.join(run_dir, "fp8_state.safetensors"), "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    e = json.loads(raw[8:8 + n])["fp8_amax_history"]
+    vals = struct.unpack(f"<{(e['data_offsets'][1] - e['data_offsets'][0]) // 4}f",
+                         raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
+    F = e["shape"][-1]
+    out = []
+    for h in range(len(vals) // F):
+        row = vals[h * F:(h + 1) * F]
+        out += [row[128]] + list(row[192:192 + int(row[132])])  # kAmax, then the kLength ring slots
     return out
 
 
@@ -250,6 +270,30 @@ def main():
         d, n = worst(losses("z_from_dp"), losses("full")) if r.returncode == 0 else (float("inf"), 0)
         check(n == 10 and d <= 1e-5 and "was whole and is now sharded over 2 ranks (ZeRO-1)" in r.stderr,
               f"an unsharded checkpoint resumes with --zero 1, resharded ({n} steps, {d:.2e})")
+
+    # 8. FP8 delayed scaling: after each step the replicas' amax histories are made one (each value the largest
+    # any replica holds), so each use's amax is the whole batch's, as one process with both ranks' rows finds
+    # it; a 2-rank checkpoint resumes bit for bit, histories and all
+    fargs = ["train", *MODEL, "--data", data, "--shuffle", "off", "--steps", "12", "--save-every", "6",
+             "--grad-accum", "2", "--precision", "fp8", "--fp8-scaling", "delayed", "--fp8-history", "64"]
+    one = anvil_run([*fargs, "--batch", "4", "--out", "f_one"], timeout=300)
+    two = mpirun(2, [*fargs, "--batch", "2", "--out", "f_two"])
+    if one.returncode or two.returncode:
+        check(False, f"FP8 delayed scaling: both runs succeed ({one.stderr[-300:]} {two.stderr[-600:]})")
+    else:
+        d, n = worst(losses("f_two"), losses("f_one"))
+        check(n == 12 and d <= 1e-5, f"FP8 delayed scaling: 2 ranks x batch 2 equal 1 process x batch 4 over {n} "
+              f"steps ({d:.2e})")
+        h1, h2 = fp8_rings("f_one/final"), fp8_rings("f_two/final")
+        gap = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(h1, h2)) if len(h1) == len(h2) else float("inf")
+        check(len(h1) > 0 and gap <= 1e-4, f"FP8 delayed scaling: the 2-rank run's amax histories are the whole "
+              f"batch's, as one process's ({len(h1)} amaxes, worst relative difference {gap:.2e})")
+        same = mpirun(2, ["train", "--resume", "f_two/checkpoint-6", "--out", "f_same"])
+        a = losses("f_same") if same.returncode == 0 else {}
+        state = [open(os.path.join(r, "final", "fp8_state.safetensors"), "rb").read() if same.returncode == 0
+                 else b"" for r in ("f_two", "f_same")]
+        check(len(a) == 6 and all(a[s] == losses("f_two")[s] for s in a) and state[0] == state[1] != b"",
+              "FP8 delayed scaling: a 2-rank checkpoint resumes on 2 ranks bit for bit, amax histories included")
 
     shutil.rmtree(tmp, ignore_errors=True)
     return report(failures, "PASSED: data-parallel training under mpirun")
