@@ -21,7 +21,8 @@
 #                                     ncu's in extra.tar.gz).
 #                                     CONTACT_STEPS="gpu_tests bench ..." runs only the steps named, in this
 #                                     order; fp8_diag (the FP8 tests with cuBLASLt's API log), ncu (Nsight
-#                                     Compute's per-kernel time and DRAM bytes for one 124M step), bench774
+#                                     Compute's per-kernel time and DRAM bytes for one 124M step; ncu_fp8
+#                                     the same in fp8 with delayed scaling), bench774
 #                                     (GPT-2 774M), llama1b (a Llama 1B-class, against the reference's
 #                                     --arch llama), fp8_xl (fp8 against bf16 at GPT-2 XL's shape) and
 #                                     decode (batch-1 decode of both models against the bandwidth roofline
@@ -196,8 +197,15 @@ case "$what" in
       "$0" train --device cuda --data "$1" --layers 12 --heads 12 --dim 768 --vocab 50304 --seq 1024 --batch 16 \
       --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-run"' "$root/bin/anvil" \
       "$root/corpus" "$work"
-    # the loss comparison's files, fp8's runs and the kernel table: one archive (at most 8 files come back)
-    extra=(); for f in train fp8 fp8_xl ncu.csv fp8_diag decode124; do [ -e "$work/$f" ] && extra+=("$f"); done
+    # opt-in: the same for --precision fp8 at that size, delayed scaling (ncu_fp8): the FP8 rounding kernels' time
+    # and DRAM bytes, which say whether they now run at the copy rate (db1c307: the hardware's conversion)
+    want ncu_fp8 opt-in && step ncu_fp8 150 bash -c 'ncu --csv --page raw --log-file "$2/ncu-fp8.csv" --metrics \
+      gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 2000 --launch-count 2000 \
+      "$0" train --device cuda --data "$1" --layers 12 --heads 12 --dim 768 --vocab 50304 --seq 1024 --batch 16 \
+      --precision fp8 --fp8-scaling delayed --steps 3 --eval-every 0 --tensorboard off --out "$2/ncu-fp8-run"' \
+      "$root/bin/anvil" "$root/corpus" "$work"
+    # the loss comparison's files, fp8's runs and the kernel tables: one archive (at most 8 files come back)
+    extra=(); for f in train fp8 fp8_xl ncu.csv ncu-fp8.csv fp8_diag decode124; do [ -e "$work/$f" ] && extra+=("$f"); done
     [ ${#extra[@]} -gt 0 ] && tar -czf "$out/extra.tar.gz" -C "$work" "${extra[@]}"
     { echo; echo "== contact: $((SECONDS - t0))s of ${budget}s"; printf '%s\n' "${steps[@]}"
       [ -f "$out/bench/summary.txt" ] && cat "$out/bench/summary.txt"
