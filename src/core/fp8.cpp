@@ -94,25 +94,11 @@ void fp8_history_init(float* st, int H) {
 
 int fp8_history_begin(float* st, const float* x, size_t n, DType t, bool record) {
     using S = Fp8History;
+    const bool own = !fp8_history_recorded(st);
+    fp8_history_push(st);
     const int H = int(st[S::kLength]);
-    if (st[S::kPending] != 0.0f) {
-        const float a = st[S::kAmax];
-        const int next = int(st[S::kNext]);
-        st[S::kRing + next] = a <= 3.4028234663852886e38f ? a : 0.0f;
-        st[S::kNext] = float((next + 1) % H);
-        st[S::kFilled] = 1.0f;
-        st[S::kPending] = 0.0f;
-    }
-    const bool own = st[S::kFilled] == 0.0f;
     const float amax = own ? amax_of(x, n) : *std::max_element(st + S::kRing, st + S::kRing + H);
-    const int k = fp8_scale_exp(amax, t);
-    st[S::kScale] = std::ldexp(1.0f, k);
-    st[S::kDequant] = std::ldexp(1.0f, -k);
-    if (record) {
-        st[S::kAmax] = own ? amax : 0.0f;
-        st[S::kPending] = 1.0f;
-    }
-    return k;
+    return fp8_history_scale(st, amax, t, own, record);
 }
 
 void fp8_history_note(float* st, float amax) {

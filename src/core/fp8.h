@@ -70,6 +70,36 @@ struct Fp8History {
 };
 // A fresh state of history length H at st (floats(H) values): no use yet.
 void fp8_history_init(float* st, int H);
+// The rules of a use's beginning, shared by the CPU (fp8_history_begin) and the CUDA kernel that begins a
+// use on the device, so the two cannot drift apart. Whether a use's amax has been recorded (the ring holds
+// it, or will once pushed): if not, a use is scaled from its own amax.
+ANVIL_HD inline bool fp8_history_recorded(const float* st) {
+    return st[Fp8History::kFilled] != 0.0f || st[Fp8History::kPending] != 0.0f;
+}
+// The pending amax into the ring's next slot (as 0 if it is not finite: an overflowed step should not hold
+// the scale down for H uses); nothing when none is pending.
+ANVIL_HD inline void fp8_history_push(float* st) {
+    using S = Fp8History;
+    if (st[S::kPending] == 0.0f) return;
+    const float a = st[S::kAmax];
+    const int next = int(st[S::kNext]);
+    st[S::kRing + next] = a <= 3.4028234663852886e38f ? a : 0.0f;
+    st[S::kNext] = float((next + 1) % int(st[S::kLength]));
+    st[S::kFilled] = 1.0f;
+    st[S::kPending] = 0.0f;
+}
+// The use's scale from `amax` (the ring's largest, or with `own` the operand's), and with `record` its amax
+// pending: `amax` where it is the operand's own, else 0 for the roundings to raise. Returns k.
+ANVIL_HD inline int fp8_history_scale(float* st, float amax, DType t, bool own, bool record) {
+    const int k = fp8_scale_exp(amax, t);
+    st[Fp8History::kScale] = ldexpf(1.0f, k);
+    st[Fp8History::kDequant] = ldexpf(1.0f, -k);
+    if (record) {
+        st[Fp8History::kAmax] = own ? amax : 0.0f;
+        st[Fp8History::kPending] = 1.0f;
+    }
+    return k;
+}
 // Begins a use of an operand under delayed scaling (st: its state; x: the operand, n values): the amax of the
 // use before, if pending, joins the ring (as 0 if it is not finite: an overflowed step should not hold the
 // scale down for H uses); then 2^k and 2^-k go to kScale and kDequant, k = fp8_scale_exp of the ring's

@@ -31,10 +31,10 @@ constexpr int kTile = 32;
 // range, and saturated to the max past it where x is finite (fp8_fake_quantize_scaled: delayed scaling's
 // scale may be outgrown). The conversion is the saturating one because only that one is an instruction
 // (`cvt.rn.satfinite`, sm_89+, two values at a time): without saturation cuda_fp8.h converts in software,
-// through a double and 64-bit integer arithmetic, some 65 PTX instructions a value against about 2, which
-// held the rounding passes to a fraction of the copy rate. It also turns Inf into the max, so an infinite x
-// is put back as the non-saturating conversion makes it (NaN in E4M3, Inf in E5M2): a non-finite operand
-// stays non-finite for the NaN guard.
+// through a double and 64-bit integer arithmetic (each rounding kernel about four times the PTX, with
+// double conversions in it; docs/cuda.md), likely holding the rounding passes under the copy rate. It also
+// turns Inf into the max, so an infinite x is put back as the non-saturating conversion makes it (NaN in
+// E4M3, Inf in E5M2): a non-finite operand stays non-finite for the NaN guard.
 template <DType F>
 __device__ __forceinline__ uint8_t inf_bits(float x) {
     return uint8_t((F == DType::F8E4M3 ? 0x7Fu : 0x7Cu) | (signbit(x) ? 0x80u : 0u));
@@ -96,10 +96,9 @@ __device__ __forceinline__ float from_fp8(uint8_t q) {
 template <typename T, DType F>
 __global__ void amax_scale_kernel(float* scale, float* partial, unsigned* done, const T* x, size_t n,
                                   bool packed, float* hist, bool record) {
-    using S = Fp8History;
     __shared__ float red[32];
     __shared__ bool last;
-    const bool ring = hist && (hist[S::kFilled] != 0.0f || hist[S::kPending] != 0.0f);
+    const bool ring = hist && fp8_history_recorded(hist);
     float m = 0.0f;
     if (!ring)
         for_each_loaded<kUnroll>(x, n, packed, [&](const auto& f) {
@@ -115,29 +114,22 @@ __global__ void amax_scale_kernel(float* scale, float* partial, unsigned* done, 
     if (!last) return;
     float g = 0.0f;
     if (ring) {
-        const int H = int(hist[S::kLength]);
-        if (threadIdx.x == 0 && hist[S::kPending] != 0.0f) {
-            const float a = hist[S::kAmax];
-            const int next = int(hist[S::kNext]);
-            hist[S::kRing + next] = a <= 3.4028234663852886e38f ? a : 0.0f;  // a non-finite amax as 0
-            hist[S::kNext] = float((next + 1) % H);
-            hist[S::kFilled] = 1.0f;
-            hist[S::kPending] = 0.0f;
-        }
+        if (threadIdx.x == 0) fp8_history_push(hist);
         __syncthreads();
-        for (int i = int(threadIdx.x); i < H; i += int(blockDim.x)) g = fmaxf(g, hist[S::kRing + i]);
+        const int H = int(hist[Fp8History::kLength]);
+        for (int i = int(threadIdx.x); i < H; i += int(blockDim.x)) g = fmaxf(g, hist[Fp8History::kRing + i]);
     } else {
         for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x)
             g = fmaxf(g, static_cast<const volatile float*>(partial)[i]);  // past L1: other blocks wrote them
     }
     g = block_reduce(g, red, 0.0f, MaxOp{});
     if (threadIdx.x == 0) {
-        const int k = fp8_scale_exp(g, F);
-        scale[0] = ldexpf(1.0f, k);
-        scale[kDequantAt] = ldexpf(1.0f, -k);
-        if (hist && record) {
-            hist[S::kAmax] = ring ? 0.0f : g;
-            hist[S::kPending] = 1.0f;
+        if (hist) {
+            fp8_history_scale(hist, g, F, !ring, record);
+        } else {
+            const int k = fp8_scale_exp(g, F);
+            scale[0] = ldexpf(1.0f, k);
+            scale[kDequantAt] = ldexpf(1.0f, -k);
         }
         *done = 0;
     }
@@ -460,11 +452,10 @@ void matmul_fp8_fwd(const Ctx& c, void* scratch, void* kept, Tensor out, Tensor 
         quantize(c, sc, in, N, C, E4M3, true,
                  {.scale = si.of(c, sc, in, E4M3), .as_is = &qin, .into = k.in_t, .amax = si.amax()});
     else
-        qin = quantize(c, sc, in, N, C, E4M3, false,
-                       {.scale = si.hist ? si.of(c, sc, in, E4M3) : nullptr, .amax = si.amax()});
+        qin = quantize(c, sc, in, N, C, E4M3, false, {.scale = si.of(c, sc, in, E4M3), .amax = si.amax()});
     // W' stored C x OC: InOut transposed (the backward's, as is, into `kept`), OutIn as is (the backward's,
     // transposed, into `kept`)
-    const float* w_scale = k.w || sw.hist ? sw.of(c, sc, w, E4M3) : nullptr;
+    const float* w_scale = sw.of(c, sc, w, E4M3);
     Operand w_bwd;  // (in `kept`: the backward reads it from there)
     if (layout == WLayout::InOut)
         qw = k.w ? quantize(c, sc, w, C, OC, E4M3, true,
