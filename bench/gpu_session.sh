@@ -137,10 +137,11 @@ case "$what" in
     want bench && [ -f "$out/bench/gpu_train_bench.json" ] && step step_model 20 python3 bench/step_time_model.py \
       --compute-json "$out/bench/gpu_train_bench.json" --json "$work/step_time_model.json"
     # the first card run's configuration, 16 x 1024 a step, against both baselines (its JSON comes back; its
-    # table is in contact.log)
+    # table is in contact.log); auto+kgelu: the MLP's GELU as a kernel, not in cuBLASLt's epilogue (the lever's
+    # before and after in one call)
     want bench16 && step bench16 200 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$work/bench16" --batch 16 \
-      --steps 10 --warmup 3 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,cudnn}"
+      --steps 10 --warmup 3 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,cudnn,auto+kgelu}"
     [ -f "$work/bench16/gpu_train_bench.json" ] && mkdir -p "$out/bench16" &&
       cp "$work/bench16/gpu_train_bench.json" "$out/bench16/"
     # GPT-2 124M on the bundle's real text for 500 steps from one init, anvil bf16 against PyTorch step by step

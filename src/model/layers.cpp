@@ -137,6 +137,12 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
     if (!pre_gelu.empty()) p.be.gelu_fwd(out, pre_gelu);
 }
 
+void Linear::recompute_gelu(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
+    const bool plain = !adapter_ && !fp8_ && scale_ == ParamStore::npos;
+    if (plain && pre_gelu.dtype != DType::F32) return forward(p, out, in, pre_gelu);
+    p.be.gelu_fwd(out, pre_gelu);
+}
+
 void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu) const {
     const ParamStore& s = *reg_->store;
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
@@ -328,7 +334,7 @@ void Mlp::forward(const Pass& p, Tensor out, Tensor in) const {
 
 void Mlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const Tensor pre = p.act(pre_buf_), act = p.act(act_buf_), dpre = p.act(dpre_);
-    if (p.acts.recompute()) p.be.gelu_fwd(act, pre);
+    if (p.acts.recompute()) fc_.recompute_gelu(p, act, in, pre);
     proj_.backward(p, dpre, dout, act, pre);
     fc_.backward(p, din, dpre, in);
 }

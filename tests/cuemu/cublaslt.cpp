@@ -1,6 +1,7 @@
 // cuemu's cuBLASLt: the descriptors anvil sets and cublasLtMatmul for them: column-major, op(A) and op(B),
-// f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS and DGELU (the
-// derivative of GELU's tanh form, as cuBLASLt computes it). FP8 operands (E4M3, E5M2, not both E5M2) with their
+// f32/bf16/f16 operands with f32 compute, strided batches, and the epilogues DEFAULT, BIAS, GELU_AUX and
+// GELU_AUX_BIAS (GELU's tanh form on the f32 value, which goes to the aux matrix in D's type) and DGELU (the
+// derivative of that form, as cuBLASLt computes it). FP8 operands (E4M3, E5M2, not both E5M2) with their
 // A and B scale pointers, under the conditions Hopper's FP8 kernels set: the "TN" form (A transposed, B not),
 // dimensions and leading dimensions multiples of 16, a 16-bit or f32 output, no bias epilogue into f32. The
 // products run through OpenBLAS in f32.
@@ -87,6 +88,9 @@ void write(void* base, cudaDataType_t t, size_t i, float v) {
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+float gelu(float x) {
+    return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x)));
+}
 float dgelu(float x) {
     const float u = kGeluC * (x + 0.044715f * x * x * x), th = std::tanh(u);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
@@ -216,6 +220,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
     const Desc& m = desc(d);
     const cublasLtEpilogue_t known[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                        CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                                         CUBLASLT_EPILOGUE_DGELU};
     const Layout &la = layout(a), &lb = layout(b), &lc = layout(c), &ldl = layout(dl);
     bool ok = requested >= 1 && m.compute == CUBLAS_COMPUTE_32F && m.scale == CUDA_R_32F && lc.type == ldl.type;
@@ -226,10 +231,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
         ok = ok && m.ta == CUBLAS_OP_T && m.tb == CUBLAS_OP_N;
         ok = ok && M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && la.ld % 16 == 0 && lb.ld % 16 == 0 && ldl.ld % 16 == 0;
         ok = ok && !fp8(ldl.type) && !(ldl.type == CUDA_R_32F && m.epi == CUBLASLT_EPILOGUE_BIAS);
-        ok = ok && m.epi != CUBLASLT_EPILOGUE_DGELU;
+        ok = ok && m.epi != CUBLASLT_EPILOGUE_DGELU && m.epi != CUBLASLT_EPILOGUE_GELU_AUX &&
+             m.epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     } else {
         ok = ok && la.type == lb.type;
     }
+    // CUEMU_LT_NO_GELU_EPILOGUE=1: no algorithm with a GELU in the epilogue, as a cuBLASLt build may answer
+    // for a shape; the caller's kernel then runs
+    static const bool no_gelu = [] {
+        const char* e = std::getenv("CUEMU_LT_NO_GELU_EPILOGUE");
+        return e && *e && std::string_view(e) != "0";
+    }();
+    ok =
+        ok && !(no_gelu && (m.epi == CUBLASLT_EPILOGUE_GELU_AUX || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS));
     // CUEMU_LT_NO_ZERO_STRIDE=1: no algorithm for a batch whose A or B is one matrix read again (a stride of
     // 0), as a cuBLASLt build may answer; the callers' fallbacks then run
     static const bool no_zero_stride = [] {
@@ -260,8 +274,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if ((ta ? la.cols : la.rows) != M || (tb ? lb.cols : lb.rows) != K || (tb ? lb.rows : lb.cols) != N ||
         lc.rows != M || lc.cols != N)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS, dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
-    if ((bias && m.bias == nullptr) || (dgelu_epi && (m.aux == nullptr || m.ld_aux < int64_t(M))))
+    const bool gelu_epi = m.epi == CUBLASLT_EPILOGUE_GELU_AUX || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool bias = m.epi == CUBLASLT_EPILOGUE_BIAS || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+               dgelu_epi = m.epi == CUBLASLT_EPILOGUE_DGELU;
+    if ((bias && m.bias == nullptr) ||
+        ((dgelu_epi || gelu_epi) && (m.aux == nullptr || m.ld_aux < int64_t(M))) ||
+        (gelu_epi && ld.batch > 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     const bool scaled = fp8(la.type) || fp8(lb.type);
     if (scaled) {
@@ -294,6 +312,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                     if (beta != 0.0f) v += beta * read(C, lc.type, coff + i + j * uint64_t(lc.ld));
                     if (bias) v += read(m.bias, ld.type, i);
                     if (dgelu_epi) v *= dgelu(read(m.aux, ld.type, i + j * uint64_t(m.ld_aux)));
+                    if (gelu_epi) write(m.aux, ld.type, i + j * uint64_t(m.ld_aux), v), v = gelu(v);
                     write(D, ld.type, doff + i + j * uint64_t(ld.ld), v);
                 }
         }

@@ -53,7 +53,7 @@ inline double gelu(double x) {
 
 // The products (op_cases_matmul.cpp): matmul in both weight layouts, the MLP's fused pattern, FP8 and int8.
 OpCase matmul(const OpSizes& s, int OC, WLayout layout, bool bias, bool frozen_w);
-OpCase mlp(const OpSizes& s);
+OpCase mlp(const OpSizes& s, bool bias1);
 OpCase matmul_fp8(int N, int C, int OC, WLayout layout, bool bias);
 OpCase matmul_q8(int N, int C, int OC, WLayout layout, bool bias);
 OpCase mlp_q8(int N, int C);

@@ -675,7 +675,8 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         strided_output(matmul(s, s.C, WLayout::OutIn, true, false), "out", 0, 2 * s.C),
         strided_output(matmul(s, s.C / 2, WLayout::OutIn, false, false), "out", s.C, 2 * s.C),
         strided_output(matmul(s, s.C + 8, WLayout::InOut, true, false), "out", 3, 2 * s.C + 16),
-        mlp(s),
+        mlp(s, true),
+        mlp(s, false),
         // multiples of 16: the FP8 kernels; at a model's sizes (the op bench) all N rows, so its time stands
         // beside the bf16 product's of the same shape above
         matmul_fp8(N % 16 == 0 ? N : s.B * 16, s.C, 3 * s.C, WLayout::InOut, true),

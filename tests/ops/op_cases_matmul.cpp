@@ -217,36 +217,32 @@ OpCase embedding_q8(const OpSizes& s, bool positions) {
     return c;
 }
 
-// The MLP's pattern: h = gelu(x W1 + b1) through the fused epilogue, out = h W2 + b2; the second product's
-// backward takes its input gradient through the GELU.
-OpCase mlp(const OpSizes& s) {
+// The MLP's pattern: h = gelu(x W1 + b1) through the fused epilogue (the GELU of the unrounded value), out =
+// h W2 + b2; the second product's backward takes its input gradient through the GELU. Without b1: the
+// epilogue without a bias (CUDA: GELU_AUX rather than GELU_AUX_BIAS).
+OpCase mlp(const OpSizes& s, bool bias1) {
     OpCase c;
     const int N = s.B * s.T, C = s.C, H = 4 * s.C;
-    c.name = fmt::format("matmul+gelu MLP {}x{}>{}>{}", N, C, H, C);
-    c.args = {in("x", {N, C}),
-              in("w1", {C, H}, 0.5f),
-              in("b1", {H}),
-              in("w2", {H, C}, 0.5f),
-              in("b2", {C}),
-              out("pre", {N, H}, false),
-              out("h", {N, H}, false),
-              out("out", {N, C}),
-              grad("dpre", {N, H}, false),
-              grad("dx", {N, C}, false),
-              grad("dw1", {C, H}, true),
-              grad("db1", {H}, true),
-              grad("dw2", {H, C}, true),
-              grad("db2", {C}, true)};
-    c.forward = [](Backend& be, const Args& a) {
-        be.matmul_fwd(a["h"], a["x"], a["w1"], WLayout::InOut, a["b1"], a["pre"]);
+    c.name = fmt::format("matmul+gelu MLP {}x{}>{}>{}{}", N, C, H, C, bias1 ? "" : " no bias");
+    c.args = {in("x", {N, C}),           in("w1", {C, H}, 0.5f),
+              in("w2", {H, C}, 0.5f),    in("b2", {C}),
+              out("pre", {N, H}, false), out("h", {N, H}, false),
+              out("out", {N, C}),        grad("dpre", {N, H}, false),
+              grad("dx", {N, C}, false), grad("dw1", {C, H}, true),
+              grad("dw2", {H, C}, true), grad("db2", {C}, true)};
+    if (bias1) c.args.insert(c.args.end(), {in("b1", {H}), grad("db1", {H}, true)});
+    c.forward = [bias1](Backend& be, const Args& a) {
+        be.matmul_fwd(a["h"], a["x"], a["w1"], WLayout::InOut, bias1 ? a["b1"] : Tensor{}, a["pre"]);
         be.matmul_fwd(a["out"], a["h"], a["w2"], WLayout::InOut, a["b2"], {});
     };
-    c.backward = [](Backend& be, const Args& a) {
+    c.backward = [bias1](Backend& be, const Args& a) {
         be.matmul_bwd(a["dpre"], a["dw2"], a["db2"], a["dout"], a["h"], a["w2"], WLayout::InOut, a["pre"]);
-        be.matmul_bwd(a["dx"], a["dw1"], a["db1"], a["dpre"], a["x"], a["w1"], WLayout::InOut, {});
+        be.matmul_bwd(a["dx"], a["dw1"], bias1 ? a["db1"] : Tensor{}, a["dpre"], a["x"], a["w1"],
+                      WLayout::InOut, {});
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
-        Vec pre = ref_matmul(h.at("x"), h.at("w1"), &h.at("b1"), N, C, H, WLayout::InOut), act(pre.size());
+        Vec pre = ref_matmul(h.at("x"), h.at("w1"), bias1 ? &h.at("b1") : nullptr, N, C, H, WLayout::InOut),
+            act(pre.size());
         for (size_t i = 0; i < pre.size(); i++) act[i] = float(gelu(pre[i]));
         want["pre"] = pre;
         want["h"] = act;

@@ -88,6 +88,8 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), 
                 "attention forward rows {}: use 64 or 128", opts.attn_fwd_rows);
     if (opts.attn_fwd_rows != 0) ctx_.attn_fwd_rows = opts.attn_fwd_rows;
     ctx_.gemm_tune = opts.gemm_tune;
+    const char* gelu_epi = std::getenv("ANVIL_GELU_EPILOGUE");
+    ctx_.gelu_epilogue = !(gelu_epi && std::string(gelu_epi) == "0");
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);
     ctx_.workspace = static_cast<char*>(workspace_.data());

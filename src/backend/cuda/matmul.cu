@@ -1,7 +1,7 @@
 // Matrix products through cuBLASLt: bf16/fp16/fp32 operands with fp32 accumulation (tensor cores for the
-// 16-bit types), the bias fused as an epilogue in the forward and the GELU's derivative in the backward.
-// Row-major tensors are column-major transposes, so each op below is stated as the column-major product
-// cuBLASLt computes.
+// 16-bit types), the bias and (16-bit) the GELU fused as epilogues in the forward and the GELU's derivative
+// in the backward. Row-major tensors are column-major transposes, so each op below is stated as the
+// column-major product cuBLASLt computes.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/lt_gemm.h"
 
@@ -40,13 +40,26 @@ void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, T
     g.m = OC, g.n = N, g.k = C;
     g.A = w.data, g.ta = layout == WLayout::OutIn, g.lda = layout == WLayout::InOut ? OC : C;
     g.B = in.data, g.ldb = C;
-    // With a GELU the product (and bias) goes to pre_gelu and the GELU runs as a kernel on that saved,
-    // rounded value, never in cuBLASLt's epilogue from its f32 accumulator: the backward's recomputation
-    // (--recompute) and the CPU compute exactly the same function of what is saved, so gradients with and
-    // without recomputation are identical.
+    g.bias = bias.empty() ? nullptr : bias.data;
+    // With a GELU in 16 bits: cuBLASLt's GELU_AUX(_BIAS) epilogue writes out = gelu(product + bias) from the
+    // f32 accumulator and pre_gelu = product + bias beside it, one pass over the output instead of a GELU
+    // kernel reading pre_gelu back (matmul_fwd's definition: the GELU of the unrounded value; the CPU's
+    // tensors are f32, where the two are one). The backward's recomputation (--recompute) runs this product
+    // again (Linear::recompute_gelu), so its bits are the forward's. In f32 the GELU stays anvil's kernel
+    // (cuBLASLt's f32 GELU derivative differed from the CPU's by up to 5e-5 on an H100, see matmul_bwd).
+    const bool epilogue = !pre_gelu.empty() && in.dtype != DType::F32 && c.gelu_epilogue && out.ld() == OC &&
+                          OC % 8 == 0 && aligned16(out.data, pre_gelu.data);
+    if (epilogue) {
+        Gemm f = g;
+        f.D = out.data, f.ldd = OC;
+        f.epi = bias.empty() ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        f.aux = pre_gelu.data, f.ld_aux = OC;
+        if (lt_gemm(c, f)) return;
+    }
+    // Otherwise the product (and bias) goes to pre_gelu and the GELU runs as a kernel on that saved value
+    // (within one rounding of the definition in 16 bits, the same bits when recomputed).
     Tensor target = pre_gelu.empty() ? out : pre_gelu;
     g.D = target.data, g.ldd = int(target.ld());
-    g.bias = bias.empty() ? nullptr : bias.data;
     if (!bias.empty()) g.epi = CUBLASLT_EPILOGUE_BIAS;
     if (!lt_gemm(c, g)) {
         // No fused algorithm for this shape: the plain product, then the bias as a kernel.

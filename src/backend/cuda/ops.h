@@ -44,6 +44,10 @@ struct Ctx {
     // fastest (lt_gemm.cpp); BackendOptions::gemm_tune (--gemm-tune on). Runs may then choose differently
     // and so differ in the last bits, as PyTorch's cudnn.benchmark does.
     bool gemm_tune = false;
+    // a 16-bit product with a GELU after it applies the GELU in cuBLASLt's epilogue (matmul.cu); off with
+    // ANVIL_GELU_EPILOGUE=0 in the environment (the GELU then a kernel on the rounded pre-activation), to
+    // measure the one against the other
+    bool gelu_epilogue = true;
     // A workspace slice of `bytes` (256-aligned) at `offset`; throws if it does not fit.
     void* scratch(size_t offset, size_t bytes) const;
 };
