@@ -138,8 +138,9 @@ void Linear::forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) cons
 }
 
 void Linear::recompute_gelu(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const {
-    const bool plain = !adapter_ && !fp8_ && scale_ == ParamStore::npos;
-    if (plain && pre_gelu.dtype != DType::F32) return forward(p, out, in, pre_gelu);
+    // (an int8 weight's product runs again too: on CUDA its many-row form is matmul_fwd's on the dequantized
+    // weight, the epilogue included)
+    if (!adapter_ && !fp8_ && pre_gelu.dtype != DType::F32) return forward(p, out, in, pre_gelu);
     p.be.gelu_fwd(out, pre_gelu);
 }
 

@@ -138,9 +138,9 @@ public:
     // With pre_gelu: pre_gelu = in @ W + b and out = its GELU (of the unrounded value: Backend::matmul_fwd).
     void forward(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu = {}) const;
     // out = the GELU output forward(p, out, in, pre_gelu) wrote, again, to the same bits (--recompute
-    // selective): a plain 16-bit product took the GELU of its unrounded value (Backend::matmul_fwd,
-    // cuBLASLt's epilogue on CUDA), so it runs again; otherwise (f32, an adapter, FP8, int8) the GELU of
-    // pre_gelu.
+    // selective): a 16-bit product (bf16/f16 weights or int8 ones) took the GELU of its unrounded value
+    // (Backend::matmul_fwd, cuBLASLt's epilogue on CUDA), so it runs again; otherwise (f32, an adapter, FP8)
+    // the GELU of pre_gelu, as the forward took it.
     void recompute_gelu(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const;
     // din (overwritten; skipped when empty) = dout @ W^T, through the GELU when in = gelu(in_pre_gelu);
     // the weight and bias gradients accumulate (none for a frozen weight).
