@@ -144,6 +144,10 @@ void Linear::recompute_gelu(const Pass& p, Tensor out, Tensor in, Tensor pre_gel
     p.be.gelu_fwd(out, pre_gelu);
 }
 
+bool Linear::backward_reads_input() const {
+    return adapter_ || fp8_ || !reg_->store->grad(w_).empty();
+}
+
 void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu) const {
     const ParamStore& s = *reg_->store;
     const Tensor dbias = b_ == ParamStore::npos ? Tensor{} : s.grad(b_);
@@ -335,7 +339,8 @@ void Mlp::forward(const Pass& p, Tensor out, Tensor in) const {
 
 void Mlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const Tensor pre = p.act(pre_buf_), act = p.act(act_buf_), dpre = p.act(dpre_);
-    if (p.acts.recompute()) fc_.recompute_gelu(p, act, in, pre);
+    // the GELU's output is read again only by c_proj's weight gradient or adapter (QLoRA on c_attn: neither)
+    if (p.acts.recompute() && proj_.backward_reads_input()) fc_.recompute_gelu(p, act, in, pre);
     proj_.backward(p, dpre, dout, act, pre);
     fc_.backward(p, din, dpre, in);
 }

@@ -142,6 +142,9 @@ public:
     // (Backend::matmul_fwd, cuBLASLt's epilogue on CUDA), so it runs again; otherwise (f32, an adapter, FP8)
     // the GELU of pre_gelu, as the forward took it.
     void recompute_gelu(const Pass& p, Tensor out, Tensor in, Tensor pre_gelu) const;
+    // Whether backward() reads `in`: for a trainable weight's gradient, an adapter's or FP8's roundings. A
+    // frozen plain layer takes only its input gradient, so --recompute selective need not restore its `in`.
+    bool backward_reads_input() const;
     // din (overwritten; skipped when empty) = dout @ W^T, through the GELU when in = gelu(in_pre_gelu);
     // the weight and bias gradients accumulate (none for a frozen weight).
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu = {}) const;
