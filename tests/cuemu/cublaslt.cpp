@@ -87,12 +87,22 @@ void write(void* base, cudaDataType_t t, size_t i, float v) {
     }
 }
 
+// An environment switch of the emulation: set, and not "0"
+bool env_on(const char* name) {
+    const char* e = std::getenv(name);
+    return e && *e && std::string_view(e) != "0";
+}
+
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+// tanh(u) of GELU's tanh form, gelu(x) = 0.5 x (1 + tanh(u))
+float gelu_tanh(float x) {
+    return std::tanh(kGeluC * (x + 0.044715f * x * x * x));
+}
 float gelu(float x) {
-    return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + gelu_tanh(x));
 }
 float dgelu(float x) {
-    const float u = kGeluC * (x + 0.044715f * x * x * x), th = std::tanh(u);
+    const float th = gelu_tanh(x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
@@ -238,18 +248,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     }
     // CUEMU_LT_NO_GELU_EPILOGUE=1: no algorithm with a GELU in the epilogue, as a cuBLASLt build may answer
     // for a shape; the caller's kernel then runs
-    static const bool no_gelu = [] {
-        const char* e = std::getenv("CUEMU_LT_NO_GELU_EPILOGUE");
-        return e && *e && std::string_view(e) != "0";
-    }();
+    static const bool no_gelu = env_on("CUEMU_LT_NO_GELU_EPILOGUE");
     ok =
         ok && !(no_gelu && (m.epi == CUBLASLT_EPILOGUE_GELU_AUX || m.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS));
     // CUEMU_LT_NO_ZERO_STRIDE=1: no algorithm for a batch whose A or B is one matrix read again (a stride of
     // 0), as a cuBLASLt build may answer; the callers' fallbacks then run
-    static const bool no_zero_stride = [] {
-        const char* e = std::getenv("CUEMU_LT_NO_ZERO_STRIDE");
-        return e && *e && std::string_view(e) != "0";
-    }();
+    static const bool no_zero_stride = env_on("CUEMU_LT_NO_ZERO_STRIDE");
     const auto repeats = [](const Layout& l) { return l.batch > 1 && l.stride == 0; };
     ok = ok && !(no_zero_stride && (repeats(la) || repeats(lb)));
     // CUEMU_LT_ALGOS=N: N algorithms offered (all the same product), for what times or falls back among them
@@ -285,8 +289,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if (scaled) {
         // CUEMU_LT_FP8_SCALES_REFUSED=1: every algorithm refuses an FP8 product with scale pointers at run
         // time, as cuBLASLt 13.1 did on an H100 (its heuristic had offered them)
-        const char* refuse = std::getenv("CUEMU_LT_FP8_SCALES_REFUSED");
-        if ((m.a_scale || m.b_scale) && refuse && *refuse && std::string_view(refuse) != "0")
+        if ((m.a_scale || m.b_scale) && env_on("CUEMU_LT_FP8_SCALES_REFUSED"))
             return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     // host scalars are read at the call (a capture keeps their values, as cuBLASLt's does), device ones (and

@@ -75,9 +75,18 @@ const char* cublas_status_name(cublasStatus_t s) {
 
 }  // namespace cuda
 
+namespace {
+
+// A lever measured against the path before it: on unless the environment sets it to "0"
+bool env_not_off(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && std::string(v) == "0");
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), attention_(opts.attention) {
-    const char* graphs = std::getenv("ANVIL_CUDA_GRAPHS");
-    record_ = opts.record && !(graphs && std::string(graphs) == "0");
+    record_ = opts.record && env_not_off("ANVIL_CUDA_GRAPHS");
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
@@ -88,8 +97,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), 
                 "attention forward rows {}: use 64 or 128", opts.attn_fwd_rows);
     if (opts.attn_fwd_rows != 0) ctx_.attn_fwd_rows = opts.attn_fwd_rows;
     ctx_.gemm_tune = opts.gemm_tune;
-    const char* gelu_epi = std::getenv("ANVIL_GELU_EPILOGUE");
-    ctx_.gelu_epilogue = !(gelu_epi && std::string(gelu_epi) == "0");
+    ctx_.gelu_epilogue = env_not_off("ANVIL_GELU_EPILOGUE");
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);
     ctx_.workspace = static_cast<char*>(workspace_.data());
