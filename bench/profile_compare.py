@@ -19,7 +19,8 @@ GROUPS = [  # in this order: a PyTorch kernel counts in the first group that nam
     ("matrix products (with anvil's GELU)", lambda op: op.startswith("matmul"),
      lambda k: k.startswith("nvjet") or "gemm" in k.lower() or "cutlass" in k),
     ("loss over the logits", lambda op: op == "classifier", lambda k: "log_softmax" in k or "nll" in k),
-    ("LayerNorm, forward and backward", lambda op: op.startswith("layernorm"), lambda k: "layer_norm" in k),
+    # anvil's add+layernorm_fwd: the residual add fused into the norm after it
+    ("LayerNorm, forward and backward", lambda op: "layernorm" in op, lambda k: "layer_norm" in k),
     ("GELU (PyTorch's apart)", lambda op: False, lambda k: "gelu" in k),
     ("residual adds", lambda op: op == "residual_fwd", lambda k: False),
     ("AdamW", lambda op: op == "adamw", lambda k: "adam" in k.lower() or "multi_tensor" in k),

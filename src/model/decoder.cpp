@@ -137,18 +137,28 @@ bool DecoderModel::run(const Pass& p, const ForwardPass& f) {
     const int B = p.B, T = p.T;
     const Tensor encoded = p.act(encoded_);
     embed(p, f, encoded);
+    // every block ends in the norm after it (NormFusion): the next block's first, and the last block the
+    // final norm where that norms every row (not the last position alone, nor the logit rows)
+    const bool every_row = !f.last_logits && f.n_logit_rows < 0;
+    const bool final_fused = every_row && !blocks_.empty();
     Tensor x = encoded;
-    for (const auto& b : blocks_) {
-        b->forward(p, x);
-        x = b->out(p);
+    bool normed = false;
+    for (size_t i = 0; i < blocks_.size(); i++) {
+        const Norm* next = i + 1 < blocks_.size() ? blocks_[i + 1]->in_norm()
+                           : final_fused          ? &norm_
+                                                  : nullptr;
+        blocks_[i]->forward(p, x, {.in_normed = normed, .out_norm = next});
+        x = blocks_[i]->out(p);
+        normed = next != nullptr;
     }
-    if (const int chunk = p.acts.capacity(act::logits); B > chunk && !f.last_logits && f.n_logit_rows < 0) {
+    if (const int chunk = p.acts.capacity(act::logits); B > chunk && every_row) {
         ANVIL_CHECK(
             targets,
             "forward: the logits of {} sequences are made {} at a time (--logits-chunk); give targets "
             "for the loss, or a batch of {} or fewer",
             B, chunk, chunk);
-        return chunked_loss(p, x, f, chunk);
+        if (!final_fused) norm_.forward(p, x);
+        return chunked_loss(p, f, chunk);
     }
     // the final norm, the logits and the loss: over every position, or (last_logits) over the last one, or
     // over the logit rows
@@ -162,7 +172,7 @@ bool DecoderModel::run(const Pass& p, const ForwardPass& f) {
         q.B = f.n_logit_rows;
     }
     if (q.B > 0) {  // (no logit rows: no row wants logits)
-        norm_.forward(q, x);
+        if (!final_fused) norm_.forward(q, x);
         lm_head_.forward(q, q.act(act::logits), norm_.out(q));
     }
     if (targets)
@@ -170,8 +180,7 @@ bool DecoderModel::run(const Pass& p, const ForwardPass& f) {
     return false;
 }
 
-bool DecoderModel::chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) const {
-    norm_.forward(p, x);
+bool DecoderModel::chunked_loss(const Pass& p, const ForwardPass& f, int chunk) const {
     const Tensor xn = norm_.out(p), losses = p.act(act::losses), targets = f.targets;
     const Tensor dln = f.dloss != 0.0f ? p.act(dln_) : Tensor{};
     for (int b0 = 0; b0 < p.B; b0 += chunk) {
@@ -226,7 +235,7 @@ void DecoderModel::backward(Activations& acts, BackwardHooks* hooks) {
         if (acts.recompute_blocks() && l != config_.n_layer - 1) {
             Pass again = p;
             again.again = true;
-            blocks_[size_t(l)]->forward(again, in);
+            blocks_[size_t(l)]->forward(again, in, {});  // its own first norm; its output's norm has run
         }
         blocks_[size_t(l)]->backward(p, dres, dln, in);
         if (hooks) hooks->on_layer_grads_ready(l);

@@ -10,6 +10,15 @@
 
 namespace anvil {
 
+// How a block's forward meets the norms beside it: the residual add that ends a block runs fused with the
+// norm that reads its output (Norm::forward_add: the sum normed while it is read once), so that norm, the
+// next block's first or the model's final one, has run before the next forward starts. The same bits as the
+// add and the norm apart.
+struct NormFusion {
+    bool in_normed = false;          // in_norm() has already run on this block's input
+    const Norm* out_norm = nullptr;  // the norm of this block's output, to run fused with its last add
+};
+
 // One transformer block: x -> x + dropout(f(norm(x))) -> ... Its output is its own buffer (Keep::Output); the
 // backward takes d(out) in dres and leaves d(in) there (dln is scratch). Its forward depends only on its
 // input, its parameters and the pass's seed, so --recompute full can run it again, to the same bits, before
@@ -18,7 +27,8 @@ class Block {
 public:
     virtual ~Block() = default;
     virtual void plan(ActPlan& plan) const = 0;
-    virtual void forward(const Pass& p, Tensor in) const = 0;
+    virtual void forward(const Pass& p, Tensor in, NormFusion fuse) const = 0;
+    virtual const Norm* in_norm() const = 0;  // the norm that reads the block's input, first thing
     virtual Tensor out(const Pass& p) const = 0;
     virtual void backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const = 0;
     virtual std::vector<Linear*> linears() = 0;
@@ -60,9 +70,9 @@ public:
         plan.add(res3_, {dim_}, dtype_, Keep::Output, "block.res3");
         plan.add(proj_, {dim_}, dtype_, Keep::Scratch);
     }
-    void forward(const Pass& p, Tensor in) const override {
+    void forward(const Pass& p, Tensor in, NormFusion fuse) const override {
         const Tensor proj = p.act(proj_), res2 = p.act(res2_);
-        norm1.forward(p, in);
+        if (!fuse.in_normed) norm1.forward(p, in);
         mixer.forward(p, proj, norm1.out(p));
         p.tp_sum(proj, what_[0].c_str());
         p.drop(proj, proj, site_);
@@ -70,8 +80,12 @@ public:
         ffn.forward(p, proj, norm2.out(p));
         p.tp_sum(proj, what_[1].c_str());
         p.drop(proj, proj, site_ + 1);
-        p.be.residual_fwd(out(p), res2, proj);
+        if (fuse.out_norm)
+            fuse.out_norm->forward_add(p, out(p), res2, proj);  // out = res2 + proj, then the next norm of it
+        else
+            p.be.residual_fwd(out(p), res2, proj);
     }
+    const Norm* in_norm() const override { return &norm1; }
     Tensor out(const Pass& p) const override { return p.act(res3_); }
     void backward(const Pass& p, Tensor dres, Tensor dln, Tensor in) const override {
         const Tensor res2 = p.act(res2_);
@@ -133,10 +147,10 @@ protected:
     Tensor gather_rows(Tensor x, const ForwardPass& f) const;
     // Sequences whose logits a plan keeps at once (ModelOptions::logits_chunk_bytes).
     int logits_chunk(const ActPlan& plan) const;
-    // The final norm, then per chunk of `chunk` sequences: the logits, the loss and (dloss != 0) the head's
-    // backward, which leaves d(final norm's output) in d.ln for backward().
+    // Per chunk of `chunk` sequences of the final norm's output: the logits, the loss and (dloss != 0) the
+    // head's backward, which leaves d(final norm's output) in d.ln for backward().
     // returns whether the head's backward ran (dloss != 0)
-    bool chunked_loss(const Pass& p, Tensor x, const ForwardPass& f, int chunk) const;
+    bool chunked_loss(const Pass& p, const ForwardPass& f, int chunk) const;
 
     ActId encoded_;     // the embeddings' output, the first block's input
     ActId dres_, dln_;  // the backward's residual-stream gradient and a sub-block's input gradient

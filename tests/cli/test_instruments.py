@@ -175,11 +175,12 @@ def main():
                 check=True)
         check("GB/s" in r.stderr and "layernorm_fwd" in r.stderr, "--profile prints the per-op table", f)
         rows = {row["op"]: row for row in json.load(open(os.path.join(prof, "profile.json")))}
-        check(rows.get("layernorm_fwd", {}).get("gb_per_s", 0) > 0 and rows["layernorm_fwd"]["calls"] == 2 * 3
-              and rows.get("add+layernorm_fwd", {}).get("calls") == 2 * 2,
-              "profile.json: layernorm_fwd with its bandwidth, 3 calls a step (each layer's first norm and the "
-              "final one; the second is fused with the residual add before it: add+layernorm_fwd, 2 a step) "
-              "over steps 2 and 3 (the first, the warm-up, left out)", f)
+        check(rows.get("layernorm_fwd", {}).get("gb_per_s", 0) > 0 and rows["layernorm_fwd"]["calls"] == 2 * 1
+              and rows.get("add+layernorm_fwd", {}).get("calls") == 2 * 4 and "residual_fwd" not in rows,
+              "profile.json: layernorm_fwd with its bandwidth, 1 call a step (the first layer's first norm; every "
+              "other norm is fused with the residual add before it, the second layer's first and the final one "
+              "with the block's last: add+layernorm_fwd, 4 a step, no residual_fwd) over steps 2 and 3 (the "
+              "first, the warm-up, left out)", f)
         check("per-op time over steps 2 to 3" in r.stderr and rows.get("download", {}).get("calls", 0) <= 2 * 3,
               "the table covers the steps after the warm-up, not the checkpoint's downloads", f)
         check(any(k.startswith("matmul_fwd") and v.get("gflops", 0) > 0 for k, v in rows.items()),

@@ -139,6 +139,55 @@ TEST_P(CudaAttentionRows, WideForwardRepeatsTheNarrowBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionRows, ::testing::Values(DType::BF16, DType::F16),
                          dtype_param_name);
 
+// A block's last residual add runs fused with the next norm (NormFusion), while --recompute runs that norm
+// alone on the stored sum, and so does a model that ends with it: add_norm_fwd must give residual_fwd's sum
+// and then layernorm_fwd's or rmsnorm_fwd's output and statistics to the bit. Widths on each path of the
+// kernel: registers with the last packs on some lanes only (32, 1600 in 16-bit types), whole (768, 2048), the
+// general path (33, 2048 in f32); rows on several blocks.
+class CudaAddNorm : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaAddNorm, EqualsTheAddThenTheNormBitForBit) {
+    const DType dt = GetParam();
+    auto be = make_backend({Device::CUDA, 0, 0});
+    std::mt19937_64 gen(test_seed());
+    for (const int C : {32, 33, 768, 1600, 2048}) {
+        for (const bool layer : {true, false}) {
+            SCOPED_TRACE(fmt::format("C={} {}", C, layer ? "LayerNorm" : "RMSNorm"));
+            const int N = 19;
+            const float eps = layer ? 1e-5f : 1e-6f;
+            DevTensor a = put(*be, randn(gen, size_t(N) * C, 2.0f), {N, C}, dt),
+                      b = put(*be, randn(gen, size_t(N) * C), {N, C}, dt),
+                      w = put(*be, randn(gen, C), {C}, dt), bias = put(*be, randn(gen, C), {C}, dt);
+            std::vector<uint8_t> got[2][4];  // [fused, apart][sum, out, mean, rstd]
+            for (int i = 0; i < 2; i++) {
+                DevTensor sum = poisoned(*be, {N, C}, dt), out = poisoned(*be, {N, C}, dt),
+                          mean = poisoned(*be, {N}, DType::F32), rstd = poisoned(*be, {N}, DType::F32);
+                const Tensor m = layer ? mean.t : Tensor{}, bi = layer ? bias.t : Tensor{};
+                if (i == 0) {
+                    be->add_norm_fwd(sum.t, out.t, m, rstd.t, a.t, b.t, w.t, bi, eps);
+                } else {
+                    be->residual_fwd(sum.t, a.t, b.t);
+                    if (layer)
+                        be->layernorm_fwd(out.t, mean.t, rstd.t, sum.t, w.t, bias.t);
+                    else
+                        be->rmsnorm_fwd(out.t, rstd.t, sum.t, w.t, eps);
+                }
+                got[i][0] = bytes(*be, sum.t);
+                got[i][1] = bytes(*be, out.t);
+                got[i][2] = layer ? bytes(*be, mean.t) : std::vector<uint8_t>{};
+                got[i][3] = bytes(*be, rstd.t);
+            }
+            EXPECT_TRUE(got[0][0] == got[1][0]) << "the sums differ";
+            EXPECT_TRUE(got[0][1] == got[1][1]) << "the norms' outputs differ";
+            EXPECT_TRUE(got[0][2] == got[1][2]) << "the means differ";
+            EXPECT_TRUE(got[0][3] == got[1][3]) << "the reciprocal deviations differ";
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAddNorm, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                         dtype_param_name);
+
 // --gemm-tune's timing runs leave every product as it would be without them: a product that overwrites
 // its output runs the chosen algorithm last, one that accumulates (the weight gradients) is timed on a
 // scratch matrix. The products' cases and attention's batched products (gemm). Under cuemu, CUEMU_LT_ALGOS

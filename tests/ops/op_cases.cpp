@@ -748,6 +748,13 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         // last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is bf16/f16's P = 3 (GPT-2 124M)
         t.push_back(layernorm(s, 512, false, 200));
         t.push_back(layernorm(s, 768, false, 130));
+        // the norms' forward from registers (up to 8 packs a lane) at wider rows: 1280 is GPT-2 774M's five
+        // 16-bit packs a lane; 1600 (GPT-2 1.5B) is 200 packs, the seventh on 8 lanes only; 2048 (the Llama
+        // 1B-class) eight, and in f32 past the registers' reach
+        t.push_back(layernorm(s, 1280, false, 40));
+        t.push_back(add_norm(s, 1600, false));
+        t.push_back(add_norm(s, 2048, true));
+        t.push_back(rmsnorm(s, 2048, false));
         t.push_back(attention(s, 1, 70, 2, 16));
         t.push_back(attention(s, 2, 33, 1, 80));
         t.push_back(attention(s, 1, 130, 2, 64));     // tensor cores: three tiles of 64, the last one partial

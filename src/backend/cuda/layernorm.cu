@@ -1,6 +1,7 @@
-// LayerNorm over the last dimension, eps 1e-5, statistics in f32; and the residual add fused into a norm
-// (add_norm_fwd, LayerNorm or RMSNorm). One warp per row with 16-byte accesses; the
-// weight and bias gradients are reduced over rows in two fixed-order stages (no atomics: deterministic).
+// The norms' forward (LayerNorm, eps 1e-5; RMSNorm, rmsnorm.cu has its backward; either after a residual add,
+// add_norm_fwd), one kernel for all four, and LayerNorm's backward; statistics in f32. One warp per row with
+// 16-byte accesses; the weight and bias gradients are reduced over rows in two fixed-order stages (no
+// atomics: deterministic).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -11,26 +12,59 @@ namespace {
 constexpr float kLnEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // one warp per row
 
-// One warp a row, statistics in two exact passes (mean, then the squared deviations), then the output. P > 0
-// (widths of 32 P packs, rows 16-byte aligned): the lane's P packs are read once into registers and every pass
-// works there; P = 0: each pass reads the row again (the second and third from L1). The same sums in the same
-// order either way, so the same bits.
+// Rounds f as a store to T and a load back would: what a later pass over a stored row reads.
+template <typename T, int L>
+__device__ __forceinline__ Floats<L> as_stored(Floats<L> f) {
+#pragma unroll
+    for (int k = 0; k < L; k++) f.v[k] = to_f(from_f<T>(f.v[k]));
+    return f;
+}
+
+// The norms' forward, one warp a row: out = LayerNorm (layer) or RMSNorm of the row x, times w (plus bias for
+// LayerNorm). x is a's row, or (b given: add_norm_fwd) a + b, rounded to T and stored in sum, and normed as
+// stored. LayerNorm takes the mean, then the squared deviations (two exact passes); RMSNorm the mean square
+// (the same pass with the mean 0). P > 0 (rows of whole 16-byte packs, at most 32 P of them): the lane's
+// packs p * 32 + lane are read once into registers and every pass works there; P = 0: each pass reads the row
+// again (after the add, the sum as stored, from L1). Each lane takes its elements in warp_row's order on
+// either path, so every path gives the same sums in the same order: the same bits, whichever op ran.
 template <typename T, int P>
-__global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
-                                     int N, int C) {
+__global__ void norm_fwd_kernel(T* out, float* mean, float* rstd, T* sum, const T* a, const T* b, const T* w,
+                                const T* bias, int N, int C, float eps, bool layer) {
     constexpr int V = Pack<T>::N;
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const T* x = in + size_t(row) * C;
+    const size_t o = size_t(row) * C;
     Floats<V> held[P > 0 ? P : 1];
-    if constexpr (P > 0)
+    if constexpr (P > 0) {
 #pragma unroll
-        for (int p = 0; p < P; p++) held[p] = load_floats<V>(x + (p * 32 + lane) * V);
+        for (int p = 0; p < P; p++) {
+            const int c = (p * 32 + lane) * V;
+            if (c >= C) continue;  // (the row's last 32 packs may be fewer)
+            held[p] = load_floats<V>(a + o + c);
+            if (!b) continue;
+            const Floats<V> fb = load_floats<V>(b + o + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) held[p].v[k] += fb.v[k];
+            store_floats<V>(sum + o + c, held[p]);
+            held[p] = as_stored<T>(held[p]);
+        }
+    } else if (b) {
+        warp_row<T>(C, lane, [&](int c, auto len) {
+            constexpr int L = decltype(len)::value;
+            Floats<L> y = load_floats<L>(a + o + c);
+            const Floats<L> fb = load_floats<L>(b + o + c);
+#pragma unroll
+            for (int k = 0; k < L; k++) y.v[k] += fb.v[k];
+            store_floats<L>(sum + o + c, y);
+        });
+    }
+    const T* x = (b ? sum : a) + o;  // the row the passes read (P = 0); each lane its own columns: no barrier
     // f(c, floats): the lane's elements from column c, in warp_row's order
     const auto each = [&](auto&& f) {
         if constexpr (P > 0) {
 #pragma unroll
-            for (int p = 0; p < P; p++) f((p * 32 + lane) * V, held[p]);
+            for (int p = 0; p < P; p++)
+                if ((p * 32 + lane) * V < C) f((p * 32 + lane) * V, held[p]);
         } else {
             warp_row<T>(C, lane, [&](int c, auto len) {
                 Floats<decltype(len)::value> v = load_floats<decltype(len)::value>(x + c);
@@ -38,29 +72,38 @@ __global__ void layernorm_fwd_kernel(T* out, float* mean, float* rstd, const T* 
             });
         }
     };
-    float s = 0.0f;
-    each([&](int, const auto& f) {
+    float m = 0.0f;
+    if (layer) {
+        float s = 0.0f;
+        each([&](int, const auto& f) {
 #pragma unroll
-        for (float e : f.v) s += e;
-    });
-    const float m = warp_sum(s) / float(C);
+            for (float e : f.v) s += e;
+        });
+        m = warp_sum(s) / float(C);
+    }
     float v = 0.0f;
     each([&](int, const auto& f) {
 #pragma unroll
         for (float e : f.v) v += (e - m) * (e - m);
     });
-    const float r = rsqrtf(warp_sum(v) / float(C) + kLnEps);
-    T* o = out + size_t(row) * C;
+    const float r = rsqrtf(warp_sum(v) / float(C) + eps);
+    T* y = out + o;
     each([&](int c, const auto& f) {
         constexpr int L = sizeof(f.v) / sizeof(float);
-        const Floats<L> fw = load_floats<L>(w + c), fb = load_floats<L>(b + c);
-        Floats<L> y;
+        const Floats<L> fw = load_floats<L>(w + c);
+        Floats<L> z;
+        if (layer) {
+            const Floats<L> fb = load_floats<L>(bias + c);
 #pragma unroll
-        for (int k = 0; k < L; k++) y.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
-        store_floats<L>(o + c, y);
+            for (int k = 0; k < L; k++) z.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
+        } else {
+#pragma unroll
+            for (int k = 0; k < L; k++) z.v[k] = f.v[k] * r * fw.v[k];
+        }
+        store_floats<L>(y + c, z);
     });
     if (lane == 0) {
-        mean[row] = m;
+        if (layer) mean[row] = m;
         rstd[row] = r;
     }
 }
@@ -156,24 +199,50 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// Packs a lane for the fused backward and the forward from registers, or 0 where they do not apply (a width
-// that is not 32 P packs, P <= 4).
+// Packs a lane for the fused backward, or 0 where it does not apply (a width that is not 32 P packs, P <= 4).
 template <typename T>
 int fused_packs(int C) {
     constexpr int lane_cols = 32 * Pack<T>::N;
     return C % lane_cols == 0 && C / lane_cols >= 1 && C / lane_cols <= 4 ? C / lane_cols : 0;
 }
 
-// Calls f(std::integral_constant<int, P>) for P in 0..4 (0: the kernels' general path).
-template <typename F>
+// Packs a lane for the forward from registers: P = ceil(C / V / 32) for rows of whole 16-byte packs up to 32
+// P of them, P <= 8 (bf16/f16 up to 2048 wide, f32 up to 1024), or 0 (the general path).
+constexpr int kMaxHeldPacks = 8;
+template <typename T>
+int held_packs(int C) {
+    constexpr int V = Pack<T>::N;
+    const int P = (C / V + 31) / 32;
+    return C % V == 0 && P <= kMaxHeldPacks ? P : 0;
+}
+
+// Calls f(std::integral_constant<int, P>) for P in 1..Max, or with 0 for any other P (the general path).
+template <int Max, typename F>
 void with_packs(int P, F&& f) {
-    switch (P) {
-        case 1: f(std::integral_constant<int, 1>{}); return;
-        case 2: f(std::integral_constant<int, 2>{}); return;
-        case 3: f(std::integral_constant<int, 3>{}); return;
-        case 4: f(std::integral_constant<int, 4>{}); return;
-        default: f(std::integral_constant<int, 0>{}); return;
-    }
+    if constexpr (Max == 0)
+        f(std::integral_constant<int, 0>{});
+    else if (P == Max)
+        f(std::integral_constant<int, Max>{});
+    else
+        with_packs<Max - 1>(P, f);
+}
+
+// norm_fwd_kernel's launch: LayerNorm where mean is given, RMSNorm where it is not; after the add where b is.
+template <typename T>
+void norm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor sum, Tensor a, Tensor b, Tensor w,
+              Tensor bias, float eps) {
+    const int C = int(a.shape[a.shape.ndim - 1]), N = int(a.numel() / C);
+    const bool add = !b.empty(), layer = !mean.empty();
+    const bool aligned = aligned16(out.data, a.data, w.data) && (!add || aligned16(sum.data, b.data)) &&
+                         (!layer || aligned16(bias.data));
+    with_packs<kMaxHeldPacks>(aligned ? held_packs<T>(C) : 0, [&](auto packs) {
+        norm_fwd_kernel<T, decltype(packs)::value>
+            <<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
+                out.ptr<T>(), layer ? mean.ptr<float>() : nullptr, rstd.ptr<float>(),
+                add ? sum.ptr<T>() : nullptr, a.ptr<T>(), add ? b.ptr<T>() : nullptr, w.ptr<T>(),
+                layer ? bias.ptr<T>() : nullptr, N, C, eps, layer);
+    });
+    CUDA_LAUNCH_CHECK();
 }
 
 // The parameter gradients' column terms: dout * norm for the gain, dout for the bias.
@@ -195,78 +264,15 @@ struct LnParamTerm {
     }
 };
 
-// add_norm_fwd: sum = a + b rounded to T and stored, then LayerNorm (layer) or RMSNorm of the stored sum, one
-// warp a row. Each lane reads back only the columns it wrote (warp_row's walk is the same every pass), so no
-// barrier is needed; the statistics' sums run in layernorm_fwd_kernel's and rmsnorm_fwd_kernel's order.
-template <typename T>
-__global__ void add_norm_fwd_kernel(T* sum, T* out, float* mean, float* rstd, const T* a, const T* b, const T* w,
-                                    const T* bias, int N, int C, float eps, bool layer) {
-    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const size_t o = size_t(row) * C;
-    float s = 0.0f, sq = 0.0f;
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> fa = load_floats<L>(a + o + c), fb = load_floats<L>(b + o + c);
-        Floats<L> y;
-#pragma unroll
-        for (int k = 0; k < L; k++) y.v[k] = fa.v[k] + fb.v[k];
-        store_floats<L>(sum + o + c, y);
-        const Floats<L> r = load_floats<L>(sum + o + c);  // the stored, rounded sum
-#pragma unroll
-        for (int k = 0; k < L; k++) {
-            s += r.v[k];
-            sq += r.v[k] * r.v[k];
-        }
-    });
-    float m = 0.0f, r;
-    if (layer) {
-        m = warp_sum(s) / float(C);
-        float v = 0.0f;
-        warp_row<T>(C, lane, [&](int c, auto len) {
-            constexpr int L = decltype(len)::value;
-            const Floats<L> f = load_floats<L>(sum + o + c);
-#pragma unroll
-            for (int k = 0; k < L; k++) v += (f.v[k] - m) * (f.v[k] - m);
-        });
-        r = rsqrtf(warp_sum(v) / float(C) + eps);
-    } else {
-        r = rsqrtf(warp_sum(sq) / float(C) + eps);
-    }
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(sum + o + c), fw = load_floats<L>(w + c);
-        Floats<L> y;
-        if (layer) {
-            const Floats<L> fb = load_floats<L>(bias + c);
-#pragma unroll
-            for (int k = 0; k < L; k++) y.v[k] = (f.v[k] - m) * r * fw.v[k] + fb.v[k];
-        } else {
-#pragma unroll
-            for (int k = 0; k < L; k++) y.v[k] = f.v[k] * r * fw.v[k];
-        }
-        store_floats<L>(out + o + c, y);
-    });
-    if (lane == 0) {
-        if (layer) mean[row] = m;
-        rstd[row] = r;
-    }
-}
-
 }  // namespace
 
 void layernorm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
-    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
-    dispatch(in.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        const int P = aligned16(out.data, in.data, w.data, b.data) ? fused_packs<T>(C) : 0;
-        with_packs(P, [&](auto packs) {
-            layernorm_fwd_kernel<T, decltype(packs)::value>
-                <<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-                    out.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), b.ptr<T>(), N, C);
-        });
-        CUDA_LAUNCH_CHECK();
-    });
+    dispatch(in.dtype,
+             [&](auto tag) { norm_fwd<decltype(tag)>(c, out, mean, rstd, {}, in, {}, w, b, kLnEps); });
+}
+
+void rmsnorm_fwd(const Ctx& c, Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) {
+    dispatch(in.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(c, out, {}, rstd, {}, in, {}, w, {}, eps); });
 }
 
 void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
@@ -278,7 +284,7 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
         const int P = fused_packs<T>(C);
         if ((!dw.empty() || !db.empty()) && P > 0 && aligned16(din.data, dout.data, in.data, w.data)) {
             const ColPartials p = col_partials(c, N, 2, C);
-            with_packs(P, [&](auto packs) {
+            with_packs<4>(P, [&](auto packs) {
                 if constexpr (decltype(packs)::value > 0)  // (P > 0 here)
                     layernorm_bwd_fused_kernel<T, decltype(packs)::value>
                         <<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(
@@ -302,14 +308,8 @@ void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, 
 
 void add_norm_fwd(const Ctx& c, Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
                   Tensor bias, float eps) {
-    const int C = int(sum.shape[sum.shape.ndim - 1]), N = int(sum.numel() / C);
-    dispatch(sum.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        add_norm_fwd_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-            sum.ptr<T>(), out.ptr<T>(), mean.empty() ? nullptr : mean.ptr<float>(), rstd.ptr<float>(), a.ptr<T>(),
-            b.ptr<T>(), w.ptr<T>(), bias.empty() ? nullptr : bias.ptr<T>(), N, C, eps, !mean.empty());
-        CUDA_LAUNCH_CHECK();
-    });
+    dispatch(sum.dtype,
+             [&](auto tag) { norm_fwd<decltype(tag)>(c, out, mean, rstd, sum, a, b, w, bias, eps); });
 }
 
 }  // namespace anvil::cuda

@@ -1,6 +1,6 @@
-// RMSNorm over the last dimension (Llama), statistics in f32: one warp per row in 16-byte packs, as
-// layernorm.cu; the gain's gradient is reduced over rows in two fixed-order stages (no atomics:
-// deterministic).
+// RMSNorm's backward (Llama; its forward is layernorm.cu's norm kernel), statistics in f32: one warp per row
+// in 16-byte packs, as layernorm.cu; the gain's gradient is reduced over rows in two fixed-order stages (no
+// atomics: deterministic).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -9,31 +9,6 @@ namespace anvil::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
-
-template <typename T>
-__global__ void rmsnorm_fwd_kernel(T* out, float* rstd, const T* in, const T* w, int N, int C, float eps) {
-    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const T* x = in + size_t(row) * C;
-    float s = 0.0f;
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(x + c);
-#pragma unroll
-        for (int k = 0; k < L; k++) s += f.v[k] * f.v[k];
-    });
-    const float r = rsqrtf(warp_sum(s) / float(C) + eps);
-    T* o = out + size_t(row) * C;
-    warp_row<T>(C, lane, [&](int c, auto len) {
-        constexpr int L = decltype(len)::value;
-        Floats<L> f = load_floats<L>(x + c);
-        const Floats<L> fw = load_floats<L>(w + c);
-#pragma unroll
-        for (int k = 0; k < L; k++) f.v[k] = f.v[k] * r * fw.v[k];
-        store_floats<L>(o + c, f);
-    });
-    if (lane == 0) rstd[row] = r;
-}
 
 // din += (dout*w - x * r^2 * mean(dout*w*x)) * r, one warp per row
 template <typename T>
@@ -79,16 +54,6 @@ struct RmsParamTerm {
 };
 
 }  // namespace
-
-void rmsnorm_fwd(const Ctx& c, Tensor out, Tensor rstd, Tensor in, Tensor w, float eps) {
-    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
-    dispatch(in.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        rmsnorm_fwd_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-            out.ptr<T>(), rstd.ptr<float>(), in.ptr<T>(), w.ptr<T>(), N, C, eps);
-        CUDA_LAUNCH_CHECK();
-    });
-}
 
 void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
