@@ -228,8 +228,11 @@ protected:
 // The optimizer in low precision: f32 master weights updated like the CPU's f32 weights, parameters the
 // master rounded once, and a non-finite norm that changes not one byte.
 TEST_P(CudaOptimizer, MasterWeightsAndSkippedStep) {
-    // the last is large enough for many blocks of the norm's pass, its packs in runs of four and the rest
-    const std::vector<Shape> shapes = {{64, 48}, {48}, {1000}, {7, 9}, {257, 1031}};
+    // the last is large enough for many blocks of the norm's pass, its packs in runs of four and the rest;
+    // then 120 small ones (more than one launch takes, the kernels' lists), every third of them one element
+    // into its buffer (not 16-byte aligned) among aligned ones
+    std::vector<Shape> shapes = {{64, 48}, {48}, {1000}, {7, 9}, {257, 1031}};
+    for (int i = 0; i < 120; i++) shapes.push_back(i % 2 ? Shape{1 + i % 5, 3 + i} : Shape{8 * (i % 9) + 1});
     std::vector<std::vector<float>> p, g, m, v;
     for (const Shape& s : shapes) {
         const size_t n = size_t(s.numel());
@@ -244,19 +247,23 @@ TEST_P(CudaOptimizer, MasterWeightsAndSkippedStep) {
     auto make_slots = [&](Backend& be, DType pdt, std::vector<DevTensor>& keep) {
         std::vector<ParamSlot> slots;
         for (size_t i = 0; i < shapes.size(); i++) {
+            const bool shifted = i >= 5 && i % 3 == 0;
+            const auto place = [&](const std::vector<float>& x, DType t) {
+                if (!shifted) {
+                    keep.push_back(put(be, x, shapes[i], t));
+                    return Tensor(keep.back());
+                }
+                std::vector<float> y(x.size() + 1, 0.0f);
+                std::copy(x.begin(), x.end(), y.begin() + 1);
+                keep.push_back(put(be, y, {int64_t(y.size())}, t));
+                return Tensor(keep.back()).range(1, x.size()).view(shapes[i]);
+            };
             ParamSlot s;
-            keep.push_back(put(be, p[i], shapes[i], pdt));
-            s.param = keep.back();
-            keep.push_back(put(be, g[i], shapes[i], pdt));
-            s.grad = keep.back();
-            keep.push_back(put(be, m[i], shapes[i], DType::F32));
-            s.m = keep.back();
-            keep.push_back(put(be, v[i], shapes[i], DType::F32));
-            s.v = keep.back();
-            if (pdt != DType::F32) {
-                keep.push_back(put(be, p[i], shapes[i], DType::F32));
-                s.master = keep.back();
-            }
+            s.param = place(p[i], pdt);
+            s.grad = place(g[i], pdt);
+            s.m = place(m[i], DType::F32);
+            s.v = place(v[i], DType::F32);
+            if (pdt != DType::F32) s.master = place(p[i], DType::F32);
             s.weight_decay = shapes[i].ndim >= 2 ? 0.1f : 0.0f;
             slots.push_back(s);
         }
