@@ -771,9 +771,10 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_cached_rows(s, s.NH / 2, 300, 6));  // past the rows one CUDA launch takes
         // decoding at the head sizes the CUDA kernel loads as whole vectors (32, 64, 128: a lane's 4, 8, 16
         // dimensions) and at one it does not (20), over more keys than its sixteen groups take in one step
-        const auto sized = [&](int C, int NH) {
+        const auto sized = [&](int C, int NH, int B = 0, int T = 0) {
             OpSizes z = s;
             z.C = C, z.NH = NH;
+            if (B > 0) z.B = B, z.T = T;
             return z;
         };
         t.push_back(attention_cached(sized(128, 2), 1, 70));
@@ -782,6 +783,9 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_cached(sized(40, 2), 1, 40));
         t.push_back(attention_cached_rows(sized(256, 4), 2, 5, 70));
         t.push_back(token_logprobs_case(2, 50257, 50304, 20));  // GPT-2's vocabulary, OpenAI's most
+        // the loss at GPT-2's vocabulary: each thread's packs four loads at a time, a row in shared memory in
+        // 16-bit types, the last real pack partly padding
+        t.push_back(classifier(sized(s.C, s.NH, 1, 3), 50257, 50304));
         t.push_back(classifier(s, s.V, s.V));  // rows not all 16-byte aligned: the CUDA kernel's element path
         // whole 32 x 64 tiles: the CUDA backend's packed transposing FP8 rounding
         t.push_back(matmul_fp8(64, 64, 128, WLayout::InOut, true));

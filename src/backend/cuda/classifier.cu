@@ -3,8 +3,8 @@
 // packs (memory-bound: a GPT-2 batch's logits are 1.6 GB in bf16). Where two rows fit an SM's shared memory
 // (GPT-2's 50304 bf16 logits: 98 KiB a row), it is read from global memory once and kept there for every
 // pass (the least traffic: one read, one write); else it is read twice. Either way an online pass finds the
-// log-sum-exp, then one writes the gradient. The probabilities are never stored. The same row pass gives a server its log-probabilities
-// (token_logprobs).
+// log-sum-exp, then one writes the gradient. The probabilities are never stored. The same row pass gives a
+// server its log-probabilities (token_logprobs).
 #include <climits>
 
 #include "backend/cuda/common.cuh"
@@ -14,14 +14,14 @@ namespace anvil::cuda {
 
 namespace {
 
-// The log-sum-exp of a row's first V values, in one online pass of the block in 16-byte packs (every thread
-// gets it).
+// The log-sum-exp of a row's first V values, in one online pass of the block, four 16-byte loads in flight a
+// thread (every thread gets it). stage: where the values are also stored (the row in shared memory), or null.
 template <typename T>
-__device__ float row_lse(const T* x, int V, float* red) {
+__device__ float row_lse(const T* x, int V, float* red, T* stage = nullptr) {
     float m = -INFINITY, s = 0.0f;
-    block_row(x, V, [&](int j, auto len) {
-        constexpr int L = decltype(len)::value;
-        const Floats<L> f = load_floats<L>(x + j);
+    block_row_loaded<4>(x, V, [&](int j, const auto& f) {
+        constexpr int L = sizeof(f.v) / sizeof(float);
+        if (stage) store_floats<L>(stage + j, f);  // (T to f32 and back: the same bits)
         float pm = f.v[0];
 #pragma unroll
         for (int k = 1; k < L; k++) pm = fmaxf(pm, f.v[k]);
@@ -33,14 +33,16 @@ __device__ float row_lse(const T* x, int V, float* red) {
 #pragma unroll
         for (int k = 0; k < L; k++) s += __expf(f.v[k] - m);
     });
-    const float M = block_max(m, red);
+    const float M = block_max(m, red);  // (its barriers also make stage's values every thread's)
     s = m == -INFINITY ? 0.0f : s * __expf(m - M);
     return M + logf(block_sum(s, red));
 }
 
-// One block of kRowThreads per row. Staged: the row x[0..Vp) is first copied into dynamic shared memory
-// (cp.async, 16-byte packs; Vp whole packs, x 16-byte aligned), and the log-sum-exp pass and the gradient pass
-// read it there, so the logits are read from global memory once; else both passes read x.
+// One block of kRowThreads per row. Staged: the log-sum-exp pass, reading the row x[0..V) from global memory,
+// also stores it in dynamic shared memory, where the gradient pass reads it, so the logits are read from
+// global memory once; else both passes read x. The first pass computes on each pack while the thread's next
+// loads are in flight (was: the whole row copied in first with cp.async, then the passes, each block's
+// loads and its exponentials one after the other).
 constexpr int kRowThreads = 512;
 template <typename T, bool Staged>
 __global__ void __launch_bounds__(kRowThreads)
@@ -59,24 +61,16 @@ __global__ void __launch_bounds__(kRowThreads)
             });
         return;
     }
-    const T* src = x;
-    if constexpr (Staged) {
-        constexpr int N = Pack<T>::N;
-        T* sx = reinterpret_cast<T*>(row_smem);
-        for (int p = int(threadIdx.x); p < Vp / N; p += int(blockDim.x)) cp_async16(sx + p * N, x + p * N, 16);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();  // every thread's packs landed
-        src = sx;
-    }
-    const float lse = row_lse(src, V, red);
+    T* stage = Staged ? reinterpret_cast<T*>(row_smem) : nullptr;
+    const float lse = row_lse(x, V, red, stage);
+    const T* src = Staged ? stage : x;
     const float target_logit = to_f(src[tgt]);
     __syncthreads();  // every thread has read x[tgt] before anyone overwrites it
     if (threadIdx.x == 0) losses[row] = lse - target_logit;
     if (dloss != 0.0f)  // the gradient over the logits: softmax - onehot, zero in the padding
         block_row(x, Vp, [&](int j, auto len) {
             constexpr int L = decltype(len)::value;
-            Floats<L> f = load_floats<L>(src + j);
+            Floats<L> f = j < V ? load_floats<L>(src + j) : Floats<L>{};  // (stage holds the first V)
 #pragma unroll
             for (int k = 0; k < L; k++) {
                 float g = j + k < V ? __expf(f.v[k] - lse) : 0.0f;

@@ -105,6 +105,22 @@ __device__ __forceinline__ void for_each_pack(size_t n, bool packed, F&& f) {
     for (size_t i = packs * V + first; i < n; i += stride) f(i, Len<1>{});
 }
 
+// Packs first, first + stride, ... below `packs` of x, in that order: f(p, Floats<Pack<T>::N>) for pack p, U
+// of them loaded before any is handed to f, so a thread keeps U 16-byte loads in flight.
+template <int U, typename T, typename I, typename F>
+__device__ __forceinline__ void packs_loaded(const T* x, I packs, I first, I stride, F&& f) {
+    constexpr int V = Pack<T>::N;
+    I p = first;
+    for (; p + (U - 1) * stride < packs; p += U * stride) {
+        Floats<V> v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = load_floats<V>(x + (p + u * stride) * V);
+#pragma unroll
+        for (int u = 0; u < U; u++) f(p + u * stride, v[u]);
+    }
+    for (; p < packs; p += stride) f(p, load_floats<V>(x + p * V));
+}
+
 // A reduction's walk over x[0..n), grid-strided as for_each_pack: f(Floats<L>) for each 16-byte pack (L =
 // Pack<T>::N) where `packed`, then each element of the tail (L = 1). U packs are loaded before any is handed
 // to f, so a thread keeps U loads in flight: a pass that reads much and computes little over a few hundred
@@ -117,15 +133,7 @@ __device__ __forceinline__ void for_each_loaded(const T* x, size_t n, bool packe
     const size_t packs = packed ? n / V : 0;
     const size_t stride = size_t(gridDim.x) * blockDim.x,
                  first = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    size_t p = first;
-    for (; p + (U - 1) * stride < packs; p += U * stride) {
-        Floats<V> v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) v[u] = load_floats<V>(x + (p + u * stride) * V);
-#pragma unroll
-        for (int u = 0; u < U; u++) f(v[u]);
-    }
-    for (; p < packs; p += stride) f(load_floats<V>(x + p * V));
+    packs_loaded<U>(x, packs, first, stride, [&](size_t, const Floats<V>& v) { f(v); });
     for (size_t i = packs * V + first; i < n; i += stride) f(load_floats<1>(x + i));
 }
 
@@ -153,6 +161,22 @@ __device__ __forceinline__ void block_row(const T* x, int n, F&& f) {
         j0 = n / V * V;
     }
     for (int j = j0 + tid; j < n; j += nt) f(j, Len<1>{});
+}
+
+// block_row's walk with the values loaded: f(j, Floats<L>) for the L elements from j, in block_row's order (a
+// running reduction over them gives the same bits), each thread loading U packs before it hands any out, so U
+// 16-byte loads are in flight instead of one: a row pass that computes on every element (the classifier's
+// exponentials) then overlaps its loads with that work.
+template <int U, typename T, typename F>
+__device__ __forceinline__ void block_row_loaded(const T* x, int n, F&& f) {
+    constexpr int V = Pack<T>::N;
+    const int tid = int(threadIdx.x), nt = int(blockDim.x);
+    int j0 = 0;
+    if (aligned16(x)) {
+        packs_loaded<U>(x, n / V, tid, nt, [&](int p, const Floats<V>& v) { f(p * V, v); });
+        j0 = n / V * V;
+    }
+    for (int j = j0 + tid; j < n; j += nt) f(j, load_floats<1>(x + j));
 }
 
 // Column sums over the rows of (N, C) tensors, deterministic: how parameter gradients (biases, norm gains)
