@@ -744,13 +744,15 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(attention_cached_rows(s, s.NH, 64, s.T));
     }
     if (s.T <= 64) {  // the tests: attention shapes the CUDA kernels treat differently (tiles, head sizes)
-        // CUDA's fused LayerNorm backward (widths of 32 P packs a row, P <= 4), rows over several chunks, the
-        // last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is bf16/f16's P = 3 (GPT-2 124M)
+        // CUDA's fused norm backward (rows of up to 32 P packs, P a lane: LayerNorm's P <= 5, RMSNorm's 8),
+        // rows over several chunks, the last one short: 512 is P = 2 in 16-bit types and 4 in f32; 768 is
+        // bf16/f16's P = 3 (GPT-2 124M)
         t.push_back(layernorm(s, 512, false, 200));
         t.push_back(layernorm(s, 768, false, 130));
-        // the norms' forward from registers (up to 8 packs a lane) at wider rows: 1280 is GPT-2 774M's five
-        // 16-bit packs a lane; 1600 (GPT-2 1.5B) is 200 packs, the seventh on 8 lanes only; 2048 (the Llama
-        // 1B-class) eight, and in f32 past the registers' reach
+        // the norms from registers (up to 8 packs a lane) at wider rows: 1280 is GPT-2 774M's five 16-bit
+        // packs a lane, LayerNorm's widest fused backward; 1600 (GPT-2 1.5B) is 200 packs, the seventh on 8
+        // lanes only (its backward unfused); 2048 (the Llama 1B-class) eight, RMSNorm's widest fused
+        // backward, and in f32 past the registers' reach
         t.push_back(layernorm(s, 1280, false, 40));
         t.push_back(add_norm(s, 1600, false));
         t.push_back(add_norm(s, 2048, true));

@@ -1,7 +1,7 @@
-// The norms' forward (LayerNorm, eps 1e-5; RMSNorm, rmsnorm.cu has its backward; either after a residual add,
-// add_norm_fwd), one kernel for all four, and LayerNorm's backward; statistics in f32. One warp per row with
-// 16-byte accesses; the weight and bias gradients are reduced over rows in two fixed-order stages (no
-// atomics: deterministic).
+// The norms, LayerNorm (eps 1e-5) and RMSNorm: the forward, one kernel for both, alone or after a residual
+// add (add_norm_fwd), and the backward, one fused kernel and one unfused pair for both; statistics in f32.
+// One warp per row with 16-byte accesses; the weight and bias gradients are reduced over rows in two
+// fixed-order stages (no atomics: deterministic).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -108,12 +108,14 @@ __global__ void norm_fwd_kernel(T* out, float* mean, float* rstd, T* sum, const 
     }
 }
 
-// One row of din += (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd by one warp, in two passes over
-// the lane's columns: walk(f) calls f(c, Len<L>{}, slot) for the L columns from c (slot: which of the lane's
+// One row of the input gradient by one warp, in two passes over the lane's columns: LayerNorm's din +=
+// (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd with norm = (x - mean) * rstd, or (!layer)
+// RMSNorm's, the same with the mean 0 and no mean(dout*w) term (x * rstd^2 * mean(dout*w*x) is norm *
+// mean(dout*w*norm)). walk(f) calls f(c, Len<L>{}, slot) for the L columns from c (slot: which of the lane's
 // packs, for the caller's registers); each(slot, k, dout, norm) sees every element of the second pass.
 template <typename T, typename Walk, typename Each>
-__device__ __forceinline__ void ln_bwd_row(T* di, const T* d, const T* x, const T* w, float m, float r, int C,
-                                           Walk walk, Each each) {
+__device__ __forceinline__ void norm_bwd_row(T* di, const T* d, const T* x, const T* w, float m, float r,
+                                             int C, bool layer, Walk walk, Each each) {
     float a = 0.0f, bsum = 0.0f;
     walk([&](int c, auto len, int) {
         constexpr int L = decltype(len)::value;
@@ -121,11 +123,12 @@ __device__ __forceinline__ void ln_bwd_row(T* di, const T* d, const T* x, const 
 #pragma unroll
         for (int k = 0; k < L; k++) {
             const float dn = fd.v[k] * fw.v[k];
-            a += dn;
+            if (layer) a += dn;
             bsum += dn * (fx.v[k] - m) * r;
         }
     });
-    const float dnorm_mean = warp_sum(a) / float(C), dnorm_norm_mean = warp_sum(bsum) / float(C);
+    const float dnorm_mean = layer ? warp_sum(a) / float(C) : 0.0f,
+                dnorm_norm_mean = warp_sum(bsum) / float(C);
     walk([&](int c, auto len, int slot) {
         constexpr int L = decltype(len)::value;
         const Floats<L> fx = load_floats<L>(x + c), fd = load_floats<L>(d + c), fw = load_floats<L>(w + c);
@@ -140,70 +143,67 @@ __device__ __forceinline__ void ln_bwd_row(T* di, const T* d, const T* x, const 
     });
 }
 
-// The input gradient alone, one warp per row (any width; the parameter gradients by col_sums after it)
+// The input gradient alone, one warp per row (any width; the parameter gradients by col_sums after it);
+// LayerNorm where mean is given, else RMSNorm
 template <typename T>
-__global__ void layernorm_bwd_input_kernel(T* din, const T* dout, const T* in, const T* w, const float* mean,
-                                           const float* rstd, int N, int C) {
+__global__ void norm_bwd_input_kernel(T* din, const T* dout, const T* in, const T* w, const float* mean,
+                                      const float* rstd, int N, int C) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const size_t o = size_t(row) * C;
-    ln_bwd_row(
-        din + o, dout + o, in + o, w, mean[row], rstd[row], C,
+    norm_bwd_row(
+        din + o, dout + o, in + o, w, mean ? mean[row] : 0.0f, rstd[row], C, mean != nullptr,
         [&](auto f) { warp_row<T>(C, lane, [&](int c, auto len) { f(c, len, 0); }); },
         [](int, int, float, float) {});
 }
 
-// The input gradient and the parameter gradients' column sums in one pass over the rows, for widths of whole
-// 16-byte packs, P of them a lane (C = 32 P Pack<T>::N: GPT-2 124M's 768 in bf16 is P = 3). Block b takes
-// chunk b of the rows (col_chunks: the same chunking as col_sums), warp w its rows w, w + 8, ...; each lane
-// keeps its columns' dw and db terms in registers across its rows, the block adds its warps in order
-// through shared memory and writes the chunk's partial sums for col_finish_kernel: dout and x are read once
-// (the second pass over a row from L1), where the unfused path reads them again for the column sums.
-template <typename T, int P>
+// The input gradient and the parameter gradients' column sums in one pass over the rows, for rows of whole
+// 16-byte packs, up to 32 P of them, P a lane (GPT-2 124M's 768 in bf16 is P = 3; 1600 is 200 packs, P = 7,
+// the last on 8 lanes). Block b takes chunk b of the rows (col_chunks: the same chunking as col_sums), warp w
+// its rows w, w + 8, ...; each lane keeps its columns' terms in registers across its rows (the gain's, and
+// LayerNorm's bias's: Q of them), the block adds its warps in order through shared memory and writes the
+// chunk's partial sums for col_finish_kernel: dout and x are read once (the second pass over a row from L1),
+// where the unfused path reads them again for the column sums.
+template <typename T, int P, bool Layer>
 __global__ void __launch_bounds__(256)
-    layernorm_bwd_fused_kernel(T* din, float* partial, const T* dout, const T* in, const T* w,
-                               const float* mean, const float* rstd, int N, int chunks) {
-    constexpr int V = Pack<T>::N, C = 32 * V * P;
-    __shared__ float red[2][C];
+    norm_bwd_fused_kernel(T* din, float* partial, const T* dout, const T* in, const T* w, const float* mean,
+                          const float* rstd, int N, int C, int chunks) {
+    constexpr int V = Pack<T>::N, Q = Layer ? 2 : 1;
+    __shared__ float red[Q][32 * V * P];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int per = (N + chunks - 1) / chunks, r0 = blockIdx.x * per, r1 = min(N, r0 + per);
-    float gw[P][V] = {}, gb[P][V] = {};
+    float acc[Q][P][V] = {};
     for (int row = r0 + warp; row < r1; row += kRowsPerBlock) {
         const size_t o = size_t(row) * C;
-        ln_bwd_row(
-            din + o, dout + o, in + o, w, mean[row], rstd[row], C,
+        norm_bwd_row(
+            din + o, dout + o, in + o, w, Layer ? mean[row] : 0.0f, rstd[row], C, Layer,
             [&](auto f) {
 #pragma unroll
-                for (int p = 0; p < P; p++) f((p * 32 + lane) * V, Len<V>{}, p);
+                for (int p = 0; p < P; p++)
+                    if ((p * 32 + lane) * V < C) f((p * 32 + lane) * V, Len<V>{}, p);
             },
             [&](int p, int k, float d, float norm) {
-                gw[p][k] += d * norm;
-                gb[p][k] += d;
+                acc[0][p][k] += d * norm;
+                if constexpr (Layer) acc[1][p][k] += d;
             });
     }
     for (int wi = 0; wi < kRowsPerBlock; wi++) {  // the warps in order
         if (warp == wi)
 #pragma unroll
             for (int p = 0; p < P; p++)
+                if ((p * 32 + lane) * V < C)
 #pragma unroll
-                for (int k = 0; k < V; k++) {
-                    const int c = (p * 32 + lane) * V + k;
-                    red[0][c] = (wi == 0 ? 0.0f : red[0][c]) + gw[p][k];
-                    red[1][c] = (wi == 0 ? 0.0f : red[1][c]) + gb[p][k];
-                }
+                    for (int k = 0; k < V; k++)
+#pragma unroll
+                        for (int q = 0; q < Q; q++) {
+                            const int c = (p * 32 + lane) * V + k;
+                            red[q][c] = (wi == 0 ? 0.0f : red[q][c]) + acc[q][p][k];
+                        }
         __syncthreads();
     }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        partial[(size_t(blockIdx.x) * 2 + 0) * C + c] = red[0][c];
-        partial[(size_t(blockIdx.x) * 2 + 1) * C + c] = red[1][c];
-    }
-}
-
-// Packs a lane for the fused backward, or 0 where it does not apply (a width that is not 32 P packs, P <= 4).
-template <typename T>
-int fused_packs(int C) {
-    constexpr int lane_cols = 32 * Pack<T>::N;
-    return C % lane_cols == 0 && C / lane_cols >= 1 && C / lane_cols <= 4 ? C / lane_cols : 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+#pragma unroll
+        for (int q = 0; q < Q; q++) partial[(size_t(blockIdx.x) * Q + q) * C + c] = red[q][c];
 }
 
 // Packs a lane for the forward from registers: P = ceil(C / V / 32) for rows of whole 16-byte packs up to 32
@@ -214,6 +214,18 @@ int held_packs(int C) {
     constexpr int V = Pack<T>::N;
     const int P = (C / V + 31) / 32;
     return C % V == 0 && P <= kMaxHeldPacks ? P : 0;
+}
+
+// Packs a lane for the fused backward: held_packs's, up to kMaxFusedLn for LayerNorm (two column terms a
+// lane's element in registers) and kMaxHeldPacks for RMSNorm (one), or 0 (the unfused path). Both at most 128
+// registers a thread in 16-bit types (nvcc 13, sm_90), so two blocks an SM as at the measured P = 3;
+// LayerNorm at P = 6, 7, 8 takes 163, 185, 174 (one block an SM) and stays unfused until a card says which
+// is faster.
+constexpr int kMaxFusedLn = 5;
+template <typename T>
+int fused_packs(int C, bool layer) {
+    const int P = held_packs<T>(C);
+    return P <= (layer ? kMaxFusedLn : kMaxHeldPacks) ? P : 0;
 }
 
 // Calls f(std::integral_constant<int, P>) for P in 1..Max, or with 0 for any other P (the general path).
@@ -245,24 +257,75 @@ void norm_fwd(const Ctx& c, Tensor out, Tensor mean, Tensor rstd, Tensor sum, Te
     CUDA_LAUNCH_CHECK();
 }
 
-// The parameter gradients' column terms: dout * norm for the gain, dout for the bias.
-template <typename T>
-struct LnParamTerm {
+// The parameter gradients' column terms: dout * norm for the gain, dout for LayerNorm's bias (Q = 2; RMSNorm:
+// mean null, Q = 1).
+template <typename T, int Q>
+struct NormParamTerm {
     const T *dout, *in;
     const float *mean, *rstd;
     int C;
     template <int L>
-    __device__ void operator()(int r, int c, Len<L>, float (&q)[2][L]) const {
+    __device__ void operator()(int r, int c, Len<L>, float (&q)[Q][L]) const {
         const Floats<L> d = load_floats<L>(dout + size_t(r) * C + c),
                         x = load_floats<L>(in + size_t(r) * C + c);
-        const float m = mean[r], rs = rstd[r];
+        const float m = mean ? mean[r] : 0.0f, rs = rstd[r];
 #pragma unroll
         for (int k = 0; k < L; k++) {
             q[0][k] = d.v[k] * (x.v[k] - m) * rs;
-            q[1][k] = d.v[k];
+            if constexpr (Q == 2) q[1][k] = d.v[k];
         }
     }
 };
+
+// The norms' backward: LayerNorm where mean is given (the gain and bias gradients dw, db), else RMSNorm (dw;
+// db empty); a gradient empty where its parameter is frozen. One fused kernel where the row's packs fit a
+// lane's registers, else the input gradient, then the column sums.
+template <typename T>
+void norm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w, Tensor mean,
+              Tensor rstd) {
+    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
+    const bool layer = !mean.empty();
+    const float* m = layer ? mean.ptr<float>() : nullptr;
+    const auto params = [&]<int Q>(std::integral_constant<int, Q>) {
+        if constexpr (Q == 2)
+            return ColOut<T, 2>{{dw.ptr<T>(), db.ptr<T>()}};  // null where frozen
+        else
+            return ColOut<T, 1>{{dw.ptr<T>()}};
+    };
+    const int P = aligned16(din.data, dout.data, in.data, w.data) ? fused_packs<T>(C, layer) : 0;
+    if ((!dw.empty() || !db.empty()) && P > 0) {
+        const ColPartials p = col_partials(c, N, layer ? 2 : 1, C);
+        with_packs<kMaxHeldPacks>(P, [&](auto packs) {
+            constexpr int PP = decltype(packs)::value;
+            const auto run = [&](auto kernel) {
+                kernel<<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(din.ptr<T>(), p.partial, dout.ptr<T>(),
+                                                                      in.ptr<T>(), w.ptr<T>(), m,
+                                                                      rstd.ptr<float>(), N, C, p.chunks);
+            };
+            if constexpr (PP > 0 && PP <= kMaxFusedLn)
+                if (layer) run(norm_bwd_fused_kernel<T, PP, true>);
+            if constexpr (PP > 0)
+                if (!layer) run(norm_bwd_fused_kernel<T, PP, false>);
+        });
+        CUDA_LAUNCH_CHECK();
+        if (layer)
+            col_finish(c, params(std::integral_constant<int, 2>{}), p, C);
+        else
+            col_finish(c, params(std::integral_constant<int, 1>{}), p, C);
+        return;
+    }
+    norm_bwd_input_kernel<T><<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
+        din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), m, rstd.ptr<float>(), N, C);
+    CUDA_LAUNCH_CHECK();
+    if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
+    const bool packed = whole_packs<T>(C, dout.data, in.data);
+    if (layer)
+        col_sums<T, 2>(c, params(std::integral_constant<int, 2>{}), N, C, packed,
+                       NormParamTerm<T, 2>{dout.ptr<T>(), in.ptr<T>(), m, rstd.ptr<float>(), C});
+    else
+        col_sums<T, 1>(c, params(std::integral_constant<int, 1>{}), N, C, packed,
+                       NormParamTerm<T, 1>{dout.ptr<T>(), in.ptr<T>(), m, rstd.ptr<float>(), C});
+}
 
 }  // namespace
 
@@ -277,33 +340,11 @@ void rmsnorm_fwd(const Ctx& c, Tensor out, Tensor rstd, Tensor in, Tensor w, flo
 
 void layernorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                    Tensor mean, Tensor rstd) {
-    const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
-    dispatch(in.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        const ColOut<T, 2> params{{dw.ptr<T>(), db.ptr<T>()}};  // null where frozen
-        const int P = fused_packs<T>(C);
-        if ((!dw.empty() || !db.empty()) && P > 0 && aligned16(din.data, dout.data, in.data, w.data)) {
-            const ColPartials p = col_partials(c, N, 2, C);
-            with_packs<4>(P, [&](auto packs) {
-                if constexpr (decltype(packs)::value > 0)  // (P > 0 here)
-                    layernorm_bwd_fused_kernel<T, decltype(packs)::value>
-                        <<<p.chunks, 32 * kRowsPerBlock, 0, c.stream>>>(
-                            din.ptr<T>(), p.partial, dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(),
-                            rstd.ptr<float>(), N, p.chunks);
-            });
-            CUDA_LAUNCH_CHECK();
-            col_finish(c, params, p, C);
-            return;
-        }
-        layernorm_bwd_input_kernel<T>
-            <<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, c.stream>>>(
-                din.ptr<T>(), dout.ptr<T>(), in.ptr<T>(), w.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), N,
-                C);
-        CUDA_LAUNCH_CHECK();
-        if (dw.empty() && db.empty()) return;  // a frozen norm: no parameter gradients
-        col_sums<T, 2>(c, params, N, C, whole_packs<T>(C, dout.data, in.data),
-                       LnParamTerm<T>{dout.ptr<T>(), in.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), C});
-    });
+    dispatch(in.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(c, din, dw, db, dout, in, w, mean, rstd); });
+}
+
+void rmsnorm_bwd(const Ctx& c, Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd) {
+    dispatch(in.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(c, din, dw, {}, dout, in, w, {}, rstd); });
 }
 
 void add_norm_fwd(const Ctx& c, Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor w,
