@@ -34,7 +34,7 @@ __global__ void norm_fwd_kernel(T* out, float* mean, float* rstd, T* sum, const 
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const size_t o = size_t(row) * C;
-    Floats<V> held[P > 0 ? P : 1];
+    Floats<V> held[P > 0 ? P : 1] = {};  // (the lanes past the row never read theirs)
     if constexpr (P > 0) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
