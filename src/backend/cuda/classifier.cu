@@ -161,8 +161,7 @@ void classifier(const Ctx& c, Tensor losses, Tensor logits, Tensor targets, floa
         // where two rows fit an SM at once (one alone would leave the SM idle between its load and its writes):
         // GPT-2's and Llama 2's rows in bf16, not fp32's or Llama 3's. (The reduction's 32 floats are static
         // shared memory beside the row.)
-        const bool staged =
-            Vp % Pack<T>::N == 0 && aligned16(logits.ptr<T>()) && 2 * (row_bytes + 32 * sizeof(float)) <= c.smem_optin;
+        const bool staged = 2 * (row_bytes + 32 * sizeof(float)) <= c.smem_optin;
         if (staged) {
             static const bool allowed = [&] {  // all the device allows, once
                 CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,

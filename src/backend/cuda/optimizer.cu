@@ -21,6 +21,7 @@ constexpr int kNormBlocks = 512;
 constexpr int kNormList = 96;  // 24 bytes a tensor
 template <typename T>
 struct NormList {
+    using type = T;
     struct Entry {
         const T* x;
         size_t n;
@@ -32,6 +33,7 @@ struct NormList {
 constexpr int kAdamList = 48;  // 56 bytes a tensor
 template <typename T>
 struct AdamList {
+    using type = T;
     struct Entry {
         T* p;
         const T* g;
@@ -123,13 +125,13 @@ void global_norm_sq(const Ctx& c, Tensor out, const std::vector<Tensor>& grads) 
     in_lists<NormList, kNormList>(
         grads, [](const Tensor& t) { return t.dtype; },
         [](auto& list, const Tensor& t) -> size_t {
-            using T = std::remove_const_t<std::remove_pointer_t<decltype(list.t[0].x)>>;
+            using T = typename std::decay_t<decltype(list)>::type;
             if (t.numel() == 0) return 0;
             list.t[list.count++] = {t.ptr<T>(), size_t(t.numel()), aligned16(t.data)};
             return size_t(t.numel());
         },
         [&](const auto& list, size_t elements) {
-            using T = std::remove_const_t<std::remove_pointer_t<decltype(list.t[0].x)>>;
+            using T = typename std::decay_t<decltype(list)>::type;
             const unsigned blocks =
                 std::min<unsigned>(kNormBlocks, blocks_for(elements, 4 * Pack<T>::N * 256));
             sumsq_partial_kernel<T><<<blocks, 256, 0, c.stream>>>(partial, list);
@@ -145,7 +147,7 @@ void adamw(const Ctx& c, const std::vector<ParamSlot>& slots, const AdamWArgs& a
     in_lists<AdamList, kAdamList>(
         slots, [](const ParamSlot& s) { return s.param.dtype; },
         [](auto& list, const ParamSlot& s) -> size_t {
-            using T = std::remove_pointer_t<decltype(list.t[0].p)>;
+            using T = typename std::decay_t<decltype(list)>::type;
             const size_t n = size_t(s.param.numel());
             if (n == 0) return 0;
             ANVIL_CHECK(s.param.dtype == DType::F32 || !s.master.empty(),
@@ -159,7 +161,7 @@ void adamw(const Ctx& c, const std::vector<ParamSlot>& slots, const AdamWArgs& a
             return n;
         },
         [&](const auto& list, size_t elements) {
-            using T = std::remove_pointer_t<decltype(list.t[0].p)>;
+            using T = typename std::decay_t<decltype(list)>::type;
             const unsigned grid = std::min<unsigned>(blocks_for(elements, 4 * 256), unsigned(c.sm_count) * 8);
             adamw_kernel<T><<<grid, 256, 0, c.stream>>>(list, a.lr, a.beta1, a.beta2, a.eps, bc1, bc2_sqrt,
                                                         a.grad_scale, a.max_grad_norm, norm_sq.ptr<float>());
