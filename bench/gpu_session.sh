@@ -168,7 +168,8 @@ case "$what" in
       # shellcheck disable=SC2086
       want "$name" opt-in && step "$name" 240 python3 bench/gpu_train_bench.py --anvil "$root/bin/anvil" \
         --gpt2-vocab "$root/gpt2" --shared-bench "$root/torch_gpt2_bench.py" --out "$work/$name" $flags \
-        --steps 6 --warmup 2 --profile-steps 0 --attention "${BENCH16_ATTENTION:-auto,cudnn}"
+        --steps 6 --warmup 2 --profile-steps 0 \
+        --attention "${BENCH16_ATTENTION:-$([ "$name" = llama1b ] && echo auto,cudnn,auto+apart || echo auto,cudnn)}"
       [ -f "$work/$name/gpu_train_bench.json" ] && mkdir -p "$out/$name" &&
         cp "$work/$name/gpu_train_bench.json" "$out/$name/"
     done

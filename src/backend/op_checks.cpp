@@ -23,14 +23,18 @@ void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op) 
                     t->shape.str(), t->stride);
 }
 
-void check_residual(const Tensor& out, const Tensor& a, const Tensor& b) {
-    if (out.contiguous() && a.contiguous() && b.contiguous()) {
-        expect_same_numel(out, a, "residual");
-        return expect_same_numel(a, b, "residual");
+void check_elementwise(std::initializer_list<const Tensor*> ts, const char* op) {
+    const Tensor& first = **ts.begin();
+    const bool strided = std::any_of(ts.begin(), ts.end(), [](const Tensor* t) { return !t->contiguous(); });
+    for (const Tensor* t : ts) {
+        if (!strided) {
+            expect_same_numel(first, *t, op);
+            continue;
+        }
+        ANVIL_CHECK(rows(*t) == rows(first) && cols(*t) == cols(first),
+                    "{}: {} and {} (strided views among the arguments) must have one shape", op,
+                    first.shape.str(), t->shape.str());
     }
-    ANVIL_CHECK(rows(out) == rows(a) && rows(a) == rows(b) && cols(out) == cols(a) && cols(a) == cols(b),
-                "residual: out {} a {} b {} (strided views) must have one shape", out.shape.str(),
-                a.shape.str(), b.shape.str());
 }
 
 EmbDims check_embedding(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {

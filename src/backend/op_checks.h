@@ -21,8 +21,9 @@ void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const ch
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op);
 // Strided views (Tensor::cols) reach only the arguments ops.def says take them; the rest must be contiguous.
 void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op);
-// residual_fwd: out, a, b of one element count, or, where any is a strided view, of one shape
-void check_residual(const Tensor& out, const Tensor& a, const Tensor& b);
+// Elementwise ops (residual_fwd, swiglu_fwd, swiglu_bwd): arguments of one element count, or, where any is a
+// strided view, of one shape (rows and columns).
+void check_elementwise(std::initializer_list<const Tensor*> ts, const char* op);
 
 // FP8 delayed scaling's state: (3, F) f32, F a history's floats (Fp8History::floats). Returns F, the floats
 // from one operand's history to the next (0 when scaling is off).

@@ -37,9 +37,9 @@ void Buffer::reset() {
     bytes_ = 0;
 }
 
-size_t TensorTable::add(std::string name, Shape shape, DType dtype) {
+size_t TensorTable::add(std::string name, Shape shape, DType dtype, bool joined) {
     ANVIL_ASSERT(shape.numel() >= 0);
-    const size_t offset = (total_ + kAlign - 1) / kAlign * kAlign;
+    const size_t offset = joined && total_ % 16 == 0 ? total_ : (total_ + kAlign - 1) / kAlign * kAlign;
     entries_.push_back({std::move(name), shape, dtype, offset});
     total_ = offset + size_t(shape.numel()) * dtype_size(dtype);
     return entries_.size() - 1;

@@ -50,8 +50,9 @@ struct TableEntry {
 
 class TensorTable {
 public:
-    // Appends an entry; returns its index.
-    size_t add(std::string name, Shape shape, DType dtype);
+    // Appends an entry; returns its index. `joined`: right after the previous entry, no alignment gap, where
+    // that keeps it 16-byte aligned (Llama's k projection after its q: one product over both, LinearGroup).
+    size_t add(std::string name, Shape shape, DType dtype, bool joined = false);
     const std::vector<TableEntry>& entries() const { return entries_; }
     size_t size() const { return entries_.size(); }
     size_t total_bytes() const { return total_; }

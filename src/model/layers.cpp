@@ -1,6 +1,8 @@
 #include "model/layers.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/op_checks.h"
 
@@ -164,6 +166,101 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
     product({});
     adapter_->backward(p, din, dout, in);
     if (!in_pre_gelu.empty() && !din.empty()) p.be.gelu_bwd(din, din, in_pre_gelu);
+}
+
+// ---- LinearGroup --------------------------------------------------------------------------------------
+
+LinearGroup::LinearGroup(std::initializer_list<const Linear*> parts) {
+    ANVIL_ASSERT(parts.size() >= 1 && parts.size() <= size_t(kMaxParts));
+    for (const Linear* l : parts) parts_[n_++] = l;
+}
+
+void LinearGroup::join(ParamRegistry& reg, std::initializer_list<const Linear*> parts) {
+    const Linear* prev = nullptr;
+    for (const Linear* l : parts) {
+        if (prev && l->w_ == prev->w_ + 1) reg.specs[l->w_].joined = true;
+        prev = l;
+    }
+}
+
+namespace {
+
+bool fusion_allowed() {
+    const char* e = std::getenv("ANVIL_FUSE_PROJECTIONS");
+    return !(e && std::string_view(e) == "0");
+}
+
+}  // namespace
+
+bool LinearGroup::fused() const {
+    if (n_ < 2 || !fusion_allowed()) return false;
+    const ParamStore& s = *parts_[0]->reg_->store;
+    const Linear& a = *parts_[0];
+    const bool bias = a.b_ != ParamStore::npos;
+    // entry i's tensor right after entry j's (or both absent: a frozen entry has no gradient)
+    const auto follows = [](const Tensor& prev, const Tensor& t) {
+        if (prev.empty() || t.empty()) return prev.empty() && t.empty();
+        return t.dtype == prev.dtype && static_cast<const char*>(prev.data) + prev.nbytes() == t.data;
+    };
+    for (int i = 0; i < n_; i++) {
+        const Linear& l = *parts_[i];
+        if (l.adapter_ || l.fp8_ || l.scale_ != ParamStore::npos || l.layout_ != WLayout::OutIn ||
+            l.parallel_ == Parallel::Row || l.in_ != a.in_ || (l.b_ != ParamStore::npos) != bias)
+            return false;
+        if (i == 0) continue;
+        const Linear& prev = *parts_[i - 1];
+        if (!follows(s.param(prev.w_), s.param(l.w_)) || !follows(s.grad(prev.w_), s.grad(l.w_)))
+            return false;
+        if (bias && (!follows(s.param(prev.b_), s.param(l.b_)) || !follows(s.grad(prev.b_), s.grad(l.b_))))
+            return false;
+    }
+    return true;
+}
+
+LinearGroup::Stacked LinearGroup::stacked(int64_t total) const {
+    const ParamStore& s = *parts_[0]->reg_->store;
+    const Linear& a = *parts_[0];
+    const bool bias = a.b_ != ParamStore::npos;
+    // the first part's storage seen whole (a frozen entry's gradient stays empty)
+    const auto whole = [](Tensor t, Shape shape) { return t.empty() ? t : (t.shape = shape, t); };
+    return {whole(s.param(a.w_), Shape{total, a.in_}), whole(s.grad(a.w_), Shape{total, a.in_}),
+            bias ? whole(s.param(a.b_), Shape{total}) : Tensor{},
+            bias ? whole(s.grad(a.b_), Shape{total}) : Tensor{}};
+}
+
+void LinearGroup::forward(const Pass& p, Tensor out, Tensor in) const {
+    if (!fused()) {
+        int64_t c0 = 0;
+        for (int i = 0; i < n_; i++) {
+            parts_[i]->forward(p, out.cols(c0, parts_[i]->out_), in);
+            c0 += parts_[i]->out_;
+        }
+        return;
+    }
+    const Stacked st = stacked(cols(out));
+    p.be.matmul_fwd(out, in, st.w, WLayout::OutIn, st.b, {});
+}
+
+Tensor LinearGroup::grad_part(Tensor dout, int i) const {
+    int64_t c0 = 0;
+    for (int j = 0; j < i; j++) c0 += parts_[j]->out_;
+    const int64_t w = parts_[i]->out_;
+    if (fused()) return dout.cols(c0, w);
+    Shape shape = dout.shape;
+    shape.dims[size_t(shape.ndim - 1)] = w;
+    return dout.range(size_t(rows(dout) * c0), size_t(rows(dout) * w)).view(shape);
+}
+
+void LinearGroup::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor dx) const {
+    if (!fused()) {
+        for (int i = 0; i < n_; i++) {
+            parts_[i]->backward(p, i == 0 || din.empty() ? din : dx, grad_part(dout, i), in);
+            if (i > 0 && !din.empty()) p.be.residual_fwd(din, din, dx);
+        }
+        return;
+    }
+    const Stacked st = stacked(cols(dout));
+    p.be.matmul_bwd(din, st.dw, st.db, dout, in, st.w, WLayout::OutIn, {});
 }
 
 // ---- Norm ---------------------------------------------------------------------------------------------
@@ -387,9 +484,7 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
       saved_buf_(reg.acts.id(prefix + ".saved")),
       dy_(reg.acts.id("rattn.dy")),
       dqkv_(reg.acts.id("rattn.dqkv")),
-      dq_(reg.acts.id("rattn.dq")),
-      dk_(reg.acts.id("rattn.dk")),
-      dv_(reg.acts.id("rattn.dv")),
+      drot_(reg.acts.id("rattn.drot")),
       dx_(reg.acts.id("rattn.dx")),
       scratch_(reg.acts.id("rattn.scratch")),
       heads_(heads / reg.tp.size),  // this rank's query and key/value heads
@@ -403,7 +498,9 @@ RotaryAttention::RotaryAttention(ParamRegistry& reg, const std::string& prefix, 
       v_(reg, prefix + ".v_proj", dim, kv_heads * head_size, WLayout::OutIn, qkv_bias, {Init::Normal, std},
          layer, Parallel::Column),
       o_(reg, prefix + ".o_proj", heads * head_size, dim, WLayout::OutIn, o_bias, {Init::Normal, std}, layer,
-         Parallel::Row) {}
+         Parallel::Row) {
+    LinearGroup::join(reg, {&q_, &k_, &v_});
+}
 
 void RotaryAttention::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
@@ -417,9 +514,7 @@ void RotaryAttention::plan(ActPlan& plan) const {
         plan.add_flat(saved_buf_, int64_t(be.attention_saved_elems(d)), a, Keep::Saved, "rattn.saved");
     plan.add(dy_, {QC}, a, Keep::Backward);
     plan.add(dqkv_, {3 * QC}, a, Keep::Backward);
-    plan.add(dq_, {QC}, a, Keep::Backward);
-    plan.add(dk_, {KC}, a, Keep::Backward);
-    plan.add(dv_, {KC}, a, Keep::Backward);
+    plan.add(drot_, {QC + 2 * KC}, a, Keep::Backward);  // dq, dk, dv: LinearGroup::grad_part
     plan.add(dx_, {C}, a, Keep::Backward);
     plan.add_flat(scratch_, int64_t(be.attention_scratch_elems(d)), a, Keep::Backward);
     for (const Linear* l : {&q_, &k_, &v_, &o_}) l->plan(plan);
@@ -429,10 +524,8 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     // q (B,T,QC), k and v (B,T,KC): column views of qkv, rows QC + 2 KC apart; no packing copy
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_;
-    const Tensor q = qkv.cols(0, QC), k = qkv.cols(QC, KC), v = qkv.cols(QC + KC, KC);
-    q_.forward(p, q, in);
-    k_.forward(p, k, in);
-    v_.forward(p, v, in);
+    const Tensor q = qkv.cols(0, QC), k = qkv.cols(QC, KC);
+    LinearGroup{&q_, &k_, &v_}.forward(p, qkv, in);
     if (p.row_pos) {  // each row at its own position
         p.be.rope_rows(q, inv_freq_, heads_, p.row_positions, false);
         p.be.rope_rows(k, inv_freq_, kv_heads_, p.row_positions, false);
@@ -450,18 +543,19 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
 
 void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_), dy = p.act(dy_), dqkv = p.act(dqkv_);
-    const Tensor dq = p.act(dq_), dk = p.act(dk_), dv = p.act(dv_), dx = p.act(dx_);
+    const LinearGroup qkv_proj{&q_, &k_, &v_};
+    const bool fused = qkv_proj.fused();
     o_.backward(p, dy, dout, y);
     p.be.attention_bwd(dqkv, p.act(scratch_), dy, qkv, y, p.act(saved_buf_), heads_,
                        p.attn_drop(layer_, reg_->tp.rank * heads_));
-    p.be.qkv_unpack(dq, dk, dv, dqkv, heads_);
+    // [dq | dk | dv]: with a key/value head per query head and the projections as one product, dqkv is it
+    const bool in_place = fused && kv_heads_ == heads_;
+    const Tensor drot = in_place ? dqkv : p.act(drot_);
+    const Tensor dq = qkv_proj.grad_part(drot, 0), dk = qkv_proj.grad_part(drot, 1);
+    if (!in_place) p.be.qkv_unpack(dq, dk, qkv_proj.grad_part(drot, 2), dqkv, heads_);
     p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
     p.be.rope(dk, inv_freq_, kv_heads_, p.pos0, true);
-    q_.backward(p, din, dq, in);
-    k_.backward(p, dx, dk, in);
-    p.be.residual_fwd(din, din, dx);
-    v_.backward(p, dx, dv, in);
-    p.be.residual_fwd(din, din, dx);
+    qkv_proj.backward(p, din, drot, in, p.act(dx_));
 }
 
 // ---- GatedMlp -----------------------------------------------------------------------------------------
@@ -469,12 +563,10 @@ void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in
 GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int hidden, int layer, double std,
                    bool bias)
     : reg_(&reg),
-      gate_buf_(reg.acts.id(prefix + ".gate")),
-      up_buf_(reg.acts.id(prefix + ".up")),
+      gu_buf_(reg.acts.id(prefix + ".gate_up")),
       act_buf_(reg.acts.id(prefix + ".act")),
       dact_(reg.acts.id("gmlp.dact")),
-      dgate_(reg.acts.id("gmlp.dgate")),
-      dup_(reg.acts.id("gmlp.dup")),
+      dgu_(reg.acts.id("gmlp.dgate_up")),
       dx_(reg.acts.id("gmlp.dx")),
       dim_(dim),
       hidden_(hidden / reg.tp.size),  // this rank's columns
@@ -483,37 +575,35 @@ GatedMlp::GatedMlp(ParamRegistry& reg, const std::string& prefix, int dim, int h
       up_(reg, prefix + ".up_proj", dim, hidden, WLayout::OutIn, bias, {Init::Normal, std}, layer,
           Parallel::Column),
       down_(reg, prefix + ".down_proj", hidden, dim, WLayout::OutIn, bias, {Init::Normal, std}, layer,
-            Parallel::Row) {}
+            Parallel::Row) {
+    LinearGroup::join(reg, {&gate_, &up_});
+}
 
 void GatedMlp::plan(ActPlan& plan) const {
     const DType a = reg_->dtype;
-    plan.add(gate_buf_, {hidden_}, a, Keep::Saved, "gmlp.gate");
-    plan.add(up_buf_, {hidden_}, a, Keep::Saved, "gmlp.up");
+    plan.add(gu_buf_, {2 * int64_t(hidden_)}, a, Keep::Saved, "gmlp.gate_up");  // [gate | up] in each row
     plan.add(act_buf_, {hidden_}, a, Keep::Recomputable, "gmlp.act");
     plan.add(dact_, {hidden_}, a, Keep::Backward);
-    plan.add(dgate_, {hidden_}, a, Keep::Backward);
-    plan.add(dup_, {hidden_}, a, Keep::Backward);
+    plan.add(dgu_, {2 * int64_t(hidden_)}, a, Keep::Backward);  // dgate, dup: LinearGroup::grad_part
     plan.add(dx_, {dim_}, a, Keep::Backward);
     for (const Linear* l : {&gate_, &up_, &down_}) l->plan(plan);
 }
 
 void GatedMlp::forward(const Pass& p, Tensor out, Tensor in) const {
-    const Tensor g = p.act(gate_buf_), u = p.act(up_buf_), act = p.act(act_buf_);
-    gate_.forward(p, g, in);
-    up_.forward(p, u, in);
-    p.be.swiglu_fwd(act, g, u);
+    const Tensor gu = p.act(gu_buf_), act = p.act(act_buf_);
+    LinearGroup{&gate_, &up_}.forward(p, gu, in);
+    p.be.swiglu_fwd(act, gu.cols(0, hidden_), gu.cols(hidden_, hidden_));
     down_.forward(p, out, act);
 }
 
 void GatedMlp::backward(const Pass& p, Tensor din, Tensor dout, Tensor in) const {
-    const Tensor g = p.act(gate_buf_), u = p.act(up_buf_), act = p.act(act_buf_);
-    const Tensor dact = p.act(dact_), dg = p.act(dgate_), du = p.act(dup_), dx = p.act(dx_);
+    const Tensor gu = p.act(gu_buf_), act = p.act(act_buf_), dact = p.act(dact_), dgu = p.act(dgu_);
+    const Tensor g = gu.cols(0, hidden_), u = gu.cols(hidden_, hidden_);
+    const LinearGroup gate_up{&gate_, &up_};
     if (p.acts.recompute()) p.be.swiglu_fwd(act, g, u);
     down_.backward(p, dact, dout, act);
-    p.be.swiglu_bwd(dg, du, dact, g, u);
-    gate_.backward(p, din, dg, in);
-    up_.backward(p, dx, du, in);
-    p.be.residual_fwd(din, din, dx);
+    p.be.swiglu_bwd(gate_up.grad_part(dgu, 0), gate_up.grad_part(dgu, 1), dact, g, u);
+    gate_up.backward(p, din, dgu, in, p.act(dx_));
 }
 
 }  // namespace anvil

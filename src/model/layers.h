@@ -150,6 +150,7 @@ public:
     void backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor in_pre_gelu = {}) const;
 
 private:
+    friend class LinearGroup;
     Tensor fp8_kept(const Pass& p) const;  // empty where the plan has none
     Fp8Scaling fp8_scaling(const Pass& p) const;  // off where the model scales FP8 from each operand
 
@@ -164,6 +165,43 @@ private:
     WLayout layout_ = WLayout::InOut;
     Parallel parallel_ = Parallel::None;
     std::shared_ptr<const LinearAdapter> adapter_;
+};
+
+// Linear layers that read one input, their outputs side by side in each row of one (N, sum of outputs)
+// tensor: Llama's q, k and v projections, its gate and up. Where their weights lie one after another in the
+// parameter arena (OutIn: the stacked weight is one (sum, in) matrix), their gradients in the gradient arena
+// (or none is trainable), their biases likewise (or none has one), and nothing rides on them (no adapter,
+// int8 or FP8 weight, no row parallelism), they run as one product: one matmul_fwd, and one matmul_bwd whose
+// input gradient is the parts' summed in its f32 accumulator (no adds between rounded parts). Otherwise each
+// part runs on its own, into its columns (forward) and from its own contiguous block (backward).
+// ANVIL_FUSE_PROJECTIONS=0 in the environment runs the parts apart everywhere (to measure one against the
+// other).
+class LinearGroup {
+public:
+    LinearGroup(std::initializer_list<const Linear*> parts);
+    // Marks each part's weight to follow the one before in the arenas (ParamSpec::joined), where it was
+    // registered right after it (no bias or int8 scales between): at the model's construction.
+    static void join(ParamRegistry& reg, std::initializer_list<const Linear*> parts);
+    bool fused() const;
+    // out (B,T,sum), contiguous: part i's output in its columns
+    void forward(const Pass& p, Tensor out, Tensor in) const;
+    // Where part i's output gradient goes in the backward's dout (B,T,sum): its columns when fused, else the
+    // i-th contiguous block of the storage (the form Linear::backward reads).
+    Tensor grad_part(Tensor dout, int i) const;
+    // din (overwritten; skipped when empty) = the parts' input gradients summed; the weights' and biases'
+    // gradients accumulate. dx: a (B,T,in) scratch for the parts' sums when they run apart.
+    void backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor dx) const;
+
+private:
+    // The parts' weights (total, in) and biases (total) as one, with their gradients: the first part's
+    // storage
+    struct Stacked {
+        Tensor w, dw, b, db;
+    };
+    Stacked stacked(int64_t total) const;
+    static constexpr int kMaxParts = 3;
+    const Linear* parts_[kMaxParts]{};
+    int n_ = 0;
 };
 
 // LayerNorm (eps 1e-5, a gain and a bias: GPT-2) or RMSNorm (a gain, eps from the config: Llama).
@@ -269,7 +307,7 @@ public:
 private:
     const ParamRegistry* reg_ = nullptr;
     ActId qkv_buf_, y_buf_, saved_buf_;
-    ActId dy_, dqkv_, dq_, dk_, dv_, dx_, scratch_;
+    ActId dy_, dqkv_, drot_, dx_, scratch_;
     int heads_ = 0, kv_heads_ = 0, hs_ = 0, layer_ = 0;
     Linear q_, k_, v_, o_;
     Tensor inv_freq_;
@@ -288,7 +326,7 @@ public:
 
 private:
     const ParamRegistry* reg_ = nullptr;
-    ActId gate_buf_, up_buf_, act_buf_, dact_, dgate_, dup_, dx_;
+    ActId gu_buf_, act_buf_, dact_, dgu_, dx_;
     int dim_ = 0, hidden_ = 0;
     Linear gate_, up_, down_;
 };

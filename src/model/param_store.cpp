@@ -50,9 +50,10 @@ ParamStore::ParamStore(Backend& backend, std::vector<ParamSpec> specs)
     for (size_t i = 0; i < specs_.size(); i++) {
         const ParamSpec& s = specs_[i];
         ANVIL_CHECK(index_.emplace(s.name, i).second, "parameter store: \"{}\" is declared twice", s.name);
-        all.add(s.name, s.shape, s.dtype);
+        all.add(s.name, s.shape, s.dtype, s.joined && i > 0);
         if (s.trainable) {
-            grad_slot[i] = trainable.add(s.name, s.shape, s.dtype);
+            grad_slot[i] =
+                trainable.add(s.name, s.shape, s.dtype, s.joined && i > 0 && specs_[i - 1].trainable);
             trainable_.push_back(i);
         }
     }

@@ -43,6 +43,9 @@ struct ParamSpec {
     // Stored, loaded and saved in its own dtype whatever the model's: int8 weights (I8) and their scales (F32).
     bool keep_dtype = false;
     int scale_dim = -1;  // an int8 weight: the dimension of its output channels (one scale each)
+    // Laid right after the previous entry in the arenas (both in them), no alignment gap: the weights of
+    // projections that run as one product (LinearGroup::join)
+    bool joined = false;
     // The whole entry's shape, as checkpoints hold it.
     Shape full_shape() const;
 };

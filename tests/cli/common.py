@@ -33,8 +33,8 @@ def safetensors_header(path):
         return json.loads(fh.read(n))
 
 
-def run(args, timeout=120, check=False):
-    r = subprocess.run([ANVIL, *args], capture_output=True, text=True, errors="replace", timeout=timeout)
+def run(args, timeout=120, check=False, env=None):
+    r = subprocess.run([ANVIL, *args], capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"anvil {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
     return r

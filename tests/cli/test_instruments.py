@@ -187,6 +187,27 @@ def main():
               "profile.json: matrix products with their GFLOP/s", f)
         check("gb_per_s" not in rows.get("attention_fwd", {"gb_per_s": 1}), "attention is not rated by bytes", f)
         check(abs(sum(v["share"] for v in rows.values()) - 1.0) < 1e-6, "shares add up to 1", f)
+
+        # a Llama's q, k, v projections and its gate and up as one product each (LinearGroup): 4 products a
+        # layer forward (qkv, o, gate+up, down) and no adds of input gradients; apart, 7 and 3 adds a layer
+        llama = ["--arch", "llama", "--kv-heads", "1", "--ffn-dim", "96", "--log-every", "1", "--tensorboard", "off"]
+        counts, losses = {}, {}
+        for fuse in ("1", "0"):
+            o = os.path.join(d, f"llama-fuse{fuse}")
+            r = run(["train", "--data", data, "--out", o, "--steps", "3", "--batch", "2", "--profile", *llama,
+                     *SMALL], check=True, env={**os.environ, "ANVIL_FUSE_PROJECTIONS": fuse})
+            ops = {row["op"]: row for row in json.load(open(os.path.join(o, "profile.json")))}
+            counts[fuse] = (sum(v["calls"] for k, v in ops.items() if k.startswith("matmul_fwd")),
+                            ops.get("residual_fwd", {}).get("calls", 0), sorted(ops))
+            losses[fuse] = [json.loads(l)["loss"] for l in open(os.path.join(o, "metrics.jsonl"))]
+        check(counts["1"][:2] == (2 * (2 * 4 + 1), 0) and "matmul_fwd 128x64>128" in counts["1"][2] and
+              "matmul_fwd 128x64>192" in counts["1"][2],
+              f"llama: q/k/v (64>128) and gate/up (64>192) one product each, 4 a layer, no adds: {counts['1'][:2]}",
+              f)
+        check(counts["0"][:2] == (2 * (2 * 7 + 1), 2 * 2 * 3),
+              f"ANVIL_FUSE_PROJECTIONS=0: 7 products a layer and 3 adds: {counts['0'][:2]}", f)
+        check(len(losses["1"]) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses["1"], losses["0"])),
+              f"the same losses either way: {losses['1']} {losses['0']}", f)
     return report(f)
 
 

@@ -60,7 +60,8 @@ OpCase mlp_q8(int N, int C);
 OpCase embedding_q8(const OpSizes& s, bool positions);
 
 // Attention (op_cases_attention.cpp): training's, grouped-query, generation's cached and paged forms.
-OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares);
+// strided: dq, dk and dv as column views of one (N, (NH + 2 KVH) HS) tensor, as LinearGroup reads them
+OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares, bool strided = false);
 // `drop`: dropout on the probabilities (dropout_mask.h), the reference applying the mask as documented there
 OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop = {});
 OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop = {});

@@ -198,6 +198,36 @@ OpCase swiglu(const OpSizes& s) {
     return c;
 }
 
+// SwiGLU on strided views, as Llama's gate and up projections run as one product (LinearGroup): gate and up
+// are columns [g0, g0 + H) and [u0, u0 + H) of gu (N, W), their gradients the same columns of dgu, whose
+// other columns must stay as drawn; the forward's output and the backward's seed are contiguous.
+OpCase swiglu_strided(const OpSizes& s, int H, int g0, int u0, int W) {
+    OpCase c;
+    const int N = s.B * s.T;
+    c.name = fmt::format("swiglu strided: gate columns {}.., up {}.. of {} (H={})", g0, u0, W, H);
+    c.args = {in("gu", {N, W}, 2.0f, false), in("dout", {N, H}, 1.0f, false), out("out", {N, H}),
+              arg("dgu", {N, W}, Role::InOut)};
+    c.forward = [=](Backend& be, const Args& a) {
+        const Tensor gu = a["gu"], dgu = a["dgu"];
+        be.swiglu_fwd(a["out"], gu.cols(g0, H), gu.cols(u0, H));
+        be.swiglu_bwd(dgu.cols(g0, H), dgu.cols(u0, H), a["dout"], gu.cols(g0, H), gu.cols(u0, H));
+    };
+    c.reference = [=](const HostArgs& h, HostArgs& want) {
+        const Vec &gu = h.at("gu"), &dout = h.at("dout");
+        Vec o(size_t(N) * H), dgu = h.at("dgu");
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < H; j++) {
+                const double g = gu[size_t(n) * W + g0 + j], u = gu[size_t(n) * W + u0 + j],
+                             d = dout[size_t(n) * H + j], sg = 1.0 / (1.0 + std::exp(-g));
+                o[size_t(n) * H + j] = float(g * sg * u);
+                dgu[size_t(n) * W + g0 + j] = float(d * u * sg * (1.0 + g * (1.0 - sg)));
+                dgu[size_t(n) * W + u0 + j] = float(d * g * sg);
+            }
+        want["out"] = o, want["dgu"] = dgu;
+    };
+    return c;
+}
+
 OpCase layernorm(const OpSizes& s, int C, bool frozen, int rows = 0) {
     OpCase c;
     const int N = rows > 0 ? rows : s.B * s.T;
@@ -728,9 +758,12 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         rope_strided(s, 1, 16, 32, 64, true),               // k, a decode step's rows
         residual_strided(s, 7, s.C + 20),
         swiglu(s),
+        swiglu_strided(s, 2 * s.C, 0, 2 * s.C, 4 * s.C),       // [gate | up], whole packs
+        swiglu_strided(s, s.C + 3, 1, s.C + 9, 2 * s.C + 16),  // odd widths and offsets: element by element
         qkv_unpack_case(s, s.NH, s.NH / 2, true),
         qkv_unpack_case(s, s.NH, s.NH / 2, false),
         qkv_unpack_case(s, s.NH, s.NH, true),
+        qkv_unpack_case(s, s.NH, s.NH / 2, true, true),
         classifier(s, s.V, s.Vp),
         token_logprobs_case(std::min(s.B * s.T, 1024), s.V, s.Vp, 5),
         token_logprobs_case(3, s.V, s.Vp, 0),

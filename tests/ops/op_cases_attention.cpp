@@ -66,17 +66,26 @@ constexpr double kAttentionLowPrecisionTol = 2.0;
 
 // The grouped-query gradients out of the packed layout: dqkv (N, (NH + 2 KH) HS) into dq (N, NH HS), dk and
 // dv (N, KVH HS), KH = NH (attention_bwd's shares, summed per key/value head) or KVH (a plain split).
-OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares) {
+OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares, bool strided) {
     OpCase c;
     const int N = s.B * s.T, HS = s.C / s.NH, KH = shares ? NH : KVH, W = (NH + 2 * KH) * HS;
-    c.name = fmt::format("qkv_unpack NH={} KVH={}{}", NH, KVH, shares ? " (a share per query head)" : "");
-    c.args = {in("dqkv", {N, W}, 1.0f, false), out("dq", {N, NH * HS}), out("dk", {N, KVH * HS}),
-              out("dv", {N, KVH * HS})};
-    c.forward = [NH](Backend& be, const Args& a) { be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["dqkv"], NH); };
+    const int QC = NH * HS, KC = KVH * HS, U = QC + 2 * KC;
+    c.name = fmt::format("qkv_unpack NH={} KVH={}{}{}", NH, KVH, shares ? " (a share per query head)" : "",
+                         strided ? " into column views of one (N, q + 2 kv) tensor" : "");
+    c.args = {in("dqkv", {N, W}, 1.0f, false)};
+    if (strided)
+        c.args.push_back(out("drot", {N, U}));
+    else
+        c.args.insert(c.args.end(), {out("dq", {N, QC}), out("dk", {N, KC}), out("dv", {N, KC})});
+    c.forward = [=](Backend& be, const Args& a) {
+        if (!strided) return be.qkv_unpack(a["dq"], a["dk"], a["dv"], a["dqkv"], NH);
+        const Tensor d = a["drot"];
+        be.qkv_unpack(d.cols(0, QC), d.cols(QC, KC), d.cols(QC + KC, KC), a["dqkv"], NH);
+    };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         const int group = KH / KVH;
         const Vec& g = h.at("dqkv");
-        Vec dq(size_t(N) * NH * HS), dk(size_t(N) * KVH * HS, 0.0f), dv = dk;
+        Vec dq(size_t(N) * QC), dk(size_t(N) * KC, 0.0f), dv = dk;
         for (int n = 0; n < N; n++)
             for (int hh = 0; hh < NH + 2 * KH; hh++)
                 for (int d = 0; d < HS; d++) {
@@ -88,7 +97,17 @@ OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares) {
                     else
                         dv[(size_t(n) * KVH + (hh - NH - KH) / group) * HS + d] += x;
                 }
-        want["dq"] = dq, want["dk"] = dk, want["dv"] = dv;
+        if (!strided) {
+            want["dq"] = dq, want["dk"] = dk, want["dv"] = dv;
+            return;
+        }
+        Vec rot(size_t(N) * U);
+        for (int n = 0; n < N; n++) {
+            std::copy_n(dq.begin() + ptrdiff_t(n) * QC, QC, rot.begin() + ptrdiff_t(n) * U);
+            std::copy_n(dk.begin() + ptrdiff_t(n) * KC, KC, rot.begin() + ptrdiff_t(n) * U + QC);
+            std::copy_n(dv.begin() + ptrdiff_t(n) * KC, KC, rot.begin() + ptrdiff_t(n) * U + QC + KC);
+        }
+        want["drot"] = rot;
     };
     c.reference_rtol = 1e-6, c.reference_atol = 1e-6;  // the shares summed in another order
     return c;

@@ -151,20 +151,42 @@ void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, Tensor pos, bool in
     cpu::rope(rows_f32(x), x.ld(), inv_freq.f32(), B, T, h, HS, 0, inverse, pos.ptr<int32_t>());
 }
 
+namespace {
+
+// The row-wise loops' view of elementwise arguments: every element as one row where all are contiguous,
+// else each tensor's own rows (a strided view's ld apart)
+struct ElementRows {
+    bool flat;
+    int64_t R, C;
+    ElementRows(std::initializer_list<const Tensor*> ts)
+        : flat(std::all_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->contiguous(); })),
+          R(flat ? 1 : (*ts.begin())->rows()),
+          C(flat ? (*ts.begin())->numel() : (*ts.begin())->cols()) {}
+    template <typename T>
+    cpu::Rows<T> of(const Tensor& t) const {
+        return {rows_f32(t), flat ? C : t.ld()};
+    }
+};
+
+}  // namespace
+
 void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
-    expect_same_numel(out, gate, "swiglu");
-    expect_same_numel(gate, up, "swiglu");
-    cpu::swiglu_forward(out.f32(), gate.f32(), up.f32(), size_t(out.numel()));
+    check_elementwise({&out, &gate, &up}, "swiglu");
+    const ElementRows e{&out, &gate, &up};
+    cpu::swiglu_forward(e.of<float>(out), e.of<const float>(gate), e.of<const float>(up), e.R, e.C);
 }
 
 void CpuBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
-    for (const Tensor* t : {&dgate, &dup, &dout, &up}) expect_same_numel(*t, gate, "swiglu backward");
-    cpu::swiglu_backward(dgate.f32(), dup.f32(), dout.f32(), gate.f32(), up.f32(), size_t(gate.numel()));
+    check_elementwise({&dgate, &dup, &dout, &gate, &up}, "swiglu backward");
+    const ElementRows e{&dgate, &dup, &dout, &gate, &up};
+    cpu::swiglu_backward(e.of<float>(dgate), e.of<float>(dup), e.of<const float>(dout),
+                         e.of<const float>(gate), e.of<const float>(up), e.R, e.C);
 }
 
 void CpuBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {
     const HeadDims d = check_qkv_unpack(dq, dk, dv, dqkv, NH);
-    cpu::qkv_unpack(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
+    const auto r = [](const Tensor& t) { return cpu::Rows<float>{rows_f32(t), t.ld()}; };
+    cpu::qkv_unpack(r(dq), r(dk), r(dv), dqkv.f32(), d.N, d.NH, d.KVH, d.KH, d.HS);
 }
 
 #ifndef ANVIL_WITH_DNNL
@@ -368,7 +390,7 @@ void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Te
 }
 
 void CpuBackend::residual_fwd(Tensor out, Tensor a, Tensor b) {
-    check_residual(out, a, b);
+    check_elementwise({&out, &a, &b}, "residual");
     if (!out.contiguous() || !a.contiguous() || !b.contiguous()) {  // strided views: row by row
         const int64_t R = out.rows(), C = out.cols();
         float* o = rows_f32(out);

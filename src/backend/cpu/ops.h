@@ -12,6 +12,15 @@
 
 namespace anvil::cpu {
 
+// A matrix whose rows are ld elements apart: a strided view's rows (Tensor::cols), or contiguous ones.
+template <typename T>
+struct Rows {
+    T* p;
+    int64_t ld;
+    T& operator()(int64_t r, int64_t j) const { return p[r * ld + j]; }
+    T* row(int64_t r) const { return p + r * ld; }
+};
+
 // embedding.cpp
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                        int C, int V);  // out (B,T,C)
@@ -92,12 +101,14 @@ void rmsnorm_backward(float* din, float* dw, const float* dout, const float* in,
 // b at positions row_pos[b].. when row_pos is given; the grouped-query gradients' unpacking (KH = KVH or NH)
 void rope(float* x, int64_t ldx, const float* inv_freq, int B, int T, int H, int HS, int pos0, bool inverse,
           const int* row_pos = nullptr);
-void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS);
+// (dq, dk and dv's rows their own ld apart: column views of one tensor, or contiguous)
+void qkv_unpack(Rows<float> dq, Rows<float> dk, Rows<float> dv, const float* dqkv, int N, int NH, int KVH,
+                int KH, int HS);
 
-// swiglu.cpp: out = silu(gate) * up
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                     size_t n);
+// swiglu.cpp: out = silu(gate) * up over R rows of C
+void swiglu_forward(Rows<float> out, Rows<const float> gate, Rows<const float> up, int64_t R, int64_t C);
+void swiglu_backward(Rows<float> dgate, Rows<float> dup, Rows<const float> dout, Rows<const float> gate,
+                     Rows<const float> up, int64_t R, int64_t C);
 
 // classifier.cpp: fused softmax + cross-entropy, logits (N,Vp), first V columns real
 void classifier(float* losses, float* logits, const int32_t* targets, float dloss, int N, int Vp, int V);

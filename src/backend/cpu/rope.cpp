@@ -31,16 +31,17 @@ void rope(float* x, int64_t ldx, const float* inv_freq, int B, int T, int H, int
 
 // dq, dk, dv overwritten from dqkv (N, (NH + 2 KH) HS); KH is KVH, or NH with one share per query head of
 // each key/value head (transformers' repeat_kv), which sum into it.
-void qkv_unpack(float* dq, float* dk, float* dv, const float* dqkv, int N, int NH, int KVH, int KH, int HS) {
+void qkv_unpack(Rows<float> dq, Rows<float> dk, Rows<float> dv, const float* dqkv, int N, int NH, int KVH,
+                int KH, int HS) {
     const int group = KH / KVH, W = (NH + 2 * KH) * HS;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = dqkv + size_t(n) * W;
-        float* qr = dq + size_t(n) * NH * HS;
+        float* qr = dq.row(n);
         for (int i = 0; i < NH * HS; i++) qr[i] = g[i];
         for (int h = 0; h < KVH; h++) {
-            float* kr = dk + (size_t(n) * KVH + h) * HS;
-            float* vr = dv + (size_t(n) * KVH + h) * HS;
+            float* kr = dk.row(n) + size_t(h) * HS;
+            float* vr = dv.row(n) + size_t(h) * HS;
             for (int d = 0; d < HS; d++) kr[d] = vr[d] = 0.0f;
             for (int r = 0; r < group; r++) {
                 const float* kg = g + size_t(NH + h * group + r) * HS;

@@ -105,6 +105,28 @@ __device__ __forceinline__ void for_each_pack(size_t n, bool packed, F&& f) {
     for (size_t i = packs * V + first; i < n; i += stride) f(i, Len<1>{});
 }
 
+// for_each_pack over R rows of C elements, each tensor's rows its own ld apart (strided views): f(r, j,
+// Len<L>{}) for the L elements from column j of row r, the blocks' x over a row's packs and y over the rows,
+// both grid-strided. `packed`: every base 16-byte aligned and every ld whole packs.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_pack_rows(size_t R, size_t C, bool packed, F&& f) {
+    constexpr int V = Pack<T>::N;
+    const size_t packs = packed ? C / V : 0, first = size_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                 stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t r = blockIdx.y; r < R; r += gridDim.y) {
+        for (size_t p = first; p < packs; p += stride) f(r, p * V, Len<V>{});
+        for (size_t j = packs * V + first; j < C; j += stride) f(r, j, Len<1>{});
+    }
+}
+
+// A row-major matrix's rows ld elements apart, for kernels that take strided views
+template <typename T>
+struct RowsOf {
+    T* p;
+    size_t ld;
+    __device__ T* at(size_t r, size_t j) const { return p + r * ld + j; }
+};
+
 // Packs first, first + stride, ... below `packs` of x, in that order: f(p, Floats<Pack<T>::N>) for pack p, U
 // of them loaded before any is handed to f, so a thread keeps U 16-byte loads in flight.
 template <int U, typename T, typename I, typename F>

@@ -3,6 +3,7 @@
 // gradients.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
@@ -32,31 +33,9 @@ __global__ void convert_kernel(D* dst, const S* src, size_t n) {
         dst[i] = from_f<D>(to_f(src[i]));
 }
 
-// out = op(a, b), elementwise: the residual add and SwiGLU's forward
-template <typename T, typename Op>
-__global__ void binary_kernel(T* out, const T* a, const T* b, size_t n, bool packed, Op op) {
-    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
-        constexpr int L = decltype(len)::value;
-        Floats<L> x = load_floats<L>(a + i);
-        const Floats<L> y = load_floats<L>(b + i);
-#pragma unroll
-        for (int k = 0; k < L; k++) x.v[k] = op(x.v[k], y.v[k]);
-        store_floats<L>(out + i, x);
-    });
-}
 struct AddOp {
     __device__ float operator()(float x, float y) const { return x + y; }
 };
-// out = a + b over (rows, cols) tensors whose rows are each their own ld apart (strided views)
-template <typename T>
-__global__ void add_rows_kernel(T* out, size_t ldo, const T* a, size_t lda, const T* b, size_t ldb, size_t n,
-                                size_t cols) {
-    const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const size_t r = i / cols, j = i % cols;
-        out[r * ldo + j] = from_f<T>(to_f(a[r * lda + j]) + to_f(b[r * ldb + j]));
-    }
-}
 struct SwigluOp {  // silu(gate) * up
     __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
 };
@@ -151,14 +130,29 @@ __global__ void fill_uniform_kernel(T* p, size_t n, uint32_t seed) {
     }
 }
 
+// out = op(a, b) over R rows of C, every tensor's rows its own ld apart (a contiguous tensor: one row of all
+// its elements): the residual add and SwiGLU's forward
+template <typename T, typename Op>
+__global__ void binary_rows_kernel(RowsOf<T> out, RowsOf<const T> a, RowsOf<const T> b, size_t R, size_t C,
+                                   bool packed, Op op) {
+    for_each_pack_rows<T>(R, C, packed, [&](size_t r, size_t j, auto len) {
+        constexpr int L = decltype(len)::value;
+        Floats<L> x = load_floats<L>(a.at(r, j));
+        const Floats<L> y = load_floats<L>(b.at(r, j));
+#pragma unroll
+        for (int k = 0; k < L; k++) x.v[k] = op(x.v[k], y.v[k]);
+        store_floats<L>(out.at(r, j), x);
+    });
+}
+
 // dgate = dout * up * silu'(gate), dup = dout * silu(gate)
 template <typename T>
-__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
-                                  bool packed) {
-    for_each_pack<T>(n, packed, [&](size_t i, auto len) {
+__global__ void swiglu_bwd_kernel(RowsOf<T> dgate, RowsOf<T> dup, RowsOf<const T> dout, RowsOf<const T> gate,
+                                  RowsOf<const T> up, size_t R, size_t C, bool packed) {
+    for_each_pack_rows<T>(R, C, packed, [&](size_t r, size_t j, auto len) {
         constexpr int L = decltype(len)::value;
-        const Floats<L> g = load_floats<L>(gate + i), u = load_floats<L>(up + i),
-                        d = load_floats<L>(dout + i);
+        const Floats<L> g = load_floats<L>(gate.at(r, j)), u = load_floats<L>(up.at(r, j)),
+                        d = load_floats<L>(dout.at(r, j));
         Floats<L> dg, du;
 #pragma unroll
         for (int k = 0; k < L; k++) {
@@ -166,10 +160,33 @@ __global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate
             dg.v[k] = d.v[k] * u.v[k] * s * (1.0f + g.v[k] * (1.0f - s));
             du.v[k] = d.v[k] * g.v[k] * s;
         }
-        store_floats<L>(dgate + i, dg);
-        store_floats<L>(dup + i, du);
+        store_floats<L>(dgate.at(r, j), dg);
+        store_floats<L>(dup.at(r, j), du);
     });
 }
+
+// The elementwise row walk's shape for these arguments: every element as one row where all are contiguous,
+// else each tensor's own rows; the grid (x over a row's packs, y over rows, at most sm_count * 16 blocks)
+// and whether the walk may take 16-byte packs
+struct ElementRows {
+    bool flat, packed = true;
+    size_t R, C;
+    dim3 grid;
+    ElementRows(const Ctx& c, std::initializer_list<const Tensor*> ts)
+        : flat(std::all_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->contiguous(); })),
+          R(flat ? 1 : size_t((*ts.begin())->rows())),
+          C(size_t(flat ? (*ts.begin())->numel() : (*ts.begin())->cols())) {
+        const int V = int(16 / dtype_size((*ts.begin())->dtype));
+        for (const Tensor* t : ts) packed = packed && aligned16(t->data) && (flat || t->ld() % V == 0);
+        const size_t blocks = size_t(c.sm_count) * 16,
+                     x = std::clamp<size_t>((C / (packed ? V : 1) + 255) / 256, 1, blocks);
+        grid = dim3(unsigned(x), unsigned(std::min<size_t>({R, std::max<size_t>(blocks / x, 1), 65535})));
+    }
+    template <typename T>
+    RowsOf<T> of(const Tensor& t) const {
+        return {t.row0<T>(), flat ? C : size_t(t.ld())};
+    }
+};
 
 unsigned grid_for(size_t n, const Ctx& c) {
     return unsigned(std::min<size_t>((n + 255) / 256, size_t(c.sm_count) * 16));
@@ -196,20 +213,14 @@ void convert(const Ctx& c, Tensor dst, Tensor src) {
     });
 }
 
+// out, a, b: contiguous or strided views (a LoRA delta into q's columns of the packed qkv)
 void residual_fwd(const Ctx& c, Tensor out, Tensor a, Tensor b) {
-    const size_t n = size_t(out.numel());
-    if (n == 0) return;
+    if (out.numel() == 0) return;
+    const ElementRows e(c, {&out, &a, &b});
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        if (!out.contiguous() || !a.contiguous() || !b.contiguous()) {  // strided views (a LoRA delta into q)
-            add_rows_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(out.row0<T>(), size_t(out.ld()),
-                                                                     a.row0<T>(), size_t(a.ld()), b.row0<T>(),
-                                                                     size_t(b.ld()), n, size_t(out.cols()));
-            CUDA_LAUNCH_CHECK();
-            return;
-        }
-        binary_kernel<T, AddOp><<<grid_for(n, c), 256, 0, c.stream>>>(
-            out.ptr<T>(), a.ptr<T>(), b.ptr<T>(), n, aligned16(out.data, a.data, b.data), AddOp{});
+        binary_rows_kernel<T, AddOp><<<e.grid, 256, 0, c.stream>>>(
+            e.of<T>(out), e.of<const T>(a), e.of<const T>(b), e.R, e.C, e.packed, AddOp{});
         CUDA_LAUNCH_CHECK();
     });
 }
@@ -236,25 +247,26 @@ void gelu_bwd(const Ctx& c, Tensor din, Tensor dout, Tensor in) {
     });
 }
 
+// every argument contiguous or a strided view (gate and up: column views of one (N, 2 H) product)
 void swiglu_fwd(const Ctx& c, Tensor out, Tensor gate, Tensor up) {
-    const size_t n = size_t(out.numel());
-    if (n == 0) return;
+    if (out.numel() == 0) return;
+    const ElementRows e(c, {&out, &gate, &up});
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        binary_kernel<T, SwigluOp><<<grid_for(n, c), 256, 0, c.stream>>>(
-            out.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n, aligned16(out.data, gate.data, up.data), SwigluOp{});
+        binary_rows_kernel<T, SwigluOp><<<e.grid, 256, 0, c.stream>>>(
+            e.of<T>(out), e.of<const T>(gate), e.of<const T>(up), e.R, e.C, e.packed, SwigluOp{});
         CUDA_LAUNCH_CHECK();
     });
 }
 
 void swiglu_bwd(const Ctx& c, Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
-    const size_t n = size_t(gate.numel());
-    if (n == 0) return;
+    if (gate.numel() == 0) return;
+    const ElementRows e(c, {&dgate, &dup, &dout, &gate, &up});
     dispatch(gate.dtype, [&](auto tag) {
         using T = decltype(tag);
-        swiglu_bwd_kernel<T><<<grid_for(n, c), 256, 0, c.stream>>>(
-            dgate.ptr<T>(), dup.ptr<T>(), dout.ptr<T>(), gate.ptr<T>(), up.ptr<T>(), n,
-            aligned16(dgate.data, dup.data, dout.data, gate.data, up.data));
+        swiglu_bwd_kernel<T><<<e.grid, 256, 0, c.stream>>>(e.of<T>(dgate), e.of<T>(dup), e.of<const T>(dout),
+                                                           e.of<const T>(gate), e.of<const T>(up), e.R, e.C,
+                                                           e.packed);
         CUDA_LAUNCH_CHECK();
     });
 }

@@ -38,24 +38,25 @@ __global__ void rope_kernel(T* x, size_t ld, const float* inv_freq, int rows, in
     v[i + half] = from_f<T>(x2 * c + x1 * s);
 }
 
-// dq, dk, dv overwritten from dqkv; a key/value head sums its repeats in order; thread per input element
+// dq, dk, dv overwritten from dqkv; a key/value head sums its repeats in order; thread per output element.
+// dq, dk and dv's rows are their own ld apart (column views of one tensor, or contiguous).
 template <typename T>
-__global__ void qkv_unpack_kernel(T* dq, T* dk, T* dv, const T* dqkv, int N, int NH, int KVH, int KH,
-                                  int HS) {
+__global__ void qkv_unpack_kernel(RowsOf<T> dq, RowsOf<T> dk, RowsOf<T> dv, const T* dqkv, int N, int NH,
+                                  int KVH, int KH, int HS) {
     const int W = (NH + 2 * KH) * HS, group = KH / KVH, U = (NH + 2 * KVH) * HS;
     const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= size_t(N) * U) return;
     const int n = int(idx / U), c = int(idx % U), head = c / HS, d = c % HS;
     const T* g = dqkv + size_t(n) * W;
     if (head < NH) {
-        dq[(size_t(n) * NH + head) * HS + d] = g[size_t(head) * HS + d];
+        *dq.at(n, head * HS + d) = g[size_t(head) * HS + d];
         return;
     }
     const bool is_k = head < NH + KVH;
     const int kh = is_k ? head - NH : head - NH - KVH, base = is_k ? NH : NH + KH;
     float acc = 0.0f;
     for (int r = 0; r < group; r++) acc += to_f(g[size_t(base + kh * group + r) * HS + d]);
-    (is_k ? dk : dv)[(size_t(n) * KVH + kh) * HS + d] = from_f<T>(acc);
+    *(is_k ? dk : dv).at(n, kh * HS + d) = from_f<T>(acc);
 }
 
 }  // namespace
@@ -83,8 +84,9 @@ void qkv_unpack(const Ctx& c, Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int 
                 int HS) {
     dispatch(dqkv.dtype, [&](auto tag) {
         using T = decltype(tag);
-        launch(qkv_unpack_kernel<T>, size_t(N) * (NH + 2 * KVH) * HS, 256, c.stream, dq.ptr<T>(), dk.ptr<T>(),
-               dv.ptr<T>(), dqkv.ptr<T>(), N, NH, KVH, KH, HS);
+        const auto rows = [](const Tensor& t) { return RowsOf<T>{t.row0<T>(), size_t(t.ld())}; };
+        launch(qkv_unpack_kernel<T>, size_t(N) * (NH + 2 * KVH) * HS, 256, c.stream, rows(dq), rows(dk),
+               rows(dv), dqkv.ptr<T>(), N, NH, KVH, KH, HS);
     });
 }
 
