@@ -522,17 +522,15 @@ void RotaryAttention::plan(ActPlan& plan) const {
 
 void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
-    // q (B,T,QC), k and v (B,T,KC): column views of qkv, rows QC + 2 KC apart; no packing copy
+    // [q (QC) | k (KC) | v (KC)] in each row of qkv, written in place (no packing copy); q and k side by side
+    // take one rotation over their heads
     const int64_t QC = int64_t(heads_) * hs_, KC = int64_t(kv_heads_) * hs_;
-    const Tensor q = qkv.cols(0, QC), k = qkv.cols(QC, KC);
     LinearGroup{&q_, &k_, &v_}.forward(p, qkv, in);
-    if (p.row_pos) {  // each row at its own position
-        p.be.rope_rows(q, inv_freq_, heads_, p.row_positions, false);
-        p.be.rope_rows(k, inv_freq_, kv_heads_, p.row_positions, false);
-    } else {
-        p.be.rope(q, inv_freq_, heads_, p.pos0, false);
-        p.be.rope(k, inv_freq_, kv_heads_, p.pos0, false);
-    }
+    const Tensor qk = qkv.cols(0, QC + KC);
+    if (p.row_pos)  // each row at its own position
+        p.be.rope_rows(qk, inv_freq_, heads_ + kv_heads_, p.row_positions, false);
+    else
+        p.be.rope(qk, inv_freq_, heads_ + kv_heads_, p.pos0, false);
     if (p.cache) {
         cached_attention(p, y, qkv, layer_, heads_);
     } else {
@@ -553,8 +551,12 @@ void RotaryAttention::backward(const Pass& p, Tensor din, Tensor dout, Tensor in
     const Tensor drot = in_place ? dqkv : p.act(drot_);
     const Tensor dq = qkv_proj.grad_part(drot, 0), dk = qkv_proj.grad_part(drot, 1);
     if (!in_place) p.be.qkv_unpack(dq, dk, qkv_proj.grad_part(drot, 2), dqkv, heads_);
-    p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
-    p.be.rope(dk, inv_freq_, kv_heads_, p.pos0, true);
+    if (fused) {  // dq and dk side by side: one rotation back
+        p.be.rope(drot.cols(0, dq.cols() + dk.cols()), inv_freq_, heads_ + kv_heads_, p.pos0, true);
+    } else {
+        p.be.rope(dq, inv_freq_, heads_, p.pos0, true);
+        p.be.rope(dk, inv_freq_, kv_heads_, p.pos0, true);
+    }
     qkv_proj.backward(p, din, drot, in, p.act(dx_));
 }
 

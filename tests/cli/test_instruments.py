@@ -198,14 +198,15 @@ def main():
                      *SMALL], check=True, env={**os.environ, "ANVIL_FUSE_PROJECTIONS": fuse})
             ops = {row["op"]: row for row in json.load(open(os.path.join(o, "profile.json")))}
             counts[fuse] = (sum(v["calls"] for k, v in ops.items() if k.startswith("matmul_fwd")),
-                            ops.get("residual_fwd", {}).get("calls", 0), sorted(ops))
+                            ops.get("residual_fwd", {}).get("calls", 0), sorted(ops), ops["rope"]["calls"])
             losses[fuse] = [json.loads(l)["loss"] for l in open(os.path.join(o, "metrics.jsonl"))]
         check(counts["1"][:2] == (2 * (2 * 4 + 1), 0) and "matmul_fwd 128x64>128" in counts["1"][2] and
-              "matmul_fwd 128x64>192" in counts["1"][2],
-              f"llama: q/k/v (64>128) and gate/up (64>192) one product each, 4 a layer, no adds: {counts['1'][:2]}",
-              f)
-        check(counts["0"][:2] == (2 * (2 * 7 + 1), 2 * 2 * 3),
-              f"ANVIL_FUSE_PROJECTIONS=0: 7 products a layer and 3 adds: {counts['0'][:2]}", f)
+              "matmul_fwd 128x64>192" in counts["1"][2] and counts["1"][3] == 2 * 2 * 2,
+              "llama: q/k/v (64>128) and gate/up (64>192) one product each, 4 a layer, no adds, q and k (dq and "
+              f"dk) rotated in one call each way: {counts['1'][:2]}, {counts['1'][3]} rotations", f)
+        check(counts["0"][:2] == (2 * (2 * 7 + 1), 2 * 2 * 3) and counts["0"][3] == 2 * 2 * 3,
+              f"ANVIL_FUSE_PROJECTIONS=0: 7 products a layer and 3 adds, dq and dk rotated apart: {counts['0'][:2]}, "
+              f"{counts['0'][3]} rotations", f)
         check(len(losses["1"]) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses["1"], losses["0"])),
               f"the same losses either way: {losses['1']} {losses['0']}", f)
     return report(f)
