@@ -23,11 +23,18 @@ void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op) 
                     t->shape.str(), t->stride);
 }
 
+ElementShape elementwise_shape(std::initializer_list<const Tensor*> ts) {
+    const Tensor& first = **ts.begin();
+    if (std::all_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->contiguous(); }))
+        return {true, 1, first.numel()};
+    return {false, rows(first), cols(first)};
+}
+
 void check_elementwise(std::initializer_list<const Tensor*> ts, const char* op) {
     const Tensor& first = **ts.begin();
-    const bool strided = std::any_of(ts.begin(), ts.end(), [](const Tensor* t) { return !t->contiguous(); });
+    const bool flat = elementwise_shape(ts).flat;
     for (const Tensor* t : ts) {
-        if (!strided) {
+        if (flat) {
             expect_same_numel(first, *t, op);
             continue;
         }

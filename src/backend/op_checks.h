@@ -24,6 +24,14 @@ void expect_contiguous(std::initializer_list<const Tensor*> ts, const char* op);
 // Elementwise ops (residual_fwd, swiglu_fwd, swiglu_bwd): arguments of one element count, or, where any is a
 // strided view, of one shape (rows and columns).
 void check_elementwise(std::initializer_list<const Tensor*> ts, const char* op);
+// How the backends walk an elementwise op's arguments: every element as one row where all are contiguous
+// (flat: C is the element count), else R rows of C, each tensor's rows its own ld() apart.
+struct ElementShape {
+    bool flat;
+    int64_t R, C;
+    int64_t ld(const Tensor& t) const { return flat ? C : t.ld(); }
+};
+ElementShape elementwise_shape(std::initializer_list<const Tensor*> ts);
 
 // FP8 delayed scaling's state: (3, F) f32, F a history's floats (Fp8History::floats). Returns F, the floats
 // from one operand's history to the next (0 when scaling is off).

@@ -1,6 +1,8 @@
-// Small string helpers the layers share: whitespace trimming and ASCII lowercasing.
+// Small string helpers the layers share: whitespace trimming, ASCII lowercasing, and the environment's lever
+// switches.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -19,6 +21,13 @@ inline std::string ascii_lower(std::string_view s) {
     for (char& c : out)
         if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
     return out;
+}
+
+// A lever measured against the path before it: on unless the environment sets `name` to "0"
+// (ANVIL_GELU_EPILOGUE, ANVIL_CUDA_GRAPHS, ANVIL_FUSE_PROJECTIONS).
+inline bool env_not_off(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && std::string_view(v) == "0");
 }
 
 }  // namespace anvil

@@ -1,10 +1,9 @@
 #include "model/layers.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/op_checks.h"
+#include "core/text.h"
 
 namespace anvil {
 
@@ -173,6 +172,7 @@ void Linear::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor 
 LinearGroup::LinearGroup(std::initializer_list<const Linear*> parts) {
     ANVIL_ASSERT(parts.size() >= 1 && parts.size() <= size_t(kMaxParts));
     for (const Linear* l : parts) parts_[n_++] = l;
+    fused_ = joinable() && env_not_off("ANVIL_FUSE_PROJECTIONS");
 }
 
 void LinearGroup::join(ParamRegistry& reg, std::initializer_list<const Linear*> parts) {
@@ -183,17 +183,8 @@ void LinearGroup::join(ParamRegistry& reg, std::initializer_list<const Linear*> 
     }
 }
 
-namespace {
-
-bool fusion_allowed() {
-    const char* e = std::getenv("ANVIL_FUSE_PROJECTIONS");
-    return !(e && std::string_view(e) == "0");
-}
-
-}  // namespace
-
-bool LinearGroup::fused() const {
-    if (n_ < 2 || !fusion_allowed()) return false;
+bool LinearGroup::joinable() const {
+    if (n_ < 2) return false;
     const ParamStore& s = *parts_[0]->reg_->store;
     const Linear& a = *parts_[0];
     const bool bias = a.b_ != ParamStore::npos;
@@ -229,7 +220,7 @@ LinearGroup::Stacked LinearGroup::stacked(int64_t total) const {
 }
 
 void LinearGroup::forward(const Pass& p, Tensor out, Tensor in) const {
-    if (!fused()) {
+    if (!fused_) {
         int64_t c0 = 0;
         for (int i = 0; i < n_; i++) {
             parts_[i]->forward(p, out.cols(c0, parts_[i]->out_), in);
@@ -245,14 +236,14 @@ Tensor LinearGroup::grad_part(Tensor dout, int i) const {
     int64_t c0 = 0;
     for (int j = 0; j < i; j++) c0 += parts_[j]->out_;
     const int64_t w = parts_[i]->out_;
-    if (fused()) return dout.cols(c0, w);
+    if (fused_) return dout.cols(c0, w);
     Shape shape = dout.shape;
     shape.dims[size_t(shape.ndim - 1)] = w;
     return dout.range(size_t(rows(dout) * c0), size_t(rows(dout) * w)).view(shape);
 }
 
 void LinearGroup::backward(const Pass& p, Tensor din, Tensor dout, Tensor in, Tensor dx) const {
-    if (!fused()) {
+    if (!fused_) {
         for (int i = 0; i < n_; i++) {
             parts_[i]->backward(p, i == 0 || din.empty() ? din : dx, grad_part(dout, i), in);
             if (i > 0 && !din.empty()) p.be.residual_fwd(din, din, dx);

@@ -182,7 +182,7 @@ public:
     // Marks each part's weight to follow the one before in the arenas (ParamSpec::joined), where it was
     // registered right after it (no bias or int8 scales between): at the model's construction.
     static void join(ParamRegistry& reg, std::initializer_list<const Linear*> parts);
-    bool fused() const;
+    bool fused() const { return fused_; }
     // out (B,T,sum), contiguous: part i's output in its columns
     void forward(const Pass& p, Tensor out, Tensor in) const;
     // Where part i's output gradient goes in the backward's dout (B,T,sum): its columns when fused, else the
@@ -199,9 +199,12 @@ private:
         Tensor w, dw, b, db;
     };
     Stacked stacked(int64_t total) const;
+    // The conditions above, from the parts' state and the arenas' layout (the environment aside)
+    bool joinable() const;
     static constexpr int kMaxParts = 3;
     const Linear* parts_[kMaxParts]{};
     int n_ = 0;
+    bool fused_ = false;  // decided once, when the group is made (a pass makes its groups)
 };
 
 // LayerNorm (eps 1e-5, a gain and a bias: GPT-2) or RMSNorm (a gain, eps from the config: Llama).

@@ -153,34 +153,26 @@ void CpuBackend::rope_rows(Tensor x, Tensor inv_freq, int H, Tensor pos, bool in
 
 namespace {
 
-// The row-wise loops' view of elementwise arguments: every element as one row where all are contiguous,
-// else each tensor's own rows (a strided view's ld apart)
-struct ElementRows {
-    bool flat;
-    int64_t R, C;
-    ElementRows(std::initializer_list<const Tensor*> ts)
-        : flat(std::all_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->contiguous(); })),
-          R(flat ? 1 : (*ts.begin())->rows()),
-          C(flat ? (*ts.begin())->numel() : (*ts.begin())->cols()) {}
-    template <typename T>
-    cpu::Rows<T> of(const Tensor& t) const {
-        return {rows_f32(t), flat ? C : t.ld()};
-    }
-};
+// The row-wise loops' view of an elementwise argument (elementwise_shape)
+template <typename T>
+cpu::Rows<T> rows_of(const ElementShape& e, const Tensor& t) {
+    return {rows_f32(t), e.ld(t)};
+}
 
 }  // namespace
 
 void CpuBackend::swiglu_fwd(Tensor out, Tensor gate, Tensor up) {
     check_elementwise({&out, &gate, &up}, "swiglu");
-    const ElementRows e{&out, &gate, &up};
-    cpu::swiglu_forward(e.of<float>(out), e.of<const float>(gate), e.of<const float>(up), e.R, e.C);
+    const ElementShape e = elementwise_shape({&out, &gate, &up});
+    cpu::swiglu_forward(rows_of<float>(e, out), rows_of<const float>(e, gate), rows_of<const float>(e, up),
+                        e.R, e.C);
 }
 
 void CpuBackend::swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
     check_elementwise({&dgate, &dup, &dout, &gate, &up}, "swiglu backward");
-    const ElementRows e{&dgate, &dup, &dout, &gate, &up};
-    cpu::swiglu_backward(e.of<float>(dgate), e.of<float>(dup), e.of<const float>(dout),
-                         e.of<const float>(gate), e.of<const float>(up), e.R, e.C);
+    const ElementShape e = elementwise_shape({&dgate, &dup, &dout, &gate, &up});
+    cpu::swiglu_backward(rows_of<float>(e, dgate), rows_of<float>(e, dup), rows_of<const float>(e, dout),
+                         rows_of<const float>(e, gate), rows_of<const float>(e, up), e.R, e.C);
 }
 
 void CpuBackend::qkv_unpack(Tensor dq, Tensor dk, Tensor dv, Tensor dqkv, int NH) {

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/device_sizes.h"
 #include "backend/op_checks.h"
+#include "core/text.h"
 
 namespace anvil {
 
@@ -74,16 +75,6 @@ const char* cublas_status_name(cublasStatus_t s) {
 }
 
 }  // namespace cuda
-
-namespace {
-
-// A lever measured against the path before it: on unless the environment sets it to "0"
-bool env_not_off(const char* name) {
-    const char* v = std::getenv(name);
-    return !(v && std::string(v) == "0");
-}
-
-}  // namespace
 
 CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), attention_(opts.attention) {
     record_ = opts.record && env_not_off("ANVIL_CUDA_GRAPHS");

@@ -165,26 +165,25 @@ __global__ void swiglu_bwd_kernel(RowsOf<T> dgate, RowsOf<T> dup, RowsOf<const T
     });
 }
 
-// The elementwise row walk's shape for these arguments: every element as one row where all are contiguous,
-// else each tensor's own rows; the grid (x over a row's packs, y over rows, at most sm_count * 16 blocks)
-// and whether the walk may take 16-byte packs
+// The elementwise row walk for these arguments (elementwise_shape): the grid (x over a row's packs, y over
+// rows, at most sm_count * 16 blocks) and whether the walk may take 16-byte packs
 struct ElementRows {
-    bool flat, packed = true;
-    size_t R, C;
+    ElementShape shape;
+    size_t R, C;  // shape's, for the kernels
+    bool packed = true;
     dim3 grid;
     ElementRows(const Ctx& c, std::initializer_list<const Tensor*> ts)
-        : flat(std::all_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->contiguous(); })),
-          R(flat ? 1 : size_t((*ts.begin())->rows())),
-          C(size_t(flat ? (*ts.begin())->numel() : (*ts.begin())->cols())) {
+        : shape(elementwise_shape(ts)), R(size_t(shape.R)), C(size_t(shape.C)) {
         const int V = int(16 / dtype_size((*ts.begin())->dtype));
-        for (const Tensor* t : ts) packed = packed && aligned16(t->data) && (flat || t->ld() % V == 0);
+        for (const Tensor* t : ts)
+            packed = packed && aligned16(t->data) && (shape.flat || shape.ld(*t) % V == 0);
         const size_t blocks = size_t(c.sm_count) * 16,
                      x = std::clamp<size_t>((C / (packed ? V : 1) + 255) / 256, 1, blocks);
         grid = dim3(unsigned(x), unsigned(std::min<size_t>({R, std::max<size_t>(blocks / x, 1), 65535})));
     }
     template <typename T>
     RowsOf<T> of(const Tensor& t) const {
-        return {t.row0<T>(), flat ? C : size_t(t.ld())};
+        return {t.row0<T>(), size_t(shape.ld(t))};
     }
 };
 
