@@ -156,9 +156,11 @@ void answers_equal_the_generator(int chunk, int longest_prompt, Pool pool = {}) 
         serve::Scheduler sched(*m, so, &log);
         std::vector<std::vector<int32_t>> got(cases.size());
         std::vector<serve::Finish> finish(cases.size());
+        // every request queued before the model's thread starts: which ones outgrow the pages together
+        // does not hang on how soon a client thread is scheduled
+        std::vector<std::shared_ptr<serve::Sequence>> seqs;
+        for (const Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt));
         std::thread client([&] {
-            std::vector<std::shared_ptr<serve::Sequence>> seqs;
-            for (const Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt));
             for (size_t i = 0; i < seqs.size(); i++) {
                 ASSERT_TRUE(seqs[i]);
                 for (;;) {
@@ -266,9 +268,11 @@ TEST(Scheduler, LogprobsAreTheModelsThroughPreemptionAndCachedPrefixes) {
         c.lp = {i % 3, i % 2 == 0};
     }
     cases[5].opt.max_new_tokens = 0;  // the prompt scored, nothing generated
+    // all queued before the model's thread starts, so that they meet in the pages (and are preempted) however
+    // late a client thread would have been scheduled to submit them
+    std::vector<std::shared_ptr<serve::Sequence>> seqs;
+    for (Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt, c.lp));
     std::thread client([&] {
-        std::vector<std::shared_ptr<serve::Sequence>> seqs;
-        for (Case& c : cases) seqs.push_back(sched.submit(c.prompt, c.opt, c.lp));
         for (size_t i = 0; i < seqs.size(); i++) {
             ASSERT_TRUE(seqs[i]);
             for (;;) {
