@@ -44,6 +44,15 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
                                p.row_positions, heads);
 }
 
+// Attention of a block's packed qkv into y: over the cache when the pass decodes, else causal within the pass
+// (into `saved`, what the backward reads; a decoding pass plans none). heads: this rank's query heads.
+void attend(const Pass& p, Tensor y, ActId saved, Tensor qkv, int layer, int heads, int tp_rank) {
+    if (p.cache)
+        cached_attention(p, y, qkv, layer, heads);
+    else
+        p.be.attention_fwd(y, p.act(saved), qkv, heads, p.attn_drop(layer, tp_rank * heads));
+}
+
 }  // namespace
 
 // ---- Linear -------------------------------------------------------------------------------------------
@@ -175,10 +184,34 @@ LinearGroup::LinearGroup(std::initializer_list<const Linear*> parts) {
     fused_ = joinable() && env_not_off("ANVIL_FUSE_PROJECTIONS");
 }
 
-void LinearGroup::join(ParamRegistry& reg, std::initializer_list<const Linear*> parts) {
+void LinearGroup::join(ParamRegistry& reg, std::initializer_list<Linear*> parts) {
+    // Each part registered its weight and then its bias (Qwen2's q, k and v): [w0 b0 w1 b1 ...] becomes
+    // [w0 w1 ... b0 b1 ...]. Nothing else lies in that range, and names, not positions, find entries in
+    // checkpoints; a bias is zeros and draws nothing, so the weights' initial values stay the same.
+    const Linear* first = *parts.begin();
+    bool interleaved = first->b_ != ParamStore::npos && first->scale_ == ParamStore::npos;
+    size_t k = 0;
+    for (const Linear* l : parts) {
+        interleaved = interleaved && l->w_ == first->w_ + 2 * k && l->b_ == l->w_ + 1;
+        k++;
+    }
+    if (interleaved && parts.size() > 1) {
+        const size_t base = first->w_, n = parts.size();
+        std::vector<ParamSpec> moved(reg.specs.begin() + ptrdiff_t(base),
+                                     reg.specs.begin() + ptrdiff_t(base + 2 * n));
+        k = 0;
+        for (Linear* l : parts) {
+            reg.specs[base + k] = std::move(moved[2 * k]);
+            reg.specs[base + n + k] = std::move(moved[2 * k + 1]);
+            l->w_ = base + k;
+            l->b_ = base + n + k;
+            k++;
+        }
+    }
     const Linear* prev = nullptr;
     for (const Linear* l : parts) {
         if (prev && l->w_ == prev->w_ + 1) reg.specs[l->w_].joined = true;
+        if (prev && l->b_ != ParamStore::npos && l->b_ == prev->b_ + 1) reg.specs[l->b_].joined = true;
         prev = l;
     }
 }
@@ -379,11 +412,7 @@ void Attention::plan(ActPlan& plan) const {
 void Attention::forward(const Pass& p, Tensor out, Tensor in) const {
     const Tensor qkv = p.act(qkv_buf_), y = p.act(y_buf_);
     qkv_.forward(p, qkv, in);
-    if (p.cache) {
-        cached_attention(p, y, qkv, layer_, heads_);
-    } else {
-        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_, p.attn_drop(layer_, reg_->tp.rank * heads_));
-    }
+    attend(p, y, saved_buf_, qkv, layer_, heads_, reg_->tp.rank);
     proj_.forward(p, out, y);
 }
 
@@ -522,11 +551,7 @@ void RotaryAttention::forward(const Pass& p, Tensor out, Tensor in) const {
         p.be.rope_rows(qk, inv_freq_, heads_ + kv_heads_, p.row_positions, false);
     else
         p.be.rope(qk, inv_freq_, heads_ + kv_heads_, p.pos0, false);
-    if (p.cache) {
-        cached_attention(p, y, qkv, layer_, heads_);
-    } else {
-        p.be.attention_fwd(y, p.act(saved_buf_), qkv, heads_, p.attn_drop(layer_, reg_->tp.rank * heads_));
-    }
+    attend(p, y, saved_buf_, qkv, layer_, heads_, reg_->tp.rank);
     o_.forward(p, out, y);
 }
 

@@ -179,9 +179,10 @@ private:
 class LinearGroup {
 public:
     LinearGroup(std::initializer_list<const Linear*> parts);
-    // Marks each part's weight to follow the one before in the arenas (ParamSpec::joined), where it was
-    // registered right after it (no bias or int8 scales between): at the model's construction.
-    static void join(ParamRegistry& reg, std::initializer_list<const Linear*> parts);
+    // At the model's construction: marks each part's weight to follow the one before in the arenas
+    // (ParamSpec::joined), where it was registered right after it, and each bias the one before; parts that
+    // registered a bias after each weight are first reordered, the weights before the biases (no int8).
+    static void join(ParamRegistry& reg, std::initializer_list<Linear*> parts);
     bool fused() const { return fused_; }
     // out (B,T,sum), contiguous: part i's output in its columns
     void forward(const Pass& p, Tensor out, Tensor in) const;

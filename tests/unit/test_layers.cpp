@@ -42,12 +42,14 @@ LinearGroup gate_up(Model& m) {
 // gate and up (12 x 8) lie together (ParamSpec::joined), so each group is one product; its loss and every
 // gradient are those of the parts apart (ANVIL_FUSE_PROJECTIONS=0: the adds of rounded input gradients) to
 // f32's rounding, for grouped-query and plain multi-head attention alike (the latter reads the attention's
-// dqkv in place).
+// dqkv in place), and with Qwen2's q, k and v biases (registered after each weight, laid after the three
+// weights by LinearGroup::join: one bias vector, its gradient the column sums of the joined output's).
 TEST(LinearGroup, JoinedProjectionsGiveTheSeparateProductsGradients) {
-    for (int kv : {2, 4}) {
+    for (const auto& [kv, bias] : {std::pair{2, false}, {4, false}, {2, true}}) {
         ModelConfig c = tiny_llama(false);
         c.n_kv_head = kv;
-        SCOPED_TRACE(fmt::format("{} key/value heads", kv));
+        c.qkv_bias = bias;
+        SCOPED_TRACE(fmt::format("{} key/value heads{}", kv, bias ? ", q/k/v biases" : ""));
         double loss[2];
         std::vector<std::vector<float>> grads[2];
         for (int apart = 0; apart < 2; apart++) {
@@ -73,7 +75,7 @@ TEST(LinearGroup, JoinedProjectionsGiveTheSeparateProductsGradients) {
 }
 
 // What keeps a group apart: an adapter on one of its parts (LoRA's default q_proj and v_proj leave the MLP's
-// pair joined), biases registered between the weights (Qwen2's q, k and v), int8 weights, FP8 products.
+// pair joined), int8 weights, FP8 products. Qwen2's q, k and v biases do not: the weights are laid first.
 TEST(LinearGroup, RunsApartWhereSomethingRidesOnAPart) {
     const FuseProjections env(nullptr);
     ModelOptions lora;
@@ -89,9 +91,19 @@ TEST(LinearGroup, RunsApartWhereSomethingRidesOnAPart) {
     biased.qkv_bias = true;
     {
         TinyRun run(test_seed(), {}, biased);
-        EXPECT_FALSE(qkv(*run.model).fused());
+        EXPECT_TRUE(qkv(*run.model).fused());
         EXPECT_TRUE(gate_up(*run.model).fused());
+        const ParamStore& s = run.model->params();
+        std::vector<std::string> names;
+        for (size_t i = 0; i < s.size(); i++)
+            if (s.spec(i).name.find("layers.0.self_attn.") != std::string::npos)
+                names.push_back(s.spec(i).name);
+        const std::string p = "model.layers.0.self_attn.";
+        EXPECT_EQ(names, (std::vector<std::string>{p + "q_proj.weight", p + "k_proj.weight",
+                                                   p + "v_proj.weight", p + "q_proj.bias", p + "k_proj.bias",
+                                                   p + "v_proj.bias", p + "o_proj.weight"}));
     }
+
     ModelOptions fp8;
     fp8.fp8 = true;
     {
