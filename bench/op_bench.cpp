@@ -1,7 +1,8 @@
 // The op table's third mode (tests/ops/op_cases.h): every backend op's time at a model's sizes, with
 // GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
 // CUDA, attention is timed in each implementation (gemm, flash with its forward at 64 and at 128 query rows a
-// block, flash-simt, cuDNN's fused attention where it applies). --only times the ops whose name contains the
+// block, flash-simt, cuDNN's fused attention where it applies, and where cuDNN refuses it again with its
+// nondeterministic engines allowed, "cudnn-nondeterministic"). --only times the ops whose name contains the
 // text (e.g. "attention B="), or any of several texts separated by '|' (a fused op beside the ops it
 // replaces: "residual|layernorm C=768").
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "../tests/ops/op_cases.h"
+#include "core/text.h"
 
 // Whether `name` contains one of the '|'-separated texts of `only`.
 static bool matches(const std::string& name, const std::string& only) {
@@ -97,7 +99,17 @@ int main(int argc, char** argv) {
                     (dt == DType::F32 || c.attn_dropout || c.attn.HS % 8 != 0))
                     continue;
                 auto b = make_backend({Device::CUDA, threads, 0, impl.impl, impl.fwd_rows});
+                const int before = failed;
                 report(*b, c.name + " " + impl.name);
+                // cuDNN with only nondeterministic engines for the graph: timed again taking them (PyTorch's
+                // default), so the card says whether determinism is what keeps cuDNN out
+                if (failed > before && impl.impl == AttentionImpl::Cudnn &&
+                    !env_on("ANVIL_CUDNN_NONDETERMINISTIC")) {
+                    setenv("ANVIL_CUDNN_NONDETERMINISTIC", "1", 1);
+                    auto nd = make_backend({Device::CUDA, threads, 0, impl.impl, impl.fwd_rows});
+                    report(*nd, c.name + " cudnn-nondeterministic");
+                    unsetenv("ANVIL_CUDNN_NONDETERMINISTIC");
+                }
             }
         }
         if (failed > 0) {

@@ -30,4 +30,10 @@ inline bool env_not_off(const char* name) {
     return !(v && std::string_view(v) == "0");
 }
 
+// An opt-in: on only where the environment sets `name` to "1" (ANVIL_CUDNN_NONDETERMINISTIC).
+inline bool env_on(const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string_view(v) == "1";
+}
+
 }  // namespace anvil

@@ -5,8 +5,9 @@
 // Descriptors keep the attributes they are given; finalizing checks what cuDNN checks at that point (every
 // attribute an operation needs, operands' shapes against each other, each virtual tensor produced once by an
 // operation of its graph, no cycle). The heuristic offers one engine (none with CUEMU_CUDNN_NO_ENGINE=1; with
-// CUEMU_CUDNN_NONDETERMINISTIC=1 a nondeterministic one first, which a caller must skip), whose plan asks for
-// a workspace of 1 MiB that execution requires. Execution runs the operations in dependency order:
+// CUEMU_CUDNN_NONDETERMINISTIC=1 a nondeterministic one first, which a caller must skip; =only that one
+// alone, which a caller must refuse unless it takes nondeterministic engines), whose plan asks for a
+// workspace of 1 MiB that execution requires. Execution runs the operations in dependency order:
 //   matmul     C[.., m, n] = sum_k A[.., m, k] B[.., k, n] in f32, batch dimensions broadcast: a dimension of
 //   1,
 //              or a divisor of C's (head h of C reads head h / (C's / A's): grouped-query attention)
@@ -33,6 +34,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "capture.h"
@@ -491,10 +493,13 @@ cudnnStatus_t finalize_op(Desc* d) {
             EMU_TRY(need(d, {CUDNN_ATTR_ENGINEHEUR_MODE}, "engine heuristic"));
             EMU_TRY(finalized_desc(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, "engine heuristic"));
             // the engines it offers: a nondeterministic one first when asked, then the deterministic one
-            const int n = env_on("CUEMU_CUDNN_NO_ENGINE")          ? 0
-                          : env_on("CUEMU_CUDNN_NONDETERMINISTIC") ? 2
-                                                                   : 1;
-            for (int i = 0; i < n; i++) {
+            // (none with "only")
+            const char* nd_env = std::getenv("CUEMU_CUDNN_NONDETERMINISTIC");
+            const bool nd_only = nd_env && std::string_view(nd_env) == "only";
+            const int n = env_on("CUEMU_CUDNN_NO_ENGINE")                     ? 0
+                          : nd_only || env_on("CUEMU_CUDNN_NONDETERMINISTIC") ? 2
+                                                                              : 1;
+            for (int i = 0; i < (nd_only ? 1 : n); i++) {
                 auto* e = new Desc{CUDNN_BACKEND_ENGINE_DESCRIPTOR, {}, true, {}};
                 void* graph = d->desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
                 e->put(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);

@@ -95,6 +95,60 @@ INSTANTIATE_TEST_SUITE_P(Cudnn, CudaCudnnAttention,
                                             ::testing::Values(DType::F32, DType::BF16, DType::F16)),
                          case_name);
 
+// Which of cuDNN's engines a plan takes: a deterministic one before any other, so runs repeat bit for bit; an
+// engine with a nondeterministic note only under ANVIL_CUDNN_NONDETERMINISTIC=1, and then said on stderr;
+// without it, a graph with only such engines is refused with an error that names the switch. cuemu's cuDNN
+// offers a nondeterministic engine before the deterministic one (CUEMU_CUDNN_NONDETERMINISTIC=1) or alone
+// (=only); the real library's engines are its own, so on a card this runs the first case only.
+TEST(CudaCudnnEngines, NondeterministicOnlyWhereAsked) {
+#ifndef ANVIL_TEST_CUDNN
+    GTEST_SKIP() << "this build has no cuDNN (cudnn_graph.h was not found)";
+#endif
+    size_t index = op_cases().size();
+    for (size_t i : attention_cases())
+        if (!op_cases()[i].attn_dropout && op_cases()[i].attn.HS % 8 == 0) {
+            index = i;
+            break;
+        }
+    ASSERT_LT(index, op_cases().size());
+    const OpCase c = op_cases()[index];
+    SCOPED_TRACE(c.name);
+    struct Env {  // a variable set for a scope
+        const char* name;
+        Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+        ~Env() { unsetenv(name); }
+    };
+    auto cpu = make_backend({Device::CPU, 0, 0});
+    const auto run = [&](std::string* err) {
+        auto gpu = make_backend({Device::CUDA, 0, 0, AttentionImpl::Cudnn});
+        ::testing::internal::CaptureStderr();
+        try {
+            *err = compare_backends(c, *cpu, *gpu, DType::BF16, test_seed() + index);
+        } catch (const Error& e) {
+            *err = std::string("threw: ") + e.what();
+        }
+        return ::testing::internal::GetCapturedStderr();
+    };
+    std::string err;
+    {
+        const Env both("CUEMU_CUDNN_NONDETERMINISTIC", "1");
+        const std::string said = run(&err);
+        EXPECT_TRUE(err.empty()) << err;
+        EXPECT_EQ(said.find("nondeterministic engine"), std::string::npos) << said;
+    }
+#ifdef ANVIL_CUDA_EMU
+    const Env only("CUEMU_CUDNN_NONDETERMINISTIC", "only");
+    run(&err);
+    EXPECT_NE(err.find("threw: "), std::string::npos) << err;
+    EXPECT_NE(err.find("ANVIL_CUDNN_NONDETERMINISTIC=1"), std::string::npos) << err;
+    EXPECT_NE(err.find("use --attention auto"), std::string::npos) << err;
+    const Env allowed("ANVIL_CUDNN_NONDETERMINISTIC", "1");
+    const std::string said = run(&err);
+    EXPECT_TRUE(err.empty()) << err;
+    EXPECT_NE(said.find("nondeterministic engine"), std::string::npos) << said;
+#endif
+}
+
 // The tensor-core forward at 128 query rows a block (two m-tiles a warp) computes every row exactly as at 64:
 // the same products in the same order, so the output and the saved log-sum-exp are the same bits. Partial
 // blocks (T = 130: a second block with 2 live rows, one m-tile wholly past T), dropout, a head size (80) that

@@ -4,7 +4,9 @@
 // strides, so nothing is copied. The forward keeps the row statistics anvil's flash kernels keep (the
 // log-sum-exp of the scaled scores, (B, NH, T) f32), so either direction can run on either implementation.
 // The backward is cuDNN's deterministic form (dQ written directly, no atomic accumulation), and engines with
-// a nondeterministic note are refused: runs repeat bit for bit, as with anvil's kernels.
+// a nondeterministic note are passed over: runs repeat bit for bit, as with anvil's kernels.
+// ANVIL_CUDNN_NONDETERMINISTIC=1 in the environment takes such an engine where no deterministic one
+// finalizes (PyTorch's default; said once on stderr).
 //
 // Forward (S = Q K^T, per head): S * scale; keys after the query masked to -inf; M = rowmax, E = exp(S - M),
 // Z = rowsum E; stats = M + log Z; P = E / Z (rounded to the activation dtype); O = P V.
@@ -27,6 +29,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/ops.h"
+#include "core/text.h"
 
 namespace anvil::cuda {
 
@@ -228,7 +231,13 @@ struct CudnnAttention {
             else
                 build_bwd(*g, p.io, G, dt, masked_value(*api));
             g->finalize_graph(handle);
-            p.refused = g->plan(handle);
+            p.refused = g->plan(handle, env_on("ANVIL_CUDNN_NONDETERMINISTIC"));
+            if (p.refused.empty() && !g->deterministic())
+                std::fprintf(
+                    stderr,
+                    "note: cuDNN's %s attention for B=%d T=%d NH=%d runs on a nondeterministic engine "
+                    "(ANVIL_CUDNN_NONDETERMINISTIC=1): runs no longer repeat bit for bit\n",
+                    fwd ? "forward" : "backward", s.B, s.T, s.NH);
             if (p.refused.empty()) p.graph = std::move(g);
         } catch (const Error& e) {
             p.refused = e.what();

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/error.h"
@@ -208,7 +209,7 @@ void CudnnGraph::finalize_graph(cudnnHandle_t handle) {
     api_.check(api_.finalize(graph_), "finalizing the operation graph");
 }
 
-std::string CudnnGraph::plan(cudnnHandle_t handle) {
+std::string CudnnGraph::plan(cudnnHandle_t handle, bool nondeterministic_ok) {
     ANVIL_ASSERT(graph_ != nullptr);
     cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -226,9 +227,9 @@ std::string CudnnGraph::plan(cudnnHandle_t handle) {
     api_.check(api_.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                         cfgs.data()),
                "reading the heuristic's engines");
-    std::string why;
+    // each engine's numerical notes: a nondeterministic one would break anvil's bit-for-bit repeats
+    std::vector<bool> deterministic(static_cast<size_t>(got), true);
     for (int64_t i = 0; i < got; i++) {
-        // the engine's numerical notes: a nondeterministic one would break anvil's bit-for-bit repeats
         cudnnBackendDescriptor_t engine = make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
         int64_t n = 0;
         api_.check(api_.get(cfgs[size_t(i)], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
@@ -239,33 +240,48 @@ std::string CudnnGraph::plan(cudnnHandle_t handle) {
         api_.check(api_.get(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                             int64_t(notes.size()), &n_notes, notes.data()),
                    "reading an engine's numerical notes");
-        bool deterministic = true;
         for (int64_t k = 0; k < n_notes; k++)
-            deterministic &= notes[size_t(k)] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-        if (!deterministic) {
-            why = "the heuristic's engines are nondeterministic";
-            continue;
-        }
-        cudnnBackendDescriptor_t p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        set(p, cudnnBackendAttributeName_t(400) /* CUDNN_ATTR_EXECUTION_PLAN_HANDLE */, CUDNN_TYPE_HANDLE, 1,
-            &handle);
-        set(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[size_t(i)]);
-        const cudnnStatus_t s = api_.finalize(p);
-        if (s != CUDNN_STATUS_SUCCESS) {
-            char msg[512] = {0};
-            api_.last_error(msg, sizeof msg);
-            why = std::string("no engine finalizes (the last: ") + api_.error_string(s) +
-                  (msg[0] ? ": " : "") + msg + ")";
-            continue;
-        }
-        int64_t ws = 0;
-        api_.check(api_.get(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
-                   "reading the plan's workspace size");
-        plan_ = p;
-        workspace_ = size_t(ws);
-        return "";
+            if (notes[size_t(k)] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) deterministic[size_t(i)] = false;
     }
-    return why.empty() ? "cuDNN's heuristic offers no engine for this graph on this device" : why;
+    std::string why;
+    bool skipped = false;  // a nondeterministic engine passed over
+    // the deterministic engines first; then, where allowed, the others
+    for (const bool want : {true, false}) {
+        if (!want && !nondeterministic_ok) break;
+        for (int64_t i = 0; i < got; i++) {
+            if (deterministic[size_t(i)] != want) {
+                skipped = skipped || want;
+                continue;
+            }
+            cudnnBackendDescriptor_t p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+            set(p, cudnnBackendAttributeName_t(400) /* CUDNN_ATTR_EXECUTION_PLAN_HANDLE */, CUDNN_TYPE_HANDLE,
+                1, &handle);
+            set(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                &cfgs[size_t(i)]);
+            const cudnnStatus_t s = api_.finalize(p);
+            if (s != CUDNN_STATUS_SUCCESS) {
+                char msg[512] = {0};
+                api_.last_error(msg, sizeof msg);
+                why = std::string("no engine finalizes (the last: ") + api_.error_string(s) +
+                      (msg[0] ? ": " : "") + msg + ")";
+                continue;
+            }
+            int64_t ws = 0, n = 0;
+            api_.check(api_.get(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
+                       "reading the plan's workspace size");
+            plan_ = p;
+            workspace_ = size_t(ws);
+            deterministic_ = want;
+            return "";
+        }
+    }
+    if (why.empty()) why = "cuDNN's heuristic offers no engine for this graph on this device";
+    if (skipped && !nondeterministic_ok)
+        why += fmt::format(
+            "; {} of its {} engines are nondeterministic, which anvil passes over "
+            "(ANVIL_CUDNN_NONDETERMINISTIC=1 takes them, and runs no longer repeat bit for bit)",
+            std::count(deterministic.begin(), deterministic.end(), false), got);
+    return why;
 }
 
 void CudnnGraph::execute(cudnnHandle_t handle, const std::vector<std::pair<int64_t, void*>>& ptrs,

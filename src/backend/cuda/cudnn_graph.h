@@ -81,9 +81,11 @@ public:
     // edges here, which the tests without a GPU rely on).
     void finalize_graph(cudnnHandle_t handle);
     // The execution plan for `handle`'s device (the graph finalized for it): the heuristic's engines (mode A)
-    // in order, skipping those with a nondeterministic numerical note, the first that finalizes. Empty when
-    // one was made, else why none.
-    std::string plan(cudnnHandle_t handle);
+    // in order, skipping those with a nondeterministic numerical note, the first that finalizes; where none
+    // does and `nondeterministic_ok`, the first nondeterministic one that does. Empty when one was made, else
+    // why none.
+    std::string plan(cudnnHandle_t handle, bool nondeterministic_ok = false);
+    bool deterministic() const { return deterministic_; }  // the plan's engine (after plan())
     size_t workspace_bytes() const { return workspace_; }
     // Runs the plan: `ptrs` maps each non-virtual, not-by-value tensor's uid to its device memory.
     void execute(cudnnHandle_t handle, const std::vector<std::pair<int64_t, void*>>& ptrs, void* workspace);
@@ -101,6 +103,7 @@ private:
     cudnnBackendDescriptor_t graph_ = nullptr, plan_ = nullptr;
     int64_t next_uid_ = 1;
     size_t workspace_ = 0;
+    bool deterministic_ = true;
 };
 
 #endif  // ANVIL_HAVE_CUDNN_H
