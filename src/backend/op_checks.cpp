@@ -261,7 +261,7 @@ const int* row_ints(const Tensor& t, int64_t B, const char* op, const char* what
 
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
                                            const Tensor& vcache, const Tensor& pages, const Tensor& slot_t,
-                                           const Tensor& pos_t, int NH) {
+                                           const Tensor& pos_t, int NH, bool own_slots) {
     ANVIL_CHECK(kcache.shape.ndim == 3 && kcache.shape == vcache.shape,
                 "attention_cached_rows: caches {} and {}, want (pages, positions, width)", kcache.shape.str(),
                 vcache.shape.str());
@@ -296,6 +296,13 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
         std::sort(at.begin(), at.end());
         ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
                     "attention_cached_rows: two rows at one position of one slot");
+        if (own_slots) {
+            std::vector<int> s(slot, slot + B);
+            std::sort(s.begin(), s.end());
+            const auto twice = std::adjacent_find(s.begin(), s.end());
+            ANVIL_CHECK(twice == s.end(), "attention_cached_rows: own_slots, but two rows are in slot {}",
+                        twice == s.end() ? 0 : *twice);
+        }
     }
     return {B, S, P, page, PPS, int(KC / HS), HS};
 }

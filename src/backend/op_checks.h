@@ -99,11 +99,12 @@ struct CachedRowsDims {
     int B, S, P, page, PPS, KVH, HS;
 };
 // qkv (B, (NH + 2 KVH) HS), caches (P, page, KVH HS), pages (S, PPS) i32, out (B, NH HS); B slots in [0, S)
-// and positions in [0, PPS page), no pair twice. The row integers are (B) i32; their values are checked where
-// the host can read them (a CPU tensor), a device's kernels guarding them instead.
+// and positions in [0, PPS page), no pair twice (with own_slots, no slot twice). The row integers are (B)
+// i32; their values are checked where the host can read them (a CPU tensor), a device's kernels guarding them
+// instead.
 CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv, const Tensor& kcache,
                                            const Tensor& vcache, const Tensor& pages, const Tensor& slot,
-                                           const Tensor& pos, int NH);
+                                           const Tensor& pos, int NH, bool own_slots = false);
 // rope_rows: x (B, T, H HS) and B non-negative positions (B) i32
 RopeDims check_rope_rows(const Tensor& x, const Tensor& inv_freq, int H, const Tensor& pos);
 // embedding_rows_add: out (B, C), table (R, C), rows (B) i32 in [0, R); returns C

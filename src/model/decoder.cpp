@@ -18,6 +18,13 @@ Tensor seqs(Tensor t, int b0, int n) {
     return t.range(size_t(b0) * per, size_t(n) * per).view(s);
 }
 
+// Whether each of the B rows is in a slot of its own (a decode step; a packed prefill's rows share one)
+bool own_slots(const int* slot, int B) {
+    std::vector<int> s(slot, slot + B);
+    std::sort(s.begin(), s.end());
+    return std::adjacent_find(s.begin(), s.end()) == s.end();
+}
+
 }  // namespace
 
 int DecoderModel::logits_chunk(const ActPlan& plan) const {
@@ -85,6 +92,7 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
            .slot = f.slot,
            .row_slot = f.row_slot,
            .row_pos = f.row_pos,
+           .own_slots = f.row_slot && own_slots(f.row_slot, B),  // a decode step (a recording is of one kind)
            .seed = f.seed,
            .train = train,
            .dropout = train ? options_.dropout : 0.0f,
@@ -120,6 +128,7 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
     }
     const KvCache& c = *f.cache;
     const std::vector<int64_t> key{B,
+                                   p.own_slots,
                                    f.n_logit_rows,
                                    int64_t(reinterpret_cast<uintptr_t>(c.k(0).data)),
                                    int64_t(reinterpret_cast<uintptr_t>(c.pages().data)),

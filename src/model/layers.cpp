@@ -41,7 +41,7 @@ void cached_attention(const Pass& p, Tensor y, Tensor qkv, int layer, int heads)
     // one token a row (T = 1): every row in one call
     const auto rows = [&](Tensor t) { return t.view(Shape{p.B, t.shape[t.shape.ndim - 1]}); };
     p.be.attention_cached_rows(rows(y), rows(qkv), c.k(layer), c.v(layer), c.pages(), p.row_slots,
-                               p.row_positions, heads);
+                               p.row_positions, heads, p.own_slots);
 }
 
 // Attention of a block's packed qkv into y: over the cache when the pass decodes, else causal within the pass

@@ -68,6 +68,7 @@ struct Pass {
     const int* row_pos = nullptr;
     Tensor row_slots = {},
            row_positions = {};  // the same on the backend ((B) i32, act::rows), which the ops read
+    bool own_slots = false;     // with row_slot: every row in a slot of its own (a decode step)
     uint64_t seed = 0;  // this pass's randomness (dropout masks), the same in its backward
     // The pass takes gradients (a forward with a nonzero dloss, and its backward): dropout is on, as in
     // PyTorch's model.train(). An evaluation on training activations (the validation loss during a run) runs

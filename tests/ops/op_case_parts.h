@@ -66,6 +66,8 @@ OpCase qkv_unpack_case(const OpSizes& s, int NH, int KVH, bool shares, bool stri
 OpCase attention(const OpSizes& s, int B, int T, int NH, int HS, const AttnDropout& drop = {});
 OpCase attention_gqa(int B, int T, int NH, int KVH, int HS, const AttnDropout& drop = {});
 OpCase attention_cached(const OpSizes& s, int KVH, int T = 0);  // T = 0: min(s.T, 40)
-OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false);
+// own: rows in slots of their own (a decode step), said to the op (own_slots); a packed prefill's never are
+OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed = false,
+                             bool own = true);
 
 }  // namespace anvil::test::cases

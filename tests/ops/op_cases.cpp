@@ -741,6 +741,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         attention_cached(s, s.NH / 2),
         attention_cached_rows(s, s.NH, 4, std::min(s.T, 40)),
         attention_cached_rows(s, s.NH / 2, 4, std::min(s.T, 40)),
+        attention_cached_rows(s, s.NH / 2, 4, std::min(s.T, 40), false, false),  // the write kernel's path
         attention_cached_rows(s, s.NH / 2, 0, std::min(s.T, 40), true),
         embedding_tokens(s, s.C),
         embedding_rows_add_case(s),

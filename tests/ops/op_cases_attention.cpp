@@ -252,7 +252,10 @@ OpCase attention_cached(const OpSizes& s, int KVH, int T_) {
 // The caches' other positions hold earlier keys and values (drawn); the new ones must land at (slot, pos)'s
 // page row and nowhere else. packed: a packed prefill beside decode rows: two pieces of prompts (rows of one
 // slot at consecutive positions, one after cached positions, one from position 0) and two one-token rows.
-OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed) {
+// own (not packed): the op is told every row is in a slot of its own, where CUDA writes the keys and values
+// in the attention kernel; the same results.
+OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool packed, bool own) {
+    own = own && !packed;
     OpCase c;
     std::vector<int> slot(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
     for (int b = 0; b < B; b++) {
@@ -276,8 +279,8 @@ OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool pa
     const auto row = [=](int sl, int p) {
         return size_t(table[size_t(sl) * PPS + size_t(p / page)]) * page + size_t(p % page);
     };
-    c.name = fmt::format("attention_cached_rows{} B={} maxT={} NH={} KVH={} C={} pages={}x{}",
-                         packed ? "_packed" : "", B, maxT, NH, KVH, C, P, page);
+    c.name = fmt::format("attention_cached_rows{} B={} maxT={} NH={} KVH={} C={} pages={}x{}{}",
+                         packed ? "_packed" : "", B, maxT, NH, KVH, C, P, page, own ? " own slots" : "");
     Arg pages = ids("pages", {S, PPS}, 0, P);
     pages.fixed_ints = table;
     Arg slots = ids("slot", {B}, 0, S), positions = ids("pos", {B}, 0, maxT);
@@ -290,7 +293,8 @@ OpCase attention_cached_rows(const OpSizes& s, int KVH, int B, int maxT, bool pa
               slots,
               positions};
     c.forward = [=](Backend& be, const Args& a) {
-        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], a["pages"], a["slot"], a["pos"], NH);
+        be.attention_cached_rows(a["out"], a["qkv"], a["k"], a["v"], a["pages"], a["slot"], a["pos"], NH,
+                                 own);
     };
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         Vec k = h.at("k"), v = h.at("v"), out(size_t(B) * C);

@@ -64,6 +64,32 @@ TEST(StridedViews, RefusedWhereAnOpReadsContiguousRows) {
     EXPECT_TRUE(wide.t.slice0(0).view(Shape{1, 3 * C}).cols(C, C).contiguous());
 }
 
+// attention_cached_rows' own_slots is a promise about the rows (each in a slot of its own: a decode step),
+// on which a backend may write the keys and values as it attends; a packed prefill's rows share a slot, and
+// such a call with the promise is refused where the host can read the slots, naming the slot.
+TEST(AttentionCachedRows, OwnSlotsRefusedWhereTwoRowsShareOne) {
+    auto cpu = make_backend({Device::CPU, 2, 0});
+    const int B = 3, NH = 2, HS = 4, C = NH * HS, page = 4, S = 3, PPS = 2;
+    DevTensor qkv(*cpu, {B, 3 * C}), out(*cpu, {B, C}), k(*cpu, {S * PPS, page, C}),
+        v(*cpu, {S * PPS, page, C});
+    DevTensor pages(*cpu, {S, PPS}, DType::I32), slot(*cpu, {B}, DType::I32), pos(*cpu, {B}, DType::I32);
+    for (int i = 0; i < S * PPS; i++) pages.t.ptr<int32_t>()[i] = i;
+    for (Tensor t : {qkv.t, k.t, v.t}) std::fill_n(t.f32(), t.numel(), 0.5f);
+    const auto call = [&](std::vector<int32_t> slots, std::vector<int32_t> positions, bool own) {
+        std::copy(slots.begin(), slots.end(), slot.t.ptr<int32_t>());
+        std::copy(positions.begin(), positions.end(), pos.t.ptr<int32_t>());
+        cpu->attention_cached_rows(out, qkv, k, v, pages, slot, pos, NH, own);
+    };
+    EXPECT_NO_THROW(call({2, 0, 1}, {3, 0, 5}, true));   // a decode step
+    EXPECT_NO_THROW(call({1, 1, 0}, {2, 3, 0}, false));  // a packed prefill beside a decode row
+    try {
+        call({1, 1, 0}, {2, 3, 0}, true);
+        ADD_FAILURE() << "two rows of slot 1 taken as a decode step";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("two rows are in slot 1"), std::string::npos) << e.what();
+    }
+}
+
 TEST(CpuMath, ExpApprox) {
     for (float x = -87.0f; x < 88.0f; x += 0.37f) {
         const double want = std::exp(double(x));

@@ -367,8 +367,10 @@ void CpuBackend::attention_cached(Tensor out, Tensor qkv, Tensor kcache, Tensor 
 }
 
 void CpuBackend::attention_cached_rows(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                                       Tensor slot_t, Tensor pos_t, int NH) {
-    const CachedRowsDims d = check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot_t, pos_t, NH);
+                                       Tensor slot_t, Tensor pos_t, int NH, bool own_slots) {
+    // own_slots changes nothing here: the spec writes every row's key and value, then attends
+    const CachedRowsDims d =
+        check_attention_cached_rows(out, qkv, kcache, vcache, pages, slot_t, pos_t, NH, own_slots);
     const int* table = static_cast<const int*>(pages.data);
     const int *slot = slot_t.ptr<int32_t>(), *pos = pos_t.ptr<int32_t>();
     for (int b = 0; b < d.B; b++)  // the spec checks every page a row reads or writes

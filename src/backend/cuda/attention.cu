@@ -246,6 +246,11 @@ __global__ void kv_cache_write_kernel(T* kc, T* vc, const T* qkv, int Tq, Rows r
 // at batch 1 a dozen warps on the whole card, each walking the cache serially.) Query head h reads key/value
 // head h / group (grouped-query attention; group 1 for GPT-2). qkv rows (QC + 2 KC), out rows QC. `vec`: head
 // size D and the caches' rows 16-byte aligned, so a lane's dimensions load as whole vectors.
+// Own (every row in a slot of its own, a decode step): the caches do not hold the rows' new keys and values
+// yet. Each block takes its row's from qkv, and the block of each key/value head's first query head writes
+// them into the caches: no other block of this launch reads that position (its row's other blocks take it
+// from qkv too, and every other row is in another slot), so one launch does what the write kernel and this
+// one did. The keys' values are the same bits either way.
 constexpr int kCachedWarps = 4, kKeyLanes = 8, kGroups = kCachedWarps * 32 / kKeyLanes;
 
 // E consecutive elements of a row from p (those from `valid` on are 0): vector loads where `vec`.
@@ -265,10 +270,10 @@ __device__ __forceinline__ void load_dims(float* dst, const T* p, bool vec, int 
     }
 }
 
-template <typename T, int D, typename Rows>
+template <typename T, int D, typename Rows, bool Own>
 __global__ void __launch_bounds__(kCachedWarps * 32)
-    attn_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, Rows r, int QC, int KC, int HS,
-                       int group, float scale, bool vec) {
+    attn_cached_kernel(T* out, const T* qkv, T* kc, T* vc, Rows r, int QC, int KC, int HS, int group,
+                       float scale, bool vec) {
     constexpr int E = D / kKeyLanes, G = 32 / kKeyLanes;  // a lane's dimensions; key groups a warp
     __shared__ float gm[kGroups], gl[kGroups], go[kGroups][D + 1];
     const int i = blockIdx.x, h = blockIdx.y, last = r.ok(i) ? r.last(i) : -1;  // -1: no key
@@ -276,8 +281,16 @@ __global__ void __launch_bounds__(kCachedWarps * 32)
     const int grp = warp * G + lane / kKeyLanes;  // this lane's group: keys grp, grp + kGroups, ...
     const int d0 = sub * E, valid = HS - d0;      // its dimensions d0..d0 + E - 1, those below HS real
     const size_t kv_off = size_t(h / group) * HS + size_t(d0);
+    const T* qrow = qkv + size_t(i) * (QC + 2 * KC);
+    if (Own && last >= 0 && h % group == 0) {  // this row's key and value into the caches
+        const size_t at = r.row(i, last) * KC + size_t(h / group) * HS;
+        for (int d = int(threadIdx.x); d < HS; d += int(blockDim.x)) {
+            kc[at + d] = qrow[QC + size_t(h / group) * HS + d];
+            vc[at + d] = qrow[QC + KC + size_t(h / group) * HS + d];
+        }
+    }
     float q[E], o[E];
-    load_dims<E>(q, qkv + size_t(i) * (QC + 2 * KC) + size_t(h) * HS + d0, false, valid);
+    load_dims<E>(q, qrow + size_t(h) * HS + d0, false, valid);
     float m = -INFINITY, l = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; e++) o[e] = 0.0f;
@@ -288,10 +301,15 @@ __global__ void __launch_bounds__(kCachedWarps * 32)
     for (int k0 = warp * G; k0 <= last; k0 += kGroups) {
         const int key = k0 + lane / kKeyLanes;
         const bool real = key <= last;
-        const size_t row = r.row(i, real ? key : last) * KC + kv_off;
         float k[E], v[E];
-        load_dims<E>(k, kc + row, vec, valid);
-        load_dims<E>(v, vc + row, vec, valid);
+        if (Own && (!real || key == last)) {  // the row's own position: from qkv, not yet in the caches
+            load_dims<E>(k, qrow + QC + kv_off, false, valid);
+            load_dims<E>(v, qrow + QC + KC + kv_off, false, valid);
+        } else {
+            const size_t row = r.row(i, real ? key : last) * KC + kv_off;
+            load_dims<E>(k, kc + row, vec, valid);
+            load_dims<E>(v, vc + row, vec, valid);
+        }
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) s += q[e] * k[e];
@@ -398,22 +416,30 @@ void attention_flash_bwd(const Ctx& c, const AttnShape& s, Tensor dqkv, Tensor s
 
 namespace {
 
-// The caches' writes, then the attention, for Tq new queries placed by `rows`.
+// The caches' writes, then the attention, for Tq new queries placed by `rows` (own: every row in a slot of
+// its own, the writes done by the attention kernel).
 template <typename Rows>
 void run_cached(const Ctx& c, void* out, const void* qkv, void* kc, void* vc, DType dt, int Tq,
-                const Rows& rows, int QC, int KC, int NH) {
+                const Rows& rows, int QC, int KC, int NH, bool own = false) {
     const int HS = QC / NH, group = NH / (KC / HS);
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        launch(kv_cache_write_kernel<T, Rows>, size_t(Tq) * KC, 256, c.stream, static_cast<T*>(kc),
-               static_cast<T*>(vc), static_cast<const T*>(qkv), Tq, rows, QC, KC);
+        if (!own)
+            launch(kv_cache_write_kernel<T, Rows>, size_t(Tq) * KC, 256, c.stream, static_cast<T*>(kc),
+                   static_cast<T*>(vc), static_cast<const T*>(qkv), Tq, rows, QC, KC);
         dispatch_head(HS, [&](auto dtag) {
             constexpr int D = decltype(dtag)::value;
             const bool vec = HS == D && aligned16(kc, vc) && (size_t(KC) * sizeof(T)) % 16 == 0;
-            attn_cached_kernel<T, D, Rows><<<dim3(Tq, NH), kCachedWarps * 32, 0, c.stream>>>(
-                static_cast<T*>(out), static_cast<const T*>(qkv), static_cast<const T*>(kc),
-                static_cast<const T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)), vec);
-            CUDA_LAUNCH_CHECK();
+            const auto run = [&](auto kernel) {
+                kernel<<<dim3(Tq, NH), kCachedWarps * 32, 0, c.stream>>>(
+                    static_cast<T*>(out), static_cast<const T*>(qkv), static_cast<T*>(kc),
+                    static_cast<T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)), vec);
+                CUDA_LAUNCH_CHECK();
+            };
+            if (own)
+                run(attn_cached_kernel<T, D, Rows, true>);
+            else
+                run(attn_cached_kernel<T, D, Rows, false>);
         });
     });
 }
@@ -428,7 +454,7 @@ void attention_cached(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tenso
 }
 
 void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor pages,
-                           Tensor slot, Tensor pos, int NH) {
+                           Tensor slot, Tensor pos, int NH, bool own_slots) {
     // shapes checked by the backend (check_attention_cached_rows); slots and positions by the kernels
     // (SlotRows); the pages are the caller's (KvCache checks what it is given)
     const int W = int(qkv.shape[qkv.shape.ndim - 1]), KC = int(kcache.shape[2]), QC = W - 2 * KC;
@@ -439,7 +465,7 @@ void attention_cached_rows(const Ctx& c, Tensor out, Tensor qkv, Tensor kcache, 
                         slot.ptr<int32_t>(),
                         pos.ptr<int32_t>()};
     run_cached(c, out.data, qkv.data, kcache.data, vcache.data, qkv.dtype, int(slot.numel()), rows, QC, KC,
-               NH);
+               NH, own_slots);
 }
 
 }  // namespace anvil::cuda
