@@ -8,6 +8,7 @@
 // distinct banks. The backward runs one kernel for dK/dV (a lane per key) and one for dQ (a lane per query)
 // so nothing is accumulated with atomics: the result is deterministic. Head size up to 128.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/ops.h"
@@ -301,15 +302,13 @@ __global__ void __launch_bounds__(kCachedWarps * 32)
     for (int k0 = warp * G; k0 <= last; k0 += kGroups) {
         const int key = k0 + lane / kKeyLanes;
         const bool real = key <= last;
+        // Own: the row's own position from qkv (not yet in the caches), element by element
+        const bool own = Own && (!real || key == last);
+        const size_t row = own ? 0 : r.row(i, real ? key : last) * KC + kv_off;
+        const T* kp = own ? qrow + QC + kv_off : kc + row;
         float k[E], v[E];
-        if (Own && (!real || key == last)) {  // the row's own position: from qkv, not yet in the caches
-            load_dims<E>(k, qrow + QC + kv_off, false, valid);
-            load_dims<E>(v, qrow + QC + KC + kv_off, false, valid);
-        } else {
-            const size_t row = r.row(i, real ? key : last) * KC + kv_off;
-            load_dims<E>(k, kc + row, vec, valid);
-            load_dims<E>(v, vc + row, vec, valid);
-        }
+        load_dims<E>(k, kp, vec && !own, valid);
+        load_dims<E>(v, own ? kp + KC : vc + row, vec && !own, valid);
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) s += q[e] * k[e];
@@ -436,10 +435,9 @@ void run_cached(const Ctx& c, void* out, const void* qkv, void* kc, void* vc, DT
                     static_cast<T*>(vc), rows, QC, KC, HS, group, 1.0f / std::sqrt(float(HS)), vec);
                 CUDA_LAUNCH_CHECK();
             };
-            if (own)
-                run(attn_cached_kernel<T, D, Rows, true>);
-            else
-                run(attn_cached_kernel<T, D, Rows, false>);
+            if constexpr (std::is_same_v<Rows, SlotRows>)  // (a sequence's rows share its slot)
+                if (own) return run(attn_cached_kernel<T, D, Rows, true>);
+            run(attn_cached_kernel<T, D, Rows, false>);
         });
     });
 }
