@@ -257,16 +257,21 @@ TEST_P(CudaModelFamily, BatchedDecodeMatchesTheCpu) {
     }
 }
 
+// A CUDA backend that launches every kernel, recording nothing (BackendOptions::record off)
+std::unique_ptr<Backend> launching_backend() {
+    BackendOptions o;
+    o.device = Device::CUDA;
+    o.record = false;
+    return make_backend(o);
+}
+
 // Decode steps recorded once and replayed as CUDA graphs (Backend::record, Activations::run_recorded) give
 // the bits of the same steps launched kernel by kernel (BackendOptions::record off): continuous batching's
 // rows (a decode step's slots and positions read from device memory at every replay) and the generator's one
 // sequence, sampled, whose steps from the second on are replays.
 TEST_P(CudaModelFamily, RecordedDecodeStepsGiveTheLaunchedBits) {
     const ModelConfig cfg = small(GetParam());
-    BackendOptions o;
-    o.device = Device::CUDA;
-    o.record = false;
-    const auto launched = make_backend(o);
+    const auto launched = launching_backend();
     for (DType dt : {DType::F32, DType::BF16}) {
         SCOPED_TRACE(dtype_name(dt));
         for (bool packed : {false, true})
@@ -308,6 +313,51 @@ TEST_P(CudaModelFamily, RecordedDecodeStepsGiveTheLaunchedBits) {
         std::vector<float> lps;
         EXPECT_EQ(g.generate({2, 7, 1, 8}, so), g.generate({2, 7, 1, 8}, so, {}, &lps));
     }
+}
+
+// One set of activations serving decode steps (each row in a slot of its own: the attention kernel writes the
+// keys and values) and packed steps of the same row count (two rows of one slot, the second reading the
+// first's key: the write kernel first), each kind twice so that both are recorded and replayed: a recording
+// is of one kind of step (the recording's key holds it), so the replays give the bits of the steps launched
+// one by one.
+TEST_P(CudaModelFamily, DecodeAndPackedStepsOfOneSizeReplayTheirOwnRecordings) {
+    const ModelConfig cfg = small(GetParam());
+    const auto launched = launching_backend();
+    struct Step {
+        std::vector<int> slot, pos;
+    };
+    // three slots: a decode step at positions 0 and 1, then packed (slot 0 twice), decode, packed
+    const std::vector<Step> steps = {{{0, 1, 2}, {0, 0, 0}}, {{0, 1, 2}, {1, 1, 1}}, {{0, 0, 1}, {2, 3, 2}},
+                                     {{2, 1, 0}, {2, 3, 4}}, {{1, 1, 2}, {4, 5, 3}}, {{2, 2, 0}, {4, 5, 5}}};
+    const auto run = [&](Backend& be) {
+        auto m = make_model(be, cfg, {});
+        m->params().init(7);
+        auto cache = m->make_cache(0, 3, 3 * KvCache::pages_for(cfg.n_ctx));
+        for (int s = 0; s < 3; s++) {
+            std::vector<int32_t> pages(size_t(KvCache::pages_for(cfg.n_ctx)));
+            std::iota(pages.begin(), pages.end(), s * int(pages.size()));
+            cache->set_pages(s, pages);
+        }
+        cache->sync();
+        auto acts = m->make_activations(3, 1, ActMode::Decode);
+        std::vector<float> all;
+        for (size_t k = 0; k < steps.size(); k++) {
+            const std::vector<int32_t> tok = {int32_t(k + 1), int32_t(2 * k + 3), int32_t(5 * k + 2)};
+            const Tensor tokens = acts->get(act::tokens, 3, 1);
+            be.upload(tokens, tok.data());
+            m->forward(*acts, rows_pass(tokens, cache.get(), steps[k].slot.data(), steps[k].pos.data()));
+            const Tensor l = acts->get(act::logits, 3, 1);
+            std::vector<float> v(size_t(l.numel()));
+            be.download(v.data(), l);
+            all.insert(all.end(), v.begin(), v.end());
+        }
+        return all;
+    };
+    EXPECT_EQ(run(*be.gpu), run(*launched));
+    const std::vector<float> want = run(*be.cpu), got = run(*be.gpu);
+    double scale = 0.0;
+    for (float x : want) scale = std::max(scale, double(std::abs(x)));
+    EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4 * scale, "mixed decode and packed steps' logits"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, CudaModelFamily, ::testing::Values("gpt2", "llama"));
