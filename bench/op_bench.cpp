@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
                 auto b = make_backend({Device::CUDA, threads, 0, impl.impl, impl.fwd_rows});
                 const int before = failed;
                 report(*b, c.name + " " + impl.name);
-                // cuDNN with only nondeterministic engines for the graph: timed again taking them (PyTorch's
-                // default), so the card says whether determinism is what keeps cuDNN out
+                // a refused cuDNN case (perhaps for want of a deterministic engine): timed again taking the
+                // nondeterministic ones (PyTorch's default), so the card says whether determinism keeps cuDNN
+                // out
                 if (failed > before && impl.impl == AttentionImpl::Cudnn &&
                     !env_on("ANVIL_CUDNN_NONDETERMINISTIC")) {
                     setenv("ANVIL_CUDNN_NONDETERMINISTIC", "1", 1);

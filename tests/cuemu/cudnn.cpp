@@ -496,18 +496,17 @@ cudnnStatus_t finalize_op(Desc* d) {
             // (none with "only")
             const char* nd_env = std::getenv("CUEMU_CUDNN_NONDETERMINISTIC");
             const bool nd_only = nd_env && std::string_view(nd_env) == "only";
-            const int n = env_on("CUEMU_CUDNN_NO_ENGINE")                     ? 0
-                          : nd_only || env_on("CUEMU_CUDNN_NONDETERMINISTIC") ? 2
-                                                                              : 1;
-            for (int i = 0; i < (nd_only ? 1 : n); i++) {
+            const bool nd_first = nd_only || env_on("CUEMU_CUDNN_NONDETERMINISTIC");
+            const int n = env_on("CUEMU_CUDNN_NO_ENGINE") ? 0 : nd_first && !nd_only ? 2 : 1;
+            for (int i = 0; i < n; i++) {
                 auto* e = new Desc{CUDNN_BACKEND_ENGINE_DESCRIPTOR, {}, true, {}};
                 void* graph = d->desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
                 e->put(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
                 const int64_t index = i;
                 e->put(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index);
                 const cudnnBackendNumericalNote_t nd = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-                e->put(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, n == 2 && i == 0 ? 1 : 0,
-                       &nd);
+                e->put(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                       nd_first && i == 0 ? 1 : 0, &nd);
                 g_live.insert(e);
                 d->owned.push_back(e);
             }

@@ -6,7 +6,7 @@
 // The backward is cuDNN's deterministic form (dQ written directly, no atomic accumulation), and engines with
 // a nondeterministic note are passed over: runs repeat bit for bit, as with anvil's kernels.
 // ANVIL_CUDNN_NONDETERMINISTIC=1 in the environment takes such an engine where no deterministic one
-// finalizes (PyTorch's default; said once on stderr).
+// finalizes (PyTorch's default; said on stderr once a plan).
 //
 // Forward (S = Q K^T, per head): S * scale; keys after the query masked to -inf; M = rowmax, E = exp(S - M),
 // Z = rowsum E; stats = M + log Z; P = E / Z (rounded to the activation dtype); O = P V.

@@ -244,15 +244,11 @@ std::string CudnnGraph::plan(cudnnHandle_t handle, bool nondeterministic_ok) {
             if (notes[size_t(k)] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) deterministic[size_t(i)] = false;
     }
     std::string why;
-    bool skipped = false;  // a nondeterministic engine passed over
     // the deterministic engines first; then, where allowed, the others
     for (const bool want : {true, false}) {
         if (!want && !nondeterministic_ok) break;
         for (int64_t i = 0; i < got; i++) {
-            if (deterministic[size_t(i)] != want) {
-                skipped = skipped || want;
-                continue;
-            }
+            if (deterministic[size_t(i)] != want) continue;
             cudnnBackendDescriptor_t p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             set(p, cudnnBackendAttributeName_t(400) /* CUDNN_ATTR_EXECUTION_PLAN_HANDLE */, CUDNN_TYPE_HANDLE,
                 1, &handle);
@@ -276,11 +272,12 @@ std::string CudnnGraph::plan(cudnnHandle_t handle, bool nondeterministic_ok) {
         }
     }
     if (why.empty()) why = "cuDNN's heuristic offers no engine for this graph on this device";
-    if (skipped && !nondeterministic_ok)
+    const auto passed_over = std::count(deterministic.begin(), deterministic.end(), false);
+    if (passed_over > 0 && !nondeterministic_ok)
         why += fmt::format(
             "; {} of its {} engines are nondeterministic, which anvil passes over "
             "(ANVIL_CUDNN_NONDETERMINISTIC=1 takes them, and runs no longer repeat bit for bit)",
-            std::count(deterministic.begin(), deterministic.end(), false), got);
+            passed_over, got);
     return why;
 }
 
