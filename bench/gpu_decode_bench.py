@@ -8,7 +8,10 @@ Llama 3.2 1B's shape: 16 layers x 2048, 32 query and 8 key/value heads, MLP 8192
      depend on them), saved as a Hugging Face directory (final/);
   2. anvil: `anvil generate` at batch 1, greedy, --new-tokens tokens after a short prompt, --rounds times: the
      decode rate (tokens after the first, over their time), median; on CUDA again with ANVIL_CUDA_GRAPHS=0 (each
-     step's kernels launched one by one instead of replayed as a CUDA graph);
+     step's kernels launched one by one instead of replayed as a CUDA graph), with ANVIL_DIRECT_PRODUCTS=1 (the
+     products over a few rows in anvil's kernels that read the weight once, 16 bytes a load, rather than
+     cuBLASLt), and on an int8 copy (`anvil quantize`: weight-only, its products always in those kernels), whose
+     roofline counts a byte a weight;
   3. the roofline: a decoded token reads every weight once (the position table aside: one row) and the KV cache
      so far, so at the card's copy bandwidth (`anvil bench`'s copy_d2d) it cannot beat
      bandwidth / (weight bytes + mean KV bytes); the record gives anvil's rate as a share of that;
@@ -102,12 +105,13 @@ def kv_bytes_per_token(cfg, dtype_bytes):
     return 2 * layers * kv * (width // heads) * dtype_bytes
 
 
-def anvil_decode(a, model_dir, log, graphs=True):
-    """anvil generate's decode rate; graphs=False launches each step's kernels one by one (ANVIL_CUDA_GRAPHS=0)
-    instead of replaying the step's CUDA graph: the lever's before and after in one call."""
+def anvil_decode(a, model_dir, log, env=None):
+    """anvil generate's decode rate, with `env` set for its runs: ANVIL_CUDA_GRAPHS=0 launches each step's kernels
+    one by one instead of replaying the step's CUDA graph, ANVIL_DIRECT_PRODUCTS=1 takes anvil's direct products
+    instead of cuBLASLt's: a lever's before and after in one call."""
     rates, replayed = [], []
-    if not graphs:
-        os.environ["ANVIL_CUDA_GRAPHS"] = "0"  # gpu_train_bench.sh's commands inherit the environment
+    env = env or {}
+    os.environ.update(env)  # gpu_train_bench.sh's commands inherit the environment
     try:
         for _ in range(a.rounds):
             out = gpu_train_bench.sh([a.anvil, "generate", "--model", model_dir, "--device", a.device,
@@ -118,8 +122,26 @@ def anvil_decode(a, model_dir, log, graphs=True):
             rates.append(j["tokens_per_s"])
             replayed.append(j.get("replayed_steps"))
     finally:
-        os.environ.pop("ANVIL_CUDA_GRAPHS", None)
-    return {"tokens_per_s": statistics.median(rates), "rounds": rates, "replayed_steps": replayed}
+        for k in env:
+            os.environ.pop(k, None)
+    return {"tokens_per_s": statistics.median(rates), "rounds": rates, "replayed_steps": replayed, "env": env}
+
+
+def int8_decode(a, model_dir, work, name, kv, copy_gbs, log):
+    """The same decode on an int8 copy of the model; its roofline counts one byte a weight (the f32 scales
+    beside, a row's worth)."""
+    q = os.path.join(work, name + "-int8")
+    try:
+        gpu_train_bench.sh([a.anvil, "quantize", "--model", model_dir, "--out", q, "--overwrite", "--threads",
+                            str(a.threads)], log)
+        r = anvil_decode(a, q, log)
+    except SystemExit as e:
+        return {"failed": str(e)[-500:]}
+    w = weight_bytes(model_dir, 1)
+    r["weight_bytes"] = w
+    r["roofline_tokens_per_s"] = copy_gbs * 1e9 / (w + kv) if copy_gbs else None
+    r["share_of_roofline"] = r["tokens_per_s"] / r["roofline_tokens_per_s"] if copy_gbs else None
+    return r
 
 
 HF_SCRIPT = r"""
@@ -202,12 +224,15 @@ def main():
         kv = kv_bytes_per_token(cfg, dtype_bytes) * (len(prompt_ids) + a.new_tokens / 2)
         roofline = copy_gbs * 1e9 / (w + kv) if copy_gbs else None
         mine = anvil_decode(a, model_dir, log)
-        launched = anvil_decode(a, model_dir, log, graphs=False) if a.device == "cuda" else None
+        cuda = a.device == "cuda"
+        launched = anvil_decode(a, model_dir, log, {"ANVIL_CUDA_GRAPHS": "0"}) if cuda else None
+        direct = anvil_decode(a, model_dir, log, {"ANVIL_DIRECT_PRODUCTS": "1"}) if cuda else None
+        int8 = int8_decode(a, model_dir, work, name, kv, copy_gbs, log)
         hf = hf_run(a, model_dir, prompt_ids, log)
         served = serve_run(a, model_dir, work, name, log)
         row = {"model": name, "config": cfg, "weight_bytes": w, "kv_bytes_mean": kv, "copy_gbs": copy_gbs,
                "roofline_tokens_per_s": roofline, "anvil_decode": mine, "anvil_decode_launched": launched,
-               "transformers": hf, "anvil_serve": served}
+               "anvil_decode_direct": direct, "anvil_decode_int8": int8, "transformers": hf, "anvil_serve": served}
         share = mine["tokens_per_s"] / roofline if roofline else None
         row["anvil_share_of_roofline"] = share
         hf_rate = hf.get("decode_tokens_per_s")
@@ -217,6 +242,10 @@ def main():
                         f"at {copy_gbs:.0f} GB/s)" if share else "")
                      + (f"; kernels launched one by one (ANVIL_CUDA_GRAPHS=0) {launched['tokens_per_s']:.0f}"
                         if launched else "")
+                     + (f"; direct products (ANVIL_DIRECT_PRODUCTS=1) {direct['tokens_per_s']:.0f}" if direct else "")
+                     + (f"; int8 weights {int8['tokens_per_s']:.0f}" + (f" ({100 * int8['share_of_roofline']:.0f}% of "
+                        f"its roofline {int8['roofline_tokens_per_s']:.0f})" if int8.get("share_of_roofline") else "")
+                        if "tokens_per_s" in int8 else f"; int8: {int8.get('failed', '')[-200:]}")
                      + (f"; transformers {hf_rate:.0f} ({row['ratio_vs_transformers_decode']:.2f}x)" if hf_rate
                         else f"; transformers: {hf.get('skipped') or 'failed'}"))
         for level, r in served.items():

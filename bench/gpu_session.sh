@@ -28,7 +28,8 @@
 #                                     decode (batch-1 decode of both models against the bandwidth roofline
 #                                     and anvil serve at 16 and 64 in flight, beside transformers: see
 #                                     bench/gpu_decode_bench.py) run only when named. decode124 (GPT-2
-#                                     124M's batch-1 decode with and without CUDA graphs, in extra.tar.gz)
+#                                     124M's batch-1 decode with and without CUDA graphs and the direct
+#                                     products, and in int8, in extra.tar.gz)
 #                                     runs by default, after the training steps.
 #   bash bench/gpu_session.sh tests   GPU tests, then the transformers/peft interop test
 #   bash bench/gpu_session.sh sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the op
@@ -173,9 +174,10 @@ case "$what" in
       [ -f "$work/$name/gpu_train_bench.json" ] && mkdir -p "$out/$name" &&
         cp "$work/$name/gpu_train_bench.json" "$out/$name/"
     done
-    # batch-1 decode of GPT-2 124M, each step replayed as a CUDA graph and then launched kernel by kernel
-    # (ANVIL_CUDA_GRAPHS=0), against the bandwidth roofline: the decode levers' first figure, in under a minute
-    want decode124 && step decode124 60 python3 bench/gpu_decode_bench.py --anvil "$root/bin/anvil" \
+    # batch-1 decode of GPT-2 124M, each step replayed as a CUDA graph, then launched kernel by kernel
+    # (ANVIL_CUDA_GRAPHS=0), then with the direct products (ANVIL_DIRECT_PRODUCTS=1), then on an int8 copy,
+    # against the bandwidth roofline: the decode levers' first figures, in about a minute
+    want decode124 && step decode124 90 python3 bench/gpu_decode_bench.py --anvil "$root/bin/anvil" \
       --gpt2-vocab "$root/gpt2" --skip-llama --skip-hf --levels '' --rounds 2 --new-tokens 128 --out "$work/decode124"
     # opt-in: inference (bench/gpu_decode_bench.py): batch-1 decode of GPT-2 124M and the Llama 1B-class against
     # the bandwidth roofline, and anvil serve at 16 and 64 in flight, each beside transformers' generate

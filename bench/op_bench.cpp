@@ -2,8 +2,10 @@
 // GFLOP/s for the matrix products and attention and GB/s (the least bytes each op must move) for the rest. On
 // CUDA, attention is timed in each implementation (gemm, flash with its forward at 64 and at 128 query rows a
 // block, flash-simt, cuDNN's fused attention where it applies, and where cuDNN refuses it again with its
-// nondeterministic engines allowed, "cudnn-nondeterministic"). --only times the ops whose name contains the
-// text (e.g. "attention B="), or any of several texts separated by '|' (a fused op beside the ops it
+// nondeterministic engines allowed, "cudnn-nondeterministic"), and a product over a few rows (decoding) again
+// through anvil's direct kernels rather than cuBLASLt ("direct": BackendOptions::direct_products), its GB/s
+// the forward's bytes (the weight, mostly) over the forward's time. --only times the ops whose name contains
+// the text (e.g. "attention B="), or any of several texts separated by '|' (a fused op beside the ops it
 // replaces: "residual|layernorm C=768").
 //   anvil_op_bench [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--sizes bench|gpt2] [--reps N] [--threads N]
 //                  [--only TEXT]
@@ -81,7 +83,11 @@ int main(int argc, char** argv) {
                 try {
                     const OpTiming t = time_case(c, b, dt, reps);
                     const std::string bwd = c.backward ? fmt::format("{:.3f}", t.bwd_ms) : "-";
-                    const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {:>10}", t.gflops, "-")
+                    // a product over a few rows (decoding) is bound by reading its weight: its forward's GB/s
+                    const std::string bw = c.product_rows >= 1 && c.product_rows <= 8
+                                               ? fmt::format("{:10.1f}", t.fwd_gbps)
+                                               : fmt::format("{:>10}", "-");
+                    const std::string rate = c.flops > 0 ? fmt::format("{:10.1f} {}", t.gflops, bw)
                                                          : fmt::format("{:>10} {:10.1f}", "-", t.gbps);
                     std::printf("%-52s %10.3f %10s %s\n", name.c_str(), t.fwd_ms, bwd.c_str(), rate.c_str());
                 } catch (const std::exception& e) {
@@ -91,6 +97,12 @@ int main(int argc, char** argv) {
             };
             if (!c.attention || device != "cuda") {
                 report(*be, c.name);
+                if (device == "cuda" && few_row_float_product(c)) {
+                    BackendOptions o;
+                    o.device = Device::CUDA, o.direct_products = true;
+                    auto direct = make_backend(o);
+                    report(*direct, c.name + " direct");
+                }
                 continue;
             }
             for (const Impl& impl : impls) {

@@ -187,6 +187,10 @@ struct BackendOptions {
     // CUDA: record a decode step once per shape and replay it as one CUDA graph (Backend::record);
     // ANVIL_CUDA_GRAPHS=0 in the environment turns it off (each kernel launched from the host, as before)
     bool record = true;
+    // CUDA: products over at most 8 rows (decoding) through anvil's kernels that read the weight once, 16
+    // bytes a load (always for int8 weights), rather than cuBLASLt; also ANVIL_DIRECT_PRODUCTS=1 in the
+    // environment. A choice the benchmarks compare until a card decides the default
+    bool direct_products = false;
 };
 
 // Creates the backend for `opts.device`; throws a clear error if it is not built in or not usable.

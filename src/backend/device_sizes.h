@@ -23,6 +23,8 @@ inline size_t cpu_attention_scratch_elems(const AttnDims& d, int threads) {
 // The CUDA backend: workspaces held from the start (partial sums and sort buffers; cuBLASLt's own).
 inline constexpr size_t kCudaWorkspaceBytes = size_t(64) << 20;
 inline constexpr size_t kCudaLtWorkspaceBytes = size_t(32) << 20;
+// and the direct products' counters (cuda::kDirectStrips of them, gemv.cu)
+inline constexpr size_t kCudaDirectDoneBytes = 1024 * sizeof(unsigned);
 // Its flash kernels keep one f32 log-sum-exp per row and head, and the backward as much scratch.
 inline size_t cuda_flash_saved_bytes(const AttnDims& d) {
     return size_t(d.B) * d.NH * d.T * sizeof(float);

@@ -17,6 +17,7 @@ DryBackend::DryBackend(const DryTarget& t) : target_(t) {
     if (t.device == Device::CUDA) {  // held from the start, as CudaBackend's constructor allocates them
         workspace_ = alloc(sizes::kCudaWorkspaceBytes);
         lt_workspace_ = alloc(sizes::kCudaLtWorkspaceBytes);
+        direct_done_ = alloc(sizes::kCudaDirectDoneBytes);
     }
 }
 

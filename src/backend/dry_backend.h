@@ -54,7 +54,7 @@ public:
 private:
     DryTarget target_;
     MemoryAccount memory_;
-    Buffer workspace_, lt_workspace_;  // CUDA: the workspaces its constructor allocates
+    Buffer workspace_, lt_workspace_, direct_done_;  // CUDA: what its constructor allocates
 };
 
 }  // namespace anvil

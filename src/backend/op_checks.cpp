@@ -7,6 +7,14 @@
 
 namespace anvil {
 
+std::optional<int> repeated(const int* v, int n) {
+    std::vector<int> s(v, v + n);
+    std::sort(s.begin(), s.end());
+    const auto twice = std::adjacent_find(s.begin(), s.end());
+    if (twice == s.end()) return std::nullopt;
+    return *twice;
+}
+
 void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what) {
     const Shape s(dims);
     ANVIL_CHECK(t.shape == s, "{} has shape {}, expected {}", what, t.shape.str(), s.str());
@@ -297,11 +305,9 @@ CachedRowsDims check_attention_cached_rows(const Tensor& out, const Tensor& qkv,
         ANVIL_CHECK(std::adjacent_find(at.begin(), at.end()) == at.end(),
                     "attention_cached_rows: two rows at one position of one slot");
         if (own_slots) {
-            std::vector<int> s(slot, slot + B);
-            std::sort(s.begin(), s.end());
-            const auto twice = std::adjacent_find(s.begin(), s.end());
-            ANVIL_CHECK(twice == s.end(), "attention_cached_rows: own_slots, but two rows are in slot {}",
-                        twice == s.end() ? 0 : *twice);
+            const std::optional<int> twice = repeated(slot, B);
+            ANVIL_CHECK(!twice, "attention_cached_rows: own_slots, but two rows are in slot {}",
+                        twice.value_or(0));
         }
     }
     return {B, S, P, page, PPS, int(KC / HS), HS};

@@ -2,6 +2,7 @@
 // throws naming the op and the mismatched tensors.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -16,6 +17,10 @@ inline int64_t rows(const Tensor& t) {
 inline int64_t cols(const Tensor& t) {
     return t.shape[t.shape.ndim - 1];
 }
+
+// The least value that occurs more than once among v[0..n), or none when they are distinct (a decode step's
+// rows each in a cache slot of its own: attention_cached_rows' own_slots).
+std::optional<int> repeated(const int* v, int n);
 
 void expect_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* what);
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/op_checks.h"
 #include "model/kv_cache.h"
 
 namespace anvil {
@@ -16,13 +17,6 @@ Tensor seqs(Tensor t, int b0, int n) {
     Shape s = t.shape;
     s.dims[0] = n;
     return t.range(size_t(b0) * per, size_t(n) * per).view(s);
-}
-
-// Whether each of the B rows is in a slot of its own (a decode step; a packed prefill's rows share one)
-bool own_slots(const int* slot, int B) {
-    std::vector<int> s(slot, slot + B);
-    std::sort(s.begin(), s.end());
-    return std::adjacent_find(s.begin(), s.end()) == s.end();
 }
 
 }  // namespace
@@ -92,7 +86,7 @@ const Tape& DecoderModel::forward(Activations& acts, const ForwardPass& f) {
            .slot = f.slot,
            .row_slot = f.row_slot,
            .row_pos = f.row_pos,
-           .own_slots = f.row_slot && own_slots(f.row_slot, B),  // a decode step (a recording is of one kind)
+           .own_slots = f.row_slot && !repeated(f.row_slot, B),  // a decode step (a prefill's rows share one)
            .seed = f.seed,
            .train = train,
            .dropout = train ? options_.dropout : 0.0f,

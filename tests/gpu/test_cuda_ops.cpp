@@ -55,6 +55,37 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaOps,
                                             ::testing::Values(DType::F32, DType::BF16, DType::F16)),
                          case_name);
 
+// The op table's products over a few rows (decoding) again with BackendOptions::direct_products: anvil's
+// direct kernels (gemv.cu, every path: vector runs and their tails, row slices, plain kernels, a strided
+// output, the GELU) instead of cuBLASLt, against the CPU and twice bit for bit. int8 weights take them always
+// (CudaOps).
+class CudaDirectProducts : public CudaOps {};
+
+std::vector<size_t> few_row_products() {
+    std::vector<size_t> v;
+    const std::vector<OpCase> all = op_cases();
+    for (size_t i = 0; i < all.size(); i++)
+        if (few_row_float_product(all[i])) v.push_back(i);
+    return v;
+}
+
+TEST_P(CudaDirectProducts, MatchTheCpu) {
+    const auto [index, dt] = GetParam();
+    const OpCase c = op_cases()[index];
+    SCOPED_TRACE(c.name);
+    auto cpu = make_backend({Device::CPU, 0, 0});
+    BackendOptions o;
+    o.device = Device::CUDA, o.direct_products = true;
+    auto gpu = make_backend(o);
+    const std::string err = compare_backends(c, *cpu, *gpu, dt, test_seed() + index);
+    EXPECT_TRUE(err.empty()) << err << "seed " << test_seed();
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, CudaDirectProducts,
+                         ::testing::Combine(::testing::ValuesIn(few_row_products()),
+                                            ::testing::Values(DType::F32, DType::BF16, DType::F16)),
+                         case_name);
+
 // cuDNN's fused attention (--attention cudnn) on every attention case of the op table: against the CPU where
 // it applies (bf16/f16 without dropout, head sizes multiples of 8), the error that names --attention auto
 // elsewhere. Its own suite, so the ctests that rerun the attention cases under other devices' shared memory

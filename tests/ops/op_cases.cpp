@@ -688,8 +688,18 @@ OpCase convert(const OpSizes& s) {
 
 }  // namespace
 
+bool few_row_float_product(const OpCase& c) {
+    return c.product_rows >= 1 && c.product_rows <= 8 && c.name.find("int8") == std::string::npos &&
+           c.name.find("fp8") == std::string::npos;
+}
+
 std::vector<OpCase> op_cases(const OpSizes& s) {
     const int N = s.B * s.T;
+    const auto rows = [&](int n, int C) {  // a product over n rows of width C
+        OpSizes z = s;
+        z.B = 1, z.T = n, z.C = C;
+        return z;
+    };
     std::vector<OpCase> t = {
         embedding(s, s.C, false),
         embedding(s, s.C * 5 / 8 + 1, false),  // a width that is not a whole number of 16-byte packs
@@ -707,6 +717,12 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         strided_output(matmul(s, s.C + 8, WLayout::InOut, true, false), "out", 3, 2 * s.C + 16),
         mlp(s, true),
         mlp(s, false),
+        // decoding's products, a token a row (cuBLASLt, or the CUDA backend's direct kernels with
+        // BackendOptions::direct_products): c_attn at one row and at eight, the tied classifier, the MLP
+        matmul(rows(1, s.C), 3 * s.C, WLayout::InOut, true, false),
+        matmul(rows(8, s.C), 3 * s.C, WLayout::InOut, true, false),
+        matmul(rows(1, s.C), s.Vp, WLayout::OutIn, false, false),
+        mlp(rows(1, s.C), true),
         // multiples of 16: the FP8 kernels; at a model's sizes (the op bench) all N rows, so its time stands
         // beside the bf16 product's of the same shape above
         matmul_fp8(N % 16 == 0 ? N : s.B * 16, s.C, 3 * s.C, WLayout::InOut, true),
@@ -717,6 +733,7 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         strided_output(matmul_fp8(N, s.C, s.C + 8, WLayout::OutIn, false), "out", 8, 2 * s.C + 16),
         matmul_q8(3, s.C, 3 * s.C, WLayout::InOut, true),  // decoding: the direct kernels
         matmul_q8(1, s.C + 8, s.Vp, WLayout::OutIn, false),
+        matmul_q8(1, s.C, s.Vp, WLayout::OutIn, false),  // the tied classifier's rows whole 16-byte runs
         mlp_q8(5, s.C),
         matmul_q8(N, s.C, 3 * s.C, WLayout::InOut, true),  // many rows: dequantized panels
         matmul_q8(N, s.C, s.Vp, WLayout::OutIn, false),
@@ -791,6 +808,20 @@ std::vector<OpCase> op_cases(const OpSizes& s) {
         t.push_back(add_norm(s, 1600, false));
         t.push_back(add_norm(s, 2048, true));
         t.push_back(rmsnorm(s, 2048, false));
+        // the direct kernels' paths (gemv.cu): W (OC, C) rows of 129 (bf16, f16) or 258 (f32) 16-byte runs
+        // (four loads in flight a lane, then the rest) and rows not whole runs (36 wide in 16-bit types; 40
+        // of int8); W (C, OC) rows cut into four slices that the strip's last block adds, a strip of 8
+        // columns short of 32, and 100 columns (not whole 8-column loads: plain); an output strided in qkv
+        t.push_back(matmul(rows(1, 1032), 24, WLayout::OutIn, true, false));
+        t.push_back(matmul(rows(2, 36), 20, WLayout::OutIn, false, false));
+        t.push_back(matmul(rows(5, 1024), 64, WLayout::InOut, true, false));
+        t.push_back(matmul(rows(3, 40), 72, WLayout::InOut, false, false));
+        t.push_back(matmul(rows(7, 300), 100, WLayout::InOut, true, false));
+        t.push_back(strided_output(matmul(rows(4, 64), 40, WLayout::OutIn, true, false), "out", 16, 72));
+        t.push_back(mlp(rows(8, 64), true));
+        t.push_back(matmul_q8(2, 2128, 40, WLayout::OutIn, true));
+        t.push_back(matmul_q8(4, 1024, 200, WLayout::InOut, false));
+        t.push_back(matmul_q8(6, 1024, 96, WLayout::OutIn, false));
         t.push_back(attention(s, 1, 70, 2, 16));
         t.push_back(attention(s, 2, 33, 1, 80));
         t.push_back(attention(s, 1, 130, 2, 64));     // tensor cores: three tiles of 64, the last one partial

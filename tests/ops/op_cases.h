@@ -75,6 +75,7 @@ struct OpCase {
     int attn_kvh = 0;                      // its key/value heads
     bool attn_dropout = false;             // and whether it drops probabilities
     double fd_eps = 1e-2, fd_rtol = 2e-2, fd_atol = 2e-3;
+    int product_rows = 0;            // a product's rows (N): up to 8 take the CUDA backend's direct kernels
     bool low_precision = true;       // compare mode runs bf16 and f16 too
     double low_precision_tol = 1.0;  // and scales those dtypes' tolerances (tol_for) by this
 };
@@ -101,6 +102,9 @@ struct OpSizes {
 };
 // The table: every Backend op.
 std::vector<OpCase> op_cases(const OpSizes& s = OpSizes::test());
+// Whether c is a product over a few rows (up to 8: decoding) of a weight in the activations' dtype, which the
+// CUDA backend runs in cuBLASLt or, with BackendOptions::direct_products, in its direct kernels.
+bool few_row_float_product(const OpCase& c);
 
 // ---- the modes ----------------------------------------------------------------------------------------
 
@@ -115,6 +119,7 @@ std::string compare_backends(const OpCase& c, Backend& cpu, Backend& gpu, DType 
 struct OpTiming {
     double fwd_ms = 0, bwd_ms = 0;
     double gflops = 0, gbps = 0;  // over forward + backward
+    double fwd_gbps = 0;  // the forward's inputs and outputs over its time (a decode product: its weight)
 };
 OpTiming time_case(const OpCase& c, Backend& be, DType dt, int reps);
 

@@ -46,8 +46,11 @@ OpCase matmul(const OpSizes& s, int OC, WLayout layout, bool bias, bool frozen_w
     c.reference = [=](const HostArgs& h, HostArgs& want) {
         want["out"] = ref_matmul(h.at("x"), h.at("w"), bias ? &h.at("b") : nullptr, N, C, OC, layout);
     };
-    c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
+    // the f32 sum of C terms of order 0.5 against the double reference: its rounding grows as sqrt(C) (at C =
+    // 1024, 1.1e-5 off an output of 0.011 with seed 69771389464175)
+    c.reference_rtol = 1e-4, c.reference_atol = 1e-5 * std::max(1.0, std::sqrt(C / 32.0));
     c.flops = (frozen_w ? 4.0 : 6.0) * N * C * OC;  // forward, input gradient, weight gradient
+    c.product_rows = N;
     return c;
 }
 
@@ -150,6 +153,7 @@ OpCase matmul_q8(int N, int C, int OC, WLayout layout, bool bias) {
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-5;
     c.flops = 4.0 * N * C * OC;  // forward and input gradient
+    c.product_rows = N;
     return c;
 }
 
@@ -190,6 +194,7 @@ OpCase mlp_q8(int N, int C) {
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-4;
     c.flops = 8.0 * N * C * H;
+    c.product_rows = N;
     return c;
 }
 
@@ -250,6 +255,7 @@ OpCase mlp(const OpSizes& s, bool bias1) {
     };
     c.reference_rtol = 1e-4, c.reference_atol = 1e-4;
     c.flops = 12.0 * N * C * H;
+    c.product_rows = N;
     // x's gradient sums 128 hidden terms of order 1 that nearly cancel, while the float32 forward's rounding
     // moves the objective by ~2e-5 whatever the step: at a step of 1e-2 that noise, divided by the step, beat
     // the tolerance on 9 of 2000 seeds (ANVIL_TEST_SEED=126635836566685 read -0.01425 for -0.01148); at 5e-2,

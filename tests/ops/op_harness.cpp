@@ -240,15 +240,19 @@ OpTiming time_case(const OpCase& c, Backend& be, DType dt, int reps) {
     t.fwd_ms = fwd * 1e3;
     t.bwd_ms = bwd * 1e3;
     // the least the op must move: each input read once, each output written once (accumulated: twice)
-    double bytes = 0;
+    double bytes = 0, fwd_bytes = 0;
     for (const auto& [name, x] : run.args.t) {
         double b = double(x.nbytes());
-        for (const Arg& a : c.args)
-            if (a.name == name && (a.role == Role::InOut || (a.role == Role::GradIn && a.accumulates))) b *= 2;
+        for (const Arg& a : c.args) {
+            if (a.name != name) continue;
+            if (a.role == Role::InOut || (a.role == Role::GradIn && a.accumulates)) b *= 2;
+            if (a.role != Role::GradIn) fwd_bytes += double(x.nbytes());
+        }
         bytes += b;
     }
     if (c.flops > 0) t.gflops = c.flops / (fwd + bwd) / 1e9;
     t.gbps = bytes / (fwd + bwd) / 1e9;
+    if (fwd > 0) t.fwd_gbps = fwd_bytes / fwd / 1e9;
     return t;
 }
 

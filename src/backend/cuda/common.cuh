@@ -22,6 +22,9 @@ using f16_t = __half;
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(bf16_t x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(f16_t x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(int8_t x) {
+    return float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f(float x);
@@ -31,6 +34,18 @@ template <>
 __device__ __forceinline__ bf16_t from_f<bf16_t>(float x) { return __float2bfloat16_rn(x); }
 template <>
 __device__ __forceinline__ f16_t from_f<f16_t>(float x) { return __float2half_rn(x); }
+
+// GELU (tanh approximation, as GPT-2) and its derivative, in f32
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+__device__ __forceinline__ float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+    const float th = tanhf(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+}
 
 // 16 bytes of T: the unit of coalesced loads and stores.
 template <typename T>

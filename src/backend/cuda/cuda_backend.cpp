@@ -89,8 +89,11 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : device_(opts.device_id), 
     if (opts.attn_fwd_rows != 0) ctx_.attn_fwd_rows = opts.attn_fwd_rows;
     ctx_.gemm_tune = opts.gemm_tune;
     ctx_.gelu_epilogue = env_not_off("ANVIL_GELU_EPILOGUE");
+    ctx_.direct_products = opts.direct_products || env_on("ANVIL_DIRECT_PRODUCTS");
     workspace_ = alloc(kWorkspaceBytes);
     lt_workspace_ = alloc(kLtWorkspaceBytes);
+    direct_done_ = alloc(sizes::kCudaDirectDoneBytes);  // zeroed, as every allocation
+    ctx_.direct_done = static_cast<unsigned*>(direct_done_.data());
     ctx_.workspace = static_cast<char*>(workspace_.data());
     ctx_.workspace_bytes = kWorkspaceBytes;
     ctx_.lt_workspace = lt_workspace_.data();
@@ -113,6 +116,7 @@ CudaBackend::~CudaBackend() {
     cudnn_.reset();
     workspace_.reset();
     lt_workspace_.reset();
+    direct_done_.reset();
     q8_weight_.reset();
     fp8_scratch_.reset();
     (void)cublasLtDestroy(ctx_.lt);
@@ -326,11 +330,10 @@ void CudaBackend::matmul_fp8_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dou
 void CudaBackend::matmul_q8_fwd(Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout, Tensor bias,
                                 Tensor pre_gelu) {
     const MatDims d = check_matmul_q8(out, in, q, scale, layout, bias, pre_gelu);
-    if (d.N > cuda::kQ8DirectRows)
+    if (d.N > cuda::kDirectRows)
         return cuda::matmul_fwd(ctx_, out, in, dequantized(q, scale, layout, in.dtype), layout, bias,
                                 pre_gelu);
-    cuda::matmul_q8_direct(ctx_, pre_gelu.empty() ? out : pre_gelu, in, q, scale, layout, bias);
-    if (!pre_gelu.empty()) cuda::gelu_fwd(ctx_, out, pre_gelu);
+    cuda::matmul_direct(ctx_, out, in, q, scale, layout, bias, pre_gelu);
 }
 
 void CudaBackend::matmul_q8_bwd(Tensor din, Tensor dout, Tensor q, Tensor scale, WLayout layout,

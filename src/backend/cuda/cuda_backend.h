@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 
 class CudaBackend final : public Backend {
 public:
-    // opts.device_id, .attention, .attn_fwd_rows (0: Ctx's default), .gemm_tune and .record
+    // opts.device_id, .attention, .attn_fwd_rows (0: Ctx's default), .gemm_tune, .record and .direct_products
     explicit CudaBackend(const BackendOptions& opts);
     ~CudaBackend() override;
     Device device() const override { return Device::CUDA; }
@@ -64,6 +64,7 @@ private:
     cudaDeviceProp prop_{};
     cuda::Ctx ctx_;
     Buffer workspace_, lt_workspace_;
+    Buffer direct_done_;  // the direct products' counters (Ctx::direct_done)
     Buffer q8_weight_;    // the largest int8 weight so far, dequantized (see dequantized())
     Buffer fp8_scratch_;  // FP8 products: the rounded operands and their scales (cuda::matmul_fp8_scratch_bytes)
     std::shared_ptr<cuda::LtPlans> lt_plans_;

@@ -14,18 +14,6 @@ namespace anvil::cuda {
 
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad(float x) {
-    const float th = tanhf(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
-    return 0.5f * (1.0f + th) +
-           0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-}
-
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, size_t n) {
     const size_t stride = size_t(gridDim.x) * blockDim.x;

@@ -35,6 +35,8 @@ void bias_add(const Ctx& c, Tensor out, Tensor bias) {
 void matmul_fwd(const Ctx& c, Tensor out, Tensor in, Tensor w, WLayout layout, Tensor bias, Tensor pre_gelu) {
     const int C = int(in.shape[in.shape.ndim - 1]), N = int(in.numel() / C);
     const int OC = int(out.shape[out.shape.ndim - 1]);
+    if (c.direct_products && N <= kDirectRows)
+        return matmul_direct(c, out, in, w, {}, layout, bias, pre_gelu);
     Gemm g;
     g.a_type = g.b_type = g.d = in.dtype;
     g.m = OC, g.n = N, g.k = C;

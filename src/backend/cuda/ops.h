@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device_sizes.h"
 #include "backend/op_checks.h"
 
 namespace anvil::cuda {
@@ -48,6 +49,10 @@ struct Ctx {
     // ANVIL_GELU_EPILOGUE=0 in the environment (the GELU then a kernel on the rounded pre-activation), to
     // measure the one against the other
     bool gelu_epilogue = true;
+    // products over at most kDirectRows rows through anvil's direct kernels (gemv.cu) rather than cuBLASLt:
+    // int8 weights always; others with BackendOptions::direct_products or ANVIL_DIRECT_PRODUCTS=1
+    bool direct_products = false;
+    unsigned* direct_done = nullptr;  // kDirectStrips counters, 0 between the direct kernels' launches
     // A workspace slice of `bytes` (256-aligned) at `offset`; throws if it does not fit.
     void* scratch(size_t offset, size_t bytes) const;
 };
@@ -59,12 +64,17 @@ void colsum_accumulate(const Ctx& c, Tensor out, Tensor in);
 // n values of `type` (f32, bf16, f16, fp8 e4m3) in [-1, 1) from a hash of (index, seed): benchmark inputs
 void fill_uniform(cudaStream_t s, void* p, size_t n, cudaDataType_t type, uint32_t seed);
 
-// quant.cu: int8 weights, W = q * scale[o]. matmul_q8_direct reads q directly for up to kQ8DirectRows rows of
-// `in` (decoding); dequant_q8 writes W in w's dtype and q's layout for a cuBLASLt product; the int8 token
-// table.
-constexpr int kQ8DirectRows = 8;
-void matmul_q8_direct(const Ctx& c, Tensor out, Tensor in, Tensor q, Tensor scale, WLayout layout,
-                      Tensor bias);
+// gemv.cu: out (N, OC) = in (N, C) . W (+ bias; pre_gelu as matmul_fwd's) for N <= kDirectRows rows
+// (decoding), reading the weight once: W in `in`'s dtype (`scale` empty) or int8 with one f32 scale an output
+// channel. Its W (C, OC) kernel takes up to kDirectStrips strips of 32 columns in slices of the rows (the
+// workspace holds their sums, Ctx::direct_done counts them).
+constexpr int kDirectRows = 8;
+constexpr int kDirectStrips = int(sizes::kCudaDirectDoneBytes / sizeof(unsigned));
+void matmul_direct(const Ctx& c, Tensor out, Tensor in, Tensor w, Tensor scale, WLayout layout, Tensor bias,
+                   Tensor pre_gelu);
+
+// quant.cu: int8 weights, W = q * scale[o] (a few rows read q directly: matmul_direct). dequant_q8 writes W
+// in w's dtype and q's layout for a cuBLASLt product; the int8 token table.
 void dequant_q8(const Ctx& c, Tensor w, Tensor q, Tensor scale, WLayout layout);
 
 // rope.cu: rotary embeddings on x (B, T, H*HS) in place (x may be strided); grouped-query gradient unpacking
